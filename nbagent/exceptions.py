@@ -1,0 +1,277 @@
+"""Every exception nbagent raises, in one tree.
+
+```
+NbagentError
+├── UserError                      misuse by the developer, raised at once
+│   ├── ToolDefinitionError        a tool that cannot become a schema, a client tool with a body
+│   │   └── DuplicateToolError     two tools with one name
+│   ├── InvalidArgumentsError      edited arguments that do not fit the tool's schema
+│   ├── ResumeError                a resume that cannot apply
+│   │   ├── UnknownCallError       a decision for a call id that is not pending
+│   │   ├── ArgumentsMismatchError a decision for arguments the pending call does not have
+│   │   ├── NotResumableError      resuming a completed run, or a thread with nothing to resume
+│   │   └── PendingCallsError      a new prompt while calls still wait for a decision
+│   └── SyncInAsyncError           run_sync called from the loop that would have to run it
+├── ModelError                     a model call failed (status_code, body, provider, retryable)
+│   ├── ModelHTTPError             the server answered with an HTTP error status
+│   │   ├── BadRequestError        400 / 422
+│   │   ├── AuthenticationError    401 / 403
+│   │   ├── NotFoundError          404
+│   │   ├── RateLimitError         429 (retried; Retry-After honoured)
+│   │   └── ServerError            5xx (retried)
+│   ├── ModelConnectionError       no connection, or it dropped (retried)
+│   ├── ModelTimeoutError          the request timed out (retried)
+│   ├── StreamInterruptedError     a stream broke after it started (retried)
+│   └── ModelResponseError         the answer cannot be used (e.g. cut off inside a tool call)
+└── StoreError                     the checkpoint store cannot do what was asked
+    ├── ConflictError              another writer changed the thread first (optimistic check)
+    ├── StoreCorruptError          the file is not a readable store
+    ├── StoreVersionError          the file was written by a newer nbagent
+    └── StoreReadOnlyError         the location cannot be written
+
+ModelRetry                         raised by tool code to ask the model to try again (a signal,
+                                   caught by the run loop; not an error of nbagent)
+```
+Errors carry what a user needs to act on them as attributes and in their text; they never log or
+render themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ArgumentsMismatchError",
+    "AuthenticationError",
+    "BadRequestError",
+    "ConflictError",
+    "DuplicateToolError",
+    "InvalidArgumentsError",
+    "ModelConnectionError",
+    "ModelError",
+    "ModelHTTPError",
+    "ModelResponseError",
+    "ModelRetry",
+    "ModelTimeoutError",
+    "NbagentError",
+    "NotFoundError",
+    "NotResumableError",
+    "PendingCallsError",
+    "RateLimitError",
+    "ResumeError",
+    "ServerError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreReadOnlyError",
+    "StoreVersionError",
+    "StreamInterruptedError",
+    "SyncInAsyncError",
+    "ToolDefinitionError",
+    "UnknownCallError",
+    "UserError",
+    "error_for_status",
+]
+
+
+class NbagentError(Exception):
+    """Base class of every error nbagent raises."""
+
+
+class UserError(NbagentError):
+    """The developer used nbagent in a way it cannot work; the message says how to fix it."""
+
+
+class ToolDefinitionError(UserError):
+    """A tool cannot be built: its signature has no schema, or a client tool has a body."""
+
+
+class DuplicateToolError(ToolDefinitionError):
+    """Two tools of one agent share a name."""
+
+
+class InvalidArgumentsError(UserError):
+    """Arguments (for example edited by a person before approval) do not fit the tool's schema."""
+
+
+class ResumeError(UserError):
+    """A resume or decision that cannot apply to the run as stored."""
+
+
+class UnknownCallError(ResumeError):
+    """A decision names a call id that is not pending."""
+
+
+class ArgumentsMismatchError(ResumeError):
+    """A decision was made for arguments that differ from the pending call's arguments."""
+
+
+class NotResumableError(ResumeError):
+    """The run is completed (or the thread has nothing to continue)."""
+
+
+class PendingCallsError(ResumeError):
+    """A new prompt was sent to a thread whose calls still wait for a decision or a result."""
+
+
+class SyncInAsyncError(UserError):
+    """A `*_sync` method was called from the event loop that would have to run it."""
+
+
+class ModelError(NbagentError):
+    """A model call failed.
+
+    Attributes:
+        status_code: HTTP status, when the server answered.
+        body: the provider's error body (parsed JSON or text), when there is one.
+        provider: the provider name (``openai``, ``test``, ...).
+        retryable: whether the run loop's `Retry` policy retries it.
+        retry_after: seconds the server asked to wait (``Retry-After``), if it did.
+    """
+
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        body: Any = None,
+        provider: str | None = None,
+        retry_after: float | None = None,
+        retryable: bool | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status_code = status_code
+        self.body = body
+        self.provider = provider
+        self.retry_after = retry_after
+        if retryable is not None:
+            self.retryable = retryable
+
+    def __str__(self) -> str:
+        prefix = f"{self.status_code} " if self.status_code is not None else ""
+        where = f" ({self.provider})" if self.provider else ""
+        return f"{prefix}{self.message}{where}"
+
+
+class ModelHTTPError(ModelError):
+    """The model server answered with an HTTP error status."""
+
+
+class BadRequestError(ModelHTTPError):
+    """HTTP 400/422: the request was rejected; retrying the same request will not help."""
+
+
+class AuthenticationError(ModelHTTPError):
+    """HTTP 401/403: the API key is missing, wrong, or lacks access."""
+
+
+class NotFoundError(ModelHTTPError):
+    """HTTP 404: usually an unknown model name or a wrong base URL."""
+
+
+class RateLimitError(ModelHTTPError):
+    """HTTP 429: rate limited; retried with backoff, honouring Retry-After."""
+
+    retryable = True
+
+
+class ServerError(ModelHTTPError):
+    """HTTP 5xx: the server failed; retried with backoff."""
+
+    retryable = True
+
+
+class ModelConnectionError(ModelError):
+    """The connection could not be made or dropped; retried."""
+
+    retryable = True
+
+
+class ModelTimeoutError(ModelError):
+    """The request timed out; retried."""
+
+    retryable = True
+
+
+class StreamInterruptedError(ModelError):
+    """A streamed answer broke off after it started; retried (the view clears partial text)."""
+
+    retryable = True
+
+
+class ModelResponseError(ModelError):
+    """The model's answer cannot be used, e.g. it was cut off inside a tool call."""
+
+
+class StoreError(NbagentError):
+    """The checkpoint store could not do what was asked.
+
+    Attributes:
+        path: the database file or location involved, when there is one.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ConflictError(StoreError):
+    """Another writer (another kernel) changed the thread since it was loaded."""
+
+
+class StoreCorruptError(StoreError):
+    """The store file is not readable as an nbagent store; nothing was overwritten."""
+
+
+class StoreVersionError(StoreError):
+    """The store was written by a newer nbagent; upgrade nbagent to read it."""
+
+
+class StoreReadOnlyError(StoreError):
+    """The store's location cannot be written."""
+
+
+class ModelRetry(Exception):  # noqa: N818 - a signal, named for what the tool asks for
+    """Raise from a tool to send the message back to the model and let it try again.
+
+    The model sees an error result with this message; the run goes on.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+_STATUS_CLASSES: dict[int, type[ModelHTTPError]] = {
+    400: BadRequestError,
+    401: AuthenticationError,
+    403: AuthenticationError,
+    404: NotFoundError,
+    422: BadRequestError,
+    429: RateLimitError,
+}
+
+
+def error_for_status(
+    status_code: int,
+    message: str,
+    *,
+    body: Any = None,
+    provider: str | None = None,
+    retry_after: float | None = None,
+) -> ModelHTTPError:
+    """Build the `ModelHTTPError` subclass that matches an HTTP status code."""
+    cls = _STATUS_CLASSES.get(status_code)
+    if cls is None:
+        cls = ServerError if status_code >= 500 else ModelHTTPError
+    retryable = True if status_code in (408, 409) else None
+    return cls(
+        message,
+        status_code=status_code,
+        body=body,
+        provider=provider,
+        retry_after=retry_after,
+        retryable=retryable,
+    )

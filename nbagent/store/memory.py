@@ -1,0 +1,99 @@
+"""`MemoryStore`: keeps threads in this process (lost when it ends). For tests and throwaway runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..exceptions import ConflictError
+from ..messages import Message
+from ..usage import ModelCallUsage
+from .base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
+
+__all__ = ["MemoryStore"]
+
+
+@dataclass
+class _Thread:
+    version: int = 0
+    messages: list[Message] = field(default_factory=list)
+    steps: list[int] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    ledger: dict[str, LedgerEntry] = field(default_factory=dict)
+    usage: list[ModelCallUsage] = field(default_factory=list)
+    checkpoints: list[Checkpoint] = field(default_factory=list)
+    updated: float = 0.0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost: float | None = None
+
+
+class MemoryStore(Store):
+    """Threads in a dict of this process. Same semantics as the SQLite store, nothing durable."""
+
+    def __init__(self) -> None:
+        self._threads: dict[str, _Thread] = {}
+
+    async def load(self, thread: str) -> ThreadState | None:
+        t = self._threads.get(thread)
+        if t is None:
+            return None
+        return ThreadState(thread, t.version, list(t.messages), list(t.steps), dict(t.meta),
+                           dict(t.ledger), list(t.usage))
+
+    async def append(
+        self,
+        thread: str,
+        *,
+        version: int,
+        step: int,
+        messages: Sequence[Message] = (),
+        usage: Sequence[ModelCallUsage] = (),
+        ledger: Sequence[LedgerEntry] = (),
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        t = self._threads.get(thread)
+        if t is None:
+            if version != 0:
+                raise ConflictError(f"thread {thread!r} does not exist (expected version {version})")
+            t = self._threads[thread] = _Thread()
+        elif t.version != version:
+            raise ConflictError(
+                f"thread {thread!r} was changed by another writer (version {t.version}, expected {version})"
+            )
+        t.messages.extend(messages)
+        t.steps.extend([step] * len(messages))
+        t.usage.extend(usage)
+        for row in usage:
+            t.tokens_in += row.input_tokens
+            t.tokens_out += row.output_tokens
+            if row.cost_total is not None:
+                t.cost = (t.cost or 0.0) + row.cost_total
+        for entry in ledger:
+            t.ledger[entry.call_id] = entry
+        if meta is not None:
+            t.meta = meta
+        t.version += 1
+        t.updated = time.time()
+        if messages:
+            t.checkpoints.append(Checkpoint(
+                thread, t.version, step, t.updated, len(t.messages), summarize(t.messages[-1]),
+                t.tokens_in, t.tokens_out, t.cost, t.meta.get("status"),
+            ))
+        return t.version
+
+    async def threads(self) -> list[ThreadInfo]:
+        infos = []
+        for name, t in self._threads.items():
+            title = next((m.content for m in t.messages if m.kind == "user"), "")  # type: ignore[union-attr]
+            infos.append(ThreadInfo(name, len(t.messages), t.updated, t.meta.get("status"), title[:80]))
+        return sorted(infos, key=lambda i: i.updated, reverse=True)
+
+    async def checkpoints(self, thread: str) -> list[Checkpoint]:
+        t = self._threads.get(thread)
+        return list(t.checkpoints) if t else []
+
+    async def delete(self, thread: str) -> bool:
+        return self._threads.pop(thread, None) is not None

@@ -1,0 +1,137 @@
+"""Token usage: one `ModelCallUsage` row per model call, summed by `Usage`.
+
+Owns plain data only; imports nothing from nbagent. Column names follow the vocabulary shared by
+the README, notebooks and DataFrames (`input_tokens` includes cached input, as the API reports
+`prompt_tokens`; `cache_read_tokens` is the cached part of it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+__all__ = ["ModelCallUsage", "TokenCounts", "Usage"]
+
+
+@dataclass(slots=True)
+class TokenCounts:
+    """Token counts a provider reported for one model call."""
+
+    input_tokens: int = 0
+    """All prompt tokens, the cached ones included."""
+    cache_read_tokens: int = 0
+    """The part of `input_tokens` served from the provider's prompt cache."""
+    cache_write_tokens: int = 0
+    """Prompt tokens written to the cache (providers that bill for it)."""
+    output_tokens: int = 0
+    """Completion tokens, reasoning tokens included."""
+    reasoning_tokens: int = 0
+    """The part of `output_tokens` spent on hidden reasoning."""
+    reported: bool = True
+    """False when the provider sent no usage at all (e.g. Ollama streams): counts are then 0."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
+@dataclass(slots=True)
+class ModelCallUsage:
+    """One model call: what it cost in tokens, time and money. Persisted with the messages."""
+
+    run_id: str
+    thread: str | None
+    step: int
+    time: float
+    """Start of the call, seconds since the epoch (UTC)."""
+    provider: str
+    model: str
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    latency_s: float = 0.0
+    finish_reason: str | None = None
+    tool_calls: int = 0
+    """How many tool calls the answer asked for."""
+    cost_input: float | None = None
+    """USD; None where the price is unknown."""
+    cost_output: float | None = None
+    cost_total: float | None = None
+    currency: str = "USD"
+    usage_reported: bool = True
+    """False when the provider reported no usage (counts are 0, not measured)."""
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelCallUsage:
+        names = _ROW_FIELDS
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+_ROW_FIELDS = frozenset(f.name for f in fields(ModelCallUsage))
+_SUMMED = (
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+)
+
+
+@dataclass(slots=True)
+class Usage:
+    """Usage of a run (or of a thread): sums over its model calls, and the calls themselves."""
+
+    requests: int = 0
+    input_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    output_tokens: int = 0
+    reasoning_tokens: int = 0
+    tool_calls: int = 0
+    """Tool calls the model asked for."""
+    cost_total: float | None = None
+    """USD over the calls with a known price; None when no call had one."""
+    calls: list[ModelCallUsage] = field(default_factory=list)
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def add(self, row: ModelCallUsage) -> None:
+        """Add one model call."""
+        self.calls.append(row)
+        self.requests += 1
+        for name in _SUMMED:
+            setattr(self, name, getattr(self, name) + getattr(row, name))
+        self.tool_calls += row.tool_calls
+        if row.cost_total is not None:
+            self.cost_total = (self.cost_total or 0.0) + row.cost_total
+
+    @classmethod
+    def of(cls, rows: list[ModelCallUsage]) -> Usage:
+        """Sum a list of rows."""
+        usage = cls()
+        for row in rows:
+            usage.add(row)
+        return usage
+
+    def rows(self) -> list[dict[str, Any]]:
+        """One plain dict per model call, for pandas or CSV (see `nbagent.usage_frame`)."""
+        return [row.to_dict() for row in self.calls]
+
+    def __repr__(self) -> str:
+        cost = "unknown" if self.cost_total is None else f"${self.cost_total:.6f}"
+        return (
+            f"Usage(requests={self.requests}, input_tokens={self.input_tokens}, "
+            f"cache_read_tokens={self.cache_read_tokens}, output_tokens={self.output_tokens}, "
+            f"reasoning_tokens={self.reasoning_tokens}, tool_calls={self.tool_calls}, cost_total={cost})"
+        )
