@@ -1,0 +1,1 @@
+from tests.conftest_local_llm import *  # noqa
