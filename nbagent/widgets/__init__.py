@@ -1,0 +1,33 @@
+"""The notebook edge: nbagent's views, built on ipywidgets (anywidget for the streaming text).
+
+- `ChatView` (``agent.chat(thread=...)``): the conversation, streaming answers, a live tool-call
+  table with Approve / Deny / Edit / Always allow, Stop, usage and cost.
+- `render_result_html` (``display(result)``): a static HTML summary of a run, no JavaScript.
+
+Imported only when used: ``import nbagent`` never imports ipywidgets. `ChatView` loads lazily so
+that the static summary works where ipywidgets is not installed.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .static import render_result_html
+
+if TYPE_CHECKING:
+    from .chat import ChatView
+    from .stream import StreamText
+    from .tool_table import ToolRow, ToolTable
+
+__all__ = ["ChatView", "StreamText", "ToolRow", "ToolTable", "render_result_html"]
+
+_LAZY = {"ChatView": "chat", "StreamText": "stream", "ToolRow": "tool_table", "ToolTable": "tool_table"}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'nbagent.widgets' has no attribute {name!r}")
+    from importlib import import_module
+
+    return getattr(import_module(f"{__name__}.{module}"), name)

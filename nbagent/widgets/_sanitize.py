@@ -1,0 +1,87 @@
+"""Untrusted text -> safe HTML: Markdown through markdown-it-py + nh3, everything else escaped.
+
+Owns the only two ways model text, tool arguments and tool results reach HTML in nbagent's views
+and static summaries: `markdown_html` (Markdown rendered, then sanitized with an allow-list) and
+`escape` (plain text). Imports markdown-it-py and nh3 lazily; without them Markdown is shown as
+escaped plain text, which is still safe.
+
+Why both libraries: markdown-it with ``html=False`` already escapes raw HTML and refuses
+``javascript:`` links, but a sanitizer with an allow-list (tags, attributes, URL schemes) on its
+output means a markdown-it bug or a rule we enable later cannot open a hole.
+"""
+
+from __future__ import annotations
+
+import html as _html
+from functools import lru_cache
+from typing import Any
+
+__all__ = ["ALLOWED_TAGS", "ALLOWED_URL_SCHEMES", "escape", "markdown_html"]
+
+ALLOWED_TAGS = frozenset({
+    "a", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
+    "i", "li", "ol", "p", "pre", "s", "strong", "table", "tbody", "td", "th", "thead", "tr", "ul",
+})
+"""No img (remote images track the reader; data: images are a common smuggling route), no style,
+script, iframe, svg, form or input."""
+
+ALLOWED_URL_SCHEMES = frozenset({"http", "https", "mailto"})
+
+_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, "td": {"align"}}
+
+
+def escape(text: Any) -> str:
+    """Plain text -> HTML text (``& < > " '`` escaped). Non-strings are converted with ``str``."""
+    return _html.escape("" if text is None else str(text), quote=True)
+
+
+@lru_cache(maxsize=1)
+def _renderer() -> Any:
+    try:
+        from markdown_it import MarkdownIt
+    except ImportError:  # pragma: no cover - the notebook extra is not installed
+        return None
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable(["table", "strikethrough"])
+
+    def image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        # An image becomes a link to it (sanitized below), so nothing is fetched on render.
+        token = tokens[idx]
+        alt = self.renderInlineAsText(token.children or [], options, env) or "image"
+        src = token.attrGet("src") or ""
+        return f'<a href="{escape(src)}">[image: {escape(alt)}]</a>'
+
+    md.add_render_rule("image", image)
+    return md
+
+
+def _clean(fragment: str) -> str:
+    import nh3
+
+    return nh3.clean(
+        fragment,
+        tags=set(ALLOWED_TAGS),
+        attributes={k: set(v) for k, v in _ATTRIBUTES.items()},
+        url_schemes=set(ALLOWED_URL_SCHEMES),
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+        clean_content_tags={"script", "style"},
+    )
+
+
+def markdown_html(text: str | None) -> str:
+    """Render untrusted Markdown to sanitized HTML (safe to insert with innerHTML).
+
+    Raw HTML in the text is shown as text, links keep only http(s)/mailto URLs, images become
+    links, and no attribute that can run code (``on*``, ``style``, ``src``) survives.
+    """
+    if not text:
+        return ""
+    md = _renderer()
+    if md is None:
+        return f'<div style="white-space:pre-wrap">{escape(text)}</div>'
+    try:
+        import nh3  # noqa: F401
+    except ImportError:  # pragma: no cover
+        return f'<div style="white-space:pre-wrap">{escape(text)}</div>'
+    return _clean(md.render(text))

@@ -1,0 +1,99 @@
+// nbagent StreamText: streaming assistant text.
+// While streaming, the kernel sends only new text ({a: "..."}) at most ~20 times a second, or
+// {r: 1} to clear (a retried model call). The text is previewed as light Markdown built with DOM
+// calls and textContent only (nothing from the model is ever parsed as HTML here). At the end the
+// kernel syncs `text` and `html`: Markdown rendered in the kernel by markdown-it and sanitized by
+// nh3 (an allow-list), which replaces the preview.
+
+function inline(parent, text) {
+  // `code`, **strong**, *em* / _em_; everything else is a text node
+  const re = /(`[^`\n]+`|\*\*[^*\n]+\*\*|__[^_\n]+__|\*[^*\s][^*\n]*\*|_[^_\s][^_\n]*_)/g;
+  let last = 0;
+  for (const m of text.matchAll(re)) {
+    if (m.index > last) parent.appendChild(document.createTextNode(text.slice(last, m.index)));
+    const tok = m[0];
+    let el;
+    if (tok[0] === "`") { el = document.createElement("code"); el.textContent = tok.slice(1, -1); }
+    else if (tok.startsWith("**") || tok.startsWith("__")) { el = document.createElement("strong"); el.textContent = tok.slice(2, -2); }
+    else { el = document.createElement("em"); el.textContent = tok.slice(1, -1); }
+    parent.appendChild(el);
+    last = m.index + tok.length;
+  }
+  if (last < text.length) parent.appendChild(document.createTextNode(text.slice(last)));
+}
+
+function preview(box, text) {
+  box.textContent = "";
+  const lines = text.split("\n");
+  let para = null, list = null, code = null;
+  const close = () => { para = null; list = null; };
+  for (const line of lines) {
+    if (code) {
+      if (/^\s*```/.test(line)) { code = null; continue; }
+      code.textContent += line + "\n";
+      continue;
+    }
+    if (/^\s*```/.test(line)) {
+      close();
+      const pre = document.createElement("pre");
+      code = document.createElement("code");
+      pre.appendChild(code);
+      box.appendChild(pre);
+      continue;
+    }
+    if (!line.trim()) { close(); continue; }
+    const h = /^(#{1,6})\s+(.*)$/.exec(line);
+    if (h) {
+      close();
+      const el = document.createElement("h" + h[1].length);
+      inline(el, h[2]);
+      box.appendChild(el);
+      continue;
+    }
+    const li = /^\s*(?:[-*+]|\d+[.)])\s+(.*)$/.exec(line);
+    if (li) {
+      para = null;
+      if (!list) { list = document.createElement("ul"); box.appendChild(list); }
+      const el = document.createElement("li");
+      inline(el, li[1]);
+      list.appendChild(el);
+      continue;
+    }
+    list = null;
+    if (!para) { para = document.createElement("p"); box.appendChild(para); }
+    else para.appendChild(document.createElement("br"));
+    inline(para, line);
+  }
+}
+
+function initialize({ model }) {
+  // once per model (not per view): every view of this model sees the appended text
+  model.on("msg:custom", (msg) => {
+    if (msg && typeof msg.a === "string") model.set("text", model.get("text") + msg.a);
+    else if (msg && msg.r) model.set("text", "");
+  });
+}
+
+function render({ model, el }) {
+  const box = document.createElement("div");
+  box.className = "nbagent-stream";
+  box.style.cssText = "font-size:13px;line-height:1.5;word-break:break-word;overflow-wrap:anywhere;";
+  el.appendChild(box);
+  let scheduled = false;
+  const draw = () => {
+    scheduled = false;
+    const html = model.get("html");
+    if (html) box.innerHTML = html; // rendered and sanitized in the kernel (markdown-it + nh3)
+    else preview(box, model.get("text"));
+  };
+  const later = () => { if (!scheduled) { scheduled = true; setTimeout(draw, 30); } };
+  model.on("change:text", later);
+  model.on("change:html", later);
+  draw();
+  return () => {
+    model.off("change:text", later);
+    model.off("change:html", later);
+  };
+}
+
+export default { initialize, render };

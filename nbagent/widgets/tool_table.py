@@ -1,0 +1,211 @@
+"""The live tool-call table: one row per call, with approval controls on the rows that wait.
+
+Owns `ToolTable` and `ToolRow`. A row is an HTML widget (tool, arguments, status, result, duration;
+built by `static.tool_row_html`, everything escaped) plus, while the call waits for a person, the
+buttons ``Approve``, ``Deny`` (reason box + ``Confirm deny``), ``Edit`` (JSON text area +
+``Approve edited``, validated with the tool's schema), ``Always allow <tool>``, or for a client
+tool an answer box + ``Submit``.
+
+Button handlers may run on a thread other than the kernel loop's (ipykernel subshells), so every
+handler only hands its work to the `schedule` callable (``loop.call_soon_threadsafe``) and
+returns; reading text boxes, validating and deciding happen on the loop.
+
+Imports ipywidgets and `static`; the decisions go to the `ChatView` through `decide`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import ipywidgets as widgets
+
+from ._sanitize import escape
+from .static import pretty_args, table_header_html, tool_row_html
+
+if TYPE_CHECKING:
+    from ..events import PendingCall
+
+__all__ = ["ToolRow", "ToolTable"]
+
+Schedule = Callable[..., None]
+"""``schedule(fn, *args)``: run ``fn(*args)`` on the kernel loop (thread-safe)."""
+Decide = Callable[[str, str, Any], None]
+"""``decide(call_id, action, payload)`` on the loop; action: approve, deny, edit, result, always."""
+
+_HIDDEN = "none"
+WAITING = ("needs approval", "needs answer")
+
+
+def _button(label: str, style: str = "", tooltip: str = "") -> widgets.Button:
+    return widgets.Button(description=label, button_style=style, tooltip=tooltip or label,
+                          layout=widgets.Layout(width="auto"))
+
+
+class ToolRow(widgets.VBox):
+    """One tool call in the table. `status` is what the row shows; `pending` is the
+    `PendingCall` the person sees while it waits (decisions carry exactly that object)."""
+
+    def __init__(self, call_id: str, name: str, args: Any, status: str = "queued", *,
+                 schedule: Schedule, decide: Decide,
+                 validate: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+        self.call_id = call_id
+        self.name = name
+        self.args = args
+        self.status = status
+        self.result: str | None = None
+        self.is_error = False
+        self.duration_s: float | None = None
+        self.pending: PendingCall | None = None
+        self.decided = False
+        self._started: float | None = None
+        self._schedule = schedule
+        self._decide = decide
+        self._validate = validate
+        self.html = widgets.HTML(layout=widgets.Layout(width="100%"))
+        self.actions = widgets.VBox(layout=widgets.Layout(display=_HIDDEN, padding="2px 6px 6px 6px"))
+        self.buttons: dict[str, widgets.Button] = {}
+        super().__init__([self.html, self.actions], layout=widgets.Layout(width="100%"))
+        self.add_class("nbagent-tool-row")
+        self._render()
+
+    # ------------------------------------------------------------------ display
+    def _render(self) -> None:
+        waiting = self.status in WAITING
+        self.html.value = tool_row_html(
+            self.name, self.pending.args if (waiting and self.pending) else self.args, self.status,
+            self.result, is_error=self.is_error, duration_s=self.duration_s, full_args=waiting,
+        )
+
+    def set_status(self, status: str, result: str | None = None, *, is_error: bool = False,
+                   duration_s: float | None = None) -> None:
+        """Show a new status (and the result or error when the call ended)."""
+        if status == "running":
+            self._started = time.perf_counter()
+        if duration_s is None and self._started is not None and status not in ("running", *WAITING):
+            duration_s = time.perf_counter() - self._started
+        self.status = status
+        if result is not None:
+            self.result, self.is_error = result, is_error
+        if duration_s is not None:
+            self.duration_s = duration_s
+        if status not in WAITING:
+            self._hide_actions()
+        self._render()
+
+    def _hide_actions(self) -> None:
+        if self.actions.layout.display != _HIDDEN:
+            self.actions.layout.display = _HIDDEN
+        for b in self.buttons.values():
+            b.disabled = True
+
+    # ------------------------------------------------------------------ waiting for a person
+    def show_pending(self, pending: PendingCall) -> None:
+        """The call waits: show its full arguments and the controls for a decision."""
+        self.pending = pending
+        self.decided = False
+        self.status = "needs answer" if pending.reason == "client" else "needs approval"
+        self._render()
+        self.buttons = {}
+        if pending.reason == "client":
+            box = widgets.Text(placeholder=f"your answer for {pending.name}", continuous_update=True,
+                               layout=widgets.Layout(width="60%"))
+            submit = _button("Submit", "primary", f"send this answer as the result of {pending.name}")
+            submit.on_click(lambda _: self._schedule(self._submit_answer, box))
+            self.buttons["Submit"] = submit
+            children: list[widgets.Widget] = [widgets.HBox([box, submit])]
+        else:
+            approve = _button("Approve", "success", "run this call with the arguments shown")
+            deny = _button("Deny", "danger", "answer the model that you denied it")
+            edit = _button("Edit", "", "change the arguments, then approve")
+            always = _button(f"Always allow {pending.name}", "",
+                             f"approve this and every later {pending.name} call of this thread")
+            reason = widgets.Text(placeholder="reason for the model (optional)", continuous_update=True,
+                                  layout=widgets.Layout(width="60%"))
+            confirm = _button("Confirm deny", "danger")
+            deny_box = widgets.HBox([reason, confirm], layout=widgets.Layout(display=_HIDDEN))
+            area = widgets.Textarea(value=pretty_args(pending.args), continuous_update=True,
+                                    layout=widgets.Layout(width="90%", height="8em"))
+            save = _button("Approve edited", "success", "validate these arguments and approve")
+            error = widgets.HTML()
+            edit_box = widgets.VBox([area, error, save], layout=widgets.Layout(display=_HIDDEN))
+            approve.on_click(lambda _: self._schedule(self._decide_now, "approve", None))
+            always.on_click(lambda _: self._schedule(self._decide_now, "always", None))
+            deny.on_click(lambda _: self._schedule(self._toggle, deny_box, edit_box))
+            edit.on_click(lambda _: self._schedule(self._toggle, edit_box, deny_box))
+            confirm.on_click(lambda _: self._schedule(self._confirm_deny, reason))
+            save.on_click(lambda _: self._schedule(self._save_edit, area, error))
+            self.buttons = {"Approve": approve, "Deny": deny, "Edit": edit, "Always allow": always,
+                            "Confirm deny": confirm, "Approve edited": save}
+            self.deny_reason, self.edit_area, self.edit_error = reason, area, error
+            children = [widgets.HBox([approve, deny, edit, always]), deny_box, edit_box]
+        if pending.description:
+            children.append(widgets.HTML(
+                f'<span style="color:var(--jp-ui-font-color2,#666);font-size:12px">'
+                f"{escape(pending.name)}: {escape(pending.description)}</span>"))
+        self.actions.children = tuple(children)
+        self.actions.layout.display = "flex"
+
+    def _toggle(self, show: widgets.Widget, hide: widgets.Widget) -> None:
+        hide.layout.display = _HIDDEN
+        show.layout.display = _HIDDEN if show.layout.display == "flex" else "flex"
+
+    def _decide_now(self, action: str, payload: Any) -> None:
+        if self.decided or self.pending is None:
+            return
+        self._decide(self.call_id, action, payload)
+
+    def _confirm_deny(self, reason_box: widgets.Text) -> None:
+        self._decide_now("deny", reason_box.value.strip() or None)
+
+    def _submit_answer(self, box: widgets.Text) -> None:
+        self._decide_now("result", box.value)
+
+    def _save_edit(self, area: widgets.Textarea, error: widgets.HTML) -> None:
+        try:
+            args = json.loads(area.value)
+        except ValueError as exc:
+            error.value = f'<span style="color:#c62828">not valid JSON: {escape(exc)}</span>'
+            return
+        if not isinstance(args, dict):
+            error.value = '<span style="color:#c62828">the arguments must be a JSON object {...}</span>'
+            return
+        if self._validate is not None:
+            try:
+                self._validate(self.name, args)
+            except Exception as exc:
+                error.value = f'<span style="color:#c62828">{escape(exc)}</span>'
+                return
+        error.value = ""
+        self._decide_now("edit", args)
+
+    def lock(self, status: str = "queued") -> None:
+        """A decision was made: disable the controls and show `status` until the run reports."""
+        self.decided = True
+        self.status = status
+        self._hide_actions()
+        self._render()
+
+
+class ToolTable(widgets.VBox):
+    """The tool calls of one model answer: a header and one `ToolRow` per call."""
+
+    def __init__(self, *, schedule: Schedule, decide: Decide,
+                 validate: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+        self._schedule, self._decide, self._validate = schedule, decide, validate
+        self.rows: dict[str, ToolRow] = {}
+        super().__init__([widgets.HTML(table_header_html())],
+                         layout=widgets.Layout(width="100%", margin="4px 0 8px 0"))
+        self.add_class("nbagent-tool-table")
+
+    def add(self, call_id: str, name: str, args: Any, status: str = "queued") -> ToolRow:
+        """Add a row (or return the existing one for this call id)."""
+        row = self.rows.get(call_id)
+        if row is None:
+            row = ToolRow(call_id, name, args, status, schedule=self._schedule, decide=self._decide,
+                          validate=self._validate)
+            self.rows[call_id] = row
+            self.children = (*self.children, row)  # type: ignore[has-type]
+        return row

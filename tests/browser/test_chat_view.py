@@ -1,0 +1,171 @@
+"""The chat view in a real browser: JupyterLab 4 and Notebook 7, headless Chromium (tests/browser/harness.py).
+
+What only a browser shows: the streaming text really appears bit by bit, the buttons really reach
+the kernel (possibly on a subshell thread), other cells run while a run waits, Stop cancels, and the
+widget traffic of a long answer stays small. Screenshots of failures go to tests/browser/artifacts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from pathlib import Path
+
+from .harness import KNOWN_CONSOLE_NOISE, WS_COUNTER_JS
+
+REPO = Path(__file__).resolve().parents[2]
+ARTIFACTS = Path(os.environ.get("NBAGENT_BROWSER_ARTIFACTS", Path(__file__).parent / "artifacts"))
+
+SETUP = '''\
+import asyncio
+from nbagent import Agent, tool
+from nbagent.models import FunctionModel, tool_call
+from nbagent.store.memory import MemoryStore
+
+@tool(requires_approval=True)
+def refund(order: int, amount: float) -> str:
+    """Refund an order."""
+    return f"refunded {amount} EUR on order {order}"
+
+@tool
+async def slow(seconds: float) -> str:
+    """Wait a while."""
+    await asyncio.sleep(seconds)
+    return "slept"
+
+async def stream(messages, request):
+    last = messages[-1]
+    if last.kind == "user" and last.content.startswith("refund"):
+        yield tool_call("refund", order=42, amount=9.5)
+        return
+    if last.kind == "user" and last.content.startswith("slow"):
+        yield tool_call("slow", seconds=60)
+        return
+    if last.kind == "user" and last.content.startswith("long"):
+        for i in range(4000):  # ~500 deltas per second, a fast real model
+            await asyncio.sleep(0.002)
+            yield f"t{i} "
+        yield "LONGEND"
+        return
+    if last.kind == "tool-result":
+        text = "The tool said: " + last.content + " ENDOFANSWER"
+    else:
+        text = " ".join(f"word{i}" for i in range(40)) + " **STREAMEND**"
+    for piece in text.split(" "):
+        await asyncio.sleep(0.04)
+        yield piece + " "
+
+agent = Agent(FunctionModel(stream_function=stream), tools=[refund, slow], store=MemoryStore())
+view = agent.chat(thread="demo")
+view
+'''
+PROBE = 'print("probe cell ran; run going on:", view.handle is not None)'
+
+
+def _open(page_factory, server, make_notebook, **kw):
+    nb = make_notebook([SETUP, PROBE])
+    page = page_factory(server, nb, **kw)
+    page.run_cell(0)
+    page.wait_idle()
+    page.wait_for(lambda: page.output_buttons("Send").count() > 0, "the Send button")
+    return page
+
+
+def _waiting_row_text(page) -> str:
+    return str(page.eval("() => Array.from(document.querySelectorAll('.nbagent-tool-row'))"
+                         ".map(e => e.innerText).join('\\n')"))
+
+
+def test_stream_approve_deny_and_other_cells_in_jupyterlab(jupyter_lab, make_notebook, page_factory):
+    page = _open(page_factory, jupyter_lab, make_notebook)
+
+    # text streams in: seen part-way (word10 but not the end), then complete and rendered as Markdown
+    page.type_text("hello")
+    page.wait_text("word3", timeout=30)
+    partial = page.output_text(0)
+    assert "STREAMEND" not in partial
+    page.wait_text("STREAMEND", timeout=60)
+    assert page.eval("() => !!document.querySelector('.nbagent-chat strong')")  # **STREAMEND** rendered
+
+    # a tool needing approval shows its arguments and the buttons
+    page.type_text("refund order 42")
+    page.wait_text("needs approval", timeout=30)
+    rows = _waiting_row_text(page)
+    assert '"order": 42' in rows and '"amount": 9.5' in rows
+    for label in ("Approve", "Deny", "Edit", "Always allow refund"):
+        assert page.output_buttons(label).count() >= 1, label
+    # the README's picture: refreshed with NBAGENT_UPDATE_DOCS_IMG=1, else kept as an artifact
+    target = (REPO / "docs" / "img" / "chat_view.png" if os.environ.get("NBAGENT_UPDATE_DOCS_IMG")
+              else ARTIFACTS / "chat_view_pending.png")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    page.page.locator(".nbagent-chat").first.screenshot(path=str(target))
+
+    # another cell executes while the run waits for approval
+    page.run_cell(1)
+    page.wait_text("probe cell ran", timeout=30, cell=1)
+
+    # Approve runs the tool and the answer appears
+    page.click("Approve")
+    page.wait_text("The tool said: refunded 9.5 EUR on order 42", timeout=60)
+    page.wait_text("ENDOFANSWER", timeout=60)
+
+    # Deny with a reason reaches the model (the fake model echoes the tool result)
+    page.type_text("refund again")
+    page.wait_for(lambda: "needs approval" in _waiting_row_text(page), "a second approval", timeout=30)
+    page.click("Deny")
+    reason = page.page.locator(".nbagent-chat input[placeholder='reason for the model (optional)']")
+    page.wait_for(lambda: any(reason.nth(i).is_visible() for i in range(reason.count())), "the reason box")
+    visible = [reason.nth(i) for i in range(reason.count()) if reason.nth(i).is_visible()]
+    visible[-1].fill("too expensive for a test")
+    page.click("Confirm deny")
+    page.wait_text("The tool said: denied by the user: too expensive for a test", timeout=60)
+    assert "Traceback" not in page.output_text()
+    assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
+
+
+def test_stop_cancels_a_slow_tool_while_other_cells_run(jupyter_lab, make_notebook, page_factory):
+    page = _open(page_factory, jupyter_lab, make_notebook)
+    page.type_text("slow tool please")
+    page.wait_text("running", timeout=30)
+    page.run_cell(1)  # the kernel stays responsive while the run goes on
+    page.wait_text("probe cell ran; run going on: True", timeout=30, cell=1)
+    page.click("Stop")
+    page.wait_for(lambda: "cancelled" in _waiting_row_text(page), "the row marked cancelled", timeout=30)
+    page.wait_text("cancelled", timeout=30)
+    # the conversation stays valid: the next message gets an answer
+    page.type_text("hello after stop")
+    page.wait_text("STREAMEND", timeout=60)
+
+
+def test_approve_in_notebook7(jupyter_notebook7, make_notebook, page_factory):
+    page = _open(page_factory, jupyter_notebook7, make_notebook)
+    page.type_text("refund order 42")
+    page.wait_text("needs approval", timeout=30)
+    assert '"order": 42' in _waiting_row_text(page)
+    page.click("Approve")
+    page.wait_text("The tool said: refunded 9.5 EUR on order 42", timeout=60)
+    assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["notebook"]) == []
+
+
+def test_long_answer_widget_traffic_under_half_a_megabyte(jupyter_lab, make_notebook, page_factory):
+    page = _open(page_factory, jupyter_lab, make_notebook, init_script=WS_COUNTER_JS)
+    page.eval("() => window.__nbagentWs.reset()")
+    t0 = time.monotonic()
+    page.type_text("long answer please")
+    page.wait_text("LONGEND", timeout=120)
+    elapsed = time.monotonic() - t0
+    page.wait_idle()
+    stats = page.ws_stats()
+    received = stats["recv"]["bytes"]
+    messages = stats["recv"]["messages"]
+    report = (f"4,000-delta answer: kernel->browser {received:,} bytes in {messages} messages over "
+              f"{elapsed:.1f} s ({messages / elapsed:.1f} messages/s); browser->kernel "
+              f"{stats['sent']['bytes']:,} bytes")
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "widget_traffic.txt").write_text(report + "\n")
+    print(report)
+    assert received <= 500_000, report
+    assert messages / elapsed <= 40, report  # ~20 text updates/s plus kernel status messages
+    text = page.output_text(0)
+    assert re.search(r"t0 t1 t2 .*t3999 LONGEND", text.replace("\n", " ")), "the whole answer is shown"

@@ -1,0 +1,533 @@
+"""The chat view without a kernel: build views, drive runs with the shipped fake models, click
+buttons with ``Button.click()``, and assert decisions, rows, traits and widget traffic."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import time
+from typing import Any
+
+import ipywidgets as widgets
+import pytest
+from ipywidgets.widgets.widget import _instances
+
+from nbagent import Agent, PendingCall, Tool, tool
+from nbagent.messages import Message, ToolResultMessage
+from nbagent.models import FunctionModel, tool_call
+from nbagent.store.memory import MemoryStore
+from nbagent.widgets import ChatView, StreamText
+from nbagent.widgets.stream import Throttle
+
+
+# ----------------------------------------------------------------------------------- helpers
+async def settle(turns: int = 10) -> None:
+    """Let callbacks scheduled with call_soon_threadsafe (the button handlers' work) run."""
+    for _ in range(turns):
+        await asyncio.sleep(0)
+
+
+async def click(button: widgets.Button) -> None:
+    button.click()
+    await settle()
+
+
+def trailing_results(messages: list[Message]) -> list[ToolResultMessage]:
+    out = []
+    for m in reversed(messages):
+        if m.kind != "tool-result":
+            break
+        out.append(m)
+    return list(reversed(out))  # type: ignore[arg-type]
+
+
+def echo_answer(messages: list[Message], request: Any) -> Any:
+    """Calls tools named in the user's message; then echoes the tool results in its answer."""
+    last = messages[-1]
+    if last.kind == "user":
+        text = last.content  # type: ignore[union-attr]
+        if text.startswith("two refunds"):
+            return [tool_call("refund", order=1, amount=5.0), tool_call("refund", order=2, amount=7.0)]
+        if text.startswith("refund"):
+            return tool_call("refund", order=42, amount=9.5)
+        if text.startswith("ask"):
+            return tool_call("ask_user", question="Which colour?")
+        if text.startswith("slow"):
+            return tool_call("slow", seconds=30.0)
+        return f"You said: {text}"
+    return "The tool said: " + " | ".join(r.content for r in trailing_results(messages))
+
+
+refund_calls: list[tuple[int, float]] = []
+
+
+@tool(requires_approval=True)
+def refund(order: int, amount: float) -> str:
+    """Refund an order."""
+    refund_calls.append((order, amount))
+    return f"refunded {amount} on order {order}"
+
+
+@tool
+async def slow(seconds: float) -> str:
+    """Wait a while."""
+    await asyncio.sleep(seconds)
+    return "slept"
+
+
+ask_user = Tool.client("ask_user", "Ask the person a question.",
+                       {"type": "object", "properties": {"question": {"type": "string"}},
+                        "required": ["question"]})
+
+
+def make_agent(store: MemoryStore | None = None, **kwargs: Any) -> Agent:
+    return Agent(FunctionModel(echo_answer), tools=[refund, slow, ask_user], store=store or MemoryStore(),
+                 **kwargs)
+
+
+@pytest.fixture(autouse=True)
+def _clear_calls() -> None:
+    refund_calls.clear()
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[tuple[widgets.Widget, dict[str, Any], int]]:
+    """Every comm message the widgets would send: (widget, message, bytes)."""
+    log: list[tuple[widgets.Widget, dict[str, Any], int]] = []
+    original = widgets.Widget._send
+
+    def record(self: widgets.Widget, msg: dict[str, Any], buffers: Any = None) -> None:
+        size = len(json.dumps(msg, default=str)) + sum(len(b) for b in buffers or ())
+        log.append((self, msg, size))
+        original(self, msg, buffers)
+
+    monkeypatch.setattr(widgets.Widget, "_send", record)
+    return log
+
+
+def all_widgets(root: widgets.Widget) -> list[widgets.Widget]:
+    """The root and every widget its state refers to (children, layouts, ...)."""
+    seen: dict[str, widgets.Widget] = {}
+    todo = [root]
+    while todo:
+        w = todo.pop()
+        if w.model_id in seen:
+            continue
+        seen[w.model_id] = w
+        text = json.dumps(w.get_state(), default=str)
+        for ref in set(__import__("re").findall(r"IPY_MODEL_([0-9a-f]+)", text)):
+            if ref in _instances and ref not in seen:
+                todo.append(_instances[ref])
+    return list(seen.values())
+
+
+def view_text(view: ChatView) -> str:
+    """Everything the view shows as text/HTML (history, streams, rows, status, footer)."""
+    parts = []
+    for w in all_widgets(view):
+        state = w.get_state()
+        for key in ("value", "text", "html", "description"):
+            if isinstance(state.get(key), str):
+                parts.append(state[key])
+    return "\n".join(parts)
+
+
+async def ask(view: ChatView, prompt: str) -> Any:
+    view._input.value = prompt
+    await click(view._send_button)
+    return await view.wait()
+
+
+def waiting_rows(view: ChatView) -> list[Any]:
+    return [r for r in view.rows.values() if r.status in ("needs approval", "needs answer") and not r.decided]
+
+
+# ----------------------------------------------------------------------------------- streaming
+async def test_streamed_answer_ends_as_sanitized_markdown(sent: list[Any]) -> None:
+    async def stream(messages: list[Message], request: Any) -> Any:
+        for piece in ["Hello ", "**wor", "ld** ", "<img src=x onerror=alert(1)>", " `code`"]:
+            await asyncio.sleep(0.001)
+            yield piece
+
+    agent = Agent(FunctionModel(stream_function=stream), store=MemoryStore())
+    view = agent.chat(thread="t-stream")
+    assert isinstance(view, ChatView)
+    result = await ask(view, "hi")
+    assert result.status == "completed"
+    [st] = [w for w in all_widgets(view) if isinstance(w, StreamText)]
+    assert st.text == "Hello **world** <img src=x onerror=alert(1)> `code`"
+    assert "<strong>world</strong>" in st.html and "<code>code</code>" in st.html
+    assert "<img" not in st.html and "&lt;img src=x onerror=alert(1)&gt;" in st.html
+    appends = [m["content"]["a"] for w, m, _ in sent
+               if w is st and m.get("method") == "custom" and "a" in m["content"]]
+    # while streaming only new text is sent (what is not sent yet arrives with the final sync)
+    assert appends and st.text.startswith("".join(appends))
+    assert "you" in view_text(view) and "hi" in view_text(view)
+
+
+async def test_enter_in_message_box_sends() -> None:
+    view = make_agent().chat(thread="t-enter")
+    await view.wait_loaded()
+    view._input.value = "hello there"
+    submit = {"method": "custom", "content": {"event": "submit"}}  # what the front end sends on Enter
+    view._input._handle_msg({"content": {"data": submit}, "buffers": []})
+    await settle()
+    result = await view.wait()
+    assert result is not None and result.output == "You said: hello there"
+    assert view._input.value == ""
+    # the message box is the last text box of the view
+    boxes = [w for w in all_widgets(view) if isinstance(w, (widgets.Text, widgets.Textarea))]
+    order = [w for w in _walk(view) if w in boxes]
+    assert order[-1] is view._input
+
+
+def _walk(w: widgets.Widget) -> list[widgets.Widget]:
+    out = [w]
+    for child in getattr(w, "children", ()):
+        out.extend(_walk(child))
+    return out
+
+
+def test_throttle_coalesces_to_20_per_second_with_fake_clock() -> None:
+    now = [0.0]
+    timers: list[list[Any]] = []
+
+    class Handle:
+        def __init__(self, entry: list[Any]) -> None:
+            self.entry = entry
+
+        def cancel(self) -> None:
+            self.entry[2] = True
+
+    def call_later(delay: float, fn: Any) -> Handle:
+        entry = [now[0] + delay, fn, False]
+        timers.append(entry)
+        return Handle(entry)
+
+    def advance(dt: float) -> None:
+        now[0] += dt
+        for entry in sorted(list(timers), key=lambda e: e[0]):
+            if entry[0] <= now[0] + 1e-12:
+                timers.remove(entry)
+                if not entry[2]:
+                    entry[1]()
+
+    st = StreamText(clock=lambda: now[0], call_later=call_later)
+    sent: list[tuple[float, str]] = []
+    st.send = lambda content, buffers=None: sent.append((now[0], content["a"]))  # type: ignore[method-assign]
+    pieces = [f"tok{i} " for i in range(4000)]
+    for piece in pieces:  # 4,000 deltas at 1,000 per second: 4 s of streaming
+        st.append(piece)
+        advance(0.001)
+    advance(1.0)
+    assert "".join(a for _, a in sent) == "".join(pieces)
+    assert len(sent) <= 4.0 / 0.05 + 2
+    # no second has more than 20 (+1 for the leading flush) updates
+    per_second: dict[int, int] = {}
+    for t, _ in sent:
+        per_second[int(t)] = per_second.get(int(t), 0) + 1
+    assert max(per_second.values()) <= 21
+    st.finish()
+    assert st.text == "".join(pieces) and st.html.startswith("<p>tok0")
+
+
+def test_throttle_first_poke_is_immediate_then_spaced() -> None:
+    calls: list[float] = []
+    scheduled: list[float] = []
+    now = [10.0]
+    t = Throttle(lambda: calls.append(now[0]), 0.05, clock=lambda: now[0],
+                 call_later=lambda d, fn: (scheduled.append(d), fn)[1])
+    t.poke()
+    assert scheduled == [0.0]
+
+
+async def test_streaming_rate_is_at_most_20_updates_per_second_on_a_real_loop(sent: list[Any]) -> None:
+    async def stream(messages: list[Message], request: Any) -> Any:
+        for i in range(600):
+            await asyncio.sleep(0.002)
+            yield f"w{i} "
+
+    agent = Agent(FunctionModel(stream_function=stream), store=MemoryStore())
+    view = agent.chat(thread="t-rate")
+    await view.wait_loaded()
+    t0 = time.monotonic()
+    await ask(view, "go")
+    elapsed = time.monotonic() - t0
+    [st] = [w for w in all_widgets(view) if isinstance(w, StreamText)]
+    custom = [m for w, m, _ in sent if w is st and m.get("method") == "custom"]
+    assert 2 <= len(custom) <= elapsed * 20 + 2
+    assert st.text == "".join(f"w{i} " for i in range(600))
+
+
+async def test_model_retry_clears_partial_text() -> None:
+    from nbagent import Retry
+    from nbagent.exceptions import error_for_status
+
+    attempts = [0]
+
+    async def stream(messages: list[Message], request: Any) -> Any:
+        attempts[0] += 1
+        yield "partial "
+        if attempts[0] == 1:
+            raise error_for_status(503, "overloaded")
+        yield "final answer"
+
+    agent = Agent(FunctionModel(stream_function=stream), store=MemoryStore(),
+                  retry=Retry(attempts=2, initial_delay=0.0, jitter=0.0))
+    view = agent.chat(thread="t-retry")
+    result = await ask(view, "hi")
+    assert result.status == "completed"
+    [st] = [w for w in all_widgets(view) if isinstance(w, StreamText)]
+    assert st.text == "partial final answer"
+
+
+# ----------------------------------------------------------------------------------- approvals
+async def test_approval_row_shows_full_args_and_approve_runs_the_tool() -> None:
+    view = make_agent().chat(thread="t-approve")
+    result = await ask(view, "refund please")
+    assert result.status == "paused"
+    [row] = waiting_rows(view)
+    assert row.status == "needs approval"
+    assert "&quot;order&quot;: 42" in row.html.value and "&quot;amount&quot;: 9.5" in row.html.value
+    assert "<details>" not in row.html.value.split("needs approval")[0]  # full arguments, not truncated
+    assert {"Approve", "Deny", "Edit", "Always allow", "Confirm deny", "Approve edited"} <= set(row.buttons)
+    assert row.buttons["Always allow"].description == "Always allow refund"
+    assert "waiting for you: 1 tool call" in view._status.value
+    await click(row.buttons["Approve"])
+    assert row.decided and row.buttons["Approve"].disabled
+    result = await view.wait()
+    assert result.status == "completed"
+    assert result.output == "The tool said: refunded 9.5 on order 42"
+    assert refund_calls == [(42, 9.5)]
+    assert row.status == "done" and "refunded 9.5" in row.html.value
+    assert "The tool said: refunded 9.5 on order 42" in view_text(view)
+
+
+async def test_decisions_carry_the_pending_call_objects_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = make_agent()
+    view = agent.chat(thread="t-bind")
+    await ask(view, "two refunds")
+    rows = waiting_rows(view)
+    assert len(rows) == 2
+    shown = {r.call_id: r.pending for r in rows}
+    starts: list[dict[str, Any]] = []
+    original = agent.start
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        starts.append(kwargs.get("resume"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(agent, "start", spy)
+    view.rows[rows[0].call_id].deny_reason.value = "no"
+    await click(rows[0].buttons["Deny"])
+    await click(rows[0].buttons["Confirm deny"])
+    await view.wait()
+    [resume] = starts
+    assert resume["deny"] == {rows[0].call_id: "no"}
+    assert resume["result"].pending == [shown[rows[0].call_id]]
+    assert resume["result"].pending[0] is shown[rows[0].call_id]
+    await click(rows[1].buttons["Approve"])
+    await view.wait()
+    assert starts[1]["approve"][0] == shown[rows[1].call_id]  # the same call, re-shown after the deny run
+    assert isinstance(starts[1]["approve"][0], PendingCall)
+    assert view.result.status == "completed"
+    assert "denied by the user: no" in view.result.output
+
+
+async def test_deny_with_a_reason_reaches_the_model() -> None:
+    view = make_agent().chat(thread="t-deny")
+    await ask(view, "refund it")
+    [row] = waiting_rows(view)
+    deny_box = row.buttons["Confirm deny"]
+    await click(row.buttons["Deny"])
+    assert row.deny_reason.layout.display != "none" or deny_box.layout.display != "none"
+    row.deny_reason.value = "too expensive <b>really</b>"
+    await click(row.buttons["Confirm deny"])
+    result = await view.wait()
+    assert result.status == "completed"
+    assert result.output == "The tool said: denied by the user: too expensive <b>really</b>"
+    assert refund_calls == []
+    assert row.status == "denied"
+    assert "too expensive &lt;b&gt;really&lt;/b&gt;" in row.html.value
+
+
+async def test_edit_validates_inline_then_approves_edited_args() -> None:
+    view = make_agent().chat(thread="t-edit")
+    await ask(view, "refund")
+    [row] = waiting_rows(view)
+    await click(row.buttons["Edit"])
+    assert json.loads(row.edit_area.value) == {"order": 42, "amount": 9.5}
+    row.edit_area.value = "{not json"
+    await click(row.buttons["Approve edited"])
+    assert "not valid JSON" in row.edit_error.value and not row.decided
+    row.edit_area.value = '{"order": 42, "amount": "lots"}'
+    await click(row.buttons["Approve edited"])
+    assert "amount" in row.edit_error.value and not row.decided
+    assert view.handle is None
+    row.edit_area.value = '{"order": 42, "amount": 1.25}'
+    await click(row.buttons["Approve edited"])
+    result = await view.wait()
+    assert refund_calls == [(42, 1.25)]
+    assert result.status == "completed" and "refunded 1.25 on order 42" in result.output
+
+
+async def test_always_allow_approves_this_and_later_calls_of_the_tool() -> None:
+    view = make_agent().chat(thread="t-always")
+    await ask(view, "two refunds")
+    rows = waiting_rows(view)
+    assert len(rows) == 2
+    await click(rows[0].buttons["Always allow"])
+    assert all(r.decided for r in rows)
+    result = await view.wait()
+    assert result.status == "completed" and sorted(refund_calls) == [(1, 5.0), (2, 7.0)]
+    result = await ask(view, "refund more")
+    assert result.status == "completed"  # no approval asked for this thread any more
+    assert refund_calls[-1] == (42, 9.5)
+
+
+async def test_approve_all_and_deny_all_appear_when_several_wait() -> None:
+    view = make_agent().chat(thread="t-all")
+    await ask(view, "refund one")
+    assert view._approve_all.layout.display == "none"
+    await click(waiting_rows(view)[0].buttons["Approve"])
+    await view.wait()
+    await ask(view, "two refunds")
+    assert view._approve_all.layout.display != "none" and view._deny_all.layout.display != "none"
+    await click(view._deny_all)
+    result = await view.wait()
+    assert result.status == "completed"
+    assert result.output.count("denied by the user") == 2
+    await ask(view, "two refunds again")
+    await click(view._approve_all)
+    result = await view.wait()
+    assert result.output.count("refunded") == 2
+    assert view._approve_all.layout.display == "none"
+
+
+async def test_client_tool_takes_the_persons_answer() -> None:
+    view = make_agent().chat(thread="t-client")
+    result = await ask(view, "ask me")
+    assert result.status == "paused"
+    [row] = waiting_rows(view)
+    assert row.status == "needs answer" and set(row.buttons) == {"Submit"}
+    box = next(w for w in _walk(row) if isinstance(w, widgets.Text))
+    box.value = "blue"
+    await click(row.buttons["Submit"])
+    result = await view.wait()
+    assert result.output == "The tool said: blue"
+
+
+async def test_send_is_refused_while_calls_wait() -> None:
+    view = make_agent().chat(thread="t-refuse")
+    await ask(view, "refund")
+    view._input.value = "something else"
+    await click(view._send_button)
+    assert "decide the waiting tool calls first" in view._status.value
+    assert view._input.value == "something else" and view.handle is None
+
+
+async def test_handlers_on_another_thread_schedule_onto_the_loop() -> None:
+    view = make_agent().chat(thread="t-thread")
+    await ask(view, "refund")
+    [row] = waiting_rows(view)
+    threads: list[str] = []
+    original = view._decide
+
+    def spy(*args: Any) -> None:
+        threads.append(threading.current_thread().name)
+        original(*args)
+
+    view._decide = spy  # type: ignore[method-assign]
+    row._decide = spy
+    worker = threading.Thread(target=row.buttons["Approve"].click, name="subshell")
+    worker.start()
+    worker.join(5)
+    await asyncio.sleep(0.05)
+    result = await view.wait()
+    assert threads == [threading.main_thread().name]  # ran on the loop, not the clicking thread
+    assert result.status == "completed"
+
+
+# ----------------------------------------------------------------------------------- stop, restart, usage
+async def test_stop_cancels_a_slow_tool_and_the_thread_stays_usable() -> None:
+    view = make_agent().chat(thread="t-stop")
+    await view.wait_loaded()
+    view._input.value = "slow please"
+    await click(view._send_button)
+    for _ in range(200):
+        if any(r.status == "running" for r in view.rows.values()):
+            break
+        await asyncio.sleep(0.01)
+    [row] = list(view.rows.values())
+    assert row.status == "running" and view._stop.layout.display != "none"
+    await click(view._stop)
+    result = await view.wait()
+    assert result.status == "cancelled"
+    assert row.status == "cancelled" and "cancelled" in view._status.value
+    assert view._stop.layout.display == "none"
+    result = await ask(view, "hello again")
+    assert result.status == "completed" and result.output == "You said: hello again"
+
+
+async def test_paused_thread_shows_working_buttons_after_a_restart() -> None:
+    store = MemoryStore()
+    view = make_agent(store).chat(thread="t-restart")
+    await ask(view, "refund")
+    del view
+    # "restart": a new agent and a new view over the same durable store, no RunResult in memory
+    view2 = make_agent(store).chat(thread="t-restart")
+    await view2.wait_loaded()
+    assert "refund" in view2._history.value  # the conversation so far
+    [row] = waiting_rows(view2)
+    assert "&quot;order&quot;: 42" in row.html.value
+    await click(row.buttons["Approve"])
+    result = await view2.wait()
+    assert result.status == "completed" and refund_calls == [(42, 9.5)]
+
+
+async def test_footer_shows_tokens_cost_and_budget() -> None:
+    view = make_agent(token_budget=1000).chat(thread="t-usage")
+    await ask(view, "hello")
+    footer = view._footer.value
+    assert "tokens in" in footer and "cached 0" in footer and "out 3" in footer
+    assert "cost n/a" in footer and "token budget" in footer and "/ 1,000" in footer
+
+
+async def test_stored_history_is_shown_escaped() -> None:
+    store = MemoryStore()
+    agent = make_agent(store)
+    await agent.run("<script>alert(1)</script> hi", thread="t-hist")
+    view = make_agent(store).chat(thread="t-hist")
+    await view.wait_loaded()
+    html = view._history.value
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; hi" in html and "<script>" not in html
+    assert "thread so far" in view._footer.value
+
+
+# ----------------------------------------------------------------------------------- secrets
+class SecretModel(FunctionModel):
+    """An OpenAIModel-like fake: carries an API key, base URL and headers that must never leak."""
+
+    def __init__(self) -> None:
+        super().__init__(echo_answer, model_name="gpt-secret-test")
+        self.api_key = "sk-MARKER-api-key-0123456789"
+        self.base_url = "https://MARKER-base-url.invalid/v1"
+        self.default_headers = {"Authorization": "Bearer sk-MARKER-header"}
+
+    def __repr__(self) -> str:
+        return f"SecretModel(api_key={self.api_key!r}, base_url={self.base_url!r})"
+
+
+async def test_no_api_key_in_widget_state_or_static_html() -> None:
+    agent = Agent(SecretModel(), tools=[refund, slow, ask_user], store=MemoryStore(), name="secretive")
+    view = agent.chat(thread="t-secret")
+    result = await ask(view, "refund")
+    [row] = waiting_rows(view)
+    await click(row.buttons["Approve"])
+    result = await view.wait()
+    assert result.status == "completed"
+    states = json.dumps([w.get_state() for w in all_widgets(view)], default=str)
+    for secret in ("MARKER", agent.model.api_key, agent.model.base_url, repr(agent.model)):
+        assert secret not in states
+    assert "MARKER" not in result._repr_html_()

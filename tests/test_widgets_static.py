@@ -1,0 +1,159 @@
+"""The sanitizer and the static HTML summary (``display(result)``), without a kernel or browser.
+
+Untrusted text (model answers, tool arguments, tool results) must come out inert: checked here with
+an HTML parser on the whole injection corpus, and in a real browser in tests/browser/test_injection.py.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from nbagent import Agent, tool
+from nbagent.models import FunctionModel, ScriptedModel, tool_call
+from nbagent.store.memory import MemoryStore
+from nbagent.widgets import render_result_html
+from nbagent.widgets._sanitize import escape, markdown_html
+from nbagent.widgets.static import expandable, tool_row_html
+
+PAYLOADS: list[str] = json.loads(
+    (Path(__file__).parent / "fixtures" / "injection_payloads.json").read_text(encoding="utf-8")
+)
+FORBIDDEN_TAGS = {"script", "style", "iframe", "object", "embed", "svg", "math", "img", "form", "input",
+                  "base", "meta", "link", "video", "source", "body", "x"}
+URL_ATTRS = {"href", "src", "action", "formaction", "xlink:href", "data", "srcdoc"}
+
+
+class _Inspector(HTMLParser):
+    """Collects what a browser would treat as live: tags, event-handler attributes, URLs."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[str] = []
+        self.handlers: list[tuple[str, str]] = []
+        self.urls: list[str] = []
+        self.styles: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append(tag)
+        for name, value in attrs:
+            if name.startswith("on"):
+                self.handlers.append((tag, name))
+            if name in URL_ATTRS:
+                self.urls.append(value or "")
+            if name == "style":
+                self.styles.append(value or "")
+
+
+def inspect_html(fragment: str) -> _Inspector:
+    parser = _Inspector()
+    parser.feed(fragment)
+    parser.close()
+    return parser
+
+
+def assert_inert(fragment: str, *, allow_style_attr: bool = False) -> None:
+    found = inspect_html(fragment)
+    assert not (set(found.tags) & FORBIDDEN_TAGS), (found.tags, fragment)
+    assert found.handlers == [], fragment
+    for url in found.urls:
+        assert re.match(r"^(https?:|mailto:)", url.strip(), re.I), (url, fragment)
+    if not allow_style_attr:
+        assert found.styles == [], fragment
+    for style in found.styles:  # only nbagent's own inline styles
+        assert "position:fixed" not in style and "url(" not in style and "z-index" not in style, style
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
+def test_markdown_payloads_render_inert(payload: str) -> None:
+    assert_inert(markdown_html(payload))
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
+def test_escaped_payloads_render_as_text(payload: str) -> None:
+    out = escape(payload)
+    assert inspect_html(out).tags == []
+    assert "<" not in out and '"' not in out
+
+
+def test_markdown_keeps_formatting_and_safe_links() -> None:
+    out = markdown_html("# Title\n\n**bold** and `code`\n\n- a\n- b\n\n[site](https://example.com)\n\n"
+                        "| x | y |\n|---|---|\n| 1 | 2 |")
+    for tag in ("<h1>", "<strong>bold</strong>", "<code>code</code>", "<li>a</li>", "<table>"):
+        assert tag in out
+    assert 'href="https://example.com"' in out and 'rel="noopener noreferrer nofollow"' in out
+
+
+def test_markdown_shows_raw_html_as_text() -> None:
+    out = markdown_html("<b>not bold</b> <script>alert(1)</script>")
+    assert "&lt;b&gt;not bold&lt;/b&gt;" in out and "&lt;script&gt;" in out
+
+
+def test_image_becomes_link_and_unsafe_urls_are_dropped() -> None:
+    assert '<a href="https://example.com/cat.png" rel="noopener noreferrer nofollow">[image: cat]</a>' in \
+        markdown_html("![cat](https://example.com/cat.png)")
+    assert "href" not in markdown_html("![x](data:image/png;base64,AAAA)")
+
+
+@pytest.mark.parametrize("payload", PAYLOADS[:20], ids=[f"p{i}" for i in range(20)])
+def test_tool_row_html_escapes_args_and_result(payload: str) -> None:
+    html = tool_row_html("lookup", {"q": payload}, "done", payload, is_error=True, duration_s=0.2)
+    assert_inert(html, allow_style_attr=True)
+    long = expandable(payload * 20)
+    assert long.startswith("<details>") and "more characters" not in long
+    assert_inert(long, allow_style_attr=True)
+
+
+def test_expandable_truncates_long_text_with_expander() -> None:
+    text = "x" * 500
+    html = expandable(text, limit=50)
+    assert "<details>" in html and "x" * 500 in html
+    assert "x" * 60 not in html.split("</summary>")[0]
+    huge = expandable("y" * 30_000)
+    assert "more characters not shown" in huge
+
+
+async def test_static_summary_of_a_paused_run_is_escaped_and_complete() -> None:
+    evil = "<img src=x onerror=alert(1)> **bold**"
+
+    @tool(requires_approval=True)
+    def refund(order: int, note: str) -> str:
+        """Refund an order."""
+        return "ok"
+
+    @tool
+    def lookup(q: str) -> str:
+        """Look something up."""
+        return f"<script>alert('{q}')</script>"
+
+    model = ScriptedModel([
+        [tool_call("lookup", q=evil)],
+        lambda messages, request: [tool_call("refund", order=1, note=evil)],
+    ])
+    agent = Agent(model, tools=[refund, lookup], store=MemoryStore())
+    result = await agent.run(evil, thread="t-static")
+    assert result.status == "paused"
+    html = result._repr_html_()
+    assert html == render_result_html(result)
+    assert_inert(html, allow_style_attr=True)
+    assert "&lt;img src=x onerror=alert(1)&gt;" in html  # the user's message, escaped
+    assert "&lt;script&gt;" in html  # the tool's result, escaped
+    assert "needs approval" in html and "agent.resume(thread=&#x27;t-static&#x27;" in html
+    assert "tokens in" in html and "paused" in html
+    assert "<script" not in html.lower()
+
+
+async def test_static_summary_of_completed_run_renders_markdown() -> None:
+    agent = Agent(FunctionModel(lambda m, r: "Here is **bold** and [a link](javascript:alert(1))"),
+                  store=MemoryStore())
+    first = await agent.run("hi", thread="t2")
+    second = await agent.run("again", thread="t2")
+    html = render_result_html(second)
+    assert "<strong>bold</strong>" in html
+    assert "javascript:" not in html.replace("[a link](javascript:alert(1))", "")
+    assert "2 earlier messages" in html  # the first exchange, collapsed
+    assert first.status == second.status == "completed"
