@@ -119,7 +119,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # The pandas edge loads only when asked for.
-    if name in ("usage_frame", "tool_calls_frame", "runs_frame", "batch"):
+    if name in ("usage_frame", "tool_calls_frame", "runs_frame", "batch", "abatch"):
         from . import dataframe
 
         return getattr(dataframe, name)

@@ -1,0 +1,54 @@
+"""pandas at the edge: usage, tool calls and runs as DataFrames; plots; batch runs.
+
+```python
+import nbagent
+result = agent.run_sync("Refund order 42")
+result.usage_df()                       # one row per model call of this run
+nbagent.usage_frame(agent)              # every model call of every stored thread
+nbagent.tool_calls_frame(agent)         # one row per tool call, with approval decisions
+nbagent.runs_frame([r1, r2])            # one row per run
+nbagent.dataframe.plot_cost(agent, by="model")
+answers = agent.map(df["question"], concurrency=8)   # = nbagent.batch(agent, df["question"])
+```
+
+This package is the only place nbagent imports pandas (and numpy); the core never imports it,
+and `import nbagent` stays light. matplotlib is imported by pandas when a plot is drawn, tqdm
+when a batch shows its progress bar. Every frame exports with ``to_csv`` / ``to_parquet``
+(categoricals and UTC datetimes round-trip through parquet with pyarrow).
+"""
+
+from __future__ import annotations
+
+from ._batch import BATCH_COLUMNS, abatch, batch, batch_thread_ids
+from ._columns import USAGE_SCHEMA, usage_from_columns
+from ._frames import (
+    RUN_SCHEMA,
+    TOOL_CALL_SCHEMA,
+    aruns_frame,
+    atool_calls_frame,
+    ausage_frame,
+    runs_frame,
+    tool_calls_frame,
+    usage_frame,
+)
+from ._plots import cost_by_tool, plot_cost, plot_tokens
+
+__all__ = [
+    "BATCH_COLUMNS",
+    "RUN_SCHEMA",
+    "TOOL_CALL_SCHEMA",
+    "USAGE_SCHEMA",
+    "abatch",
+    "aruns_frame",
+    "atool_calls_frame",
+    "ausage_frame",
+    "batch",
+    "batch_thread_ids",
+    "cost_by_tool",
+    "plot_cost",
+    "plot_tokens",
+    "runs_frame",
+    "tool_calls_frame",
+    "usage_frame",
+    "usage_from_columns",
+]

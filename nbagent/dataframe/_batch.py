@@ -1,0 +1,326 @@
+"""Batch runs: many independent conversations, concurrently, into one DataFrame.
+
+Owns `batch` / `abatch` and the deterministic thread ids that make a re-run skip finished rows;
+imports pandas, the core (agent, store, sync) and ``tqdm.auto`` (only when a progress bar is
+shown). Rate limits are the model's business: each row's model calls go through the agent's
+`Retry` (which honours ``Retry-After``); the batch only bounds how many rows run at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import time
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from .._loop import unanswered_calls
+from ..agent import Agent
+from ..exceptions import UserError
+from ..usage import ModelCallUsage
+from ._columns import categorical, strings
+
+__all__ = ["BATCH_COLUMNS", "abatch", "batch", "batch_thread_ids"]
+
+BATCH_COLUMNS = (
+    "input",
+    "output",
+    "status",
+    "error",
+    "input_tokens",
+    "output_tokens",
+    "cost",
+    "duration_s",
+    "steps",
+    "thread",
+    "run_id",
+    "skipped",
+)
+"""Columns of the frame `batch` returns."""
+
+
+def _fingerprint(agent: Agent) -> str:
+    model = agent.model
+    spec = [
+        agent.name,
+        getattr(model, "provider", None),
+        getattr(model, "model_name", None),
+        agent.system,
+        sorted(agent.tools),
+    ]
+    return hashlib.sha256(json.dumps(spec, default=str).encode()).hexdigest()[:8]
+
+
+def _hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:10]
+
+
+def batch_thread_ids(
+    agent: Agent, prompts: list[str | None], keys: list[Any], thread_prefix: str | None = None
+) -> list[str]:
+    """The thread id of each row: ``{prefix}-{key}-{hash of the input}``.
+
+    `keys` are the row positions (or the Series' index labels). The default prefix is
+    ``batch-`` plus a hash of the agent's name, model, system prompt and tool names, so the same
+    cell run again finds its threads, and a changed agent or a changed input gets new ones.
+    """
+    prefix = thread_prefix if thread_prefix is not None else f"batch-{_fingerprint(agent)}"
+    return [f"{prefix}-{key}-{_hash(p or '')}" for key, p in zip(keys, prompts, strict=True)]
+
+
+def _rows_of(inputs: Any) -> tuple[list[Any], pd.Index]:
+    if isinstance(inputs, pd.DataFrame):
+        if inputs.shape[1] != 1:
+            raise UserError(
+                "batch() takes one column of inputs: pass df['question'], not the whole DataFrame"
+            )
+        inputs = inputs.iloc[:, 0]
+    if isinstance(inputs, pd.Series):
+        return inputs.tolist(), inputs.index
+    if isinstance(inputs, (str, bytes)):
+        raise UserError("batch() takes a list (or a pandas Series) of inputs, not one string")
+    if isinstance(inputs, pd.Index):
+        values = inputs.tolist()
+    elif isinstance(inputs, Iterable):
+        values = list(inputs)
+    else:
+        raise UserError(f"batch() takes a list or a pandas Series of inputs, got {type(inputs).__name__}")
+    return values, pd.RangeIndex(len(values))
+
+
+def _prompt(value: Any) -> str | None:
+    if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
+        return None
+    return value if isinstance(value, str) else str(value)
+
+
+def _totals(rows: list[ModelCallUsage]) -> tuple[int, int, float | None]:
+    cost = None
+    inp = out = 0
+    for r in rows:
+        inp += r.input_tokens
+        out += r.output_tokens
+        if r.cost_total is not None:
+            cost = (cost or 0.0) + r.cost_total
+    return inp, out, cost
+
+
+async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
+    row: dict[str, Any] = {
+        "output": None,
+        "status": "failed",
+        "error": None,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "cost": None,
+        "duration_s": None,
+        "steps": 0,
+        "thread": thread,
+        "run_id": None,
+        "skipped": False,
+    }
+    if prompt is None:
+        row["error"] = "missing input (None / NaN): nothing was run"
+        return row
+    clock = time.perf_counter()
+    try:
+        previous = await agent.store.load(thread)
+        before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
+        meta = previous.meta if previous is not None else {}
+        if previous is not None and meta.get("status") == "completed":
+            inp, out, cost = _totals(before)
+            row.update(
+                output=meta.get("output"),
+                status="completed",
+                input_tokens=inp,
+                output_tokens=out,
+                cost=cost,
+                steps=len(before),
+                run_id=meta.get("run_id"),
+                skipped=True,
+            )
+            return row
+        open_calls = unanswered_calls(previous.messages) if previous is not None else []
+        if open_calls and meta.get("status") == "paused":
+            waiting = ", ".join(f"{p.get('name')}({p.get('id')})" for p in meta.get("pending", ()))
+            inp, out, cost = _totals(before)
+            row.update(
+                status="paused",
+                error=f"waiting for a decision: {waiting}; use agent.resume(thread={thread!r}, ...)",
+                input_tokens=inp,
+                output_tokens=out,
+                cost=cost,
+                steps=len(before),
+                run_id=meta.get("run_id"),
+                skipped=True,
+            )
+            return row
+        # A thread left failed / stopped / cancelled by an earlier batch continues; a new one starts.
+        if open_calls:  # an interrupted run (a crash, a killed kernel): its open calls come first
+            result = await agent.resume(thread=thread)
+        else:
+            has_prompt = previous is not None and any(m.kind == "user" for m in previous.messages)
+            result = await agent.run(None if has_prompt else prompt, thread=thread)
+    except Exception as exc:  # one row failing never stops the others
+        row["error"] = f"{type(exc).__name__}: {exc}"
+        row["duration_s"] = time.perf_counter() - clock
+        return row
+    inp, out, cost = _totals(before + result.usage.calls)
+    row.update(
+        output=result.output,
+        status=result.status,
+        error=result.error,
+        input_tokens=inp,
+        output_tokens=out,
+        cost=cost,
+        duration_s=time.perf_counter() - clock,
+        steps=len(before) + len(result.usage.calls),
+        run_id=result.run_id,
+    )
+    if result.status == "paused":
+        waiting = ", ".join(f"{p.name}({p.id})" for p in result.pending)
+        row["error"] = f"waiting for a decision: {waiting}; use agent.resume(thread={thread!r}, ...)"
+    return row
+
+
+def _progress(total: int, enabled: bool, desc: str | None) -> Any:
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc or "batch", unit="row")
+
+
+async def abatch(
+    agent: Agent,
+    inputs: Any,
+    *,
+    concurrency: int = 8,
+    thread_prefix: str | None = None,
+    progress: bool = True,
+    desc: str | None = None,
+) -> pd.DataFrame:
+    """`batch` for async code: ``df = await abatch(agent, questions)``."""
+    if not isinstance(agent, Agent):
+        raise UserError(f"batch() needs an Agent, got {type(agent).__name__}")
+    if not isinstance(concurrency, int) or concurrency < 1:
+        raise UserError(f"concurrency must be a positive integer, got {concurrency!r}")
+    values, index = _rows_of(inputs)
+    prompts = [_prompt(v) for v in values]
+    keys = list(range(len(values))) if isinstance(index, pd.RangeIndex) else [str(k) for k in index]
+    threads = batch_thread_ids(agent, prompts, keys, thread_prefix)
+    if len(set(threads)) != len(threads):
+        raise UserError("batch(): the index of the inputs has duplicate labels; reset_index() first")
+    rows: list[dict[str, Any] | None] = [None] * len(values)
+    bar = _progress(len(values), progress, desc)
+    failed = 0
+    positions = iter(range(len(values)))
+
+    async def worker() -> None:
+        nonlocal failed
+        for i in positions:  # one shared iterator: each row is taken by exactly one worker
+            rows[i] = row = await _one(agent, prompts[i], threads[i])
+            if bar is not None:
+                if row["status"] == "failed":
+                    failed += 1
+                    bar.set_postfix(failed=failed, refresh=False)
+                bar.update(1)
+
+    try:
+        await asyncio.gather(*(worker() for _ in range(min(concurrency, len(values)) or 1)))
+    finally:
+        if bar is not None:
+            bar.close()
+    return _frame(values, index, [r for r in rows if r is not None])
+
+
+def _text(values: list[Any], index: pd.Index) -> pd.Series:
+    series = (
+        strings(values)
+        if all(v is None or isinstance(v, str) for v in values)
+        else pd.Series(values, dtype=object)
+    )
+    series.index = index
+    return series
+
+
+def _frame(values: list[Any], index: pd.Index, rows: list[dict[str, Any]]) -> pd.DataFrame:
+    col = {name: [r[name] for r in rows] for name in BATCH_COLUMNS if name != "input"}
+    data = {
+        "input": _text(values, index),
+        "output": _text(col["output"], index),
+        "status": pd.Series(categorical(col["status"]), index=index),
+        "error": _text(col["error"], index),
+        "input_tokens": pd.Series(np.array(col["input_tokens"], dtype=np.int64), index=index),
+        "output_tokens": pd.Series(np.array(col["output_tokens"], dtype=np.int64), index=index),
+        "cost": pd.Series(np.array(col["cost"], dtype=np.float64), index=index),
+        "duration_s": pd.Series(np.array(col["duration_s"], dtype=np.float64), index=index),
+        "steps": pd.Series(np.array(col["steps"], dtype=np.int64), index=index),
+        "thread": _text(col["thread"], index),
+        "run_id": _text(col["run_id"], index),
+        "skipped": pd.Series(np.array(col["skipped"], dtype=bool), index=index),
+    }
+    return pd.DataFrame(data, index=index)
+
+
+def batch(
+    agent: Agent,
+    inputs: Any,
+    *,
+    concurrency: int = 8,
+    thread_prefix: str | None = None,
+    progress: bool = True,
+    desc: str | None = None,
+) -> pd.DataFrame:
+    """Run one independent conversation per input, `concurrency` at a time; return a DataFrame.
+
+    ```python
+    answers = agent.map(df["question"], concurrency=8)      # or nbagent.batch(agent, ...)
+    df.join(answers[["output", "cost"]])
+    ```
+
+    Args:
+        agent: the agent to run.
+        inputs: a list, a pandas Series (its index becomes the result's index) or a one-column
+            DataFrame of prompts; non-strings are converted with ``str()``, None / NaN rows are
+            not run (status ``failed``).
+        concurrency: rows running at once (each row's model calls are retried by the agent's
+            `Retry`, which honours rate-limit ``Retry-After`` headers).
+        thread_prefix: thread ids are ``{thread_prefix}-{row}-{hash of the input}``; default
+            ``batch-{hash of the agent's name, model, system prompt and tools}``.
+        progress: show a ``tqdm.auto`` progress bar (a widget in notebooks).
+        desc: the progress bar's label.
+
+    Returns:
+        One row per input, in input order: ``input``, ``output`` (the final answer or None),
+        ``status`` (completed, paused, stopped, failed, cancelled), ``error``, ``input_tokens``,
+        ``output_tokens``, ``cost`` (USD, NaN when unknown), ``duration_s``, ``steps`` (model
+        calls), ``thread``, ``run_id``, ``skipped``. Tokens and cost count every model call of
+        the row's thread.
+
+    One row failing never stops the others: its ``status`` is ``failed`` and ``error`` says why.
+
+    Re-running skips finished rows: each row's thread id is deterministic, so running the same
+    batch again (same agent, same store) loads rows whose thread completed (``skipped=True``,
+    ``duration_s`` NaN, tokens and cost as stored), reports paused rows as paused (decide them
+    with ``agent.resume(thread=...)``), and continues failed / stopped / cancelled threads
+    where they ended. A changed input gets a new thread. To run everything again, pass a new
+    `thread_prefix`. With a MemoryStore this holds within the session; with a persistent store
+    (SQLite) across kernel restarts.
+
+    Works in notebook cells and scripts (runs on nbagent's private loop, no nest_asyncio); in
+    async code use ``await abatch(...)``. KeyboardInterrupt (the kernel's stop button) cancels the
+    rows still running; finished rows are stored and skipped next time.
+    """
+    from .._sync import run_sync
+
+    return run_sync(
+        lambda: abatch(
+            agent, inputs, concurrency=concurrency, thread_prefix=thread_prefix, progress=progress, desc=desc
+        )
+    )

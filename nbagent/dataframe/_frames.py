@@ -1,0 +1,472 @@
+"""The three frames: usage (one row per model call), tool calls (one per tool call), runs (one
+per run), each with a sync function and an async twin (``a`` prefix) for code already on a loop.
+
+Owns how rows are derived from results, stored threads and ledgers; imports pandas, the core and
+the sibling `_columns` / `_sources` modules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..messages import AssistantMessage, Message, ToolResultMessage
+from ..result import RunResult
+from ..store.base import LedgerEntry, ThreadState
+from ..tools import Tool
+from ._columns import categorical, empty_usage_frame, strings, times, usage_from_columns, usage_from_rows
+from ._sources import Loaded, load, load_now, thread_names
+
+__all__ = [
+    "RUN_SCHEMA",
+    "TOOL_CALL_SCHEMA",
+    "aruns_frame",
+    "atool_calls_frame",
+    "ausage_frame",
+    "runs_frame",
+    "tool_calls_frame",
+    "usage_frame",
+]
+
+EDIT_MARKER = "[the user edited the arguments before approving:"
+"""How the run loop marks a result whose arguments a person edited (see `_loop.tool_phase`)."""
+
+# ---------------------------------------------------------------------------------------- usage
+
+
+def _usage(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
+    rows = list(loaded.rows)
+    for result in loaded.results:
+        rows.extend(result.usage.calls)
+    for state in loaded.threads:
+        rows.extend(state.usage)
+    frames = [usage_from_columns(c) for c in loaded.columns]
+    if rows or not frames:
+        frames.insert(0, usage_from_rows(rows) if rows else empty_usage_frame())
+    df = frames[0] if len(frames) == 1 else _concat(frames)
+    if threads is not None and (loaded.rows or loaded.results or loaded.columns):
+        df = df[df["thread"].isin(threads)].reset_index(drop=True)
+        df["thread"] = df["thread"].cat.remove_unused_categories()
+        df["run_id"] = df["run_id"].cat.remove_unused_categories()
+    return df
+
+
+def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    # Concatenating categoricals with different categories gives object columns: re-encode.
+    df = pd.concat(frames, ignore_index=True)
+    for name, dtype in frames[0].dtypes.items():
+        if isinstance(dtype, pd.CategoricalDtype) and not isinstance(df[name].dtype, pd.CategoricalDtype):
+            df[name] = categorical(
+                df[name].to_numpy(dtype=object), sort_limit=0 if name in ("run_id", "thread") else 1000
+            )
+    return df
+
+
+def usage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per model call, as a pandas DataFrame.
+
+    Args:
+        source: a `RunResult` (its run), a list of them, a `Usage`, `ModelCallUsage` rows, a
+            mapping of usage columns, an `Agent` (every thread of its store) or a `Store`.
+        thread: only these threads (a name or several).
+
+    Columns (dtypes): ``run_id``, ``thread`` (category), ``step`` (int64), ``time``
+    (datetime64[ns, UTC], start of the call), ``provider``, ``model`` (category),
+    ``input_tokens`` (all prompt tokens, cached included), ``cache_read_tokens``,
+    ``cache_write_tokens``, ``output_tokens`` (reasoning included), ``reasoning_tokens`` (int64),
+    ``latency_s`` (float64), ``finish_reason`` (category), ``tool_calls`` (int64: calls the
+    answer asked for), ``cost_input``, ``cost_output``, ``cost_total`` (float64, USD as priced
+    when the call was made; NaN where the price is unknown), ``currency`` (category),
+    ``usage_reported`` (bool: False when the provider sent no counts).
+
+    Works in a notebook cell and in scripts; inside async code use ``await ausage_frame(...)``.
+    """
+    names = thread_names(thread)
+    return _usage(load_now(source, threads=names, usage_only=True), names)
+
+
+async def ausage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """`usage_frame` for async code (awaits the store on the running loop)."""
+    names = thread_names(thread)
+    return _usage(await load(source, threads=names, usage_only=True), names)
+
+
+# ---------------------------------------------------------------------------------------- tool calls
+
+TOOL_CALL_SCHEMA: dict[str, str] = {
+    "run_id": "category",
+    "thread": "category",
+    "step": "Int64",
+    "call_id": "string",
+    "tool": "category",
+    "status": "category",
+    "is_error": "boolean",
+    "duration_s": "float64",
+    "args_chars": "int64",
+    "result_chars": "Int64",
+    "decision": "category",
+    "decided_at": "datetime64[ns, UTC]",
+    "decided_by": "string",
+    "time": "datetime64[ns, UTC]",
+}
+"""Column -> dtype of the tool-calls frame (``string``: pandas' default string dtype, ``str`` on
+pandas 3 and ``object`` on pandas 2)."""
+
+
+@dataclass
+class _ThreadView:
+    """What the tool-call rows of one thread are derived from."""
+
+    thread: str
+    messages: Sequence[Message]
+    steps: list[int | None]
+    """Per message, the thread step that wrote it (None when unknown)."""
+    run_of_step: dict[int, str]
+    ledger: dict[str, LedgerEntry]
+    pending: set[str]
+    always_allowed: set[str]
+    first_index: int = 0
+    """Only calls answered (or waiting) at or after this message index are rows."""
+    new_index: int | None = None
+    """For a RunResult: index of its first message (calls asked before it were decided by a person)."""
+    run_id: str | None = None
+    """For a RunResult: its run id, used for every row."""
+
+
+def _view_of_result(result: RunResult) -> _ThreadView:
+    messages = result.messages
+    steps: list[int | None] = []
+    assistant_positions: list[int] = []
+    n = 0
+    for i, m in enumerate(messages):
+        if m.kind == "assistant":
+            n += 1
+            if i >= result.new_message_index:
+                assistant_positions.append(i)
+        steps.append(n)
+    # This run's answers have exact steps in its usage rows (a cut-off answer is never stored,
+    # and only ever the last call of a run).
+    for i, call in zip(assistant_positions, result.usage.calls, strict=False):
+        steps[i] = call.step
+    for i in range(1, len(messages)):
+        if messages[i].kind != "assistant":
+            steps[i] = steps[i - 1]
+    return _ThreadView(
+        result.thread,
+        messages,
+        steps,
+        {c.step: c.run_id for c in result.usage.calls},
+        {},
+        {p.id for p in result.pending},
+        set(),
+        first_index=result.new_message_index,
+        new_index=result.new_message_index,
+        run_id=result.run_id,
+    )
+
+
+def _view_of_thread(state: ThreadState) -> _ThreadView:
+    steps: list[int | None] = list(state.message_steps)
+    if len(steps) != len(state.messages):
+        steps = [None] * len(state.messages)
+    meta = state.meta or {}
+    return _ThreadView(
+        state.thread,
+        state.messages,
+        steps,
+        {u.step: u.run_id for u in state.usage},
+        dict(state.ledger),
+        {str(p.get("id")) for p in meta.get("pending", ()) if isinstance(p, dict)},
+        set(meta.get("always_allowed", ())),
+    )
+
+
+def _policy_decision(
+    tool: Tool | None, args: dict[str, Any] | None, name: str, view: _ThreadView
+) -> str | None:
+    if tool is None:
+        return None
+    if tool.is_client:
+        return "client"
+    if name in view.always_allowed:
+        return "auto"
+    try:
+        needs = tool.needs_approval(tool.validate(args or {}))
+    except Exception:
+        needs = True
+    return "approved" if needs else "auto"
+
+
+def _decision(
+    view: _ThreadView,
+    call_index: int,
+    call: Any,
+    result: ToolResultMessage | None,
+    result_index: int | None,
+    tools: dict[str, Tool] | None,
+) -> str | None:
+    entry = view.ledger.get(call.id)
+    recorded = getattr(entry, "decision", None)  # a core that records decisions in the ledger
+    if recorded:
+        return str(recorded)
+    if result is None:
+        return None
+    if result.status == "denied":
+        return "denied"
+    if result.duration_s is None:  # never executed: a client's result, or it failed before running
+        return "client" if result.status == "done" and not result.is_error else None
+    if result.content.startswith(EDIT_MARKER):
+        return "edited"
+    if tools is not None:
+        return _policy_decision(tools.get(call.name), call.args, call.name, view)
+    if view.new_index is not None and result_index is not None:
+        # Within one run a call needing approval always pauses it: a call asked by an earlier run
+        # and executed by this one was approved by a person; one asked and run here was not asked.
+        return "approved" if call_index < view.new_index <= result_index else "auto"
+    return None
+
+
+def _tool_rows(view: _ThreadView, tools: dict[str, Tool] | None, out: dict[str, list[Any]]) -> None:
+    messages = view.messages
+    results: dict[str, tuple[int, ToolResultMessage]] = {}
+    for i, m in enumerate(messages):
+        if m.kind == "tool-result":
+            results[m.call_id] = (i, m)  # type: ignore[union-attr]
+    for i, m in enumerate(messages):
+        if m.kind != "assistant":
+            continue
+        assert isinstance(m, AssistantMessage)
+        for call in m.tool_calls:
+            found = results.get(call.id)
+            result_index, result = found if found is not None else (None, None)
+            if result is None and call.id not in view.pending and i < view.first_index:
+                continue
+            if result_index is not None and result_index < view.first_index:
+                continue
+            step = view.steps[i] if i < len(view.steps) else None
+            entry = view.ledger.get(call.id)
+            out["run_id"].append(view.run_id or (view.run_of_step.get(step) if step is not None else None))
+            out["thread"].append(view.thread)
+            out["step"].append(step)
+            out["call_id"].append(call.id)
+            out["tool"].append(call.name)
+            out["status"].append(result.status if result is not None else "pending")
+            out["is_error"].append(result.is_error if result is not None else None)
+            out["duration_s"].append(result.duration_s if result is not None else None)
+            out["args_chars"].append(len(call.args_json))
+            out["result_chars"].append(len(result.content) if result is not None else None)
+            out["decision"].append(_decision(view, i, call, result, result_index, tools))
+            decided_at = getattr(entry, "decided_at", None)
+            if decided_at is None and entry is not None and entry.status == "denied":
+                decided_at = entry.time  # the denial was recorded when the resumed run applied it
+            out["decided_at"].append(decided_at)
+            out["decided_by"].append(getattr(entry, "decided_by", None))
+            out["time"].append(entry.time if entry is not None else None)
+
+
+def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
+    out: dict[str, list[Any]] = {name: [] for name in TOOL_CALL_SCHEMA}
+    tools = loaded.agent.tools if loaded.agent is not None else None
+    for result in loaded.results:
+        _tool_rows(_view_of_result(result), tools, out)
+    for state in loaded.threads:
+        _tool_rows(_view_of_thread(state), tools, out)
+    data: dict[str, Any] = {}
+    for name, kind in TOOL_CALL_SCHEMA.items():
+        values = out[name]
+        if kind == "category":
+            data[name] = categorical(values, sort_limit=0 if name in ("run_id", "thread") else 1000)
+        elif kind.startswith("datetime"):
+            data[name] = times(np.array(values, dtype=np.float64))
+        elif kind == "string":
+            data[name] = strings(values)
+        else:
+            data[name] = pd.array(values, dtype=kind)  # type: ignore[call-overload]
+    df = pd.DataFrame(data)
+    if threads is not None:
+        df = df[df["thread"].isin(threads)].reset_index(drop=True)
+    return df
+
+
+def tool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per tool call, as a pandas DataFrame.
+
+    Args:
+        source: a `RunResult` (the calls it answered or left waiting), a list of them, an `Agent`
+            or a `Store` (every stored thread).
+        thread: only these threads.
+
+    Columns: ``run_id`` (for a RunResult: that run; for stored threads: the run whose model call
+    asked for the call), ``thread``, ``step`` (the model call that asked), ``call_id``, ``tool``,
+    ``status`` (done, failed, denied, cancelled, interrupted, pending), ``is_error``,
+    ``duration_s`` (NaN when it never ran), ``args_chars`` (length of the arguments JSON),
+    ``result_chars``, ``decision``, ``decided_at``, ``decided_by``, ``time`` (when the stored
+    outcome was recorded; stores only).
+
+    ``decision`` is ``auto`` (ran without asking), ``approved`` (a person approved it),
+    ``edited`` (approved with changed arguments), ``denied``, ``client`` (a client supplied the
+    result) or missing when it cannot be known: an `Agent` source re-evaluates each tool's
+    approval policy on the stored arguments; a RunResult knows that calls asked by an earlier run
+    and run by this one were approved; a bare Store only knows denied / edited / client.
+    ``decided_at`` is known for denials (when the resumed run applied them); ``decided_by`` is
+    not recorded by the run loop yet (always missing).
+    """
+    names = thread_names(thread)
+    return _tool_frame(load_now(source, threads=names), names)
+
+
+async def atool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """`tool_calls_frame` for async code."""
+    names = thread_names(thread)
+    return _tool_frame(await load(source, threads=names), names)
+
+
+# ---------------------------------------------------------------------------------------- runs
+
+RUN_SCHEMA: dict[str, str] = {
+    "run_id": "string",
+    "thread": "string",
+    "status": "category",
+    "stop_reason": "category",
+    "steps": "int64",
+    "input_tokens": "int64",
+    "cache_read_tokens": "int64",
+    "cache_write_tokens": "int64",
+    "output_tokens": "int64",
+    "reasoning_tokens": "int64",
+    "total_tokens": "int64",
+    "tool_calls": "int64",
+    "cost_total": "float64",
+    "started": "datetime64[ns, UTC]",
+    "wall_s": "float64",
+    "error": "string",
+}
+"""Column -> dtype of the runs frame."""
+
+_SUMS = (
+    "input_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "output_tokens",
+    "reasoning_tokens",
+    "tool_calls",
+)
+
+
+def _runs_from_usage(
+    usage: pd.DataFrame, meta_by_thread: dict[str, dict[str, Any]], extra: list[dict[str, Any]]
+) -> pd.DataFrame:
+    out: dict[str, list[Any]] = {name: [] for name in RUN_SCHEMA}
+    if len(usage):
+        end = usage["time"] + pd.to_timedelta(usage["latency_s"].fillna(0.0), unit="s")
+        frame = usage.assign(_end=end)
+        grouped = frame.groupby("run_id", observed=True, sort=False)
+        agg = grouped.agg(
+            thread=("thread", "first"),
+            steps=("step", "size"),
+            started=("time", "min"),
+            ended=("_end", "max"),
+            cost_total=("cost_total", lambda s: s.sum(min_count=1)),
+            **{name: (name, "sum") for name in _SUMS},
+        )
+        agg = agg.sort_values("started", kind="stable")
+        for run_id, row in agg.iterrows():
+            meta = meta_by_thread.get(str(row["thread"]), {})
+            latest = meta.get("run_id") == run_id
+            out["run_id"].append(str(run_id))
+            out["thread"].append(str(row["thread"]))
+            out["status"].append(meta.get("status") if latest else None)
+            out["stop_reason"].append(meta.get("stop_reason") if latest else None)
+            out["steps"].append(int(row["steps"]))
+            for name in _SUMS:
+                out[name].append(int(row[name]))
+            out["total_tokens"].append(int(row["input_tokens"]) + int(row["output_tokens"]))
+            out["cost_total"].append(row["cost_total"])
+            out["started"].append(row["started"].timestamp())
+            out["wall_s"].append((row["ended"] - row["started"]).total_seconds())
+            out["error"].append(meta.get("error") if latest else None)
+    for row in extra:
+        for name in RUN_SCHEMA:
+            out[name].append(row.get(name))
+    return _typed(out, RUN_SCHEMA)
+
+
+def _typed(out: dict[str, list[Any]], schema: dict[str, str]) -> pd.DataFrame:
+    data: dict[str, Any] = {}
+    for name, kind in schema.items():
+        values = out[name]
+        if kind == "category":
+            data[name] = categorical(values)
+        elif kind.startswith("datetime"):
+            data[name] = times(np.array(values, dtype=np.float64))
+        elif kind == "string":
+            data[name] = strings(values)
+        elif kind == "float64":
+            data[name] = np.array(values, dtype=np.float64)
+        else:
+            data[name] = np.array(values, dtype=kind)
+    return pd.DataFrame(data)
+
+
+def _result_row(result: RunResult) -> dict[str, Any]:
+    calls = result.usage.calls
+    u = result.usage
+    started = min((c.time for c in calls), default=None)
+    ended = max((c.time + (c.latency_s or 0.0) for c in calls), default=None)
+    return {
+        "run_id": result.run_id,
+        "thread": result.thread,
+        "status": result.status,
+        "stop_reason": result.stop_reason,
+        "steps": result.steps,
+        "input_tokens": u.input_tokens,
+        "cache_read_tokens": u.cache_read_tokens,
+        "cache_write_tokens": u.cache_write_tokens,
+        "output_tokens": u.output_tokens,
+        "reasoning_tokens": u.reasoning_tokens,
+        "total_tokens": u.total_tokens,
+        "tool_calls": u.tool_calls,
+        "cost_total": u.cost_total,
+        "started": started,
+        "wall_s": None if started is None or ended is None else ended - started,
+        "error": result.error,
+    }
+
+
+def _runs(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
+    extra = [_result_row(r) for r in loaded.results if threads is None or r.thread in threads]
+    if loaded.threads or loaded.columns or loaded.rows:
+        usage = _usage(Loaded(threads=loaded.threads, columns=loaded.columns, rows=loaded.rows), threads)
+        meta = {t.thread: t.meta or {} for t in loaded.threads}
+        return _runs_from_usage(usage, meta, extra)
+    return _runs_from_usage(empty_usage_frame(), {}, extra)
+
+
+def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """One row per run, as a pandas DataFrame.
+
+    Args:
+        source: `RunResult`s (exact), or an `Agent` / `Store` (runs rebuilt from the stored
+            usage rows, grouped by run id).
+        thread: only these threads.
+
+    Columns: ``run_id``, ``thread``, ``status``, ``stop_reason``, ``steps`` (model calls), token
+    totals (``input_tokens`` ... ``total_tokens``), ``tool_calls`` (asked for), ``cost_total``
+    (USD, NaN when no call had a price), ``started`` (first model call), ``wall_s`` (from the
+    start of the first model call to the end of the last one: time spent in tools after the last
+    call and before the first is not counted), ``error``.
+    From a store, only the latest run of each thread has its ``status`` / ``stop_reason`` /
+    ``error`` (the thread keeps one status); earlier runs have them missing.
+    """
+    names = thread_names(thread)
+    return _runs(load_now(source, threads=names), names)
+
+
+async def aruns_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
+    """`runs_frame` for async code."""
+    names = thread_names(thread)
+    return _runs(await load(source, threads=names), names)

@@ -1,0 +1,143 @@
+"""What the frame functions accept, and how it is loaded.
+
+Owns source resolution: a `RunResult`, a list of them, a `Usage`, `ModelCallUsage` rows, a
+`ThreadState`, a mapping of usage columns, an `Agent` (its store) or a `Store`. Imports the core
+only (no pandas). Stores are async: `load_threads` is a coroutine the sync frame functions run
+through `nbagent._sync.run_sync`, which works in scripts and inside a notebook's running loop.
+
+A store may offer a fast columnar usage reader; when it has a ``usage_columns`` method (sync or
+async, ``usage_columns(thread=None) -> {column: list | array}`` keyed by `ModelCallUsage` field
+names, as `SQLiteStore` has) the usage frame is built from it without materialising one object
+per model call.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agent import Agent
+from ..result import RunResult
+from ..store.base import Store, ThreadState
+from ..usage import ModelCallUsage, Usage
+
+__all__ = ["Loaded", "is_async_source", "load", "store_of", "thread_names"]
+
+
+@dataclass
+class Loaded:
+    """A source, resolved into what the frame builders read."""
+
+    results: list[RunResult] = field(default_factory=list)
+    threads: list[ThreadState] = field(default_factory=list)
+    rows: list[ModelCallUsage] = field(default_factory=list)
+    columns: list[Mapping[str, Any]] = field(default_factory=list)
+    agent: Agent | None = None
+
+
+def store_of(source: Any) -> Store | None:
+    """The store behind an `Agent` or a `Store`, else None."""
+    if isinstance(source, Agent):
+        return source.store
+    if isinstance(source, Store):
+        return source
+    return None
+
+
+def is_async_source(source: Any) -> bool:
+    """True when reading `source` needs the store (an Agent or a Store)."""
+    return store_of(source) is not None
+
+
+def thread_names(thread: str | Iterable[str] | None) -> list[str] | None:
+    """Normalise the ``thread=`` filter: one name, several, or None for all."""
+    if thread is None:
+        return None
+    if isinstance(thread, str):
+        return [thread]
+    return list(thread)
+
+
+async def _call(reader: Any, *args: Any, **kwargs: Any) -> Any:
+    value = reader(*args, **kwargs)
+    if inspect.isawaitable(value):
+        value = await value
+    return value
+
+
+async def _columns_from_store(store: Store, threads: list[str] | None) -> Mapping[str, Any] | None:
+    reader = getattr(store, "usage_columns", None)
+    if reader is None:
+        return None
+    if threads is None:
+        return await _call(reader)  # type: ignore[no-any-return]
+    parts = [await _call(reader, thread=name) for name in threads]
+    if len(parts) == 1:
+        return parts[0]  # type: ignore[no-any-return]
+    keys = [k for k in parts[0]] if parts else []
+    return {k: [v for part in parts for v in part[k]] for k in keys}
+
+
+async def load_threads(store: Store, threads: list[str] | None = None) -> list[ThreadState]:
+    """Load threads (all of them by default), oldest first."""
+    if threads is None:
+        threads = [info.thread for info in reversed(await store.threads())]
+    out = []
+    for name in threads:
+        state = await store.load(name)
+        if state is not None:
+            out.append(state)
+    return out
+
+
+def _add(loaded: Loaded, item: Any) -> None:
+    if isinstance(item, RunResult):
+        loaded.results.append(item)
+    elif isinstance(item, ModelCallUsage):
+        loaded.rows.append(item)
+    elif isinstance(item, ThreadState):
+        loaded.threads.append(item)
+    elif isinstance(item, Usage):
+        loaded.rows.extend(item.calls)
+    elif isinstance(item, Mapping):
+        loaded.columns.append(item)
+    else:
+        from ..exceptions import UserError
+
+        raise UserError(
+            "expected a RunResult, a list of RunResults, ModelCallUsage rows, a Usage, an Agent or a "
+            f"Store; got {type(item).__name__}"
+        )
+
+
+async def load(source: Any, *, threads: list[str] | None = None, usage_only: bool = False) -> Loaded:
+    """Resolve `source`; with `usage_only`, a store's columnar reader is used when it has one."""
+    loaded = Loaded()
+    store = store_of(source)
+    if store is not None:
+        loaded.agent = source if isinstance(source, Agent) else None
+        if usage_only:
+            columns = await _columns_from_store(store, threads)
+            if columns is not None:
+                loaded.columns.append(columns)
+                return loaded
+        loaded.threads = await load_threads(store, threads)
+        return loaded
+    items = source if isinstance(source, (list, tuple)) else [source]
+    for item in items:
+        _add(loaded, item)
+    return loaded
+
+
+def load_now(source: Any, *, threads: list[str] | None = None, usage_only: bool = False) -> Loaded:
+    """`load` from sync code: in-memory sources directly, stores through ``run_sync``."""
+    if not is_async_source(source):
+        loaded = Loaded()
+        for item in source if isinstance(source, (list, tuple)) else [source]:
+            _add(loaded, item)
+        return loaded
+    from .._sync import run_sync
+
+    return run_sync(lambda: load(source, threads=threads, usage_only=usage_only))

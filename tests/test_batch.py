@@ -1,0 +1,240 @@
+"""Batch runs: input order, failures isolated, re-runs skip finished rows, bounded concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import pandas as pd
+import pytest
+
+import nbagent
+from nbagent import Agent, Retry, UserError, tool
+from nbagent.dataframe import BATCH_COLUMNS, abatch, batch, batch_thread_ids
+from nbagent.messages import AssistantMessage
+from nbagent.models import FunctionModel, tool_call
+from nbagent.models.base import ModelResponse
+from nbagent.store import MemoryStore, SQLiteStore
+from nbagent.usage import TokenCounts
+
+
+class Counter:
+    """An instant fake: answers ``echo: <prompt>``; counts calls and concurrent requests."""
+
+    def __init__(self, fail_on: set[str] = frozenset(), delay: bool = False) -> None:
+        self.calls = 0
+        self.active = 0
+        self.max_active = 0
+        self.fail_on = set(fail_on)
+        self.delay = delay
+
+    async def __call__(self, messages, request):
+        self.calls += 1
+        self.active += 1
+        self.max_active = max(self.max_active, self.active)
+        try:
+            prompt = next(m.content for m in messages if m.kind == "user")
+            if self.delay:
+                await asyncio.sleep(random.random() * 0.02)
+            if prompt in self.fail_on:
+                raise ValueError(f"cannot answer {prompt!r}")
+            return ModelResponse(
+                AssistantMessage(text=f"echo: {prompt}", finish_reason="stop"),
+                TokenCounts(len(prompt), 0, 0, 2, 0),
+                model="fake",
+            )
+        finally:
+            self.active -= 1
+
+
+def make_agent(fn, store=None, **kwargs) -> Agent:
+    return Agent(FunctionModel(fn), store=store or MemoryStore(), retry=Retry(attempts=1), **kwargs)
+
+
+def test_results_keep_input_order_and_columns():
+    fake = Counter(delay=True)
+    agent = make_agent(fake)
+    questions = [f"question {i}" for i in range(40)]
+    df = batch(agent, questions, concurrency=8, progress=False)
+    assert tuple(df.columns) == BATCH_COLUMNS
+    assert df["input"].tolist() == questions
+    assert df["output"].tolist() == [f"echo: {q}" for q in questions]
+    assert set(df["status"]) == {"completed"}
+    assert df["error"].isna().all()
+    assert df["input_tokens"].tolist() == [len(q) for q in questions]
+    assert df["output_tokens"].tolist() == [2] * 40
+    assert df["steps"].tolist() == [1] * 40
+    assert (df["duration_s"] >= 0).all()
+    assert not df["skipped"].any()
+    assert df["thread"].is_unique
+    assert df["cost"].isna().all()  # the fake model has no price
+    assert fake.calls == 40
+    assert 1 < fake.max_active <= 8
+
+
+def test_a_failing_row_has_its_error_and_the_others_complete():
+    fake = Counter(fail_on={"b"})
+    agent = make_agent(fake)
+    df = batch(agent, ["a", "b", "c"], progress=False)
+    assert df["status"].tolist() == ["completed", "failed", "completed"]
+    assert df["output"][0] == "echo: a" and df["output"][2] == "echo: c"
+    assert df["output"].isna().tolist() == [False, True, False]
+    assert "cannot answer 'b'" in df["error"][1]
+    assert df["error"].isna().tolist() == [True, False, True]
+
+
+def test_rerun_skips_completed_rows_and_continues_failed_ones():
+    fake = Counter(fail_on={"b"})
+    agent = make_agent(fake)
+    first = batch(agent, ["a", "b", "c"], progress=False)
+    assert fake.calls == 3
+    fake.fail_on.clear()  # the provider recovered
+    second = batch(agent, ["a", "b", "c"], progress=False)
+    assert fake.calls == 4  # only "b" ran again
+    assert second["skipped"].tolist() == [True, False, True]
+    assert second["status"].tolist() == ["completed"] * 3
+    assert second["output"].tolist() == ["echo: a", "echo: b", "echo: c"]
+    assert second["thread"].tolist() == first["thread"].tolist()
+    # skipped rows report what they cost when they ran
+    assert second["input_tokens"].tolist() == [1, 1, 1]
+    # the continued thread holds one question, not two
+    history = agent.store
+    loaded = asyncio.run(history.load(second["thread"][1]))
+    assert [m.kind for m in loaded.messages] == ["user", "assistant"]
+    third = batch(agent, ["a", "b", "c"], progress=False)
+    assert fake.calls == 4 and third["skipped"].all()
+    # a changed input is a new row; a new prefix runs everything again
+    batch(agent, ["a", "B!", "c"], progress=False)
+    assert fake.calls == 5
+    batch(agent, ["a", "b", "c"], progress=False, thread_prefix="again")
+    assert fake.calls == 8
+
+
+def test_rerun_skips_with_the_default_sqlite_store(tmp_path):
+    fake = Counter()
+    store = SQLiteStore(tmp_path / "b.db")
+    df1 = batch(make_agent(fake, store), ["x", "y"], progress=False)
+    # a new agent object with the same configuration (as after a kernel restart) finds them
+    df2 = batch(make_agent(fake, SQLiteStore(tmp_path / "b.db")), ["x", "y"], progress=False)
+    assert fake.calls == 2
+    assert df2["output"].tolist() == df1["output"].tolist() and df2["skipped"].all()
+
+
+def test_series_index_is_kept_and_agent_map():
+    fake = Counter()
+    agent = make_agent(fake)
+    questions = pd.Series(["p", "q", "r"], index=[10, 20, 30], name="question")
+    df = agent.map(questions, concurrency=2, progress=False)
+    assert df.index.tolist() == [10, 20, 30]
+    assert df["output"].tolist() == ["echo: p", "echo: q", "echo: r"]
+    frame = pd.DataFrame({"question": questions})
+    joined = frame.join(df[["output"]])
+    assert joined.loc[20, "output"] == "echo: q"
+    one_col = batch(agent, frame[["question"]], progress=False)
+    assert one_col["skipped"].all()
+
+
+def test_duplicate_inputs_get_their_own_threads_and_missing_inputs_fail():
+    fake = Counter()
+    agent = make_agent(fake)
+    df = batch(agent, ["same", "same", None, float("nan"), 42], progress=False)
+    assert df["thread"].is_unique
+    assert df["status"].tolist() == ["completed", "completed", "failed", "failed", "completed"]
+    assert "missing input" in df["error"][2]
+    assert df["output"][4] == "echo: 42"
+    assert fake.calls == 3
+
+
+def test_bad_arguments():
+    agent = make_agent(Counter())
+    with pytest.raises(UserError, match="one string"):
+        batch(agent, "just one", progress=False)
+    with pytest.raises(UserError, match="concurrency"):
+        batch(agent, ["a"], concurrency=0, progress=False)
+    with pytest.raises(UserError, match="one column"):
+        batch(agent, pd.DataFrame({"a": ["x"], "b": ["y"]}), progress=False)
+    assert len(batch(agent, [], progress=False)) == 0
+
+
+def test_paused_rows_are_reported_and_not_rerun():
+    @tool(requires_approval=True)
+    def delete(name: str) -> str:
+        """Delete a file."""
+        return "deleted"
+
+    def fn(messages, request):
+        if messages[-1].kind == "user":
+            return tool_call("delete", name="x")
+        return "ok"
+
+    agent = Agent(FunctionModel(fn), tools=[delete], store=MemoryStore())
+    df = batch(agent, ["go"], progress=False)
+    assert df["status"].tolist() == ["paused"]
+    assert "waiting for a decision: delete(" in df["error"][0]
+    again = batch(agent, ["go"], progress=False)
+    assert again["status"].tolist() == ["paused"] and again["skipped"].all()
+    pending = asyncio.run(agent.store.load(df["thread"][0])).meta["pending"]
+    agent.resume_sync(thread=df["thread"][0], approve=[pending[0]["id"]])
+    done = batch(agent, ["go"], progress=False)
+    assert done["status"].tolist() == ["completed"] and done["output"].tolist() == ["ok"]
+
+
+async def test_abatch_from_async_code_and_progress_bar(capsys):
+    fake = Counter()
+    agent = make_agent(fake)
+    df = await abatch(agent, ["a", "b"], concurrency=2, progress=True, desc="questions")
+    assert df["output"].tolist() == ["echo: a", "echo: b"]
+    err = capsys.readouterr().err
+    assert "questions" in err and "2/2" in err
+
+
+def test_thread_ids_are_deterministic_and_depend_on_the_agent():
+    a1 = make_agent(Counter(), system="Be brief.")
+    a2 = make_agent(Counter(), system="Be verbose.")
+    ids1 = batch_thread_ids(a1, ["x", "y"], [0, 1])
+    assert ids1 == batch_thread_ids(make_agent(Counter(), system="Be brief."), ["x", "y"], [0, 1])
+    assert ids1 != batch_thread_ids(a2, ["x", "y"], [0, 1])
+    assert batch_thread_ids(a1, ["x"], [0], "exp1")[0].startswith("exp1-0-")
+
+
+def test_package_level_batch_name():
+    assert nbagent.batch is batch
+
+
+def test_costs_are_summed_per_row():
+    def fn(messages, request):
+        return ModelResponse(
+            AssistantMessage(text="hi", finish_reason="stop"),
+            TokenCounts(1_000_000, 0, 0, 1_000_000, 0),
+            model="m",
+        )
+
+    agent = make_agent(fn, prices={"m": {"input": 1.0, "output": 2.0}})
+    df = batch(agent, ["a", "b"], progress=False)
+    assert df["cost"].tolist() == [3.0, 3.0]
+
+
+@pytest.mark.local_llm
+def test_local_model_serves_a_20_row_batch(local_llm_base_url):
+    from nbagent.dataframe import usage_frame
+    from nbagent.models.openai import OpenAIModel
+
+    model = OpenAIModel(
+        "local-model",
+        base_url=local_llm_base_url,
+        api_key="local",
+        provider="local",
+        settings={"temperature": 0, "max_tokens": 24},
+    )
+    agent = Agent(model, store=MemoryStore())
+    questions = pd.Series([f"What is {i} plus {i}? Answer with a number." for i in range(20)])
+    df = agent.map(questions, concurrency=4, progress=False)
+    assert df["input"].tolist() == questions.tolist()
+    assert df["status"].tolist() == ["completed"] * 20, df["error"].dropna().tolist()
+    assert df["output"].str.len().gt(0).all()
+    assert (df["input_tokens"] > 0).all() and (df["output_tokens"] > 0).all()
+    assert df["cost"].tolist() == [0.0] * 20  # a local model costs nothing
+    usage = usage_frame(agent)
+    assert len(usage) == 20
+    assert usage["input_tokens"].sum() == df["input_tokens"].sum()
+    assert set(usage["provider"]) == {"local"}
