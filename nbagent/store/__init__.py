@@ -1,22 +1,55 @@
-"""Checkpoint stores: where threads (conversations), pending approvals and usage are kept."""
+"""Checkpoint stores: where threads (conversations), pending approvals and usage are kept.
+
+`default_store()` picks the store an `Agent` uses when it is given none:
+
+- ``NBAGENT_STORE`` unset: `SQLiteStore` at ``./.nbagent/threads.db`` (relative to the working
+  directory when the agent first touches its store; the folder is created on first use);
+- ``NBAGENT_STORE=/some/file.db``: `SQLiteStore` at that path;
+- ``NBAGENT_STORE=memory``: `MemoryStore` (nothing survives the process).
+"""
 
 from __future__ import annotations
 
+import os
+import threading
+from pathlib import Path
+
 from .base import FORMAT_VERSION, Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState
 from .memory import MemoryStore
+from .sqlite import SQLiteStore
 
 __all__ = [
+    "DEFAULT_PATH",
     "FORMAT_VERSION",
     "Checkpoint",
     "LedgerEntry",
     "MemoryStore",
+    "SQLiteStore",
     "Store",
     "ThreadInfo",
     "ThreadState",
     "default_store",
 ]
 
+DEFAULT_PATH = Path(".nbagent") / "threads.db"
+"""Where the default store lives, relative to the working directory."""
+
+_shared: dict[Path, SQLiteStore] = {}
+_shared_lock = threading.Lock()
+
 
 def default_store() -> Store:
-    """The store an `Agent` uses when none is given."""
-    return MemoryStore()
+    """The store an `Agent` uses when none is given (see the module docstring).
+
+    Agents of one process that use the same file share one `SQLiteStore` (one connection).
+    """
+    setting = os.environ.get("NBAGENT_STORE", "").strip()
+    if setting.lower() == "memory":
+        return MemoryStore()
+    path = Path(setting).expanduser() if setting else DEFAULT_PATH
+    path = path.absolute()
+    with _shared_lock:
+        store = _shared.get(path)
+        if store is None:
+            store = _shared[path] = SQLiteStore(path)
+        return store

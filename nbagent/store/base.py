@@ -11,6 +11,7 @@ expects and fails with `ConflictError` if another writer got there first.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -139,6 +140,81 @@ class Store:
     async def delete(self, thread: str) -> bool:
         """Remove a thread; True if it existed."""
         raise NotImplementedError
+
+    async def copy(
+        self,
+        source: str,
+        target: str,
+        *,
+        messages: int,
+        last: Message | None = None,
+        meta: dict[str, Any] | None = None,
+    ) -> int:
+        """Start the new thread `target` with the first `messages` messages of `source`.
+
+        Used by `Agent.fork`. Messages keep their steps; the usage rows of the steps copied (up
+        to the step of the last copied message) and the ledger entries of the copied tool calls
+        come along. `last` replaces the last copied message; `meta` becomes the new thread's meta.
+        Returns the new thread's version.
+
+        This default loads the source and appends one checkpoint per step; stores override it
+        to copy in one transaction.
+
+        Raises:
+            ConflictError: `target` already exists.
+            StoreError: `source` does not exist or has fewer messages.
+        """
+        from ..exceptions import ConflictError, StoreError
+
+        loaded = await self.load(source)
+        if loaded is None:
+            raise StoreError(f"thread {source!r} is not in the store")
+        if not 0 <= messages <= len(loaded.messages):
+            raise StoreError(f"thread {source!r} has {len(loaded.messages)} messages; cannot copy {messages}")
+        if await self.load(target) is not None:
+            raise ConflictError(f"thread {target!r} already exists")
+        kept = list(loaded.messages[:messages])
+        steps = loaded.message_steps[:messages]
+        if last is not None and kept:
+            kept[-1] = last
+        top = steps[-1] if steps else 0
+        call_ids = {c.id for m in kept if m.kind == "assistant" for c in m.tool_calls}  # type: ignore[union-attr]
+        ledger = [e for e in loaded.ledger.values() if e.call_id in call_ids]
+        usage = [dataclasses.replace(r, thread=target) for r in loaded.usage if r.step <= top]
+        groups: list[tuple[int, list[Message]]] = []
+        for step, message in zip(steps, kept, strict=True):
+            if groups and groups[-1][0] == step:
+                groups[-1][1].append(message)
+            else:
+                groups.append((step, [message]))
+        groups = groups or [(0, [])]
+        rows: list[list[ModelCallUsage]] = [[] for _ in groups]
+        for row in usage:  # each usage row goes with the first checkpoint at or after its step
+            rows[next(i for i, (step, _) in enumerate(groups) if step >= row.step)].append(row)
+        version = 0
+        for i, (step, group) in enumerate(groups):
+            final = i == len(groups) - 1
+            version = await self.append(
+                target, version=version, step=step, messages=group, usage=rows[i],
+                ledger=ledger if final else (), meta=(meta or {}) if final else None,
+            )
+        return version
+
+    async def usage_columns(self, thread: str | None = None) -> dict[str, list[Any]]:
+        """Stored usage rows as columns (one list per `ModelCallUsage` field), for DataFrames.
+
+        `thread` limits them to one thread. This default loads every thread; `SQLiteStore` reads
+        the columns straight from its table.
+        """
+        names = [f.name for f in dataclasses.fields(ModelCallUsage)]
+        columns: dict[str, list[Any]] = {name: [] for name in names}
+        ids = [thread] if thread is not None else [t.thread for t in reversed(await self.threads())]
+        for name in ids:
+            loaded = await self.load(name)
+            for row in loaded.usage if loaded else ():
+                for field_name in names:
+                    columns[field_name].append(getattr(row, field_name))
+        return columns
 
     async def close(self) -> None:
         """Release resources (connections, files)."""
