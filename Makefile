@@ -31,8 +31,10 @@ test-fast: $(STAMP)
 	NBAGENT_SKIP_LOCAL_LLM=1 NBAGENT_SKIP_BROWSER=1 NBAGENT_SKIP_NOTEBOOKS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## lab: JupyterLab on 127.0.0.1 with the quickstart notebook open.
+## LAB_ARGS: more `jupyter lab` options, e.g. LAB_ARGS="--port=8899 --no-browser".
+LAB_ARGS ?=
 lab: $(STAMP)
-	cd notebooks && ../$(BIN)/jupyter lab --ip=127.0.0.1 --ServerApp.open_browser=True 01_quickstart.ipynb
+	cd notebooks && $(abspath $(BIN))/jupyter lab --ip=127.0.0.1 --ServerApp.open_browser=True $(LAB_ARGS) 01_quickstart.ipynb
 
 ## bench: nbagent side by side with LangGraph, pydantic-ai and the OpenAI Agents SDK.
 bench: $(STAMP)

@@ -6,6 +6,9 @@ Building blocks (usable without pytest; the fixtures in ``conftest.py`` wire the
     A throw-away JupyterLab / Notebook 7 server on 127.0.0.1 (random free port, random token) with
     isolated config/runtime/data/settings/workspace dirs; the venv's kernelspecs and lab extensions
     stay visible because they live under ``sys.prefix/share/jupyter``.
+    ``external=True``: a server some other command starts (e.g. ``make lab``) with the port and token
+    chosen here and the environment from ``env()``; ``start(watch=proc)`` only waits for it to answer
+    and ``stop()`` only asks it to shut down (it never signals a process it did not start).
 
 ``Browser(executable_path=None)``
     One headless Chromium process; ``new_page(server, init_script=...)`` gives a ``NotebookPage``
@@ -189,6 +192,7 @@ class JupyterServer:
         log_path: str | os.PathLike[str] | None = None,
         startup_timeout: float = 90.0,
         env: dict[str, str] | None = None,
+        external: bool = False,
     ) -> None:
         if app not in _APP_MODULE:
             raise ValueError("app must be 'lab' or 'notebook'")
@@ -207,8 +211,16 @@ class JupyterServer:
         self.proc: subprocess.Popen[bytes] | None = None
         self._log_fh: Any = None
         self.startup_seconds: float | None = None
+        self.external = external
+        self._external_up = False
 
     # -- lifecycle
+    def env(self) -> dict[str, str]:
+        """Environment for the server process: os.environ with isolated Jupyter dirs (config, runtime,
+        data, lab settings with ``LAB_USER_SETTINGS``, workspaces, IPython) under ``tmp_dir``, no
+        JUPYTER_TOKEN / JUPYTER_PASSWORD, plus the ``env`` given to the constructor."""
+        return self._env()
+
     def _env(self) -> dict[str, str]:
         settings = self.tmp_dir / "lab-user-settings"
         for rel, value in LAB_USER_SETTINGS.items():
@@ -258,7 +270,17 @@ class JupyterServer:
             cmd.append("--ServerApp.allow_root=True")
         return cmd + self.extra_args
 
-    def start(self) -> JupyterServer:
+    def start(self, *, watch: subprocess.Popen[Any] | None = None) -> JupyterServer:
+        """Start the server and wait until ``/api/status`` answers (``startup_timeout``).
+
+        For an ``external`` server nothing is started: wait for it to answer, failing early if the
+        ``watch`` process (the command that starts it) exits first.
+        """
+        if self.external:
+            if not self._external_up:
+                self._wait_ready(watch, time.monotonic())
+                self._external_up = True
+            return self
         if self.proc is not None:
             return self
         t0 = time.monotonic()
@@ -272,11 +294,16 @@ class JupyterServer:
             stdout=self._log_fh,
             stderr=subprocess.STDOUT,
         )
+        self._wait_ready(self.proc, t0)
+        return self
+
+    def _wait_ready(self, proc: subprocess.Popen[Any] | None, t0: float) -> None:
         deadline = t0 + self.startup_timeout
         while True:
-            if self.proc.poll() is not None:
-                rc = self.proc.returncode
-                self.stop()
+            if proc is not None and proc.poll() is not None:
+                rc = proc.returncode
+                if not self.external:
+                    self.stop()
                 raise BrowserHarnessError(
                     f"jupyter {self.app} server exited early (rc={rc}); log:\n{self.log_text()[-3000:]}"
                 )
@@ -287,17 +314,33 @@ class JupyterServer:
             except (OSError, ValueError):
                 pass
             if time.monotonic() > deadline:
-                self.stop()
+                if not self.external:
+                    self.stop()
                 raise BrowserHarnessError(
                     f"jupyter {self.app} server did not answer /api/status within {self.startup_timeout}s;"
                     f" log:\n{self.log_text()[-3000:]}"
                 )
             time.sleep(0.15)
         self.startup_seconds = time.monotonic() - t0
-        return self
 
     def stop(self, timeout: float = 15.0) -> None:
-        """POST /api/shutdown (stops kernels too), then SIGTERM/SIGKILL by PID if still alive."""
+        """POST /api/shutdown (stops kernels too), then SIGTERM/SIGKILL by PID if still alive.
+
+        An ``external`` server only gets the POST; then wait up to ``timeout`` until it stops answering.
+        """
+        if self.external:
+            if self._external_up:
+                self._external_up = False
+                with contextlib.suppress(OSError, ValueError):
+                    self.api("POST", "/api/shutdown", timeout=5)
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    try:
+                        self.api("GET", "/api/status", timeout=2)
+                    except (OSError, ValueError):
+                        break
+                    time.sleep(0.2)
+            return
         proc = self.proc
         if proc is not None:
             kids: list[int] = []
@@ -341,6 +384,8 @@ class JupyterServer:
 
     @property
     def running(self) -> bool:
+        if self.external:
+            return self._external_up
         return self.proc is not None and self.proc.poll() is None
 
     # -- urls / REST
@@ -635,13 +680,19 @@ class NotebookPage:
             time.sleep(interval)
 
     # -- notebook lifecycle
-    def open(self, notebook: str | os.PathLike[str], *, wait_kernel: bool = True) -> NotebookPage:
-        """Navigate to the notebook (path relative to the server root) and wait for an idle kernel."""
+    def open(
+        self, notebook: str | os.PathLike[str], *, wait_kernel: bool = True, url: str | None = None
+    ) -> NotebookPage:
+        """Navigate to the notebook (path relative to the server root) and wait for an idle kernel.
+
+        ``url``: the page to load instead of ``server.url_for(notebook)`` (e.g. the URL that
+        ``jupyter lab FILE`` hands to the web browser); ``notebook`` still names what it shows.
+        """
         rel = Path(notebook)
         if rel.is_absolute():
             rel = rel.resolve().relative_to(self.server.root_dir)
         self.notebook = rel.as_posix()
-        self.page.goto(self.server.url_for(self.notebook), wait_until="domcontentloaded")
+        self.page.goto(url or self.server.url_for(self.notebook), wait_until="domcontentloaded")
         self.page.wait_for_function("() => window.jupyterapp !== undefined")
         self._mark("app_loaded")
         if wait_kernel:
