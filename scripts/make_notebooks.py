@@ -1,0 +1,230 @@
+"""Write the example notebooks in notebooks/ from the cell sources below.
+
+Run: .venv/bin/python scripts/make_notebooks.py  (outputs are not committed; the notebooks are
+executed headless by tests/test_notebooks.py and in the Binder environment test).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent / "notebooks"
+
+SETUP = '''import nbagent
+from nbagent import Agent, tool
+from nbagent.models import auto
+
+# OpenAI when OPENAI_API_KEY is set (OPENAI_MODEL, OPENAI_BASE_URL),
+# otherwise the bundled local model (offline, no key).
+model = auto()
+print(model)'''
+
+NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
+    "01_quickstart.ipynb": [
+        ("md", """# nbagent quickstart
+
+An agent with two tools, its answer streaming in, and the live tool-call table — in this cell, with
+no API key. Without `OPENAI_API_KEY` the model is the bundled SmolLM2-135M running locally: tiny, so
+we ask it to use a tool *by name*. With a key, try natural questions."""),
+        ("code", SETUP),
+        ("md", "## Two tools\nTyped functions; the schema comes from the signature, the description from the docstring."),
+        ("code", '''@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city.
+
+    Args:
+        city: The city name, e.g. "Paris".
+    """
+    return f"Sunny, 22 °C in {city}"
+
+
+@tool
+def get_time(city: str) -> str:
+    """Local time in a city."""
+    return f"It is 14:05 in {city}"
+
+
+agent = Agent(model, tools=[get_weather, get_time], settings={"max_tokens": 200})
+agent'''),
+        ("md", "## Streaming, in code\n`agent.stream()` yields typed events: text deltas, tool calls, usage, and the end of the run."),
+        ("code", '''async for event in agent.stream("Use the get_weather tool for Paris."):
+    if event.kind == "text-delta":
+        print(event.delta, end="")
+    elif event.kind == "tool-call-started":
+        print(f"\\n[{event.call.name}({event.call.args})]")
+    elif event.kind == "tool-call-finished":
+        print(f"[-> {event.result.content}]")
+    elif event.kind == "run-completed":
+        print("\\n\\ndone:", event.result.usage)'''),
+        ("md", """## The view
+`agent.chat()` shows the conversation, an input box (Enter sends), the answer streaming in as Markdown,
+a row per tool call with its arguments, status, result and duration, and the run's tokens. The run is
+a background task: the cell returns at once and the kernel stays free."""),
+        ("code", '''view = agent.chat()
+view'''),
+        ("code", '''handle = view.ask("Use the get_time tool for Tokyo.")   # same as typing it in the box
+print("the cell returned; the run goes on in the background")'''),
+        ("code", '''result = await handle        # wait for it here (only needed in a script-like notebook)
+result                       # a finished run renders as a static summary (also on GitHub / nbviewer)'''),
+        ("code", '''result.usage_df()'''),
+    ],
+    "02_approve_tools.ipynb": [
+        ("md", """# Approve tools
+
+A weather agent that must ask before booking anything: the run **pauses** on a call that needs a
+person, the view shows its arguments with **Approve / Deny / Edit** buttons, and a client-side tool
+lets the person answer the model directly. A paused run is stored, so it survives a kernel restart."""),
+        ("code", SETUP),
+        ("code", '''from pydantic import BaseModel
+from nbagent import Tool
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny, 22 °C in {city}"
+
+
+@tool(requires_approval=True)
+def book_table(city: str) -> str:
+    """Book a restaurant table in a city."""
+    return f"Table booked in {city} for 20:00"
+
+
+class AskUser(BaseModel):
+    question: str
+
+
+ask_user = Tool.client("ask_user", "Ask the person a question and get their answer.", params=AskUser)
+
+agent = Agent(model, tools=[get_weather, book_table, ask_user], settings={"max_tokens": 200})'''),
+        ("md", "## In the view\nClick **Approve** or **Deny** (with a reason) in the row of the waiting call."),
+        ("code", '''view = agent.chat(thread="dinner-plans")
+view'''),
+        ("code", '''handle = view.ask("Use the book_table tool for Paris.")
+result = await handle
+print(result.status, [(p.name, p.args) for p in result.pending])'''),
+        ("md", "## The same in code\nDecisions are per call and bound to the arguments that were shown."),
+        ("code", '''if result.status == "paused":
+    result = await agent.resume(result, approve=[p for p in result.pending if p.name == "book_table"])
+print(result.status, result.output)'''),
+        ("md", "## A client-side tool\n`ask_user` has no Python body: the run pauses until the person (or code) gives the answer."),
+        ("code", '''result = await agent.run("Use the ask_user tool to ask my name.", thread="names")
+print(result.status, [(p.name, p.reason, p.args) for p in result.pending])
+if result.pending:
+    result = await agent.resume(result, results={p.id: "Ada" for p in result.pending})
+print(result.status, result.output)'''),
+        ("md", """## Resumed after a kernel restart
+The run below pauses and is stored in SQLite (`./.nbagent/threads.db`). Restart the kernel now if you
+like, run the setup and tool cells again, then the cell after it: a *new* agent object finds the pending
+call in the store and continues — the tool that needs approval has not run, and nothing runs twice."""),
+        ("code", '''paused = await agent.run("Use the book_table tool for Rome.", thread="after-restart")
+print(paused.status, [p.name for p in paused.pending])'''),
+        ("code", '''fresh = Agent(model, tools=[get_weather, book_table, ask_user])      # as after a restart
+waiting = await fresh.pending("after-restart")
+print([(p.name, p.args) for p in waiting])
+if waiting:
+    done = await fresh.resume(thread="after-restart", approve=waiting)
+    print(done.status, done.output)'''),
+        ("code", '''fresh.chat(thread="after-restart")     # the view of a stored thread: history, tool rows, any pending buttons'''),
+    ],
+    "03_token_costs.ipynb": [
+        ("md", """# Token usage and cost
+
+Every model call is a row — tokens (input, cached, output, reasoning), latency, finish reason and
+cost — that you can group, plot and export with pandas, for a run, a thread, or everything stored."""),
+        ("code", SETUP),
+        ("code", '''import pandas as pd
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny, 22 °C in {city}"
+
+
+# Prices in USD per million tokens. Known models (gpt-4.1-mini, ...) are priced by genai-prices;
+# the local model has no price, so we give it one to have something to look at.
+agent = Agent(model, tools=[get_weather], settings={"max_tokens": 120},
+              prices={"local-model": {"input": 0.15, "cache_read": 0.075, "output": 0.60}})
+for city in ["Paris", "Rome", "Oslo"]:
+    result = await agent.run(f"Use the get_weather tool for {city}.", thread=f"weather-{city}")
+    print(city, result.status, result.usage.total_tokens, "tokens")'''),
+        ("code", '''usage = nbagent.usage_frame(agent)        # every stored model call of this agent's store
+usage.dtypes'''),
+        ("code", '''usage.groupby("thread")[["input_tokens", "output_tokens", "cost_total"]].sum()'''),
+        ("code", '''nbagent.tool_calls_frame(agent)'''),
+        ("code", '''nbagent.runs_frame(agent)'''),
+        ("code", '''from nbagent.dataframe import plot_cost, plot_tokens
+
+plot_cost(usage, by="model");'''),
+        ("code", '''plot_tokens(usage);'''),
+        ("md", "## A batch over a DataFrame\nIndependent conversations, run concurrently with a progress bar; failures stay in their row; a re-run skips rows already done."),
+        ("code", '''questions = pd.DataFrame({"question": [f"Use the get_weather tool for {c}." for c in ["Lima", "Cairo", "Kyiv", "Hanoi"]]})
+answers = agent.map(questions["question"], concurrency=2)
+answers[["input", "status", "output_tokens", "cost", "duration_s"]]'''),
+        ("md", "## Budgets\nA run stops gracefully (status `stopped`, with the reason) before a model call that would go over budget."),
+        ("code", '''thrifty = Agent(model, tools=[get_weather], token_budget=50, settings={"max_tokens": 60})
+result = await thrifty.run("Use the get_weather tool for Paris.")
+print(result.status, result.stop_reason, result.usage.total_tokens)'''),
+        ("code", '''usage.to_csv("usage.csv", index=False)
+print(open("usage.csv").readline())'''),
+    ],
+    "04_state_and_history.ipynb": [
+        ("md", """# State, threads and history
+
+Tools that build up state (an order), conversations kept by thread id, the checkpoints of a thread,
+and a fork to try another path from an earlier step."""),
+        ("code", SETUP),
+        ("code", '''from pydantic import BaseModel
+from nbagent import RunContext
+
+
+class Order(BaseModel):
+    items: list[str] = []
+
+
+@tool
+def add_item(ctx: RunContext[Order], item: str) -> str:
+    """Add an item to the order."""
+    ctx.state.items.append(item)
+    return f"order now: {ctx.state.items}"
+
+
+agent = Agent(model, tools=[add_item], state_type=Order, settings={"max_tokens": 120})
+result = await agent.run("Use the add_item tool for coffee.", thread="order-7", state=Order())
+print(result.status, result.state)'''),
+        ("code", '''result = await agent.run("Use the add_item tool for a croissant.", thread="order-7")   # state comes back from the store
+print(result.state)'''),
+        ("code", '''for info in await agent.threads():
+    print(info.thread, info.messages, info.status, repr(info.title))'''),
+        ("code", '''history = await agent.history("order-7")
+for c in history:
+    print(c.step, c.version, c.messages, c.input_tokens, c.output_tokens, c.last_message)'''),
+        ("md", "## Fork\nCopy the thread up to step 1 and continue differently from there; the original is unchanged."),
+        ("code", '''alt = await agent.fork("order-7", at_step=1, new_thread="order-7-tea")
+result = await agent.run("Use the add_item tool for tea.", thread=alt, state=Order(items=["coffee"]))
+print(alt, result.state)'''),
+        ("code", '''agent.chat(thread="order-7-tea")'''),
+    ],
+}
+
+
+def main() -> None:
+    ROOT.mkdir(exist_ok=True)
+    for name, cells in NOTEBOOKS.items():
+        nb = nbformat.v4.new_notebook()
+        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+        nb.metadata["language_info"] = {"name": "python"}
+        for i, (kind, source) in enumerate(cells):
+            cell = nbformat.v4.new_markdown_cell(source) if kind == "md" else nbformat.v4.new_code_cell(source)
+            cell["id"] = f"{name[:2]}-{i:02d}"  # stable ids: regenerating gives no spurious diff
+            nb.cells.append(cell)
+        nbformat.write(nb, ROOT / name)
+        print("wrote", ROOT / name)
+
+
+if __name__ == "__main__":
+    main()
