@@ -18,7 +18,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -204,6 +204,11 @@ def _fix_call_ids(message: AssistantMessage) -> None:
         seen.add(call.id)
 
 
+def _usage_snapshot(usage: Usage) -> Usage:
+    # An event records the total at that moment (like TextDelta.snapshot), not the live sum.
+    return dataclasses.replace(usage, calls=list(usage.calls))
+
+
 def _error_result(call: ToolCall, content: str, status: str = "failed") -> ToolResultMessage:
     return ToolResultMessage(call.id, call.name, content, True, status)  # type: ignore[arg-type]
 
@@ -216,6 +221,7 @@ class _Loop:
         self.run = run
         self.stream = stream
         self.store = agent.store
+        self.final_saved = False  # the completing answer's save carried the final meta
 
     async def save(
         self,
@@ -235,7 +241,7 @@ class _Loop:
         )
 
     # ------------------------------------------------------------------ the loop
-    async def events(self) -> AsyncIterator[Event]:
+    async def events(self) -> AsyncGenerator[Event, None]:
         run = self.run
         agent = self.agent
         yield RunStarted(run.run_id, run.thread)
@@ -265,10 +271,19 @@ class _Loop:
                 if run.status == "failed":
                     break
         except (asyncio.CancelledError, GeneratorExit):
-            await self.cancel_cleanup()
+            if run.status == "paused":
+                # Closed while announcing the pause (a view stops at approval-requested): nothing
+                # runs any more, so the pause stands and can be resumed.
+                try:
+                    await self.save(meta=True)
+                except Exception:
+                    pass
+            else:
+                await self.cancel_cleanup()
             run.result = run.to_result()
             raise
-        await self.save(meta=True)
+        if not (self.final_saved and run.status == "completed" and not run.meta_dirty):
+            await self.save(meta=True)
         result = run.result = run.to_result()
         yield RunEnded(END_KINDS[run.status], result)  # type: ignore[arg-type]
 
@@ -356,14 +371,17 @@ class _Loop:
             )
             run.error, run.exception = f"{type(exc).__name__}: {exc}", exc
             await self.save(usage=[row])
-            yield UsageEvent(row, run.usage)
+            yield UsageEvent(row, _usage_snapshot(run.usage))
             return
         run.messages.append(message)
-        await self.save(messages=[message], usage=[row])
         if message.finish_reason == "length":
             run.truncated = True
+        if not message.tool_calls:  # a text answer completes the run: one save for it and the end
+            run.status, run.output = "completed", message.text or ""
+        await self.save(messages=[message], usage=[row], meta=True)  # thread_step moved on
+        self.final_saved = not message.tool_calls
         yield ModelResponseEvent(message, step)
-        yield UsageEvent(row, run.usage)
+        yield UsageEvent(row, _usage_snapshot(run.usage))
 
     # ------------------------------------------------------------------ tools
     async def tool_phase(self, calls: list[ToolCall]) -> AsyncIterator[Event]:
@@ -505,6 +523,13 @@ class _Loop:
             content, is_error, status = tool_result_text(value), False, "done"
         except ModelRetry as exc:
             content, is_error, status = exc.message, True, "failed"
+        except asyncio.CancelledError:
+            cancelling = getattr(asyncio.current_task(), "cancelling", None)
+            if cancelling is None or cancelling():
+                raise  # the run (or this call) is being cancelled
+            # The tool's own code raised it (e.g. it awaited something cancelled elsewhere):
+            # an error result, not a hung or aborted run.
+            content, is_error, status = "CancelledError: the tool's work was cancelled", True, "failed"
         except Exception as exc:
             content, is_error, status = f"{type(exc).__name__}: {exc}", True, "failed"
         if note:
@@ -537,6 +562,6 @@ class _Loop:
             pass
 
 
-def drive(agent: Agent, run: RunState, *, stream: bool) -> AsyncIterator[Event]:
+def drive(agent: Agent, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:
     """The run's events; the last one is a `RunEnded` (unless it is cancelled)."""
     return _Loop(agent, run, stream).events()

@@ -10,7 +10,6 @@ waiting for a person.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
@@ -58,15 +57,26 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: C
             "a *_sync method was called from inside an async tool or callback running on nbagent's "
             "loop; use `await agent.run(...)` there instead"
         )
-    future = asyncio.run_coroutine_threadsafe(make_coro(), loop)
+    started = False
+    finished = threading.Event()
+
+    async def main() -> T:
+        nonlocal started
+        started = True
+        try:
+            return await make_coro()
+        finally:
+            finished.set()
+
+    future = asyncio.run_coroutine_threadsafe(main(), loop)
     try:
         return future.result()
     except KeyboardInterrupt:
         if on_interrupt is not None:
             loop.call_soon_threadsafe(on_interrupt)
+        # Cancelling the concurrent future completes it at once; wait for the coroutine itself,
+        # so the conversation is valid (open calls answered) when the KeyboardInterrupt surfaces.
         future.cancel()
-        try:
-            future.result(timeout=5)
-        except (concurrent.futures.CancelledError, concurrent.futures.TimeoutError, Exception):
-            pass
+        if started:
+            finished.wait(timeout=5)
         raise

@@ -7,6 +7,8 @@ method imports the widget edge only when called).
 from __future__ import annotations
 
 import asyncio
+import bisect
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
@@ -24,7 +26,7 @@ from .exceptions import (
     UnknownCallError,
     UserError,
 )
-from .messages import UserMessage
+from .messages import AssistantMessage, Message, SystemMessage, ToolResultMessage, UserMessage
 from .models import infer_model
 from .models.base import Model
 from .result import RunResult
@@ -159,8 +161,9 @@ class Agent:
     async def _prepare_run(self, prompt: str | None, thread: str | None, state: Any) -> RunState:
         if prompt is not None and not isinstance(prompt, str):
             raise UserError(f"the prompt must be a string, got {type(prompt).__name__}")
+        # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
+        loaded = await self._load(thread) if thread else None
         thread = thread or "thread_" + uuid.uuid4().hex[:16]
-        loaded = await self._load(thread)
         run = self._run_state(thread, loaded, state)
         open_calls = unanswered_calls(run.messages)
         if open_calls:
@@ -280,8 +283,14 @@ class Agent:
             run = await prepare()
             if box is not None:
                 box.run = run
-            async for event in drive(self, run, stream=True):
-                yield event
+            inner = drive(self, run, stream=True)
+            try:
+                async for event in inner:
+                    yield event
+            finally:
+                # Closing this stream early must close the run now (answering open calls), not
+                # when the loop gets round to finalizing the abandoned inner generator.
+                await inner.aclose()
 
         return events()
 
@@ -363,12 +372,15 @@ class Agent:
             options = dict(resume)
             if not isinstance(options.get("edit", {}), Mapping) or not isinstance(options.get("results", {}), Mapping):
                 raise UserError("resume={'edit': {...}, 'results': {...}} must be dicts")
-            events = self._events(lambda: self._prepare_resume(
-                options.pop("result", None), thread, options.pop("approve", ()), options.pop("deny", ()),
-                options.pop("edit", None) or {}, options.pop("results", None) or {},
-                options.pop("always_allow", ()), state), box)
+            # popped here, not inside the lambda: the check below must see only unknown options
+            r_result = options.pop("result", None)
+            approve, deny = options.pop("approve", ()), options.pop("deny", ())
+            edit, results = options.pop("edit", None) or {}, options.pop("results", None) or {}
+            always_allow = options.pop("always_allow", ())
             if options:
                 raise UserError(f"unknown resume options: {sorted(options)}")
+            events = self._events(lambda: self._prepare_resume(
+                r_result, thread, approve, deny, edit, results, always_allow, state), box)
         else:
             events = self._events(lambda: self._prepare_run(prompt, thread, state), box)
         return RunHandle(events, on_event, box)
@@ -409,6 +421,98 @@ class Agent:
         loaded = await self._load(thread)
         return Usage.of(loaded.usage if loaded else [])
 
+    async def fork(
+        self,
+        thread: str,
+        *,
+        at_step: int | None = None,
+        new_thread: str | None = None,
+        edit: str | Mapping[str, Any] | Message | None = None,
+    ) -> str:
+        """Copy a thread up to a step into a new thread, to try another path from there.
+
+        ```python
+        for c in await agent.history("support-42"):         # step, last message, tokens so far
+            print(c.step, c.last_message)
+        alt = await agent.fork("support-42", at_step=2, edit={"content": "order 42 was never shipped"})
+        result = await agent.resume(thread=alt)             # the model sees the edited tool result
+        ```
+
+        Which messages are copied: every message written at a step ``<= at_step`` (all of them
+        when `at_step` is None). The prompt that starts a thread has step 0; the model's answer of
+        step *n* and the results of its tool calls have step *n*; a prompt sent after the final
+        answer of step *n* also has step *n*, so it is copied too (and can be edited). A fork
+        never leaves a tool call without its result: when the copy would end with an answer some
+        of whose calls have no result (the source was paused or interrupted in that step), the
+        copy ends before that answer (its partial results and its usage row stay behind too).
+        The usage rows of the copied steps and the ledger entries of the copied tool calls come
+        along, so no copied call runs again. The user's state object is not copied (the store
+        keeps only its latest value, which may reflect later steps): pass ``state=`` when you
+        continue the fork. Pending approvals are not copied.
+
+        Args:
+            thread: the thread to copy (it is not changed).
+            at_step: the last step to copy (see `history`); None copies the whole thread.
+            new_thread: the new thread's id (default: ``"<thread>-fork-<random>"``).
+            edit: changes the last copied message, the one at the fork point: a ``str`` replaces
+                its text (``content`` of a prompt or tool result, ``text`` of an answer); a dict
+                sets fields, e.g. ``{"content": "...", "is_error": False}``; a message instance
+                replaces it (a tool result must keep the ``call_id``, an answer may not add tool
+                calls).
+
+        Returns:
+            The new thread's id. Continue it with ``agent.resume(thread=new)`` (when it ends with
+            a prompt or a tool result) or ``agent.run(prompt, thread=new)``.
+
+        Raises:
+            UserError: the thread does not exist, `at_step` is negative, or `edit` does not fit.
+            ConflictError: `new_thread` already exists.
+        """
+        loaded = await self._load(thread)
+        if loaded is None:
+            raise UserError(f"thread {thread!r} is not in the store ({self.store!r})")
+        if at_step is not None and (not isinstance(at_step, int) or at_step < 0):
+            raise UserError(f"at_step must be a step number >= 0, got {at_step!r}")
+        steps = loaded.message_steps
+        count = len(steps) if at_step is None else bisect.bisect_right(steps, at_step)
+        messages = loaded.messages[:count]
+        while unanswered_calls(messages):
+            count = max(i for i, m in enumerate(messages) if m.kind == "assistant")
+            messages = messages[:count]
+        last = None
+        if edit is not None:
+            if not messages:
+                raise UserError(f"nothing to edit: thread {thread!r} has no message at step {at_step}")
+            last = _edited(messages[-1], edit)
+        new_thread = new_thread or f"{thread}-fork-{uuid.uuid4().hex[:8]}"
+        meta = {
+            "status": "forked",
+            "run_id": None,
+            "thread_step": steps[count - 1] if count else 0,
+            "pending": [],
+            "decisions": {},
+            "always_allowed": list(loaded.meta.get("always_allowed", [])),
+            "state": None,
+            "stop_reason": None,
+            "error": None,
+            "output": None,
+            "truncated": False,
+            "forked_from": {"thread": thread, "at_step": at_step, "messages": count},
+        }
+        await self.store.copy(thread, new_thread, messages=count, last=last, meta=meta)
+        return new_thread
+
+    def fork_sync(
+        self,
+        thread: str,
+        *,
+        at_step: int | None = None,
+        new_thread: str | None = None,
+        edit: str | Mapping[str, Any] | Message | None = None,
+    ) -> str:
+        """`fork` from sync code."""
+        return run_sync(lambda: self.fork(thread, at_step=at_step, new_thread=new_thread, edit=edit))
+
     def threads_sync(self) -> list[Any]:
         """`threads` from sync code."""
         return run_sync(self.threads)
@@ -416,6 +520,10 @@ class Agent:
     def history_sync(self, thread: str) -> list[Any]:
         """`history` from sync code."""
         return run_sync(lambda: self.history(thread))
+
+    def thread_usage_sync(self, thread: str) -> Usage:
+        """`thread_usage` from sync code."""
+        return run_sync(lambda: self.thread_usage(thread))
 
     # ------------------------------------------------------------------ edges
     def chat(self, thread: str | None = None, **kwargs: Any) -> Any:
@@ -432,10 +540,46 @@ class Agent:
         return batch(self, inputs, **kwargs)
 
 
+def _edited(message: Message, edit: str | Mapping[str, Any] | Message) -> Message:
+    """The fork point's message after `Agent.fork`'s `edit`."""
+    if isinstance(edit, (SystemMessage, UserMessage, AssistantMessage, ToolResultMessage)):
+        new: Message = edit
+    else:
+        if isinstance(edit, str):
+            changes: dict[str, Any] = {"text" if message.kind == "assistant" else "content": edit}
+        elif isinstance(edit, Mapping):
+            changes = dict(edit)
+        else:
+            raise UserError(f"edit must be a str, a dict of fields or a message, got {type(edit).__name__}")
+        names = {f.name for f in dataclasses.fields(message)} - {"kind"}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise UserError(f"edit names fields {unknown} that a {message.kind} message does not have; "
+                            f"its fields: {sorted(names)}")
+        new = dataclasses.replace(message, **changes)  # type: ignore[arg-type]
+    if message.kind == "tool-result" and (
+        new.kind != "tool-result" or new.call_id != message.call_id  # type: ignore[union-attr]
+    ):
+        raise UserError(
+            f"the fork point is the result of call {message.call_id!r}; the edit must stay a result "  # type: ignore[union-attr]
+            "of that call (same call_id), or the call would be left without a result"
+        )
+    if new.kind == "assistant" and new.tool_calls:  # type: ignore[union-attr]
+        raise UserError(
+            "an edited answer at the fork point may not have tool calls: they would have no results"
+        )
+    return new
+
+
 async def _consume(events: AsyncIterator[Event], run: RunState) -> RunResult:
+    # Iterate to the end (RunEnded is the last event) so the generator finishes here, rather
+    # than later in an asyncgen-finalizer task (a task and a self-pipe write per run).
+    ended = None
     async for event in events:
         if isinstance(event, RunEnded):
-            return event.result
+            ended = event.result
+    if ended is not None:
+        return ended
     assert run.result is not None
     return run.result
 

@@ -27,6 +27,7 @@ __all__ = [
     "ReasoningText",
     "ScriptedModel",
     "TestModel",
+    "auto",
     "infer_model",
     "local",
     "tool_call",
@@ -54,6 +55,19 @@ def local(**kwargs: Any) -> Model:
     from .openai import local_model
 
     return local_model(**kwargs)
+
+
+def auto(**kwargs: Any) -> Model:
+    """The notebooks' default model: OpenAI (or any compatible server) when ``OPENAI_API_KEY`` is
+    set — ``OPENAI_MODEL`` names it (default ``gpt-4.1-mini``), ``OPENAI_BASE_URL`` points
+    elsewhere — and otherwise the bundled local model (`local`), so everything runs offline."""
+    import os
+
+    if os.environ.get("OPENAI_API_KEY"):
+        from .openai import OpenAIModel
+
+        return OpenAIModel(os.environ.get("OPENAI_MODEL") or "gpt-4.1-mini", **kwargs)
+    return local(**kwargs)
 
 
 def infer_model(model: Model | str) -> Model:

@@ -23,12 +23,23 @@ _WORD = re.compile(r"\S+")
 
 def estimate_tokens(text: str | None) -> int:
     """A deterministic stand-in for a tokenizer: one token per whitespace-separated word."""
-    return len(_WORD.findall(text)) if text else 0
+    return len(text.split()) if text else 0  # same count as _WORD.findall, ~3x faster
+
+
+_counted: tuple[Any, int, Any, int] = (None, 0, None, 0)
+"""(messages list, its length, its last message, their tokens) of the last estimate: the run loop
+appends to one list, so the next request only counts the new messages (no growth per step)."""
 
 
 def _request_tokens(messages: list[Message]) -> int:
+    global _counted
     total = 0
-    for m in messages:
+    start = 0
+    seen, n, last, tokens = _counted
+    if seen is messages and 0 < n <= len(messages) and messages[n - 1] is last:
+        start, total = n, tokens
+    for i in range(start, len(messages)):
+        m = messages[i]
         kind = m.kind
         if kind == "assistant":
             total += estimate_tokens(m.text) + sum(  # type: ignore[union-attr]
@@ -36,6 +47,8 @@ def _request_tokens(messages: list[Message]) -> int:
             )
         else:
             total += estimate_tokens(m.content)  # type: ignore[union-attr]
+    if messages:
+        _counted = (messages, len(messages), messages[-1], total)
     return total + 2 * len(messages)
 
 

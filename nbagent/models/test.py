@@ -60,7 +60,7 @@ class TestModel(FunctionModel):
             results[m.name] = m.content  # type: ignore[union-attr]
         if not results:
             return "success (no tool calls)"
-        return json.dumps(dict(reversed(list(results.items()))))
+        return json.dumps(dict(reversed(list(results.items()))), ensure_ascii=False)
 
 
 def example_args(schema: dict[str, Any], defs: dict[str, Any] | None = None) -> Any:
