@@ -108,6 +108,8 @@ class RunState:
     cancel_requested: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
     result: RunResult | None = None
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -122,6 +124,8 @@ class RunState:
             "error": self.error,
             "output": self.output,
             "truncated": self.truncated,
+            "started_at": self.started_at,
+            "ended_at": self.ended_at,
         }
 
     def to_result(self) -> RunResult:
@@ -140,6 +144,8 @@ class RunState:
             state=self.state,
             new_message_index=self.new_message_index,
             exception=self.exception,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
         )
 
 
@@ -283,6 +289,7 @@ class _Loop:
             run.result = run.to_result()
             raise
         if not (self.final_saved and run.status == "completed" and not run.meta_dirty):
+            run.ended_at = time.time()
             await self.save(meta=True)
         result = run.result = run.to_result()
         yield RunEnded(END_KINDS[run.status], result)  # type: ignore[arg-type]
@@ -378,6 +385,7 @@ class _Loop:
             run.truncated = True
         if not message.tool_calls:  # a text answer completes the run: one save for it and the end
             run.status, run.output = "completed", message.text or ""
+            run.ended_at = time.time()
         await self.save(messages=[message], usage=[row], meta=True)  # thread_step moved on
         self.final_saved = not message.tool_calls
         yield ModelResponseEvent(message, step)
@@ -446,6 +454,8 @@ class _Loop:
                 if needs:
                     pending.append(PendingCall(call.id, call.name, args, "approval", tool.description))
                     continue
+            if pending and agent.tools_in_order:
+                continue  # in order: runs after the waiting call is decided (left unanswered)
             if decision is not None:
                 del run.decisions[call.id]
             to_run.append((call, tool, validated, note))
@@ -556,6 +566,7 @@ class _Loop:
         run.messages.extend(results)
         run.pending = []
         run.status = "cancelled"
+        run.ended_at = time.time()
         try:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation

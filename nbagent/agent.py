@@ -107,7 +107,12 @@ class Agent:
         self.settings: dict[str, Any] = dict(settings or {})
         self._store = store
         self.state_type = state_type
-        self.prices = dict(prices) if prices else None
+        if prices:
+            from .pricing import check_prices  # bad prices fail here, not in the first run
+
+            self.prices = check_prices(prices)
+        else:
+            self.prices = None
         self.name = name
         self.tool_definitions = [t.definition() for t in self.tools.values()]
 
@@ -415,6 +420,19 @@ class Agent:
     async def history(self, thread: str) -> list[Any]:
         """The checkpoints of a thread (`Checkpoint`: step, time, last message, usage so far)."""
         return await self.store.checkpoints(thread)
+
+    async def pending(self, thread: str) -> list[PendingCall]:
+        """The calls of a stored thread that wait for a decision or a client result, e.g. after
+        a kernel restart: ``await agent.resume(thread=t, approve=await agent.pending(t))``."""
+        loaded = await self._load(thread)
+        if loaded is None:
+            return []
+        open_ids = {c.id for c in unanswered_calls(loaded.messages)}
+        return [p for p in map(PendingCall.from_dict, loaded.meta.get("pending", ())) if p.id in open_ids]
+
+    def pending_sync(self, thread: str) -> list[PendingCall]:
+        """`pending` from sync code."""
+        return run_sync(lambda: self.pending(thread))
 
     async def thread_usage(self, thread: str) -> Usage:
         """All model calls stored for a thread, summed."""

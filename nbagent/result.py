@@ -54,6 +54,17 @@ class RunResult:
     """Index in `messages` of the first message this run added."""
     exception: BaseException | None = field(default=None, repr=False)
     """The exception behind a failed run, when it happened in this process."""
+    started_at: float | None = None
+    """When the run started (seconds since the epoch)."""
+    ended_at: float | None = None
+    """When it ended (None while it goes on)."""
+
+    @property
+    def duration_s(self) -> float | None:
+        """Wall time of the run, model calls, tools and waits included."""
+        if self.started_at is None or self.ended_at is None:
+            return None
+        return self.ended_at - self.started_at
 
     @property
     def new_messages(self) -> list[Message]:

@@ -368,3 +368,54 @@ async def test_approval_and_client_events_in_a_stream() -> None:
     assert events[-1].kind == "run-completed"
     finished = [e.result.content for e in events if e.kind == "tool-call-finished"]
     assert sorted(finished) == ["refunded 1 on 1", "yes"]
+
+
+async def test_pending_lists_what_waits_on_a_stored_thread_for_a_new_agent() -> None:
+    store = MemoryStore()
+    ran: list[str] = []
+
+    @tool(requires_approval=True)
+    def book(city: str) -> str:
+        """Book."""
+        ran.append(city)
+        return f"booked {city}"
+
+    model = ScriptedModel([tool_call("book", city="Rome"), "Booked."])
+    paused = await Agent(model, tools=[book], store=store).run("book Rome", thread="t")
+    fresh = Agent(model, tools=[book], store=store)  # as after a kernel restart
+    waiting = await fresh.pending("t")
+    assert [(p.name, p.args) for p in waiting] == [("book", {"city": "Rome"})]
+    assert waiting[0].id == paused.pending[0].id
+    done = await fresh.resume(thread="t", approve=waiting)
+    assert (done.status, done.output, ran) == ("completed", "Booked.", ["Rome"])
+    assert await fresh.pending("t") == []
+    assert await fresh.pending("no-such-thread") == []
+
+
+async def test_tools_in_order_defers_later_calls_until_the_waiting_one_is_decided() -> None:
+    order: list[str] = []
+
+    @tool(requires_approval=True)
+    def first(x: str) -> str:
+        """First."""
+        order.append("first")
+        return "1"
+
+    @tool
+    def second(x: str) -> str:
+        """Second."""
+        order.append("second")
+        return "2"
+
+    model = ScriptedModel([[tool_call("first", x="a"), tool_call("second", x="b")], "ok"])
+    agent = Agent(model, tools=[first, second], tools_in_order=True, store=MemoryStore())
+    result = await agent.run("go")
+    assert result.status == "paused" and order == []
+    result = await agent.resume(result, approve=result.pending)
+    assert result.status == "completed" and order == ["first", "second"]
+
+
+async def test_result_records_start_and_end_times() -> None:
+    result = await Agent(ScriptedModel(["hi"]), store=MemoryStore()).run("hello")
+    assert result.started_at is not None and result.ended_at is not None
+    assert 0 <= result.duration_s < 5
