@@ -8,7 +8,16 @@ Scenarios (each measured in a fresh subprocess, so one's memory does not count i
 - ``usage 1M, columns``: `usage_from_columns` on a dict of Python lists (what a columnar store
   reader returns). Target: <= 2 s, <= 1 GB peak.
 - ``usage 1M, SQLite``: `usage_frame(store)` on a `SQLiteStore` holding 1,000,000 usage rows
-  (reading the file through ``usage_columns`` included). Target: <= 2 s, <= 1 GB peak.
+  (reading the file through ``usage_columns`` included). Target: <= 2 s, <= 1 GB peak. The
+  file is filled first, in its own process, through `SQLiteStore.append` (1,000 threads of
+  1,000 model calls, one append per thread), so the columnar chunks are those appends wrote.
+- ``sqlite-thread``: `usage_frame(store, thread=...)` for one 1,000-row thread of that file.
+- ``sqlite-v1``: the same file as a format-1 file from before usage chunks (chunk table and
+  triggers dropped): the first `usage_frame` packs every row (the one-off migration), the
+  second is timed as usual.
+- ``append``: per-append latency (one message + one usage row, like a model step) over 20,000
+  appends to one thread, with chunk packing and with packing switched off; reports p50 / p99 /
+  p99.9 / max, so the pause of the append that packs a chunk is visible.
 - ``usage 1M, objects``: `usage_frame(rows)` on 1,000,000 `ModelCallUsage` objects (what an
   in-memory source gives). No target; for reference.
 - ``batch 1000, MemoryStore`` / ``batch 1000, default store``: `batch` of 1,000 conversations
@@ -16,7 +25,9 @@ Scenarios (each measured in a fresh subprocess, so one's memory does not count i
 
 Time is wall-clock without tracing; peak memory is measured in a second pass with
 ``tracemalloc`` (Python and numpy allocations made while building; the source is excluded),
-and the process's max RSS is reported too (source included).
+and the process's max RSS is reported too (source included). For the SQLite scenarios the RSS
+growth of the first (untraced) build is reported as well: the peak RSS (``VmHWM``, reset through
+``/proc/self/clear_refs`` where the kernel allows) minus the RSS before it.
 """
 
 from __future__ import annotations
@@ -37,6 +48,10 @@ from typing import Any
 TARGETS = {
     "columns": (2.0, 1024.0),
     "sqlite": (2.0, 1024.0),
+    "sqlite-thread": (None, None),
+    "sqlite-v1": (2.0, 1024.0),
+    "append": (None, None),
+    "fill": (None, None),
     "objects": (None, None),
     "batch-memory": (5.0, None),
     "batch-default": (5.0, None),
@@ -69,10 +84,30 @@ def _columns(n: int) -> dict[str, list[Any]]:
     }
 
 
-def _measure(build: Any) -> tuple[float, float]:
+def _status_mb(key: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024  # kB
+    return float("nan")
+
+
+def _reset_peak_rss() -> None:
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current RSS (Linux >= 4.0)
+    except OSError:
+        pass
+
+
+def _measure(build: Any) -> tuple[float, float, float]:
+    """(seconds, traced peak MB, RSS growth MB) of `build`."""
+    _reset_peak_rss()
+    rss_before = _status_mb("VmRSS")
     clock = time.perf_counter()
     df = build()
     seconds = time.perf_counter() - clock
+    rss_growth = _status_mb("VmHWM") - rss_before
     rows = len(df)
     del df
     tracemalloc.start()
@@ -80,7 +115,7 @@ def _measure(build: Any) -> tuple[float, float]:
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert len(df) == rows
-    return seconds, peak / 2**20
+    return seconds, peak / 2**20, rss_growth
 
 
 def _maxrss_mb() -> float:
@@ -91,7 +126,7 @@ def scenario_columns(n: int) -> dict[str, Any]:
     from nbagent.dataframe import usage_from_columns
 
     cols = _columns(n)
-    seconds, peak = _measure(lambda: usage_from_columns(cols))
+    seconds, peak, _ = _measure(lambda: usage_from_columns(cols))
     return {"seconds": seconds, "peak_mb": peak}
 
 
@@ -103,25 +138,85 @@ def scenario_objects(n: int) -> dict[str, Any]:
     names = list(cols)
     rows = [ModelCallUsage(*values) for values in zip(*(cols[k] for k in names), strict=True)]
     del cols
-    seconds, peak = _measure(lambda: usage_frame(rows))
+    seconds, peak, _ = _measure(lambda: usage_frame(rows))
     return {"seconds": seconds, "peak_mb": peak}
 
 
-def scenario_sqlite(n: int, path: str) -> dict[str, Any]:
+def scenario_fill(n: int, path: str) -> dict[str, Any]:
+    from nbagent.store import SQLiteStore
+
+    store = SQLiteStore(path)
+    fill = asyncio.run(_fill(store, n))
+    asyncio.run(store.close())
+    return {"seconds": fill, "peak_mb": None}
+
+
+def scenario_sqlite(n: int, path: str, thread: str | None = None) -> dict[str, Any]:
     from nbagent.dataframe import usage_frame
     from nbagent.store import SQLiteStore
 
     store = SQLiteStore(path)
-    fill = 0.0
-    if not asyncio.run(_has_rows(store, n)):
-        fill = asyncio.run(_fill(store, n))
-    seconds, peak = _measure(lambda: usage_frame(store))
-    return {"seconds": seconds, "peak_mb": peak, "fill_s": fill}
+    asyncio.run(store.threads())  # open the file outside the measurement
+    seconds, peak, rss = _measure(lambda: usage_frame(store, thread=thread))
+    rows = len(usage_frame(store, thread=thread))
+    assert rows == (n if thread is None else 1000), rows
+    return {"seconds": seconds, "peak_mb": peak, "rss_growth_mb": rss}
 
 
-async def _has_rows(store: Any, n: int) -> bool:
-    cols = await store.usage_columns()
-    return len(cols["run_id"]) == n
+def scenario_sqlite_v1(n: int, path: str) -> dict[str, Any]:
+    import sqlite3
+
+    from nbagent.dataframe import usage_frame
+    from nbagent.store import SQLiteStore
+
+    conn = sqlite3.connect(path)
+    for trigger in ("usage_chunks_on_insert", "usage_chunks_on_update", "usage_chunks_on_delete"):
+        conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+    conn.execute("DROP TABLE IF EXISTS usage_chunks")
+    conn.commit()
+    conn.close()
+    store = SQLiteStore(path)
+    clock = time.perf_counter()
+    assert len(usage_frame(store)) == n
+    migrate = time.perf_counter() - clock
+    seconds, peak, rss = _measure(lambda: usage_frame(store))
+    return {"seconds": seconds, "peak_mb": peak, "rss_growth_mb": rss, "migrate_s": migrate}
+
+
+def scenario_append(n: int, path: str) -> dict[str, Any]:
+    from nbagent.messages import AssistantMessage
+    from nbagent.store import SQLiteStore
+    from nbagent.store import sqlite as sqlite_store
+    from nbagent.usage import ModelCallUsage
+
+    async def run(thread: str) -> list[float]:
+        times, v = [], 0
+        for i in range(n):
+            row = ModelCallUsage(f"run_{i // 10}", thread, i, time.time(), "openai", "gpt-4o-mini",
+                                 input_tokens=1000 + i, output_tokens=20, cost_total=2e-4)
+            clock = time.perf_counter()
+            v = await store.append(thread, version=v, step=i, messages=[AssistantMessage("ok " * 20)],
+                                   usage=[row])
+            times.append(time.perf_counter() - clock)
+        return times
+
+    def pct(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+    store = SQLiteStore(path)
+    out: dict[str, Any] = {}
+    chunk_rows = sqlite_store.CHUNK_ROWS
+    total = 0.0
+    for label, rows in (("packing", chunk_rows), ("no-packing", 2**62)):
+        sqlite_store.CHUNK_ROWS = rows
+        t = asyncio.run(run(f"append-{label}"))
+        total = total or sum(t)
+        out[label] = {q: round(pct(t, p), 3) for q, p in (("p50", 0.5), ("p99", 0.99), ("p99.9", 0.999))}
+        out[label]["max"] = round(max(t) * 1000, 3)
+    sqlite_store.CHUNK_ROWS = chunk_rows
+    asyncio.run(store.close())
+    return {"seconds": total, "peak_mb": None, "latency_ms": out}
 
 
 async def _fill(store: Any, n: int) -> float:
@@ -179,8 +274,16 @@ def _child(name: str, n: int, extra: str | None) -> None:
         out = scenario_columns(n)
     elif name == "objects":
         out = scenario_objects(n)
+    elif name == "fill":
+        out = scenario_fill(n, extra or "")
     elif name == "sqlite":
         out = scenario_sqlite(n, extra or "")
+    elif name == "sqlite-thread":
+        out = scenario_sqlite(n, extra or "", thread=f"bench_{n // 2000:06d}")
+    elif name == "sqlite-v1":
+        out = scenario_sqlite_v1(n, extra or "")
+    elif name == "append":
+        out = scenario_append(n, extra or "")
     else:
         out = scenario_batch(n, name.split("-", 1)[1])
     out["maxrss_mb"] = _maxrss_mb()
@@ -214,15 +317,20 @@ def main() -> None:
     skip = set(filter(None, args.skip.split(",")))
     results: list[tuple[str, int, dict[str, Any]]] = []
     with tempfile.TemporaryDirectory() as tmp:
+        db = str(Path(tmp) / "usage.db")
         plan = [
             ("columns", args.rows, None, None),
-            ("sqlite", args.rows, str(Path(tmp) / "usage.db"), None),
+            ("fill", args.rows, db, None),
+            ("sqlite", args.rows, db, None),
+            ("sqlite-thread", args.rows, db, None),
+            ("sqlite-v1", args.rows, db, None),
+            ("append", 20_000, str(Path(tmp) / "append.db"), None),
             ("objects", args.rows, None, None),
             ("batch-memory", args.batch, None, None),
             ("batch-default", args.batch, None, {"NBAGENT_STORE": str(Path(tmp) / "default.db")}),
         ]
         for name, n, extra, env in plan:
-            if name in skip:
+            if name in skip or (name.startswith("sqlite") and "fill" in skip):
                 continue
             results.append((name, n, _run(name, n, extra, env)))
             _print_row(*results[-1])
@@ -238,8 +346,17 @@ def _print_row(name: str, n: int, r: dict[str, Any]) -> None:
         "-" if t_target is None else f"<= {t_target:g} s" + (f", <= {m_target:.0f} MB" if m_target else "")
     )
     notes = []
-    if r.get("fill_s"):
-        notes.append(f"filling the file took {r['fill_s']:.1f} s")
+    if name == "fill":
+        notes.append(f"{n // 1000:,} appends of 1,000 usage rows (chunks packed by the appends)")
+    if r.get("rss_growth_mb") is not None:
+        notes.append(f"RSS growth {r['rss_growth_mb']:.0f} MB")
+    if r.get("migrate_s"):
+        notes.append(f"first read of the format-1 file (packs every row) {r['migrate_s']:.1f} s")
+    if r.get("latency_ms"):
+        notes.append("append ms " + "; ".join(
+            f"{label}: " + ", ".join(f"{q} {v:.2f}" for q, v in qs.items())
+            for label, qs in r["latency_ms"].items()
+        ))
     if "rerun_s" in r:
         notes.append(f"re-run (all skipped) {r['rerun_s']:.2f} s")
     if not _print_row.header:  # type: ignore[attr-defined]

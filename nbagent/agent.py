@@ -32,7 +32,7 @@ from .models.base import Model
 from .result import RunResult
 from .retry import Retry
 from .store import Store, default_store
-from .store.base import ThreadState
+from .store.base import ThreadState, UsageColumns
 from .tools import Tool
 from .usage import ModelCallUsage, Usage
 
@@ -435,8 +435,11 @@ class Agent:
         return run_sync(lambda: self.pending(thread))
 
     async def thread_usage(self, thread: str) -> Usage:
-        """All model calls stored for a thread, summed."""
-        loaded = await self._load(thread)
+        """All model calls stored for a thread, summed (read column-wise, without the messages)."""
+        columns = await self.store.usage_columns(thread)
+        if isinstance(columns, UsageColumns):
+            return Usage.of(columns.to_rows())
+        loaded = await self._load(thread)  # a store overriding usage_columns with plain lists
         return Usage.of(loaded.usage if loaded else [])
 
     async def fork(

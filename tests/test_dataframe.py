@@ -220,6 +220,64 @@ def test_empty_frames_have_the_schema():
     assert len(usage_frame(MemoryStore())) == 0
 
 
+def _stored_rows(n: int) -> list[ModelCallUsage]:
+    return [
+        ModelCallUsage(
+            f"run_{i // 4}", f"t{i % 3}", i, 1.7e9 + i / 8, "openai" if i % 9 else "local",
+            "gpt-4o-mini" if i % 3 else "gpt-4.1-mini", 100 + i, i % 3, 0, 7 + i, i % 2, 0.5 + i / 100,
+            None if i % 5 == 0 else ("stop" if i % 2 else "tool_calls"), i % 3,
+            None if i % 7 == 0 else 1e-4 * i, None if i % 7 == 0 else 2e-4, None if i % 7 == 0 else 3e-4,
+            "USD", i % 10 != 0,
+        )
+        for i in range(n)
+    ]
+
+
+def test_usage_frame_from_sqlite_chunks_equals_the_frame_from_rows(tmp_path, monkeypatch):
+    """The columnar chunks (shared by threads, filtered per thread) give the very frame the
+    rows give: values, NaN for missing costs, dtypes and categories in the same order."""
+    import nbagent.store.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "CHUNK_ROWS", 8)  # many chunks, plus rows not packed yet
+    monkeypatch.setattr(sqlite_store, "_SMALL_THREAD", 4)  # threads read from shared chunks
+    rows = _stored_rows(75)
+    store = SQLiteStore(tmp_path / "t.db")
+    versions: dict[str, int] = {}
+
+    async def write():
+        for r in rows:
+            versions[r.thread] = await store.append(
+                r.thread, version=versions.get(r.thread, 0), step=r.step, usage=[r]
+            )
+
+    asyncio.run(write())
+    assert len((asyncio.run(store.usage_columns())).blocks) > 5
+    pairs = [(usage_frame(store), usage_frame(rows))]
+    for wanted in ("t1", ["t2", "t0"]):
+        names = [wanted] if isinstance(wanted, str) else wanted
+        expected = usage_frame([r for n in names for r in rows if r.thread == n])
+        pairs.append((usage_frame(store, thread=wanted), expected))
+    for got, expected in pairs:
+        assert_dtypes(got, USAGE_SCHEMA)
+        pd.testing.assert_frame_equal(got, expected)
+        for name in ("run_id", "thread", "provider", "model", "finish_reason", "currency"):
+            assert got[name].cat.categories.tolist() == expected[name].cat.categories.tolist(), name
+    assert pairs[1][0]["thread"].cat.categories.tolist() == ["t1"]
+    assert pairs[0][0]["cost_total"].isna().sum() == 11
+    asyncio.run(store.close())
+
+
+def test_usage_from_columns_reads_store_columns_with_a_column_subset():
+    store = MemoryStore()
+    asyncio.run(store.append("t", version=0, step=1, usage=_stored_rows(3)))
+    cols = asyncio.run(store.usage_columns(columns=["model", "input_tokens"]))
+    df = usage_from_columns(cols)
+    assert_dtypes(df, USAGE_SCHEMA)
+    assert df["input_tokens"].tolist() == [100, 101, 102] and df["output_tokens"].tolist() == [0] * 3
+    assert df["model"].cat.categories.tolist() == ["gpt-4.1-mini", "gpt-4o-mini"]
+    assert df["cost_total"].isna().all() and df["currency"].tolist() == ["USD"] * 3
+
+
 def test_usage_from_columns_defaults_and_missing_values():
     df = usage_from_columns(
         {

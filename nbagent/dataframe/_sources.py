@@ -5,10 +5,10 @@ Owns source resolution: a `RunResult`, a list of them, a `Usage`, `ModelCallUsag
 only (no pandas). Stores are async: `load_threads` is a coroutine the sync frame functions run
 through `nbagent._sync.run_sync`, which works in scripts and inside a notebook's running loop.
 
-A store may offer a fast columnar usage reader; when it has a ``usage_columns`` method (sync or
-async, ``usage_columns(thread=None) -> {column: list | array}`` keyed by `ModelCallUsage` field
-names, as `SQLiteStore` has) the usage frame is built from it without materialising one object
-per model call.
+Stores have a columnar usage reader, `Store.usage_columns` (``usage_columns(thread=None) ->
+UsageColumns``: buffers per column, see its contract); the usage frame is built from it without
+materialising one object per model call. A store object that returns a plain mapping of lists
+instead (an older third-party store; sync or async) still works.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any
 
 from ..agent import Agent
 from ..result import RunResult
-from ..store.base import Store, ThreadState
+from ..store.base import Store, ThreadState, UsageColumns
 from ..usage import ModelCallUsage, Usage
 
 __all__ = ["Loaded", "is_async_source", "load", "store_of", "thread_names"]
@@ -76,6 +76,8 @@ async def _columns_from_store(store: Store, threads: list[str] | None) -> Mappin
     parts = [await _call(reader, thread=name) for name in threads]
     if len(parts) == 1:
         return parts[0]  # type: ignore[no-any-return]
+    if parts and all(isinstance(p, UsageColumns) for p in parts):
+        return UsageColumns.concat(parts)
     keys = [k for k in parts[0]] if parts else []
     return {k: [v for part in parts for v in part[k]] for k in keys}
 

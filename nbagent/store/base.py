@@ -1,7 +1,8 @@
 """The checkpoint store protocol and the shapes it persists.
 
-Imports messages, usage and exceptions only. Stores are async (ready for PostgreSQL); every
-persisted shape is JSON (no pickle) and versioned by `FORMAT_VERSION`.
+Imports messages, usage, exceptions and the columnar usage shape (`_columnar`) only. Stores are
+async (ready for PostgreSQL); every persisted shape is JSON (no pickle) and versioned by
+`FORMAT_VERSION`.
 
 A thread is an append-only log. Each `append` is one checkpoint: new messages, new usage rows,
 tool-call ledger updates and the run's small ``meta`` record (status, pending calls, decisions,
@@ -19,15 +20,20 @@ from typing import Any, Literal
 
 from ..messages import Message
 from ..usage import ModelCallUsage
+from ._columnar import USAGE_KINDS, ColumnBlock, TextPart, UsageColumns, column_names
 
 __all__ = [
     "FORMAT_VERSION",
+    "USAGE_KINDS",
     "Checkpoint",
+    "ColumnBlock",
     "LedgerEntry",
     "LedgerStatus",
     "Store",
+    "TextPart",
     "ThreadInfo",
     "ThreadState",
+    "UsageColumns",
 ]
 
 FORMAT_VERSION = 1
@@ -200,21 +206,34 @@ class Store:
             )
         return version
 
-    async def usage_columns(self, thread: str | None = None) -> dict[str, list[Any]]:
-        """Stored usage rows as columns (one list per `ModelCallUsage` field), for DataFrames.
+    async def usage_columns(
+        self, thread: str | None = None, columns: Sequence[str] | None = None
+    ) -> UsageColumns:
+        """Stored usage rows (one per model call) column by column, for DataFrames and sums.
 
-        `thread` limits them to one thread. This default loads every thread; `SQLiteStore` reads
-        the columns straight from its table.
+        The contract every store keeps:
+
+        - rows of all threads (or of `thread` only), in the order they were written (for one
+          thread, oldest first; across threads, `SQLiteStore` gives write order and this default
+          gives threads oldest first);
+        - `columns` limits the columns read (`ModelCallUsage` field names; default all of them);
+        - the result is a `UsageColumns`: a list of blocks (`ColumnBlock`), each holding one buffer
+          per column, typed by `USAGE_KINDS` (int64 ``array`` / ``memoryview``, float64 with NaN
+          for None, bool bytes, and dictionary-encoded text as `TextPart`) — what the pandas
+          edge turns into numpy arrays without a per-value step. ``cols["model"]`` still gives
+          one column as a Python list.
+
+        This default loads every thread and encodes its rows; `SQLiteStore` reads columnar
+        chunks straight from its file.
         """
-        names = [f.name for f in dataclasses.fields(ModelCallUsage)]
-        columns: dict[str, list[Any]] = {name: [] for name in names}
+        names = column_names(columns)
         ids = [thread] if thread is not None else [t.thread for t in reversed(await self.threads())]
+        blocks = []
         for name in ids:
             loaded = await self.load(name)
-            for row in loaded.usage if loaded else ():
-                for field_name in names:
-                    columns[field_name].append(getattr(row, field_name))
-        return columns
+            if loaded is not None and loaded.usage:
+                blocks.extend(UsageColumns.from_rows(loaded.usage, names).blocks)
+        return UsageColumns(blocks, names)
 
     async def close(self) -> None:
         """Release resources (connections, files)."""

@@ -15,6 +15,18 @@ a record's JSON shape only gains fields with defaults, so format 1 files stay re
     ledger        thread, call_id, tool, args_hash, status, time, version
     checkpoints   thread, version, step, time, messages, last_message, input_tokens,
                   output_tokens, cost_total, status
+    usage_chunks  last_id, first_id, rows, data BLOB        (a columnar copy of the usage table)
+
+The ``usage`` table stays the record (one row per model call, queryable with SQL).
+``usage_chunks`` is a derived, columnar copy of it for fast reads (`usage_columns`): each chunk
+holds every usage row with ``first_id <= id <= last_id`` (at most `CHUNK_ROWS` rows) as one blob
+(format in `nbagent.store._columnar`). Chunks never overlap; rows above the last chunk, or in a
+range whose chunk is gone, are read from the ``usage`` table. Triggers on ``usage`` delete the
+chunk covering any row inserted, updated or deleted, so a chunk is never stale, even when the file
+is changed by hand or by an nbagent that predates chunks; the range is packed again later. The
+table and triggers are created in files that lack them (format 1 files written before chunks
+existed: their rows are packed on the first `usage_columns` call), and a chunk whose format byte
+is unknown is ignored, so the chunks need no format version of their own.
 
 Durability: every `append` is one ``BEGIN IMMEDIATE`` transaction. WAL with
 ``synchronous=NORMAL`` means a committed append survives the process being killed (``kill -9``,
@@ -38,9 +50,18 @@ from typing import Any
 from ..exceptions import ConflictError, StoreCorruptError, StoreError, StoreReadOnlyError, StoreVersionError
 from ..messages import Message, message_from_dict
 from ..usage import ModelCallUsage
+from ._columnar import (
+    ColumnBlock,
+    UsageColumns,
+    column_names,
+    decode_chunk,
+    encode_chunk,
+    encode_rows,
+    keep_matching,
+)
 from .base import FORMAT_VERSION, Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
 
-__all__ = ["USAGE_COLUMNS", "SQLiteStore"]
+__all__ = ["CHUNK_ROWS", "USAGE_COLUMNS", "SQLiteStore"]
 
 USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
@@ -111,6 +132,44 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     PRIMARY KEY (thread, version)
 ) WITHOUT ROWID;
 """
+
+CHUNK_ROWS = 4096
+"""Usage rows per chunk. An append that leaves this many rows unpacked packs them (10-40 ms,
+once every 4,096 model calls, inside the append's transaction); a bigger chunk makes that pause
+longer, a smaller one makes `usage_columns` handle more blobs."""
+
+_SMALL_THREAD = 4 * CHUNK_ROWS
+"""A thread with at most this many usage rows is read through the (thread, id) index."""
+
+_MIN_ID, _MAX_ID = -(2**63), 2**63 - 1
+
+
+def _drop_chunk(row: str) -> str:
+    # The chunk whose range holds the row (ranges never overlap): found through the primary key.
+    return (
+        "DELETE FROM usage_chunks WHERE last_id = (SELECT min(last_id) FROM usage_chunks "
+        f"WHERE last_id >= {row}) AND first_id <= {row};"
+    )
+
+
+_CHUNK_STATEMENTS = (
+    """CREATE TABLE IF NOT EXISTS usage_chunks (
+    last_id INTEGER PRIMARY KEY,
+    first_id INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    data BLOB NOT NULL
+)""",
+    "CREATE TRIGGER IF NOT EXISTS usage_chunks_on_insert AFTER INSERT ON usage BEGIN "
+    f"{_drop_chunk('NEW.id')} END",
+    "CREATE TRIGGER IF NOT EXISTS usage_chunks_on_update AFTER UPDATE ON usage BEGIN "
+    f"{_drop_chunk('OLD.id')} {_drop_chunk('NEW.id')} END",
+    "CREATE TRIGGER IF NOT EXISTS usage_chunks_on_delete AFTER DELETE ON usage BEGIN "
+    f"{_drop_chunk('OLD.id')} END",
+)
+_CHUNK_SCHEMA = "".join(f"{statement};\n" for statement in _CHUNK_STATEMENTS)
+_CHUNK_OBJECTS = {
+    "usage_chunks", "usage_chunks_on_insert", "usage_chunks_on_update", "usage_chunks_on_delete"
+}
 
 _TABLES = {"nbagent_meta", "threads", "messages", "usage", "ledger", "checkpoints"}
 _HEADER = b"SQLite format 3\x00"
@@ -286,7 +345,7 @@ class SQLiteStore(Store):
         if not tables:
             # Idempotent, so two processes creating the same new file at once both succeed.
             conn.executescript(
-                "BEGIN IMMEDIATE;" + _SCHEMA
+                "BEGIN IMMEDIATE;" + _SCHEMA + _CHUNK_SCHEMA
                 + f"INSERT OR IGNORE INTO nbagent_meta VALUES ('format_version', '{FORMAT_VERSION}');"
                 "INSERT OR IGNORE INTO nbagent_meta VALUES ('created_by', 'nbagent');"
                 "COMMIT;"
@@ -318,6 +377,30 @@ class SQLiteStore(Store):
                 f"{self.path}: the nbagent store is missing tables {sorted(missing)}; it was not changed",
                 path=str(self.path),
             )
+        if not _CHUNK_OBJECTS <= self._schema_names(conn):
+            self._add_chunks(conn)
+
+    @staticmethod
+    def _schema_names(conn: sqlite3.Connection) -> set[str]:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")
+        return {r[0] for r in rows}
+
+    def _add_chunks(self, conn: sqlite3.Connection) -> None:
+        """Give a file written before usage chunks existed the chunk table and its triggers."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            names = self._schema_names(conn)  # again: another process may have done it meanwhile
+            if not _CHUNK_OBJECTS <= names:
+                if "usage_chunks" in names:
+                    # A trigger was dropped: the chunks may no longer match the rows.
+                    conn.execute("DELETE FROM usage_chunks")
+                for statement in _CHUNK_STATEMENTS:
+                    conn.execute(statement)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
 
     def _error(self, exc: sqlite3.Error) -> StoreError:
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
@@ -441,6 +524,9 @@ class SQLiteStore(Store):
                 )
             if usage:
                 conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
+                # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole backlog of
+                # a file that predates chunks (that is packed by `usage_columns`).
+                _pack_tail(conn, limit=len(usage) // CHUNK_ROWS + 1)
             if ledger:
                 conn.executemany(
                     "INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -553,25 +639,39 @@ class SQLiteStore(Store):
                 )
         return int(version)
 
-    async def usage_columns(self, thread: str | None = None) -> dict[str, list[Any]]:
-        """Stored usage rows as columns (``{"input_tokens": [...], ...}``), in write order.
+    async def usage_columns(
+        self, thread: str | None = None, columns: Sequence[str] | None = None
+    ) -> UsageColumns:
+        """Stored usage rows as columns, in write order; see `Store.usage_columns`.
 
-        Reads column-wise straight from the table, so a DataFrame of a million model calls is
-        built without making a million `ModelCallUsage` objects.
+        Reads the columnar chunks (one blob per `CHUNK_ROWS` rows) plus the few rows not packed
+        yet, so a DataFrame of a million model calls costs a few hundred blob reads instead of a
+        million row tuples. A thread with few rows is read through the ``(thread, id)`` index; a
+        large one from the chunks it appears in. Rows not yet packed (a file written before
+        chunks existed, ranges whose chunk a deletion dropped) are packed first, one chunk per
+        short transaction, so other writers are never held up for long.
         """
-        sql = f"SELECT {', '.join(USAGE_COLUMNS)} FROM usage"
-        params: tuple[Any, ...] = ()
-        if thread is not None:
-            sql += " WHERE thread = ?"
-            params = (thread,)
+        names = column_names(columns)
+        if thread is None and self._needs_packing():
+            self._pack_all()
         with self._transaction(immediate=False) as conn:
-            rows = conn.execute(sql + " ORDER BY id", params).fetchall()
-        if not rows:
-            return {name: [] for name in USAGE_COLUMNS}
-        values = zip(*rows, strict=True)
-        columns = {name: list(column) for name, column in zip(USAGE_COLUMNS, values, strict=True)}
-        columns["usage_reported"] = [bool(v) for v in columns["usage_reported"]]
-        return columns
+            blocks = _read_blocks(conn, names, thread)
+        return UsageColumns(blocks, names)
+
+    def _needs_packing(self) -> bool:
+        with self._transaction(immediate=False) as conn:
+            gaps, tail = _uncovered(conn)
+            return bool(gaps) or _tail_span(conn, tail) >= CHUNK_ROWS
+
+    def _pack_all(self) -> None:
+        packed = True
+        while packed:
+            with self._transaction(immediate=True) as conn:
+                gaps, _ = _uncovered(conn)
+                if gaps:
+                    _pack_range(conn, *gaps[0])
+                else:
+                    packed = _pack_tail(conn, limit=1) > 0
 
     async def close(self) -> None:
         """Close this process's connection (the store reopens it if used again)."""
@@ -579,3 +679,105 @@ class SQLiteStore(Store):
             conn, self._conn = self._conn, None
             if conn is not None and self._pid == os.getpid():
                 conn.close()
+
+
+# ---------------------------------------------------------------------------------------- usage chunks
+_USAGE_SELECT = ", ".join(USAGE_COLUMNS)
+
+
+def _uncovered(conn: sqlite3.Connection) -> tuple[list[tuple[int, int]], int]:
+    """The id ranges below the last chunk that no chunk covers, and the first id above it."""
+    gaps = []
+    cursor = _MIN_ID
+    for first, last in conn.execute("SELECT first_id, last_id FROM usage_chunks ORDER BY last_id"):
+        if first > cursor:
+            gaps.append((cursor, first - 1))
+        cursor = last + 1
+    return gaps, cursor
+
+
+def _tail_span(conn: sqlite3.Connection, start: int) -> int:
+    """How many ids the unpacked rows from `start` on span (an upper bound on their number)."""
+    first = conn.execute("SELECT min(id) FROM usage WHERE id >= ?", (start,)).fetchone()[0]
+    if first is None:
+        return 0
+    top = conn.execute("SELECT max(id) FROM usage").fetchone()[0]
+    return int(top) - int(first) + 1
+
+
+def _pack_range(conn: sqlite3.Connection, lo: int, hi: int) -> int:
+    """Pack the rows with ``lo <= id <= hi`` (the first CHUNK_ROWS of them) into one chunk that
+    starts at `lo`; returns the chunk's last id."""
+    rows = conn.execute(
+        f"SELECT id, {_USAGE_SELECT} FROM usage WHERE id BETWEEN ? AND ? ORDER BY id LIMIT {CHUNK_ROWS}",
+        (lo, hi),
+    ).fetchall()
+    last = rows[-1][0] if len(rows) == CHUNK_ROWS else hi
+    block = encode_rows([r[1:] for r in rows])
+    conn.execute(
+        "INSERT INTO usage_chunks (last_id, first_id, rows, data) VALUES (?, ?, ?, ?)",
+        (last, lo, len(rows), encode_chunk(block)),
+    )
+    return int(last)
+
+
+def _pack_tail(conn: sqlite3.Connection, *, limit: int) -> int:
+    """Pack the rows above the last chunk while they span CHUNK_ROWS ids, at most `limit`
+    chunks; returns how many chunks were written. Costs two index look-ups when there is
+    nothing to pack."""
+    done = 0
+    while done < limit:
+        last = conn.execute("SELECT max(last_id) FROM usage_chunks").fetchone()[0]
+        start = _MIN_ID if last is None else last + 1
+        if _tail_span(conn, start) < CHUNK_ROWS:
+            break
+        top = conn.execute("SELECT max(id) FROM usage").fetchone()[0]
+        _pack_range(conn, start, top)
+        done += 1
+    return done
+
+
+def _rows_block(
+    conn: sqlite3.Connection, names: Sequence[str], lo: int, hi: int, thread: str | None
+) -> ColumnBlock:
+    sql = f"SELECT {', '.join(names)} FROM usage WHERE id BETWEEN ? AND ?"
+    params: tuple[Any, ...] = (lo, hi)
+    if thread is not None:
+        sql += " AND thread = ?"
+        params += (thread,)
+    return encode_rows(conn.execute(sql + " ORDER BY id", params).fetchall(), names)
+
+
+def _read_blocks(conn: sqlite3.Connection, names: Sequence[str], thread: str | None) -> list[ColumnBlock]:
+    lo, hi = _MIN_ID, _MAX_ID
+    if thread is not None:
+        count, lo, hi = conn.execute(
+            "SELECT count(*), min(id), max(id) FROM usage WHERE thread = ?", (thread,)
+        ).fetchone()
+        if not count:
+            return []
+        if count <= _SMALL_THREAD:
+            return [_rows_block(conn, names, lo, hi, thread)]
+    need = list(names) if thread is None or "thread" in names else [*names, "thread"]
+    blocks: list[ColumnBlock] = []
+    cursor = lo
+    chunks = conn.execute(
+        "SELECT first_id, last_id, data FROM usage_chunks WHERE last_id >= ? AND first_id <= ? "
+        "ORDER BY last_id", (lo, hi),
+    ).fetchall()
+    for first, last, data in chunks:
+        if first > cursor:
+            blocks.append(_rows_block(conn, names, cursor, first - 1, thread))
+        block = decode_chunk(data, need)
+        if block is None:  # written by a newer nbagent: read its rows instead
+            block = _rows_block(conn, names, first, last, thread)
+        elif thread is not None:
+            block = keep_matching(block, "thread", thread)
+            if block is not None and len(need) > len(names):
+                block = ColumnBlock(block.length, {n: block.parts[n] for n in names}, block.keep)
+        if block is not None:
+            blocks.append(block)
+        cursor = last + 1
+    if cursor <= hi:
+        blocks.append(_rows_block(conn, names, cursor, hi, thread))
+    return blocks
