@@ -28,6 +28,12 @@ URL scheme (every route below ends in ``/v1/chat/completions``; use the part bef
         429-then-200[:N]      the same with HTTP 429, a rate-limit JSON error and ``retry-after: 0``.
         slow[:S]              sleep S seconds (default 5) before answering with the case.
         event-delay[:S]       stream the case's SSE events with S seconds (default 0.05) between them.
+        drop-once[:K]         like drop-mid-stream for the first request to this path; later ones
+                              answer with the whole case (a stream that breaks, then a good retry).
+        429-retry-after[:S]   the first request answers HTTP 429 with ``retry-after: S`` (default 1;
+                              ``dateS`` sends an HTTP-date S seconds ahead); later ones the case.
+        then:<c2>[,<c3>...]   a conversation: the first request answers with <name>, the second
+                              with <c2>, the third with <c3>...; the last one repeats.
 
     GET  .../v1/models        a one-model list (some clients probe it).
     GET  /health              {"ok": true, "cases": N}
@@ -83,8 +89,9 @@ from urllib.parse import unquote
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 CASE_HEADER = "X-Replay-Case"
 SERVED_HEADER = "X-Replay-Case-Served"
-FAULT_MODES = ("drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay")
-DEFAULT_FAULT_CASE = {"drop-mid-stream": "openai_stream_text_usage"}
+FAULT_MODES = ("drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay", "429-retry-after",
+               "then", "drop-once")
+DEFAULT_FAULT_CASE = {"drop-mid-stream": "openai_stream_text_usage", "drop-once": "openai_stream_text_usage"}
 DEFAULT_CASE = "openai_plain_text"
 _DROPPED_REQUEST_HEADERS = {"authorization", "api-key", "proxy-authorization", "cookie"}
 _EVENT_END = re.compile(r"\r?\n\r?\n")
@@ -315,6 +322,36 @@ class _Handler(BaseHTTPRequestHandler):
                 self._replay(case, delay=float(route.arg or 0.05))
             elif mode == "drop-mid-stream":
                 self._drop_mid_stream(case, int(route.arg) if route.arg else None)
+            elif mode == "drop-once":
+                if owner._count(route.key) <= 1:
+                    self._drop_mid_stream(case, int(route.arg) if route.arg else None)
+                else:
+                    self._replay(case)
+            elif mode == "429-retry-after":
+                if owner._count(route.key) <= 1:
+                    arg = route.arg or "1"
+                    if arg.startswith("date"):
+                        value = email.utils.formatdate(time.time() + float(arg[4:]), usegmt=True)
+                    else:
+                        value = str(float(arg)).removesuffix(".0")
+                    self._send_json(429, _error_body(
+                        "Rate limit reached for requests (replay fault 429-retry-after)", "requests",
+                        "rate_limit_exceeded"), {"retry-after": value, SERVED_HEADER: f"fault:{mode}"})
+                    return
+                self._replay(case)
+            elif mode == "then":
+                later = [n for n in (route.arg or "").split(",") if n]
+                if not later:
+                    raise ValueError(route.arg)
+                n = owner._count(route.key)
+                if n > 1:
+                    try:
+                        case = owner.case(later[min(n - 2, len(later) - 1)])
+                    except KeyError:
+                        self._send_json(422, _error_body(f"unknown replay case in {route.arg!r}",
+                                                         "invalid_request_error", "replay_no_match"))
+                        return
+                self._replay(case)
         except ValueError:
             self._send_json(422, _error_body(f"bad fault argument {route.arg!r} for {mode}",
                                              "invalid_request_error", "replay_no_match"))
