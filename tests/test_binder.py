@@ -1,0 +1,63 @@
+"""Binder cannot be reached from here, so build what it would build: a fresh virtual environment
+from exactly the files in binder/ (requirements.txt, then postBuild from the repository root), and
+execute every notebook in it, offline.
+
+Slow (a fresh install): marked ``notebooks`` and ``slow``; skipped with NBAGENT_SKIP_BINDER=1 or
+NBAGENT_SKIP_NOTEBOOKS=1.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [
+    pytest.mark.notebooks,
+    pytest.mark.slow,
+    pytest.mark.local_llm,
+    pytest.mark.skipif(
+        os.environ.get("NBAGENT_SKIP_BINDER") == "1" or os.environ.get("NBAGENT_SKIP_NOTEBOOKS") == "1"
+        or os.environ.get("NBAGENT_SKIP_LOCAL_LLM") == "1",
+        reason="binder environment test skipped by environment variable",
+    ),
+]
+
+RUNNER = textwrap.dedent("""
+    import sys, nbformat
+    from nbclient import NotebookClient
+    for path in sys.argv[1:]:
+        nb = nbformat.read(path, as_version=4)
+        NotebookClient(nb, timeout=300, kernel_name="python3").execute()
+        print("ok", path, flush=True)
+""")
+
+
+def test_binder_environment_runs_the_notebooks(tmp_path: Path, local_llm_base_url: str) -> None:
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
+        ".venv", ".git", "bench", "tests", ".nbagent", "*.egg-info", "__pycache__", "build"))
+    venv = tmp_path / "binder-venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    bin_dir = venv / "bin"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
+    env.pop("PYTHONPATH", None)
+    env.pop("OPENAI_API_KEY", None)
+    subprocess.run([str(bin_dir / "python"), "-m", "pip", "install", "-q", "-r", "binder/requirements.txt"],
+                   cwd=repo, env=env, check=True, timeout=900)
+    subprocess.run(["bash", "binder/postBuild"], cwd=repo, env=env, check=True, timeout=900)
+    notebooks = sorted(str(p) for p in (repo / "notebooks").glob("*.ipynb"))
+    assert len(notebooks) == 4
+    env["NBAGENT_STORE"] = str(tmp_path / "threads.db")
+    env["MPLBACKEND"] = "Agg"
+    done = subprocess.run([str(bin_dir / "python"), "-c", RUNNER, *notebooks], cwd=repo / "notebooks",
+                          env=env, capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stdout + done.stderr[-5000:]
+    assert done.stdout.count("ok ") == 4
