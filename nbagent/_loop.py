@@ -483,7 +483,7 @@ class _Loop:
         if len(to_run) == 1:
             results = [await self.execute(*to_run[0])]
             for result in results:
-                for event in await self.record(result, to_run[0][0], to_run[0][1], step):
+                for event in await self.record([(result, to_run[0][0], to_run[0][1])], step):
                     yield event
             return
 
@@ -504,19 +504,27 @@ class _Loop:
             task = asyncio.ensure_future(worker(group))
             run.tasks.add(task)
             task.add_done_callback(run.tasks.discard)
-        for _ in range(len(to_run)):
-            result, call, tool = await queue.get()
-            for event in await self.record(result, call, tool, step):
+        left = len(to_run)
+        while left:
+            ready = [await queue.get()]
+            while not queue.empty():  # results that came in together share one checkpoint
+                ready.append(queue.get_nowait())
+            left -= len(ready)
+            for event in await self.record(ready, step):
                 yield event
 
-    async def record(self, result: ToolResultMessage, call: ToolCall, tool: Tool, step: int) -> list[Event]:
+    async def record(self, ready: list[tuple[ToolResultMessage, ToolCall, Tool]], step: int) -> list[Event]:
         run = self.run
-        entry = LedgerEntry(call.id, call.name, run.ledger[call.id].args_hash,
-                            "failed" if result.is_error else "finished")
-        run.ledger[call.id] = entry
-        run.messages.append(result)
-        await self.save(messages=[result], ledger=[entry], meta=tool.takes_ctx)
-        return [ToolCallFinished(call, result, step)]
+        entries = []
+        for result, call, _ in ready:
+            entry = LedgerEntry(call.id, call.name, run.ledger[call.id].args_hash,
+                                "failed" if result.is_error else "finished")
+            run.ledger[call.id] = entry
+            run.messages.append(result)
+            entries.append(entry)
+        await self.save(messages=[r for r, _, _ in ready], ledger=entries,
+                        meta=any(tool.takes_ctx for _, _, tool in ready))
+        return [ToolCallFinished(call, result, step) for result, call, _ in ready]
 
     async def execute(self, call: ToolCall, tool: Tool, validated: Any, note: str | None) -> ToolResultMessage:
         run = self.run
