@@ -1,14 +1,28 @@
-from tests.conftest_local_llm import *  # noqa
+"""Shared fixtures: the local model server (tests/conftest_local_llm.py), a temporary default
+store, and the test order."""
+
+import os
+
+import pytest
+
+from tests.conftest_local_llm import *  # noqa: F403
 
 
-import pytest as _pytest  # noqa: E402
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the real-browser tests last.
+
+    Playwright's sync API keeps an event loop running in the main thread while its (session-scoped)
+    browser is open; any test after it would see "a running event loop" (asyncio.run and
+    pytest-asyncio fail). Browser tests last, their fixtures close at the end of the session.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None
+               or item.nodeid.startswith("tests/browser/"))
 
 
-@_pytest.fixture(scope="session", autouse=True)
+@pytest.fixture(scope="session", autouse=True)
 def _nbagent_store_in_tmp(tmp_path_factory):  # type: ignore[no-untyped-def]
     """Agents built without a store write to a temporary SQLite file, never ./.nbagent/threads.db."""
-    import os
-
     path = tmp_path_factory.mktemp("nbagent-store") / "threads.db"
     old = os.environ.get("NBAGENT_STORE")
     os.environ["NBAGENT_STORE"] = str(path)
