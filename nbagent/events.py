@@ -23,7 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal
 
 from .messages import AssistantMessage, ToolCall, ToolResultMessage
 from .usage import ModelCallUsage, Usage
@@ -202,16 +202,16 @@ class RunEnded:
     result: RunResult
 
 
-Event = Union[
-    RunStarted,
-    TextDelta,
-    ReasoningDelta,
-    ModelResponseEvent,
-    ToolCallStarted,
-    ToolCallFinished,
-    ApprovalRequested,
-    ClientCallRequested,
-    ModelRetryEvent,
-    UsageEvent,
-    RunEnded,
-]
+Event = (
+    RunStarted
+    | TextDelta
+    | ReasoningDelta
+    | ModelResponseEvent
+    | ToolCallStarted
+    | ToolCallFinished
+    | ApprovalRequested
+    | ClientCallRequested
+    | ModelRetryEvent
+    | UsageEvent
+    | RunEnded
+)

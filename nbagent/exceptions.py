@@ -233,7 +233,7 @@ class StoreReadOnlyError(StoreError):
     """The store's location cannot be written."""
 
 
-class ModelRetry(Exception):  # noqa: N818 - a signal, named for what the tool asks for
+class ModelRetry(Exception):  # a signal, named for what the tool asks for (not ...Error)
     """Raise from a tool to send the message back to the model and let it try again.
 
     The model sees an error result with this message; the run goes on.

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal
 
 __all__ = [
     "AssistantMessage",
@@ -159,7 +159,7 @@ class ToolResultMessage:
         return data
 
 
-Message = Union[SystemMessage, UserMessage, AssistantMessage, ToolResultMessage]
+Message = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
 
 
 def message_from_dict(data: dict[str, Any]) -> Message:
