@@ -8,7 +8,11 @@ after a crash.
 
 Durability: every model answer and every tool result is appended to the store before the next
 step; a tool call is recorded as ``started`` in the ledger before it runs, so after a crash a call
-with a result is never run again and an unfinished one is not silently re-run.
+with a result is never run again and an unfinished one is not silently re-run. A model answer
+with tool calls is committed in one append together with its usage row, the results known
+without running anything (invalid arguments, unknown tools, denials) and the ``started`` entries
+of the calls about to run (`_Loop.plan`), so a tool step costs two commits: that one, and the
+results.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ from .events import (
     UsageEvent,
     args_hash,
 )
-from .exceptions import InvalidArgumentsError, ModelError, ModelResponseError, ModelRetry
+from .exceptions import InvalidArgumentsError, ModelResponseError, ModelRetry
 from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResultMessage, new_call_id
 from .models.base import ModelRequest, ModelResponse, ReasoningText
 from .result import RunResult
@@ -219,6 +223,18 @@ def _error_result(call: ToolCall, content: str, status: str = "failed") -> ToolR
     return ToolResultMessage(call.id, call.name, content, True, status)  # type: ignore[arg-type]
 
 
+@dataclass(slots=True)
+class _Plan:
+    """What the tool phase decided for the open calls of an answer (see `_Loop.plan`)."""
+
+    calls: list[ToolCall]
+    immediate: list[ToolResultMessage]
+    """Results known without running anything (errors, denials, client results)."""
+    ledger: list[LedgerEntry]
+    """Ledger updates, ending with the ``started`` entries of `to_run`."""
+    to_run: list[tuple[ToolCall, Tool, Any, str | None]]
+
+
 class _Loop:
     """One run of the loop; `events()` is the async generator."""
 
@@ -228,6 +244,7 @@ class _Loop:
         self.stream = stream
         self.store = agent.store
         self.final_saved = False  # the completing answer's save carried the final meta
+        self.planned: _Plan | None = None  # the plan committed with the last model answer
 
     async def save(
         self,
@@ -249,13 +266,13 @@ class _Loop:
     # ------------------------------------------------------------------ the loop
     async def events(self) -> AsyncGenerator[Event, None]:
         run = self.run
-        agent = self.agent
         yield RunStarted(run.run_id, run.thread)
         try:
             while True:
-                calls = unanswered_calls(run.messages)
+                plan, self.planned = self.planned, None
+                calls = plan.calls if plan is not None else unanswered_calls(run.messages)
                 if calls:
-                    async for event in self.tool_phase(calls):
+                    async for event in self.tool_phase(calls, plan):
                         yield event
                     if run.pending:
                         run.status = "paused"
@@ -371,30 +388,41 @@ class _Loop:
         if message.finish_reason == "length" and message.tool_calls:
             # A call cut off mid-arguments can never be answered validly: keep it out of the history.
             run.status = "failed"
-            exc = ModelResponseError(
+            cut = ModelResponseError(
                 "the answer was cut off at the output token limit inside a tool call; raise "
                 "max_tokens in the model settings or ask for less",
                 provider=model.provider,
             )
-            run.error, run.exception = f"{type(exc).__name__}: {exc}", exc
+            run.error, run.exception = f"{type(cut).__name__}: {cut}", cut
             await self.save(usage=[row])
             yield UsageEvent(row, _usage_snapshot(run.usage))
             return
         run.messages.append(message)
         if message.finish_reason == "length":
             run.truncated = True
-        if not message.tool_calls:  # a text answer completes the run: one save for it and the end
+        if message.tool_calls:
+            # One commit for the answer, its usage row, the calls' immediate results (invalid,
+            # denied, unknown) and the "started" entries of the calls about to run: all durable
+            # before any of them runs.
+            plan = self.planned = self.plan(message.tool_calls)
+            await self.save(messages=[message, *plan.immediate], usage=[row], ledger=plan.ledger, meta=True)
+        else:  # a text answer completes the run: one save for it and the end
             run.status, run.output = "completed", message.text or ""
             run.ended_at = time.time()
-        await self.save(messages=[message], usage=[row], meta=True)  # thread_step moved on
-        self.final_saved = not message.tool_calls
+            await self.save(messages=[message], usage=[row], meta=True)  # thread_step moved on
+            self.final_saved = True
         yield ModelResponseEvent(message, step)
         yield UsageEvent(row, _usage_snapshot(run.usage))
 
     # ------------------------------------------------------------------ tools
-    async def tool_phase(self, calls: list[ToolCall]) -> AsyncIterator[Event]:
+    def plan(self, calls: list[ToolCall]) -> _Plan:
+        """Decide each open call (error result, pause, or run) without running anything.
+
+        Updates ``run.ledger``, ``run.messages`` (the immediate results), ``run.decisions`` and
+        ``run.pending`` in memory; the caller commits the returned writes in one append before
+        any of the calls runs.
+        """
         run, agent = self.run, self.agent
-        step = run.thread_step
         immediate: list[ToolResultMessage] = []
         ledger: list[LedgerEntry] = []
         to_run: list[tuple[ToolCall, Tool, Any, str | None]] = []
@@ -460,23 +488,32 @@ class _Loop:
                 del run.decisions[call.id]
             to_run.append((call, tool, validated, note))
 
-        if immediate or ledger:
-            for entry in ledger:
-                run.ledger[entry.call_id] = entry
-            run.messages.extend(immediate)
-            await self.save(messages=immediate, ledger=ledger)
-            by_id = {c.id: c for c in calls}
-            for result in immediate:
-                yield ToolCallFinished(by_id[result.call_id], result, step)
+        # Calls about to run are recorded "started" in the same commit as the decisions above.
+        ledger.extend(LedgerEntry(c.id, c.name, args_hash(c.args), "started") for c, _, _, _ in to_run)
+        for entry in ledger:
+            run.ledger[entry.call_id] = entry
+        run.messages.extend(immediate)
         run.pending = pending
         run.meta_dirty = True
+        return _Plan(calls, immediate, ledger, to_run)
+
+    async def tool_phase(self, calls: list[ToolCall], plan: _Plan | None = None) -> AsyncIterator[Event]:
+        """Run the open calls: `plan` them and commit that (unless the model step already did,
+        together with the answer), then run the calls and record each result."""
+        run, agent = self.run, self.agent
+        step = run.thread_step
+        if plan is None:
+            plan = self.plan(calls)
+            if plan.immediate or plan.ledger or plan.to_run:
+                await self.save(messages=plan.immediate, ledger=plan.ledger)
+        if plan.immediate:
+            by_id = {c.id: c for c in plan.calls}
+            for result in plan.immediate:
+                yield ToolCallFinished(by_id[result.call_id], result, step)
+        to_run = plan.to_run
         if not to_run:
             return
 
-        started = [LedgerEntry(c.id, c.name, args_hash(c.args), "started") for c, _, _, _ in to_run]
-        for entry in started:
-            run.ledger[entry.call_id] = entry
-        await self.save(ledger=started)
         for call, _, _, _ in to_run:
             yield ToolCallStarted(call, step)
 

@@ -32,7 +32,10 @@ Durability: every `append` is one ``BEGIN IMMEDIATE`` transaction. WAL with
 ``synchronous=NORMAL`` means a committed append survives the process being killed (``kill -9``,
 a kernel restart); a power cut may lose the last few appends but never corrupts the file. An
 append's cost does not depend on the thread's length: it inserts the new rows and updates the
-thread's row (version, running totals) and never reads or rewrites the history.
+thread's row (version, running totals) and never reads or rewrites the history. A tool step
+costs two appends (the answer with its usage row and ledger entries, then the result), so every
+index is paid for twice per step: files created by this version have no index on
+``threads.updated`` (listing the threads sorts them instead); older files keep theirs.
 """
 
 from __future__ import annotations
@@ -94,7 +97,6 @@ CREATE TABLE IF NOT EXISTS threads (
     output_tokens INTEGER NOT NULL DEFAULT 0,
     cost_total REAL
 );
-CREATE INDEX IF NOT EXISTS threads_updated ON threads (updated);
 CREATE TABLE IF NOT EXISTS messages (
     thread TEXT NOT NULL,
     seq INTEGER NOT NULL,
@@ -193,6 +195,16 @@ UPDATE threads SET
 WHERE id = ? AND version = ?
 RETURNING version, messages, input_tokens, output_tokens, cost_total, status
 """
+_INSERT_THREAD = """
+INSERT INTO threads (id, version, step, meta, created, updated, title, status, messages,
+                     input_tokens, output_tokens, cost_total)
+VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
+RETURNING version, messages, input_tokens, output_tokens, cost_total, status
+"""
+_INSERT_MESSAGE = "INSERT INTO messages (thread, seq, step, version, data) VALUES (?, ?, ?, ?, ?)"
+_INSERT_CHECKPOINT = "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_LEDGER = "INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def _dumps(value: Any) -> str:
@@ -241,6 +253,12 @@ class SQLiteStore(Store):
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._inherited: list[sqlite3.Connection] = []
+        self._tail_floor: int | None = None
+        """A usage id at or below the start of the unpacked tail when last looked (None: look).
+        An append whose new row id is less than CHUNK_ROWS above it has nothing to pack, so the
+        look-ups are skipped. If it is stale (another writer packed, or dropped the last chunk)
+        packing only happens later; reads are right either way (unpacked rows are read from the
+        usage table)."""
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -254,6 +272,7 @@ class SQLiteStore(Store):
             # alive (closing it here could release the parent's locks) and open a fresh one.
             self._inherited.append(self._conn)
         self._conn = None
+        self._tail_floor = None
         self._conn = self._open()
         self._pid = os.getpid()
         return self._conn
@@ -469,70 +488,113 @@ class SQLiteStore(Store):
         ledger: Sequence[LedgerEntry] = (),
         meta: dict[str, Any] | None = None,
     ) -> int:
-        """Append one checkpoint in one transaction; see `Store.append`."""
+        """Append one checkpoint in one transaction; see `Store.append`.
+
+        The hot path of every run (two commits per tool step): a few prepared statements, no
+        reads besides the ``RETURNING`` of the version check, and no extra look-ups to decide
+        whether usage rows need packing (see `_tail_floor`).
+        """
         now = time.time()
+        count_new = len(messages)
         data = [_dumps(m.to_dict()) for m in messages]
         meta_json = None if meta is None else _dumps(meta)
-        tokens_in = sum(r.input_tokens for r in usage)
-        tokens_out = sum(r.output_tokens for r in usage)
-        costs = [r.cost_total for r in usage if r.cost_total is not None]
-        cost = sum(costs) if costs else None
+        tokens_in = tokens_out = 0
+        cost = None
+        for r in usage:
+            tokens_in += r.input_tokens
+            tokens_out += r.output_tokens
+            if r.cost_total is not None:
+                cost = (cost or 0.0) + r.cost_total
         title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
-        title = " ".join(title.split())[:80]
-        with self._transaction(immediate=True) as conn:
-            if version == 0:
-                created = conn.execute(
-                    "INSERT INTO threads (id, version, created, updated) VALUES (?, 0, ?, ?) "
-                    "ON CONFLICT (id) DO NOTHING", (thread, now, now),
-                ).rowcount
-                if not created:
-                    stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()[0]
-                    raise ConflictError(
-                        f"thread {thread!r} already exists in {self.path} (version {stored}); this "
-                        "writer expected a new thread (version 0). Load it again, or use another thread id.",
-                        path=str(self.path),
-                    )
-            head = conn.execute(_UPDATE_THREAD, (
-                step, now, len(data), tokens_in, tokens_out, cost, cost, meta_json,
-                meta is not None, None if meta is None else meta.get("status"), title, thread, version,
-            )).fetchall()
-            if not head:
-                stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
-                if stored is None:
-                    raise ConflictError(
-                        f"thread {thread!r} no longer exists in {self.path} (this writer expected "
-                        f"version {version}); it was deleted by another writer",
-                        path=str(self.path),
-                    )
-                raise ConflictError(
-                    f"thread {thread!r} was changed by another writer: the store has version "
-                    f"{stored[0]}, this writer expected version {version}. Nothing was written; load "
-                    "the thread again to continue from what the other writer saved.",
-                    path=str(self.path),
-                )
-            new_version, count, total_in, total_out, total_cost, status = head[0]
-            if data:
-                first = count - len(data)
-                conn.executemany(
-                    "INSERT INTO messages (thread, seq, step, version, data) VALUES (?, ?, ?, ?, ?)",
-                    [(thread, first + i, step, new_version, d) for i, d in enumerate(data)],
-                )
-                conn.execute(
-                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (thread, new_version, step, now, count, summarize(messages[-1]), total_in,
-                     total_out, total_cost, status),
-                )
-            if usage:
-                conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
-                # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole backlog of
-                # a file that predates chunks (that is packed by `usage_columns`).
-                _pack_tail(conn, limit=len(usage) // CHUNK_ROWS + 1)
-            if ledger:
-                conn.executemany(
-                    "INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [(thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version) for e in ledger],
-                )
+        if title:
+            title = " ".join(title.split())[:80]
+        status = None if meta is None else meta.get("status")
+        with self._lock:
+            try:
+                conn = self._connection()
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    if version == 0:
+                        # A new thread: its row is created with this checkpoint's totals.
+                        head = conn.execute(_INSERT_THREAD, (
+                            thread, step, meta_json or "{}", now, now, title, status, count_new,
+                            tokens_in, tokens_out, cost,
+                        )).fetchall()
+                        if not head:
+                            stored = conn.execute("SELECT version FROM threads WHERE id = ?",
+                                                  (thread,)).fetchone()[0]
+                            raise ConflictError(
+                                f"thread {thread!r} already exists in {self.path} (version {stored}); this "
+                                "writer expected a new thread (version 0). Load it again, or use another "
+                                "thread id.",
+                                path=str(self.path),
+                            )
+                    else:
+                        head = conn.execute(_UPDATE_THREAD, (
+                            step, now, count_new, tokens_in, tokens_out, cost, cost, meta_json,
+                            meta is not None, status, title, thread, version,
+                        )).fetchall()
+                        if not head:
+                            self._conflict(conn, thread, version)
+                    new_version, count, total_in, total_out, total_cost, status = head[0]
+                    if count_new:
+                        first = count - count_new
+                        if count_new == 1:
+                            conn.execute(_INSERT_MESSAGE, (thread, first, step, new_version, data[0]))
+                        else:
+                            conn.executemany(
+                                _INSERT_MESSAGE,
+                                [(thread, first + i, step, new_version, d) for i, d in enumerate(data)],
+                            )
+                        conn.execute(_INSERT_CHECKPOINT, (
+                            thread, new_version, step, now, count, summarize(messages[-1]), total_in,
+                            total_out, total_cost, status,
+                        ))
+                    if usage:
+                        if len(usage) == 1:
+                            top = conn.execute(_INSERT_USAGE, _usage_values(usage[0], thread)).lastrowid
+                        else:
+                            conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
+                            top = None
+                        floor = self._tail_floor
+                        if top is None or floor is None or top - floor >= CHUNK_ROWS:
+                            # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole
+                            # backlog of a file that predates chunks (`usage_columns` packs that).
+                            _pack_tail(conn, limit=len(usage) // CHUNK_ROWS + 1)
+                            self._tail_floor = _tail_floor(conn)
+                    if ledger:
+                        if len(ledger) == 1:
+                            e = ledger[0]
+                            conn.execute(_INSERT_LEDGER, (thread, e.call_id, e.tool, e.args_hash, e.status,
+                                                          e.time, new_version))
+                        else:
+                            conn.executemany(_INSERT_LEDGER, [
+                                (thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version)
+                                for e in ledger
+                            ])
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise self._error(exc) from exc
         return int(new_version)
+
+    def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
+        stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
+        if stored is None:
+            raise ConflictError(
+                f"thread {thread!r} no longer exists in {self.path} (this writer expected "
+                f"version {version}); it was deleted by another writer",
+                path=str(self.path),
+            )
+        raise ConflictError(
+            f"thread {thread!r} was changed by another writer: the store has version "
+            f"{stored[0]}, this writer expected version {version}. Nothing was written; load "
+            "the thread again to continue from what the other writer saved.",
+            path=str(self.path),
+        )
 
     async def threads(self) -> list[ThreadInfo]:
         """All stored threads, most recently updated first."""
@@ -703,6 +765,15 @@ def _tail_span(conn: sqlite3.Connection, start: int) -> int:
         return 0
     top = conn.execute("SELECT max(id) FROM usage").fetchone()[0]
     return int(top) - int(first) + 1
+
+
+def _tail_floor(conn: sqlite3.Connection) -> int | None:
+    """The id below the unpacked tail: the last chunk's last id, else the lowest id minus one."""
+    last = conn.execute("SELECT max(last_id) FROM usage_chunks").fetchone()[0]
+    if last is not None:
+        return int(last)
+    first = conn.execute("SELECT min(id) FROM usage").fetchone()[0]
+    return None if first is None else int(first) - 1
 
 
 def _pack_range(conn: sqlite3.Connection, lo: int, hi: int) -> int:
