@@ -40,6 +40,7 @@ RUNNER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.timeout(1800)  # a fresh install of JupyterLab and the extras, then four notebooks
 def test_binder_environment_runs_the_notebooks(tmp_path: Path, local_llm_base_url: str) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
