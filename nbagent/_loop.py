@@ -69,13 +69,32 @@ END_KINDS = {
 class Decision:
     """A person's decision on one pending call, bound to the arguments they saw."""
 
-    action: str  # "approve" | "deny" | "result"
+    action: str  # "approve" | "deny" | "result" | "always" (auto-approved by always_allow)
     args_hash: str
     reason: str | None = None
     args: dict[str, Any] | None = None
     """Edited arguments (approve only)."""
     value: Any = None
     """The client's result (result only)."""
+    time: float = 0.0
+    """When the decision was made (seconds since the epoch)."""
+    by: str | None = None
+    """Who made it, when known."""
+
+    @property
+    def label(self) -> str:
+        """The decision as recorded on the tool result."""
+        if self.action == "deny":
+            return "denied"
+        if self.action == "result":
+            return "client"
+        if self.action == "always":
+            return "always-allowed"
+        return "edited" if self.args is not None else "approved"
+
+    def stamp(self, result: ToolResultMessage) -> ToolResultMessage:
+        result.decision, result.decided_by, result.decided_at = self.label, self.by, self.time or None
+        return result
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -243,6 +262,8 @@ class _Loop:
         self.run = run
         self.stream = stream
         self.store = agent.store
+        self.decided: dict[str, Decision] = {}
+        """Decisions of calls about to run, stamped on their results."""
         self.final_saved = False  # the completing answer's save carried the final meta
         self.planned: _Plan | None = None  # the plan committed with the last model answer
 
@@ -448,7 +469,7 @@ class _Loop:
             if decision is not None and decision.action == "deny":
                 del run.decisions[call.id]
                 reason = f": {decision.reason}" if decision.reason else ""
-                immediate.append(_error_result(call, f"denied by the user{reason}", "denied"))
+                immediate.append(decision.stamp(_error_result(call, f"denied by the user{reason}", "denied")))
                 ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "denied"))
                 continue
             args = call.args
@@ -469,11 +490,14 @@ class _Loop:
             if tool.is_client:
                 if decision is not None and decision.action == "result":
                     del run.decisions[call.id]
-                    immediate.append(ToolResultMessage(call.id, call.name, tool_result_text(decision.value)))
+                    immediate.append(decision.stamp(
+                        ToolResultMessage(call.id, call.name, tool_result_text(decision.value))))
                     ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "finished"))
                 else:
                     pending.append(PendingCall(call.id, call.name, args, "client", tool.description))
                 continue
+            if decision is None and call.name in run.always_allowed and tool.requires_approval is not False:
+                self.decided[call.id] = Decision("always", "")
             if decision is None and call.name not in run.always_allowed:
                 try:
                     needs = tool.needs_approval(validated)
@@ -486,6 +510,7 @@ class _Loop:
                 continue  # in order: runs after the waiting call is decided (left unanswered)
             if decision is not None:
                 del run.decisions[call.id]
+                self.decided[call.id] = decision
             to_run.append((call, tool, validated, note))
 
         # Calls about to run are recorded "started" in the same commit as the decisions above.
@@ -589,8 +614,12 @@ class _Loop:
             content, is_error, status = f"{type(exc).__name__}: {exc}", True, "failed"
         if note:
             content = note + content
-        return ToolResultMessage(call.id, call.name, content, is_error, status,  # type: ignore[arg-type]
-                                 time.perf_counter() - clock)
+        result = ToolResultMessage(call.id, call.name, content, is_error, status,  # type: ignore[arg-type]
+                                   time.perf_counter() - clock)
+        decision = self.decided.pop(call.id, None)
+        if decision is not None:
+            decision.stamp(result)
+        return result
 
     async def cancel_cleanup(self) -> None:
         """Leave a valid conversation: stop running tools, answer every open call."""

@@ -78,5 +78,5 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: C
         # so the conversation is valid (open calls answered) when the KeyboardInterrupt surfaces.
         future.cancel()
         if started:
-            finished.wait(timeout=5)
+            finished.wait(timeout=15)
         raise

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from typing import Any
@@ -202,6 +203,7 @@ class Agent:
         results: Mapping[str, Any],
         always_allow: Iterable[str],
         state: Any,
+        decided_by: str | None = None,
     ) -> RunState:
         if result is not None and not isinstance(result, RunResult):
             raise UserError(f"resume() takes the RunResult to continue, got {type(result).__name__}")
@@ -237,6 +239,7 @@ class Agent:
             return current
 
         decided: set[str] = set()
+        now = time.time()
 
         def once(call_id: str) -> None:
             if call_id in decided:
@@ -248,12 +251,12 @@ class Agent:
             once(p.id)
             if p.reason == "client":
                 raise UserError(f"call {p.id!r} ({p.name}) is a client tool: give its result with results={{id: value}}")
-            run.decisions[p.id] = Decision("approve", p.args_hash)
+            run.decisions[p.id] = Decision("approve", p.args_hash, time=now, by=decided_by)
         deny_items = deny.items() if isinstance(deny, Mapping) else ((d, None) for d in deny)
         for call_id, reason in deny_items:
             p = check(call_id)
             once(p.id)
-            run.decisions[p.id] = Decision("deny", p.args_hash, reason=reason)
+            run.decisions[p.id] = Decision("deny", p.args_hash, reason=reason, time=now, by=decided_by)
         for call_id, new_args in edit.items():
             p = check(call_id)
             once(p.id)
@@ -263,13 +266,13 @@ class Agent:
             if not isinstance(new_args, dict):
                 raise InvalidArgumentsError(f"edit for call {call_id!r} must be a dict of arguments")
             tool.validate(new_args)
-            run.decisions[p.id] = Decision("approve", p.args_hash, args=dict(new_args))
+            run.decisions[p.id] = Decision("approve", p.args_hash, args=dict(new_args), time=now, by=decided_by)
         for call_id, value in results.items():
             p = check(call_id)
             once(p.id)
             if p.reason != "client":
                 raise UserError(f"call {p.id!r} ({p.name}) runs on the server; approve or deny it instead")
-            run.decisions[p.id] = Decision("result", p.args_hash, value=value)
+            run.decisions[p.id] = Decision("result", p.args_hash, value=value, time=now, by=decided_by)
         for name in always_allow:
             if name not in self.tools:
                 raise UserError(f"always_allow names unknown tool {name!r}")
@@ -321,6 +324,7 @@ class Agent:
         results: Mapping[str, Any] | None = None,
         always_allow: Iterable[str] = (),
         state: Any = None,
+        decided_by: str | None = None,
     ) -> RunResult:
         """Continue a paused, stopped, failed or cancelled run.
 
@@ -333,12 +337,14 @@ class Agent:
             results: ``{call_id: value}`` for client tools.
             always_allow: tool names approved for the rest of the thread (pending calls of
                 those tools are approved too).
+            decided_by: who decided, recorded with the time on each decided tool result (and
+                in the tool-calls DataFrame).
 
         A decision is bound to the call id and the arguments that were shown: it never applies
         to other arguments (`ArgumentsMismatchError`). Calls left undecided stay pending.
         """
         run = await self._prepare_resume(result, thread, approve, deny, edit or {}, results or {},
-                                         always_allow, state)
+                                         always_allow, state, decided_by)
         return await _consume(drive(self, run, stream=False), run)
 
     def resume_stream(
@@ -352,10 +358,11 @@ class Agent:
         results: Mapping[str, Any] | None = None,
         always_allow: Iterable[str] = (),
         state: Any = None,
+        decided_by: str | None = None,
     ) -> AsyncIterator[Event]:
         """`resume`, yielding events like `stream`."""
         return self._events(lambda: self._prepare_resume(
-            result, thread, approve, deny, edit or {}, results or {}, always_allow, state))
+            result, thread, approve, deny, edit or {}, results or {}, always_allow, state, decided_by))
 
     def start(
         self,
@@ -382,10 +389,11 @@ class Agent:
             approve, deny = options.pop("approve", ()), options.pop("deny", ())
             edit, results = options.pop("edit", None) or {}, options.pop("results", None) or {}
             always_allow = options.pop("always_allow", ())
+            decided_by = options.pop("decided_by", None)
             if options:
                 raise UserError(f"unknown resume options: {sorted(options)}")
             events = self._events(lambda: self._prepare_resume(
-                r_result, thread, approve, deny, edit, results, always_allow, state), box)
+                r_result, thread, approve, deny, edit, results, always_allow, state, decided_by), box)
         else:
             events = self._events(lambda: self._prepare_run(prompt, thread, state), box)
         return RunHandle(events, on_event, box)
@@ -407,10 +415,12 @@ class Agent:
         results: Mapping[str, Any] | None = None,
         always_allow: Iterable[str] = (),
         state: Any = None,
+        decided_by: str | None = None,
     ) -> RunResult:
         """`resume` from sync code."""
         return run_sync(lambda: self.resume(result, thread=thread, approve=approve, deny=deny, edit=edit,
-                                            results=results, always_allow=always_allow, state=state))
+                                            results=results, always_allow=always_allow, state=state,
+                                            decided_by=decided_by))
 
     # ------------------------------------------------------------------ threads
     async def threads(self) -> list[Any]:

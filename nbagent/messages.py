@@ -143,6 +143,13 @@ class ToolResultMessage:
     is_error: bool = False
     status: ToolCallStatus = "done"
     duration_s: float | None = None
+    decision: str | None = None
+    """How a person decided this call: ``approved``, ``edited``, ``denied``, ``client`` (they gave
+    the result), ``always-allowed``; None when no decision was needed."""
+    decided_by: str | None = None
+    """Who decided (``resume(decided_by=...)``; the view records the OS user), when known."""
+    decided_at: float | None = None
+    """When the decision was made (seconds since the epoch)."""
     kind: Literal["tool-result"] = "tool-result"
 
     def to_dict(self) -> dict[str, Any]:
@@ -156,6 +163,10 @@ class ToolResultMessage:
         }
         if self.duration_s is not None:
             data["duration_s"] = self.duration_s
+        for name in ("decision", "decided_by", "decided_at"):
+            value = getattr(self, name)
+            if value is not None:
+                data[name] = value
         return data
 
 
@@ -182,6 +193,9 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             is_error=data.get("is_error", False),
             status=data.get("status", "done"),
             duration_s=data.get("duration_s"),
+            decision=data.get("decision"),
+            decided_by=data.get("decided_by"),
+            decided_at=data.get("decided_at"),
         )
     if kind == "user":
         return UserMessage(data["content"])

@@ -419,3 +419,30 @@ async def test_result_records_start_and_end_times() -> None:
     result = await Agent(ScriptedModel(["hi"]), store=MemoryStore()).run("hello")
     assert result.started_at is not None and result.ended_at is not None
     assert 0 <= result.duration_s < 5
+
+
+async def test_decisions_are_recorded_with_who_and_when_on_the_results() -> None:
+    @tool(requires_approval=True)
+    def act(x: str) -> str:
+        """Act."""
+        return x
+
+    model = ScriptedModel([[tool_call("act", x="a"), tool_call("act", x="b"), tool_call("act", x="c")],
+                           "done", tool_call("act", x="d"), "done again"])
+    agent = Agent(model, tools=[act], store=MemoryStore())
+    paused = await agent.run("go", thread="t")
+    a, b, c = paused.pending
+    done = await agent.resume(paused, approve=[a], deny={b.id: "no"}, edit={c.id: {"x": "C"}},
+                              always_allow=[], decided_by="ada")
+    results = {m.call_id: m for m in done.messages if m.kind == "tool-result"}
+    assert [(results[p.id].decision, results[p.id].decided_by) for p in (a, b, c)] == [
+        ("approved", "ada"), ("denied", "ada"), ("edited", "ada")]
+    assert all(results[p.id].decided_at for p in (a, b, c))
+    second = await agent.run("again", thread="t")
+    assert second.status == "paused"
+    third = await agent.resume(second, always_allow=["act"])
+    last = [m for m in third.messages if m.kind == "tool-result"][-1]
+    assert (last.decision, last.decided_by) == ("always-allowed", None)
+    stored = await agent.store.load("t")  # the record survives the store round trip
+    assert sorted(m.decision for m in stored.messages if m.kind == "tool-result") == [
+        "always-allowed", "approved", "denied", "edited"]

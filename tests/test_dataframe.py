@@ -377,8 +377,11 @@ def test_tool_calls_frame_statuses_sizes_and_decisions():
     assert whole["step"].tolist() == [1] * 5
     assert pd.notna(whole.loc["c_no", "decided_at"])  # denial time is in the ledger
     assert whole["time"].notna().all()
-    bare = tool_calls_frame(store).set_index("call_id")  # no agent: policy unknown
-    assert pd.isna(bare.loc["c_ok", "decision"]) and bare.loc["c_no", "decision"] == "denied"
+    bare = tool_calls_frame(store).set_index("call_id")  # no agent: the decisions are recorded on the results
+    assert bare.loc["c_ok", "decision"] == "approved" and bare.loc["c_no", "decision"] == "denied"
+    assert bare.loc["c_edit", "decision"] == "edited"
+    assert bare[["decided_at"]].loc[["c_ok", "c_no", "c_edit"]].notna().all().all()
+    assert bare[["decided_at"]].loc[["c_add", "c_boom"]].isna().all().all()  # nobody had to decide
 
 
 def test_tool_calls_of_several_threads_and_filter():

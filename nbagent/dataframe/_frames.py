@@ -209,12 +209,10 @@ def _decision(
     result_index: int | None,
     tools: dict[str, Tool] | None,
 ) -> str | None:
-    entry = view.ledger.get(call.id)
-    recorded = getattr(entry, "decision", None)  # a core that records decisions in the ledger
-    if recorded:
-        return str(recorded)
     if result is None:
         return None
+    if result.decision is not None:  # recorded by the run loop on the result
+        return result.decision
     if result.status == "denied":
         return "denied"
     if result.duration_s is None:  # never executed: a client's result, or it failed before running
@@ -260,11 +258,11 @@ def _tool_rows(view: _ThreadView, tools: dict[str, Tool] | None, out: dict[str, 
             out["args_chars"].append(len(call.args_json))
             out["result_chars"].append(len(result.content) if result is not None else None)
             out["decision"].append(_decision(view, i, call, result, result_index, tools))
-            decided_at = getattr(entry, "decided_at", None)
+            decided_at = result.decided_at if result is not None else None
             if decided_at is None and entry is not None and entry.status == "denied":
-                decided_at = entry.time  # the denial was recorded when the resumed run applied it
+                decided_at = entry.time  # older threads: when the resumed run applied the denial
             out["decided_at"].append(decided_at)
-            out["decided_by"].append(getattr(entry, "decided_by", None))
+            out["decided_by"].append(result.decided_by if result is not None else None)
             out["time"].append(entry.time if entry is not None else None)
 
 
@@ -309,11 +307,12 @@ def tool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) 
 
     ``decision`` is ``auto`` (ran without asking), ``approved`` (a person approved it),
     ``edited`` (approved with changed arguments), ``denied``, ``client`` (a client supplied the
-    result) or missing when it cannot be known: an `Agent` source re-evaluates each tool's
-    approval policy on the stored arguments; a RunResult knows that calls asked by an earlier run
-    and run by this one were approved; a bare Store only knows denied / edited / client.
-    ``decided_at`` is known for denials (when the resumed run applied them); ``decided_by`` is
-    not recorded by the run loop yet (always missing).
+    result), ``always-allowed`` (approved by an earlier "always allow"), or missing when it
+    cannot be known. The run loop records the decision, its time and who made it
+    (``resume(decided_by=...)``; the view records the OS user) on each tool result;
+    ``decided_at`` / ``decided_by`` are missing for calls that needed no decision. For threads
+    written before decisions were recorded, the decision is inferred (an `Agent` source
+    re-evaluates each tool's approval policy on the stored arguments).
     """
     names = thread_names(thread)
     return _tool_frame(load_now(source, threads=names), names)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import getpass
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,14 @@ if TYPE_CHECKING:
 __all__ = ["ChatView"]
 
 _ENDED = ("run-completed", "run-paused", "run-stopped", "run-failed", "run-cancelled")
+
+
+def _person() -> str | None:
+    """Who clicked: the user running the kernel (recorded with each decision)."""
+    try:
+        return getpass.getuser()
+    except Exception:  # no user name in this environment
+        return None
 
 
 def _current_loop() -> asyncio.AbstractEventLoop | None:
@@ -437,4 +446,5 @@ class ChatView(widgets.VBox):
         base = self.result or RunResult("", self.thread, "paused", [], Usage())
         seen = dataclasses.replace(base, pending=[shown for _, _, shown in queued.values()])
         self._start(resume={"result": seen, "approve": approve, "deny": deny, "edit": edit,
-                            "results": results, "always_allow": sorted(set(always))})
+                            "results": results, "always_allow": sorted(set(always)),
+                            "decided_by": _person()})
