@@ -16,7 +16,7 @@ from typing import Any
 
 from ._loop import Decision, RunState, drive, new_run_id, unanswered_calls
 from ._sync import run_sync
-from .events import Event, PendingCall, RunEnded, args_hash
+from .events import Event, PendingCall, RunEnded
 from .exceptions import (
     ArgumentsMismatchError,
     DuplicateToolError,
@@ -250,7 +250,8 @@ class Agent:
             p = check(item)
             once(p.id)
             if p.reason == "client":
-                raise UserError(f"call {p.id!r} ({p.name}) is a client tool: give its result with results={{id: value}}")
+                raise UserError(
+                    f"call {p.id!r} ({p.name}) is a client tool: give its result with results={{id: value}}")
             run.decisions[p.id] = Decision("approve", p.args_hash, time=now, by=decided_by)
         deny_items = deny.items() if isinstance(deny, Mapping) else ((d, None) for d in deny)
         for call_id, reason in deny_items:
@@ -281,7 +282,9 @@ class Agent:
         return run
 
     # ------------------------------------------------------------------ public async API
-    def stream(self, prompt: str | None = None, *, thread: str | None = None, state: Any = None) -> AsyncIterator[Event]:
+    def stream(
+        self, prompt: str | None = None, *, thread: str | None = None, state: Any = None
+    ) -> AsyncIterator[Event]:
         """Run and yield typed events as they happen (text deltas, tool calls, ...); the last
         event is ``run-completed`` / ``run-paused`` / ... carrying the `RunResult`."""
         return self._events(lambda: self._prepare_run(prompt, thread, state))

@@ -40,11 +40,8 @@ def _request_tokens(messages: list[Message]) -> int:
         start, total = n, tokens
     for i in range(start, len(messages)):
         m = messages[i]
-        kind = m.kind
-        if kind == "assistant":
-            total += estimate_tokens(m.text) + sum(  # type: ignore[union-attr]
-                1 + estimate_tokens(c.args_json) for c in m.tool_calls  # type: ignore[union-attr]
-            )
+        if isinstance(m, AssistantMessage):
+            total += estimate_tokens(m.text) + sum(1 + estimate_tokens(c.args_json) for c in m.tool_calls)
         else:
             total += estimate_tokens(m.content)  # type: ignore[union-attr]
     if messages:
