@@ -608,19 +608,21 @@ class OpenAIModel(Model):
         return None
 
     # ------------------------------------------------------------------ requests
-    async def request(self, request: ModelRequest) -> ModelResponse:
-        """Ask for the whole answer (no streaming)."""
-        params = self.request_params(request, stream=False)
+    async def _create(self, params: dict[str, Any]) -> Any:
+        """``chat.completions.create`` with the SDK's errors mapped to nbagent's."""
         client = await self.client()
         error: ModelError | None = None
         try:
-            raw = await client.chat.completions.create(**params)
+            return await client.chat.completions.create(**params)
         except Exception as exc:
             error = self.map_error(exc)
             if error is None:
                 raise
-        if error is not None:
-            raise error  # outside the except block: no SDK cause (and no key) attached
+        raise error  # outside the except block: no SDK cause (and no key) attached
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Ask for the whole answer (no streaming)."""
+        raw = await self._create(self.request_params(request, stream=False))
         return self.map_completion(raw)
 
     def map_completion(self, raw: Any) -> ModelResponse:
@@ -663,17 +665,8 @@ class OpenAIModel(Model):
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`."""
-        params = self.request_params(request, stream=True)
-        client = await self.client()
+        stream = await self._create(self.request_params(request, stream=True))
         error: ModelError | None = None
-        try:
-            stream = await client.chat.completions.create(**params)
-        except Exception as exc:
-            error = self.map_error(exc)
-            if error is None:
-                raise
-        if error is not None:
-            raise error
         source: Any = stream
         content_type = stream.response.headers.get("content-type", "")
         if "json" in content_type and "event-stream" not in content_type:
