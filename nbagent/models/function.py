@@ -5,7 +5,6 @@ with no key and no network.
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -192,8 +191,3 @@ class ScriptedModel(FunctionModel):
 
     def reset(self) -> None:
         self.position = 0
-
-
-async def sleep_then(delay: float, value: Any) -> Any:  # pragma: no cover - convenience for demos
-    await asyncio.sleep(delay)
-    return value
