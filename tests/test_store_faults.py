@@ -46,7 +46,8 @@ def _mark(ctx: RunContext[Any], name: str) -> None:
 async def slow(ctx: RunContext[Any], n: int) -> str:
     """A tool that must not run twice (e.g. sends an e-mail)."""
     _mark(ctx, "slow")
-    await asyncio.sleep(0.12 * DELAY)
+    # well past the parent's kill window (up to 0.1 s after tool-start), even on a loaded machine
+    await asyncio.sleep(0.4 * DELAY)
     return f"slow {n} done"
 
 
