@@ -33,8 +33,10 @@ test-fast: $(STAMP)
 ## lab: JupyterLab on 127.0.0.1 with the quickstart notebook open.
 ## LAB_ARGS: more `jupyter lab` options, e.g. LAB_ARGS="--port=8899 --no-browser".
 LAB_ARGS ?=
+# Jupyter refuses to start as root unless told; containers and CI machines often run as root.
+LAB_ROOT := $(shell [ "$$(id -u)" = 0 ] && echo --allow-root)
 lab: $(STAMP)
-	cd notebooks && $(abspath $(BIN))/jupyter lab --ip=127.0.0.1 --ServerApp.open_browser=True $(LAB_ARGS) 01_quickstart.ipynb
+	cd notebooks && $(abspath $(BIN))/jupyter lab --ip=127.0.0.1 --ServerApp.open_browser=True $(LAB_ROOT) $(LAB_ARGS) 01_quickstart.ipynb
 
 ## bench: nbagent side by side with LangGraph, pydantic-ai and the OpenAI Agents SDK.
 bench: $(STAMP)
