@@ -110,6 +110,14 @@ def _totals(rows: list[ModelCallUsage]) -> tuple[int, int, float | None]:
     return inp, out, cost
 
 
+def _skipped(row: dict[str, Any], before: list[ModelCallUsage], meta: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """A row already settled by an earlier batch: its stored totals, not run again."""
+    inp, out, cost = _totals(before)
+    row.update(input_tokens=inp, output_tokens=out, cost=cost, steps=len(before), run_id=meta.get("run_id"),
+               skipped=True, **fields)
+    return row
+
+
 async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
     row: dict[str, Any] = {
         "output": None,
@@ -133,33 +141,12 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
         before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
         meta = previous.meta if previous is not None else {}
         if previous is not None and meta.get("status") == "completed":
-            inp, out, cost = _totals(before)
-            row.update(
-                output=meta.get("output"),
-                status="completed",
-                input_tokens=inp,
-                output_tokens=out,
-                cost=cost,
-                steps=len(before),
-                run_id=meta.get("run_id"),
-                skipped=True,
-            )
-            return row
+            return _skipped(row, before, meta, status="completed", output=meta.get("output"))
         open_calls = unanswered_calls(previous.messages) if previous is not None else []
         if open_calls and meta.get("status") == "paused":
             waiting = ", ".join(f"{p.get('name')}({p.get('id')})" for p in meta.get("pending", ()))
-            inp, out, cost = _totals(before)
-            row.update(
-                status="paused",
-                error=f"waiting for a decision: {waiting}; use agent.resume(thread={thread!r}, ...)",
-                input_tokens=inp,
-                output_tokens=out,
-                cost=cost,
-                steps=len(before),
-                run_id=meta.get("run_id"),
-                skipped=True,
-            )
-            return row
+            return _skipped(row, before, meta, status="paused",
+                            error=f"waiting for a decision: {waiting}; use agent.resume(thread={thread!r}, ...)")
         # A thread left failed / stopped / cancelled by an earlier batch continues; a new one starts.
         if open_calls:  # an interrupted run (a crash, a killed kernel): its open calls come first
             result = await agent.resume(thread=thread)
