@@ -24,19 +24,7 @@ from nbagent import (
 )
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import MemoryStore
-
-
-def shape(messages: list[Any]) -> list[tuple[Any, ...]]:
-    """A compact, comparable form of a history (call ids left out)."""
-    out: list[tuple[Any, ...]] = []
-    for m in messages:
-        if m.kind == "assistant":
-            out.append(("assistant", m.text, [(c.name, c.args) for c in m.tool_calls]))
-        elif m.kind == "tool-result":
-            out.append(("tool-result", m.name, m.content, m.is_error))
-        else:
-            out.append((m.kind, m.content))
-    return out
+from tests.helpers import shape
 
 
 class Shop:

@@ -16,20 +16,7 @@ import pytest
 from nbagent import Agent, tool
 from nbagent.models import FunctionModel, tool_call
 from nbagent.store import MemoryStore
-
-
-def assert_valid_history(messages: list[Any]) -> None:
-    """Every tool call has exactly one result, right after its answer."""
-    open_ids: list[str] = []
-    for m in messages:
-        if m.kind == "tool-result":
-            assert m.call_id in open_ids, f"result for unknown or answered call {m.call_id}"
-            open_ids.remove(m.call_id)
-            continue
-        assert not open_ids, f"tool calls without results: {open_ids}"
-        if m.kind == "assistant":
-            open_ids = [c.id for c in m.tool_calls]
-    assert not open_ids, f"tool calls without results: {open_ids}"
+from tests.helpers import assert_valid_history
 
 
 class SlowTools:

@@ -5,7 +5,6 @@ Issue 2, points 8 and 9. Only the shipped fakes and `MemoryStore`.
 """
 
 import time
-from typing import Any
 
 import pytest
 
@@ -22,22 +21,10 @@ from nbagent.exceptions import (
 )
 from nbagent.models import ScriptedModel, tool_call
 from nbagent.store import MemoryStore
+from tests.helpers import assert_valid_history
 
 FAST = Retry(initial_delay=0.01)
 
-
-def assert_valid_history(messages: list[Any]) -> None:
-    """Every tool call has exactly one result, right after its answer."""
-    open_ids: list[str] = []
-    for m in messages:
-        if m.kind == "tool-result":
-            assert m.call_id in open_ids, f"result for unknown or answered call {m.call_id}"
-            open_ids.remove(m.call_id)
-            continue
-        assert not open_ids, f"tool calls without results: {open_ids}"
-        if m.kind == "assistant":
-            open_ids = [c.id for c in m.tool_calls]
-    assert not open_ids, f"tool calls without results: {open_ids}"
 
 
 @tool

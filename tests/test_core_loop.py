@@ -14,19 +14,7 @@ from nbagent import Agent, AssistantMessage, RunResult, UserError, tool
 from nbagent.models import FunctionModel, ModelResponse, ScriptedModel, TestModel, tool_call
 from nbagent.store import MemoryStore
 from nbagent.usage import TokenCounts
-
-
-def shape(messages: list[Any]) -> list[tuple[Any, ...]]:
-    """A compact, comparable form of a history (call ids left out)."""
-    out: list[tuple[Any, ...]] = []
-    for m in messages:
-        if m.kind == "assistant":
-            out.append(("assistant", m.text, [(c.name, c.args) for c in m.tool_calls]))
-        elif m.kind == "tool-result":
-            out.append(("tool-result", m.name, m.content, m.is_error))
-        else:
-            out.append((m.kind, m.content))
-    return out
+from tests.helpers import shape
 
 
 @tool
