@@ -57,26 +57,39 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: C
             "a *_sync method was called from inside an async tool or callback running on nbagent's "
             "loop; use `await agent.run(...)` there instead"
         )
-    started = False
     finished = threading.Event()
+    task: asyncio.Task[Any] | None = None
+    cancel_early = False
 
     async def main() -> T:
-        nonlocal started
-        started = True
+        nonlocal task
+        task = asyncio.current_task()
         try:
+            if cancel_early:  # interrupted before it began: do nothing
+                raise asyncio.CancelledError
             return await make_coro()
         finally:
             finished.set()
 
-    future = asyncio.run_coroutine_threadsafe(main(), loop)
+    def stop() -> None:  # on the loop: cancel the run, or make sure it never begins
+        nonlocal cancel_early
+        if on_interrupt is not None:
+            on_interrupt()
+        if task is None:
+            cancel_early = True
+            finished.set()
+        else:
+            task.cancel()
+
     try:
+        # Submitting inside the try: the loop thread may start the run (and a Ctrl-C may land)
+        # before run_coroutine_threadsafe even returns.
+        future = asyncio.run_coroutine_threadsafe(main(), loop)
         return future.result()
     except KeyboardInterrupt:
-        if on_interrupt is not None:
-            loop.call_soon_threadsafe(on_interrupt)
-        # Cancelling the concurrent future completes it at once; wait for the coroutine itself,
-        # so the conversation is valid (open calls answered) when the KeyboardInterrupt surfaces.
-        future.cancel()
-        if started:
-            finished.wait(timeout=15)
+        # Cancel on the loop itself (not through the concurrent future, which may not exist yet)
+        # and wait for the coroutine, so the conversation is valid (open calls answered) when
+        # the KeyboardInterrupt surfaces.
+        loop.call_soon_threadsafe(stop)
+        finished.wait(timeout=15)
         raise
