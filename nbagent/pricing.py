@@ -147,6 +147,8 @@ def _gp_calc(row: ModelCallUsage) -> Any:
         )
     except LookupError:
         pass
+    except Exception:  # pragma: no cover - pricing must never break a run: the cost stays unknown
+        return None
     try:  # a provider genai-prices does not list (a gateway's own name): look up by model only
         return calc_price(usage, model_ref=row.model, genai_request_timestamp=when)
     except LookupError:
