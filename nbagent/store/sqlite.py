@@ -509,76 +509,65 @@ class SQLiteStore(Store):
         if title:
             title = " ".join(title.split())[:80]
         status = None if meta is None else meta.get("status")
-        with self._lock:
-            try:
-                conn = self._connection()
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    if version == 0:
-                        # A new thread: its row is created with this checkpoint's totals.
-                        head = conn.execute(_INSERT_THREAD, (
-                            thread, step, meta_json or "{}", now, now, title, status, count_new,
-                            tokens_in, tokens_out, cost,
-                        )).fetchall()
-                        if not head:
-                            stored = conn.execute("SELECT version FROM threads WHERE id = ?",
-                                                  (thread,)).fetchone()[0]
-                            raise ConflictError(
-                                f"thread {thread!r} already exists in {self.path} (version {stored}); this "
-                                "writer expected a new thread (version 0). Load it again, or use another "
-                                "thread id.",
-                                path=str(self.path),
-                            )
-                    else:
-                        head = conn.execute(_UPDATE_THREAD, (
-                            step, now, count_new, tokens_in, tokens_out, cost, cost, meta_json,
-                            meta is not None, status, title, thread, version,
-                        )).fetchall()
-                        if not head:
-                            self._conflict(conn, thread, version)
-                    new_version, count, total_in, total_out, total_cost, status = head[0]
-                    if count_new:
-                        first = count - count_new
-                        if count_new == 1:
-                            conn.execute(_INSERT_MESSAGE, (thread, first, step, new_version, data[0]))
-                        else:
-                            conn.executemany(
-                                _INSERT_MESSAGE,
-                                [(thread, first + i, step, new_version, d) for i, d in enumerate(data)],
-                            )
-                        conn.execute(_INSERT_CHECKPOINT, (
-                            thread, new_version, step, now, count, summarize(messages[-1]), total_in,
-                            total_out, total_cost, status,
-                        ))
-                    if usage:
-                        if len(usage) == 1:
-                            top = conn.execute(_INSERT_USAGE, _usage_values(usage[0], thread)).lastrowid
-                        else:
-                            conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
-                            top = None
-                        floor = self._tail_floor
-                        if top is None or floor is None or top - floor >= CHUNK_ROWS:
-                            # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole
-                            # backlog of a file that predates chunks (`usage_columns` packs that).
-                            _pack_tail(conn, limit=len(usage) // CHUNK_ROWS + 1)
-                            self._tail_floor = _tail_floor(conn)
-                    if ledger:
-                        if len(ledger) == 1:
-                            e = ledger[0]
-                            conn.execute(_INSERT_LEDGER, (thread, e.call_id, e.tool, e.args_hash, e.status,
-                                                          e.time, new_version))
-                        else:
-                            conn.executemany(_INSERT_LEDGER, [
-                                (thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version)
-                                for e in ledger
-                            ])
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                raise self._error(exc) from exc
+        with self._transaction(immediate=True) as conn:
+            if version == 0:
+                # A new thread: its row is created with this checkpoint's totals.
+                head = conn.execute(_INSERT_THREAD, (
+                    thread, step, meta_json or "{}", now, now, title, status, count_new,
+                    tokens_in, tokens_out, cost,
+                )).fetchall()
+                if not head:
+                    stored = conn.execute("SELECT version FROM threads WHERE id = ?",
+                                          (thread,)).fetchone()[0]
+                    raise ConflictError(
+                        f"thread {thread!r} already exists in {self.path} (version {stored}); this "
+                        "writer expected a new thread (version 0). Load it again, or use another "
+                        "thread id.",
+                        path=str(self.path),
+                    )
+            else:
+                head = conn.execute(_UPDATE_THREAD, (
+                    step, now, count_new, tokens_in, tokens_out, cost, cost, meta_json,
+                    meta is not None, status, title, thread, version,
+                )).fetchall()
+                if not head:
+                    self._conflict(conn, thread, version)
+            new_version, count, total_in, total_out, total_cost, status = head[0]
+            if count_new:
+                first = count - count_new
+                if count_new == 1:
+                    conn.execute(_INSERT_MESSAGE, (thread, first, step, new_version, data[0]))
+                else:
+                    conn.executemany(
+                        _INSERT_MESSAGE,
+                        [(thread, first + i, step, new_version, d) for i, d in enumerate(data)],
+                    )
+                conn.execute(_INSERT_CHECKPOINT, (
+                    thread, new_version, step, now, count, summarize(messages[-1]), total_in,
+                    total_out, total_cost, status,
+                ))
+            if usage:
+                if len(usage) == 1:
+                    top = conn.execute(_INSERT_USAGE, _usage_values(usage[0], thread)).lastrowid
+                else:
+                    conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
+                    top = None
+                floor = self._tail_floor
+                if top is None or floor is None or top - floor >= CHUNK_ROWS:
+                    # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole
+                    # backlog of a file that predates chunks (`usage_columns` packs that).
+                    _pack_tail(conn, limit=len(usage) // CHUNK_ROWS + 1)
+                    self._tail_floor = _tail_floor(conn)
+            if ledger:
+                if len(ledger) == 1:
+                    e = ledger[0]
+                    conn.execute(_INSERT_LEDGER, (thread, e.call_id, e.tool, e.args_hash, e.status,
+                                                  e.time, new_version))
+                else:
+                    conn.executemany(_INSERT_LEDGER, [
+                        (thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version)
+                        for e in ledger
+                    ])
         return int(new_version)
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
