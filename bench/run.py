@@ -25,7 +25,7 @@ one run; CPU time is steadier than wall time). The summary gives nbagent / best 
 against the project's targets. Results: a markdown report on stdout and JSON in bench/results/.
 
 Afterwards the project's other benches (bench_store.py, bench_provider.py, bench_frames.py,
-bench_widget_traffic.py) run as subprocesses when present (``--no-other`` skips them).
+bench_widget_traffic.py, bench_commit_floor.py) run as subprocesses when present (``--no-other`` skips them).
 
     python bench/run.py                         # everything (~10 min on 2 cores)
     python bench/run.py --quick                 # smoke run (~2 min)
@@ -59,7 +59,9 @@ from typing import Any
 BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
-OTHER_BENCHES = ("bench_store.py", "bench_provider.py", "bench_frames.py", "bench_widget_traffic.py")
+OTHER_BENCHES = (
+    "bench_store.py", "bench_provider.py", "bench_frames.py", "bench_widget_traffic.py", "bench_commit_floor.py",
+)
 OTHER_QUICK_ARGS = {  # what --quick passes on to each (their own smoke settings)
     "bench_frames.py": ["--rows", "100000", "--batch", "200"],
     "bench_provider.py": ["--runs", "3"],
@@ -461,6 +463,12 @@ def build_langgraph_sqlite(sc: Scenario, script: Script) -> RunFn:
             await setup()
         return await inner(box["saver"], {"configurable": {"thread_id": uuid.uuid4().hex}})  # type: ignore[call-arg]
 
+    async def aclose() -> None:  # before the event loop closes (aiosqlite's worker thread needs it)
+        saver = box.pop("saver", None)
+        if saver is not None:
+            await saver.conn.close()
+
+    run.aclose = aclose  # type: ignore[attr-defined]
     return run
 
 
@@ -824,6 +832,10 @@ async def measure(sc: Scenario, names: list[str], scale: float, seed: int) -> di
             f"cpu median {fmt_us(r['cpu_us']['median']):>9}",
             flush=True,
         )
+    for fn, _script in runners.values():
+        aclose = getattr(fn, "aclose", None)
+        if aclose is not None:
+            await aclose()
     return out
 
 
