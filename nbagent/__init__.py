@@ -43,6 +43,7 @@ from .exceptions import (
     ArgumentsMismatchError,
     ConflictError,
     InvalidArgumentsError,
+    InvalidPromptError,
     ModelError,
     ModelRetry,
     NbagentError,
@@ -56,6 +57,7 @@ from .exceptions import (
 # Messages
 from .messages import (
     AssistantMessage,
+    Image,
     Message,
     SystemMessage,
     ToolCall,
@@ -81,7 +83,9 @@ __all__ = [
     "ClientCallRequested",
     "ConflictError",
     "Event",
+    "Image",
     "InvalidArgumentsError",
+    "InvalidPromptError",
     "Message",
     "ModelCallUsage",
     "ModelError",

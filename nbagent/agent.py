@@ -27,7 +27,15 @@ from .exceptions import (
     UnknownCallError,
     UserError,
 )
-from .messages import AssistantMessage, Message, SystemMessage, ToolResultMessage, UserMessage
+from .messages import (
+    AssistantMessage,
+    Message,
+    Prompt,
+    SystemMessage,
+    ToolResultMessage,
+    UserMessage,
+    user_message,
+)
 from .models import infer_model
 from .models.base import Model
 from .result import RunResult
@@ -164,9 +172,8 @@ class Agent:
         run.new_message_index = len(run.messages)
         return run
 
-    async def _prepare_run(self, prompt: str | None, thread: str | None, state: Any) -> RunState:
-        if prompt is not None and not isinstance(prompt, str):
-            raise UserError(f"the prompt must be a string, got {type(prompt).__name__}")
+    async def _prepare_run(self, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
+        message = None if prompt is None else user_message(prompt)  # bad input fails before any I/O
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
         loaded = await self._load(thread) if thread else None
         thread = thread or "thread_" + uuid.uuid4().hex[:16]
@@ -180,11 +187,10 @@ class Agent:
             )
         run.pending = []
         run.decisions = {}
-        if prompt is None:
+        if message is None:
             if not run.messages:
                 raise UserError("run() needs a prompt for a new thread")
         else:
-            message = UserMessage(prompt)
             run.messages.append(message)
             run.version = await self.store.append(
                 thread, version=run.version, step=run.thread_step, messages=[message],
@@ -283,7 +289,7 @@ class Agent:
 
     # ------------------------------------------------------------------ public async API
     def stream(
-        self, prompt: str | None = None, *, thread: str | None = None, state: Any = None
+        self, prompt: Prompt | None = None, *, thread: str | None = None, state: Any = None
     ) -> AsyncIterator[Event]:
         """Run and yield typed events as they happen (text deltas, tool calls, ...); the last
         event is ``run-completed`` / ``run-paused`` / ... carrying the `RunResult`."""
@@ -305,13 +311,18 @@ class Agent:
 
         return events()
 
-    async def run(self, prompt: str | None = None, *, thread: str | None = None, state: Any = None) -> RunResult:
+    async def run(self, prompt: Prompt | None = None, *, thread: str | None = None, state: Any = None) -> RunResult:
         """Run until a final answer, a pause for a person, a stop, a failure or cancellation.
 
         Args:
-            prompt: the user's message (None continues a thread whose last run stopped).
+            prompt: the user's message: a string, or a list of strings and images
+                (``["What is in this plot?", fig]``; see `nbagent.Image`). None continues a
+                thread whose last run stopped.
             thread: the conversation to continue (default: a new thread).
             state: the object tools taking ``ctx`` read and change.
+
+        Raises:
+            InvalidPromptError: the prompt is neither text nor images models accept.
         """
         run = await self._prepare_run(prompt, thread, state)
         return await _consume(drive(self, run, stream=False), run)
@@ -369,7 +380,7 @@ class Agent:
 
     def start(
         self,
-        prompt: str | None = None,
+        prompt: Prompt | None = None,
         *,
         thread: str | None = None,
         state: Any = None,
@@ -402,7 +413,7 @@ class Agent:
         return RunHandle(events, on_event, box)
 
     # ------------------------------------------------------------------ sync twins
-    def run_sync(self, prompt: str | None = None, *, thread: str | None = None, state: Any = None) -> RunResult:
+    def run_sync(self, prompt: Prompt | None = None, *, thread: str | None = None, state: Any = None) -> RunResult:
         """`run` from sync code: works in scripts and in notebook cells (no nest_asyncio).
         A call needing approval makes it return ``paused``; KeyboardInterrupt cancels the run."""
         return run_sync(lambda: self.run(prompt, thread=thread, state=state))

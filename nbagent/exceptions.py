@@ -6,6 +6,7 @@ NbagentError
 │   ├── ToolDefinitionError        a tool that cannot become a schema, a client tool with a body
 │   │   └── DuplicateToolError     two tools with one name
 │   ├── InvalidArgumentsError      edited arguments that do not fit the tool's schema
+│   ├── InvalidPromptError         a prompt part that is neither text nor a usable image
 │   ├── ResumeError                a resume that cannot apply
 │   │   ├── UnknownCallError       a decision for a call id that is not pending
 │   │   ├── ArgumentsMismatchError a decision for arguments the pending call does not have
@@ -47,6 +48,7 @@ __all__ = [
     "ConflictError",
     "DuplicateToolError",
     "InvalidArgumentsError",
+    "InvalidPromptError",
     "ModelConnectionError",
     "ModelError",
     "ModelHTTPError",
@@ -91,6 +93,11 @@ class DuplicateToolError(ToolDefinitionError):
 
 class InvalidArgumentsError(UserError):
     """Arguments (for example edited by a person before approval) do not fit the tool's schema."""
+
+
+class InvalidPromptError(UserError, ValueError):
+    """A prompt (or an `Image`) that cannot be sent: not text, not an image format models accept
+    (PNG, JPEG, GIF, WebP), too big, or empty. Also a `ValueError`."""
 
 
 class ResumeError(UserError):

@@ -143,7 +143,7 @@ def test_bad_agent_arguments() -> None:
     with pytest.raises(UserError, match="needs a prompt"):
         Agent(TestModel(), store=MemoryStore()).run_sync()
     with pytest.raises(UserError, match="must be a string"):
-        Agent(TestModel(), store=MemoryStore()).run_sync(["not", "a", "prompt"])  # type: ignore[arg-type]
+        Agent(TestModel(), store=MemoryStore()).run_sync(42)  # type: ignore[arg-type]
 
 
 # ---------------------------------------------------------------------- point 10: budgets, stop_when

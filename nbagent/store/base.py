@@ -246,6 +246,9 @@ def summarize(message: Message, width: int = 80) -> str:
         text = message.text or ", ".join(f"{c.name}({c.args_json})" for c in message.tool_calls)  # type: ignore[union-attr]
     else:
         text = message.content  # type: ignore[union-attr]
+        images = getattr(message, "images", None)
+        if images:
+            text = f"[{len(images)} image{'s' if len(images) != 1 else ''}] {text}"
     text = " ".join((text or "").split())
     if len(text) > width:
         text = text[: width - 1] + "…"
