@@ -182,7 +182,7 @@ def test_fault_url_builder(server: ReplayServer):
     with pytest.raises(KeyError):
         server.fault_base_url("slow", "nope")
     assert set(FAULT_MODES) == {"drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay",
-                                "429-retry-after", "then", "drop-once"}
+                                "429-retry-after", "then", "drop-once", "error-mid-stream", "error-once"}
     status, _, body = post(server.url + "/fault/explode/v1/chat/completions")
     assert status == 422 and "explode" in json.loads(body)["error"]["message"]
 

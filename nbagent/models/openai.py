@@ -11,6 +11,14 @@ DeepSeek, Together, OpenRouter. The quirks handled here are the ones seen in rec
 ``message`` (Azure content filter), ``finish_reason`` values outside the SDK's list (``eos``),
 usage in ``x_groq`` or missing, ``reasoning_content``, ``content: ""`` next to tool calls.
 
+A server can also report an error inside a stream it has already started (HTTP 200): an event
+``data: {"error": {...}}`` (OpenAI, vLLM, llama.cpp, Groq with ``event: error``), OpenRouter's chunk
+with a top-level ``error`` and ``finish_reason: "error"``, vLLM's older ``{"object": "error", ...}``.
+`OpenAIModel.stream_error` sorts them: a request the server refuses (invalid request, context too
+long, content policy, key, permission, not found, any 4xx but 408/409/429) fails at once as the
+matching `BadRequestError`-family error; anything else (server error, overload, rate limit, an
+unknown error) is retried like a broken stream.
+
 The API key is kept in a `_Secret` and handed only to the SDK client: it is never part of a
 message, an event, a usage row, an error (errors are raised without their SDK cause, whose request
 carries the ``Authorization`` header) or a repr.
@@ -48,7 +56,7 @@ from ..messages import AssistantMessage, Message, ToolCall, new_call_id
 from ..usage import TokenCounts
 from .base import Model, ModelRequest, ModelResponse, ReasoningText
 
-__all__ = ["OpenAIModel", "local_model", "parse_retry_after"]
+__all__ = ["OpenAIModel", "local_model", "parse_retry_after", "stream_error_status"]
 
 DEFAULT_TIMEOUT = 300.0
 """Seconds: the SDK's per-operation timeout (connect, each read). Long, because a reasoning model
@@ -201,11 +209,105 @@ def _choice_zero(choices: Any) -> Any:
     return choices[0]
 
 
+# ------------------------------------------------------------------------------- errors inside a stream
+_STREAM_ERROR_WORDS: dict[str, int] = {
+    # The request itself is refused: the same request gets the same answer.
+    "invalid_request_error": 400,
+    "badrequesterror": 400,  # vLLM's type names
+    "bad_request": 400,
+    "context_length_exceeded": 400,
+    "exceed_context_size_error": 400,  # llama.cpp
+    "string_above_max_length": 400,
+    "content_filter": 400,
+    "content_policy_violation": 400,
+    "invalid_prompt": 400,
+    "invalid_value": 400,
+    "unsupported_value": 400,
+    "unsupported_parameter": 400,
+    "tool_use_failed": 400,  # Groq
+    "authentication_error": 401,
+    "authenticationerror": 401,
+    "invalid_api_key": 401,
+    "insufficient_quota": 402,  # billing: OpenAI sends it with 429, but waiting does not help
+    "permission_error": 403,
+    "permissiondeniederror": 403,
+    "permission_denied": 403,
+    "not_found_error": 404,
+    "notfounderror": 404,
+    "model_not_found": 404,
+    # Rate limits pass (retried as RateLimitError).
+    "rate_limit_exceeded": 429,
+    "rate_limit_error": 429,
+    "ratelimiterror": 429,
+    "requests": 429,  # OpenAI's 429 types
+    "tokens": 429,
+}
+"""Error ``type`` / ``code`` words of a mid-stream error, as the HTTP status they stand for. Words
+not listed (``server_error``, ``overloaded_error``, ``InternalServerError``...) count as transient."""
+
+
+def _status_in(error: Any) -> int | None:
+    """The HTTP status an error object carries in ``code`` / ``status`` (OpenRouter, llama.cpp, vLLM)."""
+    for name in ("code", "status", "status_code"):
+        value = _get(error, name)
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599:
+            return value
+    return None
+
+
+def stream_error_status(error: Any) -> int | None:
+    """The HTTP status a mid-stream error object stands for, or None when nothing says (transient).
+
+    A status the server put in the object decides; without one, its ``code`` then its ``type``
+    word (see ``_STREAM_ERROR_WORDS``).
+    """
+    status = _status_in(error)
+    if status is not None:
+        return status
+    for name in ("code", "type"):
+        word = _get(error, name)
+        if isinstance(word, str):
+            status = _STREAM_ERROR_WORDS.get(word.strip().lower())
+            if status is not None:
+                return status
+    return None
+
+
+def _permanent_http_error(status: int, body: Any, message: str) -> str | None:
+    """Why an error status that is normally retried (429, 5xx) will fail again the same way, or
+    None: 501 Not Implemented; OpenAI's 429 ``insufficient_quota`` (billing, not a rate); a 5xx
+    whose message says the input is not supported (llama.cpp answers an image sent to a text-only
+    model with ``500 image input is not supported``)."""
+    if status == 501:
+        return "the server does not implement this"
+    words = {str(_get(body, name)).lower() for name in ("type", "code")} if isinstance(body, dict) else set()
+    if status == 429 and "insufficient_quota" in words:
+        return "the account's quota is used up; waiting does not help"
+    if status >= 500 and "not supported" in message.lower():
+        return "the server says the input is not supported"
+    return None
+
+
+def _extras(obj: Any) -> dict[str, Any]:
+    return dict(getattr(obj, "__pydantic_extra__", None) or {})
+
+
 # ------------------------------------------------------------------------------- request building
 def _wire_message(message: Message, send_reasoning: bool = True) -> dict[str, Any]:
     kind = message.kind
     if kind == "user":
-        return {"role": "user", "content": message.content}  # type: ignore[union-attr]
+        images = message.images  # type: ignore[union-attr]
+        if not images:
+            return {"role": "user", "content": message.content}  # type: ignore[union-attr]
+        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []  # type: ignore[union-attr]
+        for image in images:
+            url: dict[str, Any] = {"url": image.data_url()}
+            if image.detail is not None:
+                url["detail"] = image.detail
+            parts.append({"type": "image_url", "image_url": url})
+        return {"role": "user", "content": parts}
     if kind == "tool-result":
         return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}  # type: ignore[union-attr]
     if kind == "system":
@@ -546,6 +648,60 @@ class OpenAIModel(Model):
             return [self._scrub(v) for v in value]
         return value
 
+    def _hint(self, status: int | None) -> str:
+        if status == 404:
+            return f" (model {self.model_name!r} at {_safe_url(self.base_url) or 'api.openai.com'})"
+        if status == 401:
+            return " (check the API key for this provider)"
+        if status == 403:  # also OpenRouter's moderation / guardrail refusals
+            return " (check the API key's access to this model, or the input if it was flagged)"
+        return ""
+
+    def stream_error(self, error: Any, fallback: str | None = None) -> ModelError:
+        """The nbagent error for an error object a server sent inside an already started stream.
+
+        A request the server refuses (a 4xx other than 408 / 409 / 429, or a word such as
+        ``invalid_request_error``, ``context_length_exceeded``, ``invalid_api_key``,
+        ``model_not_found``) fails at once: `BadRequestError`, `AuthenticationError`,
+        `NotFoundError`, or `ModelHTTPError` (402 and other 4xx). A rate limit is a retried
+        `RateLimitError`; anything else (``server_error``, overloaded, 5xx, an unknown error) a
+        retried `StreamInterruptedError`. ``status_code`` is set only when the server put a status
+        in the object. The message is the server's own (OpenRouter's upstream ``metadata.raw``
+        included) followed by its type and code; the API key is scrubbed from it and from ``body``.
+        """
+        if isinstance(error, str):
+            words, body = error, error
+        else:
+            if error is not None and not isinstance(error, dict):
+                error = _extras(error)  # vLLM's older error event, parsed as a chunk
+            words = _get(error, "message")
+            body = error
+        if not isinstance(words, str) or not words.strip():
+            words = fallback or "the server reported an error without a message"
+        raw = _get(_get(error, "metadata"), "raw")
+        if isinstance(raw, str) and raw:
+            words = f"{words}: {raw}"  # OpenRouter: the upstream provider's own words
+        labels = [_get(error, "type"), _get(error, "code")]
+        tags = list(dict.fromkeys(str(x) for x in labels if isinstance(x, str) and x and not x.isdigit()))
+        if tags:
+            words = f"{words} [{', '.join(tags)}]"
+        words = self._scrub(words)
+        body = self._scrub(body)
+        given = _status_in(error)
+        status = stream_error_status(error)
+        if status is None or status >= 500 or status in (408, 409):
+            return StreamInterruptedError(
+                f"the streamed answer broke off: {words}", status_code=given, body=body, provider=self.provider
+            )
+        err = error_for_status(
+            status,
+            f"the server ended the stream with an error: {words}{self._hint(status)}",
+            body=body,
+            provider=self.provider,
+        )
+        err.status_code = given  # a status the server did not send is not shown as one
+        return err
+
     def map_error(self, exc: BaseException, *, streaming: bool = False) -> ModelError | None:
         """The nbagent error for an SDK / transport exception (None: not a model-call failure).
 
@@ -563,24 +719,30 @@ class OpenAIModel(Model):
             raw = _get(_get(body, "metadata"), "raw") if isinstance(body, dict) else None
             if isinstance(raw, str) and raw:
                 message = f"{message}: {raw}"  # OpenRouter: the upstream provider's own words
-            message = self._scrub(str(message))
-            if status == 404:
-                message += f" (model {self.model_name!r} at {_safe_url(self.base_url) or 'api.openai.com'})"
-            elif status in (401, 403):
-                message += " (check the API key for this provider)"
-            return error_for_status(
+            message = self._scrub(str(message)) + self._hint(status)
+            permanent = _permanent_http_error(status, body, message)
+            if permanent:
+                message += f" (not retried: {permanent})"
+            error = error_for_status(
                 status,
                 message,
                 body=self._scrub(body),
                 provider=provider,
                 retry_after=parse_retry_after(exc.response.headers),
             )
+            if permanent:
+                error.retryable = False
+            return error
         if streaming:
             if isinstance(exc, openai.APITimeoutError):
                 reason = "the read timed out"
+            elif isinstance(exc, openai.APIConnectionError):
+                cause = exc.__cause__
+                detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
+                reason = self._scrub(f"{exc.message}{detail}")
             elif isinstance(exc, openai.APIError):
-                body = _get(exc.body, "message") if isinstance(exc.body, dict) else None
-                reason = self._scrub(str(body or exc.message))
+                # the SDK raises this for an event whose data has "error"; its body is that object
+                return self.stream_error(exc.body, exc.message)
             elif isinstance(exc, ValueError):
                 return ModelResponseError(f"the stream sent an unreadable chunk: {exc}", provider=provider)
             else:
@@ -666,7 +828,6 @@ class OpenAIModel(Model):
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`."""
         stream = await self._create(self.request_params(request, stream=True))
-        error: ModelError | None = None
         source: Any = stream
         content_type = stream.response.headers.get("content-type", "")
         if "json" in content_type and "event-stream" not in content_type:
@@ -683,65 +844,66 @@ class OpenAIModel(Model):
         state.request_id = stream.response.headers.get("x-request-id")
         parts: list[str] = []
         append = parts.append
-        try:
-            try:
-                async for chunk in source:
-                    choices = getattr(chunk, "choices", None)
-                    if choices:
-                        choice = choices[0]
-                        if len(choices) > 1 or getattr(choice, "index", 0) != 0:
-                            choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
-                        delta = getattr(choice, "delta", None)
-                        if delta is not None:
-                            text = delta.content
-                            if text:
-                                append(text)
-                                yield text
-                            elif text is not None:
-                                state.content_seen = True
-                            if delta.tool_calls:
-                                state.add_tool_calls(delta.tool_calls)
-                            if delta.refusal:
-                                state.refusal.append(delta.refusal)
-                            extra = delta.__pydantic_extra__
-                            if extra:
-                                reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-                                if reasoning and isinstance(reasoning, str):
-                                    state.reasoning.append(reasoning)
-                                    yield ReasoningText(reasoning)
-                        finish = getattr(choice, "finish_reason", None)
-                        if finish:
-                            state.finish_reason = finish
-                    if chunk.usage is not None:
-                        state.usage = chunk.usage
-                    elif state.usage is None:
-                        extra = chunk.__pydantic_extra__
-                        if extra and "x_groq" in extra:
-                            state.usage = _get(extra["x_groq"], "usage")
-                    if state.model is None:
-                        state.model = getattr(chunk, "model", None) or None
-                        if state.request_id is None:
-                            state.request_id = getattr(chunk, "id", None) or None
-            except Exception as exc:
-                error = self.map_error(exc, streaming=True)
-                if error is None:
-                    raise
-        finally:
-            with contextlib.suppress(Exception):  # a broken connection may fail to close too
-                await stream.close()
-        if error is not None:
-            raise error
+        async with contextlib.aclosing(self._reading(stream, source)) as chunks:
+            async for chunk in chunks:
+                choices = getattr(chunk, "choices", None)
+                if choices:
+                    choice = choices[0]
+                    if len(choices) > 1 or getattr(choice, "index", 0) != 0:
+                        choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
+                    delta = getattr(choice, "delta", None)
+                    if delta is not None:
+                        text = delta.content
+                        if text:
+                            append(text)
+                            yield text
+                        elif text is not None:
+                            state.content_seen = True
+                        if delta.tool_calls:
+                            state.add_tool_calls(delta.tool_calls)
+                        if delta.refusal:
+                            state.refusal.append(delta.refusal)
+                        extra = delta.__pydantic_extra__
+                        if extra:
+                            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                            if reasoning and isinstance(reasoning, str):
+                                state.reasoning.append(reasoning)
+                                yield ReasoningText(reasoning)
+                    finish = getattr(choice, "finish_reason", None)
+                    if finish:
+                        if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
+                            raise self.stream_error(
+                                _get(choice, "error") or _get(chunk, "error"),
+                                "the server ended the answer with finish_reason 'error'",
+                            )
+                        state.finish_reason = finish
+                elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
+                    # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
+                    raise self.stream_error(_get(chunk, "error") or chunk)
+                if chunk.usage is not None:
+                    state.usage = chunk.usage
+                elif state.usage is None:
+                    extra = chunk.__pydantic_extra__
+                    if extra and "x_groq" in extra:
+                        state.usage = _get(extra["x_groq"], "usage")
+                if state.model is None:
+                    state.model = getattr(chunk, "model", None) or None
+                    if state.request_id is None:
+                        state.request_id = getattr(chunk, "id", None) or None
         yield state.response(parts)
 
-    async def _read_mislabelled(self, stream: Any) -> ModelResponse | list[Any]:
-        """Read a streamed request's JSON-labelled answer: a whole completion (as a
-        `ModelResponse`) or event-stream text (as the list of its chunks)."""
-        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    async def _reading(self, stream: Any, source: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+        """The items of `source` (the SDK stream, or its response's bytes), then `stream` closed.
 
+        A failure while reading becomes nbagent's error (`map_error` with ``streaming=True``),
+        raised outside the ``except`` block so that neither ``__cause__`` nor ``__context__`` holds
+        the SDK exception, whose request carries the ``Authorization`` header. `stream` is closed
+        however the reading ends: finished, failed, or the consumer closing this generator.
+        """
         error: ModelError | None = None
-        text = ""
         try:
-            text = (await stream.response.aread()).decode("utf-8", "replace")
+            async for item in source:
+                yield item
         except Exception as exc:
             error = self.map_error(exc, streaming=True)
             if error is None:
@@ -751,9 +913,19 @@ class OpenAIModel(Model):
                 await stream.close()
         if error is not None:
             raise error
+
+    async def _read_mislabelled(self, stream: Any) -> ModelResponse | list[Any]:
+        """Read a streamed request's JSON-labelled answer: a whole completion (as a
+        `ModelResponse`) or event-stream text (as the list of its chunks)."""
+        from openai.types.chat import ChatCompletion, ChatCompletionChunk
+
+        pieces = [piece async for piece in self._reading(stream, stream.response.aiter_bytes())]
+        text = b"".join(pieces).decode("utf-8", "replace")
         try:
             if text.lstrip().startswith("{"):
                 body = json.loads(text)
+                if isinstance(body, dict) and body.get("error"):
+                    raise self.stream_error(body["error"])  # an error answered with status 200
                 response = self.map_completion(ChatCompletion.construct(**body))
                 response.request_id = stream.response.headers.get("x-request-id") or response.request_id
                 return response

@@ -34,6 +34,17 @@ URL scheme (every route below ends in ``/v1/chat/completions``; use the part bef
                               ``dateS`` sends an HTTP-date S seconds ahead); later ones the case.
         then:<c2>[,<c3>...]   a conversation: the first request answers with <name>, the second
                               with <c2>, the third with <c3>...; the last one repeats.
+        error-mid-stream[:K[,EVENT]]
+                              send the first K SSE events of a streamed case (default: half, at
+                              least 1), then the error event EVENT, ``data: [DONE]`` and a proper
+                              end of the body: what a server does when generation fails after the
+                              HTTP 200 went out.  EVENT is JSON sent as ``data: EVENT`` (default:
+                              OpenAI's ``{"error": {"message": "The server had an error...",
+                              "type": "server_error", ...}}``), or raw SSE text when it does not
+                              start with ``{`` (e.g. ``event: error\ndata: {...}``).  In the URL it
+                              is percent-encoded (``fault_base_url`` does that).
+        error-once[:K[,EVENT]] like error-mid-stream for the first request to this path; later ones
+                              answer with the whole case (a transient error, then a good retry).
 
     GET  .../v1/models        a one-model list (some clients probe it).
     GET  /health              {"ok": true, "cases": N}
@@ -84,14 +95,19 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 CASE_HEADER = "X-Replay-Case"
 SERVED_HEADER = "X-Replay-Case-Served"
 FAULT_MODES = ("drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay", "429-retry-after",
-               "then", "drop-once")
-DEFAULT_FAULT_CASE = {"drop-mid-stream": "openai_stream_text_usage", "drop-once": "openai_stream_text_usage"}
+               "then", "drop-once", "error-mid-stream", "error-once")
+DEFAULT_FAULT_CASE = {"drop-mid-stream": "openai_stream_text_usage", "drop-once": "openai_stream_text_usage",
+                      "error-mid-stream": "openai_stream_text_usage", "error-once": "openai_stream_text_usage"}
+DEFAULT_STREAM_ERROR = json.dumps({"error": {
+    "message": "The server had an error while processing your request. Sorry about that!",
+    "type": "server_error", "param": None, "code": None}})
+"""What OpenAI sends inside a started stream when generation fails (the error-* fault modes' default)."""
 DEFAULT_CASE = "openai_plain_text"
 _DROPPED_REQUEST_HEADERS = {"authorization", "api-key", "proxy-authorization", "cookie"}
 _EVENT_END = re.compile(r"\r?\n\r?\n")
@@ -327,6 +343,11 @@ class _Handler(BaseHTTPRequestHandler):
                     self._drop_mid_stream(case, int(route.arg) if route.arg else None)
                 else:
                     self._replay(case)
+            elif mode in ("error-mid-stream", "error-once"):
+                if mode == "error-mid-stream" or owner._count(route.key) <= 1:
+                    self._error_mid_stream(case, route.arg)
+                else:
+                    self._replay(case)
             elif mode == "429-retry-after":
                 if owner._count(route.key) <= 1:
                     arg = route.arg or "1"
@@ -375,6 +396,30 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+    def _error_mid_stream(self, case: dict[str, Any], arg: str | None) -> None:
+        resp = case["response"]
+        if "sse" not in resp:
+            self._send_json(422, _error_body(f"error-mid-stream needs a streamed case, {case['name']} is not",
+                                             "invalid_request_error", "replay_no_match"))
+            return
+        keep_text, _, event = (arg or "").partition(",")
+        events = split_sse_events(resp["sse"])
+        keep = int(keep_text) if keep_text else max(1, len(events) // 2)
+        if not 0 <= keep < len(events):
+            raise ValueError(keep)
+        event = event or DEFAULT_STREAM_ERROR
+        if event.lstrip().startswith("{"):
+            json.loads(event)  # a typo in a test's payload is a 422, not a silently odd stream
+            event = f"data: {event}"
+        event = event.rstrip("\r\n") + "\n\n"
+        self._head(int(resp["status"]), self._sse_headers(case))
+        for sent in events[:keep]:
+            self._write_chunk(sent.encode("utf-8"))
+        self._write_chunk(event.encode("utf-8"))
+        self._write_chunk(b"data: [DONE]\n\n")
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
 
     # ----------------------------------------------------------------- replay
     def _case_headers(self, case: dict[str, Any]) -> dict[str, str]:
@@ -528,12 +573,13 @@ class ReplayServer:
         return f"{self.url}/case/{case}/v1"
 
     def fault_base_url(self, mode: str, case: str | None = None, arg: float | int | str | None = None) -> str:
-        """``http://127.0.0.1:PORT/fault/MODE[:ARG][/CASE]/v1`` (see the module docstring)."""
+        """``http://127.0.0.1:PORT/fault/MODE[:ARG][/CASE]/v1`` (see the module docstring); ARG is
+        percent-encoded (``,`` and ``:`` kept), so an error-* mode's JSON event can be passed as is."""
         if mode not in FAULT_MODES:
             raise ValueError(f"unknown fault mode {mode!r}; known: {', '.join(FAULT_MODES)}")
         if case is not None:
             self.case(case)
-        spec = mode if arg is None else f"{mode}:{arg}"
+        spec = mode if arg is None else f"{mode}:{quote(str(arg), safe=',:')}"
         return f"{self.url}/fault/{spec}" + (f"/{case}" if case else "") + "/v1"
 
     # ----------------------------------------------------------------- state
