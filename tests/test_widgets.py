@@ -7,6 +7,7 @@ import asyncio
 import json
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import ipywidgets as widgets
@@ -16,9 +17,12 @@ from ipywidgets.widgets.widget import _instances
 from nbagent import Agent, PendingCall, Tool, tool
 from nbagent.messages import Message, ToolResultMessage
 from nbagent.models import FunctionModel, tool_call
+from nbagent.models.base import ReasoningText
 from nbagent.store.memory import MemoryStore
 from nbagent.widgets import ChatView, StreamText
-from nbagent.widgets.stream import Throttle
+from nbagent.widgets.stream import ThinkingText, Throttle
+
+from .test_widgets_static import assert_inert
 
 
 # ----------------------------------------------------------------------------------- helpers
@@ -394,7 +398,9 @@ async def test_approve_all_and_deny_all_appear_when_several_wait() -> None:
     await view.wait()
     await ask(view, "two refunds")
     assert view._approve_all.layout.display != "none" and view._deny_all.layout.display != "none"
-    await click(view._deny_all)
+    await click(view._deny_all)  # asks for a reason first; an empty reason is allowed
+    assert view._deny_all_box.layout.display == "flex" and view.handle is None
+    await click(view._deny_all_confirm)
     result = await view.wait()
     assert result.status == "completed"
     assert result.output.count("denied by the user") == 2
@@ -403,6 +409,37 @@ async def test_approve_all_and_deny_all_appear_when_several_wait() -> None:
     result = await view.wait()
     assert result.output.count("refunded") == 2
     assert view._approve_all.layout.display == "none"
+
+
+async def test_deny_all_asks_for_one_reason_that_reaches_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = make_agent()
+    view = agent.chat(thread="t-deny-all")
+    await ask(view, "two refunds")
+    rows = waiting_rows(view)
+    assert len(rows) == 2
+    # Cancel: nothing decided, the box goes away
+    await click(view._deny_all)
+    assert view._deny_all_box.layout.display == "flex"
+    await click(view._deny_all_cancel)
+    assert view._deny_all_box.layout.display == "none" and not any(r.decided for r in rows)
+    # the reason box sits at the bulk buttons, before the message box (still the last text box)
+    order = [w for w in _walk(view) if isinstance(w, widgets.Text)]
+    assert order[-2:] == [view._deny_all_reason, view._input]
+    starts: list[Any] = []
+    original = agent.start
+    monkeypatch.setattr(agent, "start", lambda *a, **k: (starts.append(k.get("resume")), original(*a, **k))[1])
+    await click(view._deny_all)
+    view._deny_all_reason.value = "  not <b>today</b>  "
+    await click(view._deny_all_confirm)
+    assert all(r.decided for r in rows) and view._deny_all_box.layout.display == "none"
+    result = await view.wait()
+    assert len(starts) == 1  # one resume for all the calls
+    assert starts[0]["deny"] == {r.call_id: "not <b>today</b>" for r in rows}
+    assert result.status == "completed" and refund_calls == []
+    assert result.output == ("The tool said: denied by the user: not <b>today</b> | "
+                             "denied by the user: not <b>today</b>")
+    assert all(r.status == "denied" and "not &lt;b&gt;today&lt;/b&gt;" in r.html.value for r in rows)
+    assert view._deny_all_reason.value == "" and view._approve_all.layout.display == "none"
 
 
 async def test_client_tool_takes_the_persons_answer() -> None:
@@ -416,15 +453,6 @@ async def test_client_tool_takes_the_persons_answer() -> None:
     await click(row.buttons["Submit"])
     result = await view.wait()
     assert result.output == "The tool said: blue"
-
-
-async def test_send_is_refused_while_calls_wait() -> None:
-    view = make_agent().chat(thread="t-refuse")
-    await ask(view, "refund")
-    view._input.value = "something else"
-    await click(view._send_button)
-    assert "decide the waiting tool calls first" in view._status.value
-    assert view._input.value == "something else" and view.handle is None
 
 
 async def test_handlers_on_another_thread_schedule_onto_the_loop() -> None:
@@ -531,3 +559,291 @@ async def test_no_api_key_in_widget_state_or_static_html() -> None:
     for secret in ("MARKER", agent.model.api_key, agent.model.base_url, repr(agent.model)):
         assert secret not in states
     assert "MARKER" not in result._repr_html_()
+
+
+# ----------------------------------------------------------------------------------- reasoning
+def is_answer(w: widgets.Widget) -> bool:
+    return isinstance(w, StreamText) and not isinstance(w, ThinkingText)
+
+
+def _log_index(view: ChatView, cls: type) -> list[int]:
+    test = is_answer if cls is StreamText else (lambda w: isinstance(w, cls))
+    return [i for i, w in enumerate(view._log.children) if test(w)]
+
+
+async def test_reasoning_streams_into_a_collapsed_thinking_section_above_the_answer(sent: list[Any]) -> None:
+    thoughts = [f"thought{i} " for i in range(200)]
+
+    async def stream(messages: list[Message], request: Any) -> Any:
+        for piece in thoughts:
+            await asyncio.sleep(0.001)
+            yield ReasoningText(piece)
+        for piece in ["The ", "**answer**"]:
+            yield piece
+
+    store = MemoryStore()
+    agent = Agent(FunctionModel(stream_function=stream), store=store)
+    view = agent.chat(thread="t-think")
+    await view.wait_loaded()
+    t0 = time.monotonic()
+    result = await ask(view, "think hard")
+    elapsed = time.monotonic() - t0
+    assert result.status == "completed" and result.messages[-1].reasoning == "".join(thoughts)
+    [th] = [w for w in all_widgets(view) if isinstance(w, ThinkingText)]
+    [st] = [w for w in all_widgets(view) if is_answer(w)]
+    assert _log_index(view, ThinkingText) < _log_index(view, StreamText)  # above the step's answer
+    assert th.plain and th.done and th.text == "".join(thoughts)
+    assert th.html == "" and "<strong>answer</strong>" in st.html  # reasoning is never HTML
+    # streamed as throttled deltas (at most ~20 a second), not whole re-renders
+    pieces = [m["content"]["a"] for w, m, _ in sent
+              if w is th and m.get("method") == "custom" and "a" in m["content"]]
+    assert 2 <= len(pieces) <= elapsed * 20 + 2 and th.text.startswith("".join(pieces))
+    text_syncs = [m for w, m, _ in sent if w is th and m.get("method") == "update" and "text" in m["state"]]
+    assert len(text_syncs) == 1  # the whole text is synced once, at the end
+    # the thread's history (a new view) shows it as a closed <details> with the text escaped
+    view2 = Agent(FunctionModel(stream_function=stream), store=store).chat(thread="t-think")
+    await view2.wait_loaded()
+    history = view2._history.value
+    assert '<details class="nbagent-thinking"' in history and "<summary" in history
+    assert " open" not in history.split("<summary")[0].split("nbagent-thinking")[-1]
+    assert "thought199" in history
+    assert history.index("thought0") < history.index("<strong>answer</strong>")
+
+
+async def test_reasoning_payloads_stay_inert() -> None:
+    payloads = json.loads((Path(__file__).parent / "fixtures" / "injection_payloads.json").read_text("utf-8"))
+    reasoning = "\n".join(payloads)
+
+    async def stream(messages: list[Message], request: Any) -> Any:
+        for line in payloads:
+            yield ReasoningText(line + "\n")
+        yield "ok"
+
+    agent = Agent(FunctionModel(stream_function=stream), store=MemoryStore())
+    view = agent.chat(thread="t-think-evil")
+    result = await ask(view, "go")
+    [th] = [w for w in all_widgets(view) if isinstance(w, ThinkingText)]
+    assert th.text == reasoning + "\n" and th.html == "" and th.plain  # shown with textContent only
+    html = result._repr_html_()
+    assert "&lt;script&gt;window.__pwned=1" in html
+    assert_inert(html, allow_style_attr=True)
+    view2 = Agent(FunctionModel(stream_function=stream), store=view.agent.store).chat(thread="t-think-evil")
+    await view2.wait_loaded()
+    assert_inert(view2._history.value, allow_style_attr=True)
+    assert "&lt;img src=x onerror=" in view2._history.value
+
+
+async def test_model_retry_clears_partial_reasoning(sent: list[Any]) -> None:
+    from nbagent import Retry
+    from nbagent.exceptions import error_for_status
+
+    attempts = [0]
+
+    async def stream(messages: list[Message], request: Any) -> Any:
+        attempts[0] += 1
+        yield ReasoningText(f"thinking, attempt {attempts[0]}")
+        await asyncio.sleep(0.06)  # let the partial reasoning reach the front end
+        if attempts[0] == 1:
+            raise error_for_status(503, "overloaded")
+        yield "answer"
+
+    agent = Agent(FunctionModel(stream_function=stream), store=MemoryStore(),
+                  retry=Retry(attempts=2, initial_delay=0.0, jitter=0.0))
+    view = agent.chat(thread="t-think-retry")
+    result = await ask(view, "hi")
+    assert result.status == "completed"
+    [th] = [w for w in all_widgets(view) if isinstance(w, ThinkingText)]
+    assert th.text == "thinking, attempt 2"
+    msgs = [m["content"] for w, m, _ in sent if w is th and m.get("method") == "custom"]
+    assert msgs[0] == {"a": "thinking, attempt 1"} and {"r": 1} in msgs  # shown, then cleared
+
+
+async def test_reasoning_of_an_unstreamed_answer_is_shown_above_it() -> None:
+    from nbagent.messages import AssistantMessage
+
+    agent = Agent(FunctionModel(lambda m, r: AssistantMessage(text="Answer.", reasoning="because <b>x</b>")),
+                  store=MemoryStore())
+    view = agent.chat(thread="t-think-whole")
+    await ask(view, "hi")
+    [th] = [w for w in all_widgets(view) if isinstance(w, ThinkingText)]
+    assert th.text == "because <b>x</b>" and th.done and th.html == ""
+    assert _log_index(view, ThinkingText) < _log_index(view, StreamText)
+
+
+# ----------------------------------------------------------------------------------- sending while busy
+def gated_agent(gate: asyncio.Event, store: MemoryStore | None = None) -> Agent:
+    """Like `make_agent`, streaming; a message starting with "gated" waits for `gate`, one with
+    "fail" fails (not retryable). `agent.prompts`: the user messages the model answered."""
+    from nbagent.exceptions import error_for_status
+
+    prompts: list[str] = []
+
+    async def stream(messages: list[Message], request: Any) -> Any:
+        last = messages[-1]
+        if last.kind == "user":
+            text = last.content  # type: ignore[union-attr]
+            prompts.append(text)
+            if text.startswith("gated"):
+                await gate.wait()
+            if text.startswith("fail"):
+                await gate.wait()
+                raise error_for_status(400, "the model refused the request")
+        answer = echo_answer(messages, request)
+        if not isinstance(answer, str):
+            yield answer
+            return
+        for i, word in enumerate(answer.split(" ")):
+            await asyncio.sleep(0)
+            yield (" " if i else "") + word
+
+    agent = Agent(FunctionModel(stream_function=stream), tools=[refund, slow, ask_user], store=store or MemoryStore())
+    agent.prompts = prompts  # type: ignore[attr-defined]
+    return agent
+
+
+def user_prompts(agent: Agent) -> list[str]:
+    return list(agent.prompts)  # type: ignore[attr-defined]
+
+
+def queue_text(view: ChatView) -> str:
+    return "\n".join(w.value for w in view._queue_box.children)
+
+
+async def test_messages_sent_during_a_run_are_queued_then_sent_one_run_each_in_order() -> None:
+    gate = asyncio.Event()
+    agent = gated_agent(gate)
+    view = agent.chat(thread="t-queue")
+    await view.wait_loaded()
+    view._input.value = "gated first"
+    await click(view._send_button)
+    assert view.handle is not None and not view._send_button.disabled  # Send stays usable
+    view._input.value = "second <b>bold</b>"
+    await click(view._send_button)
+    view._input.value = "third"
+    view._input._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "submit"}}},
+                             "buffers": []})  # Enter
+    await settle()
+    assert view._input.value == ""
+    assert view.queued_messages == ["second <b>bold</b>", "third"]
+    assert "you · queued" in queue_text(view) and "second &lt;b&gt;bold&lt;/b&gt;" in queue_text(view)
+    assert "<b>bold" not in queue_text(view)
+    assert "2 messages queued: sent when this run ends" in view._status.value
+    assert view._clear_queue.layout.display != "none"
+    assert view.ask("fourth") is None  # queued too: no run started for it
+    gate.set()
+    result = await view.wait()
+    assert user_prompts(agent) == ["gated first", "second <b>bold</b>", "third", "fourth"]
+    assert result.output == "You said: fourth" and view.queued_messages == []
+    assert view._queue_box.children == () and view._clear_queue.layout.display == "none"
+    assert "queued" not in view._status.value
+    # in the log each message is followed by its own answer
+    texts = [getattr(w, "value", "") or getattr(w, "text", "") for w in view._log.children]
+    flat = " ".join(texts)
+    order = [flat.index(s) for s in ("gated first", "You said: gated", "second &lt;b&gt;", "You said: second",
+                                     "third", "You said: third", "fourth", "You said: fourth")]
+    assert order == sorted(order)
+    assert "queued" not in flat
+
+
+async def test_queued_message_waits_until_the_waiting_calls_are_decided() -> None:
+    gate = asyncio.Event()
+    gate.set()
+    agent = gated_agent(gate)
+    view = agent.chat(thread="t-queue-paused")
+    result = await ask(view, "refund please")
+    assert result.status == "paused"
+    view._input.value = "and then hello"
+    await click(view._send_button)
+    assert view._input.value == "" and view.queued_messages == ["and then hello"]
+    assert "waiting for you: 1 tool call" in view._status.value
+    assert "1 message queued: sent after you decide the waiting tool calls" in view._status.value
+    assert (await view.wait()).status == "paused" and view.handle is None  # not sent by itself
+    [row] = waiting_rows(view)
+    await click(row.buttons["Approve"])
+    result = await view.wait()
+    assert refund_calls == [(42, 9.5)]
+    assert result.output == "You said: and then hello" and view.queued_messages == []
+    kinds = [m.kind for m in result.messages]
+    assert kinds == ["user", "assistant", "tool-result", "assistant", "user", "assistant"]
+
+
+async def test_stop_keeps_the_queue_on_hold_until_send() -> None:
+    gate = asyncio.Event()
+    agent = gated_agent(gate)
+    view = agent.chat(thread="t-queue-stop")
+    await view.wait_loaded()
+    view.ask("slow please")
+    for _ in range(200):
+        if any(r.status == "running" for r in view.rows.values()):
+            break
+        await asyncio.sleep(0.01)
+    view.ask("after the stop")
+    await click(view._stop)
+    result = await view.wait()
+    assert result.status == "cancelled" and view.handle is None
+    assert view.queued_messages == ["after the stop"]  # kept, not sent by itself
+    assert "cancelled" in view._status.value and "on hold: Send sends it" in view._status.value
+    await click(view._send_button)  # Send with an empty box sends the queue
+    result = await view.wait()
+    assert result.output == "You said: after the stop" and view.queued_messages == []
+
+
+async def test_a_failed_run_keeps_the_queue_and_send_continues_it_in_order() -> None:
+    gate = asyncio.Event()
+    agent = gated_agent(gate)
+    view = agent.chat(thread="t-queue-fail")
+    await view.wait_loaded()
+    view.ask("fail now")
+    view.ask("second")
+    await settle()
+    gate.set()
+    result = await view.wait()
+    assert result.status == "failed"
+    assert view.queued_messages == ["second"]
+    status = view._status.value
+    assert "failed" in status and "1 message queued, on hold" in status
+    view._input.value = "third"
+    await click(view._send_button)  # new text joins the end; the queue goes on from its start
+    result = await view.wait()
+    assert user_prompts(agent)[-2:] == ["second", "third"]
+    assert result.output == "You said: third" and view.queued_messages == []
+
+
+async def test_clear_queue_drops_the_queued_messages_and_says_so() -> None:
+    gate = asyncio.Event()
+    agent = gated_agent(gate)
+    view = agent.chat(thread="t-queue-clear")
+    await view.wait_loaded()
+    view.ask("gated one")
+    view.ask("two")
+    view.ask("three")
+    await click(view._clear_queue)
+    assert view.queued_messages == [] and view._queue_box.children == ()
+    assert "dropped 2 queued messages (not sent)" in view._status.value
+    gate.set()
+    await view.wait()
+    assert user_prompts(agent) == ["gated one"]
+
+
+async def test_a_queued_message_that_cannot_start_goes_back_to_the_queue(monkeypatch: pytest.MonkeyPatch) -> None:
+    gate = asyncio.Event()
+    agent = gated_agent(gate)
+    view = agent.chat(thread="t-queue-error")
+    await view.wait_loaded()
+    view.ask("gated first")
+    view.ask("second")
+    original = agent.start
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("cannot start now")
+
+    monkeypatch.setattr(agent, "start", refuse)
+    gate.set()
+    await view.wait()
+    assert view.queued_messages == ["second"] and "you · queued" in queue_text(view)
+    assert "could not send the queued message: RuntimeError: cannot start now" in view._status.value
+    assert "1 message queued, on hold" in view._status.value
+    monkeypatch.setattr(agent, "start", original)
+    await click(view._send_button)
+    result = await view.wait()
+    assert result.output == "You said: second" and view.queued_messages == []

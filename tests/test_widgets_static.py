@@ -157,3 +157,34 @@ async def test_static_summary_of_completed_run_renders_markdown() -> None:
     assert "javascript:" not in html.replace("[a link](javascript:alert(1))", "")
     assert "2 earlier messages" in html  # the first exchange, collapsed
     assert first.status == second.status == "completed"
+
+
+async def test_static_summary_shows_reasoning_closed_and_escaped() -> None:
+    from nbagent.messages import AssistantMessage
+    from nbagent.widgets.static import MAX_CHARS, reasoning_html
+
+    reasoning = "\n".join(PAYLOADS)
+    agent = Agent(FunctionModel(lambda m, r: AssistantMessage(text="**Done.**", reasoning=reasoning)),
+                  store=MemoryStore())
+    result = await agent.run("hi", thread="t-reasoning")
+    html = render_result_html(result)
+    assert_inert(html, allow_style_attr=True)
+    start = html.index('<details class="nbagent-thinking"')
+    opening = html[start: html.index(">", start)]
+    assert " open" not in opening  # closed until the reader opens it
+    assert "<summary" in html[start:] and "Thinking</summary>" in html
+    assert escape(PAYLOADS[0]) in html  # the reasoning, as escaped text
+    assert start < html.index("<strong>Done.</strong>")  # above the answer it led to
+    assert reasoning_html(None) == "" and reasoning_html("") == ""
+    long = reasoning_html("z" * (MAX_CHARS + 10))
+    assert "10 more characters not shown" in long
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
+def test_reasoning_and_queued_bubbles_escape_payloads(payload: str) -> None:
+    from nbagent.widgets.static import reasoning_html, user_html
+
+    for html in (reasoning_html(payload), user_html(payload, note=payload)):
+        found = inspect_html(html)
+        assert set(found.tags) <= {"details", "summary", "div", "span", "br"}, (found.tags, html)
+        assert found.handlers == [] and found.urls == []

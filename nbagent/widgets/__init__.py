@@ -16,12 +16,13 @@ from .static import render_result_html
 
 if TYPE_CHECKING:
     from .chat import ChatView
-    from .stream import StreamText
+    from .stream import StreamText, ThinkingText
     from .tool_table import ToolRow, ToolTable
 
-__all__ = ["ChatView", "StreamText", "ToolRow", "ToolTable", "render_result_html"]
+__all__ = ["ChatView", "StreamText", "ThinkingText", "ToolRow", "ToolTable", "render_result_html"]
 
-_LAZY = {"ChatView": "chat", "StreamText": "stream", "ToolRow": "tool_table", "ToolTable": "tool_table"}
+_LAZY = {"ChatView": "chat", "StreamText": "stream", "ThinkingText": "stream", "ToolRow": "tool_table",
+         "ToolTable": "tool_table"}
 
 
 def __getattr__(name: str) -> Any:

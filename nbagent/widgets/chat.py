@@ -1,9 +1,11 @@
 """`ChatView`: the in-cell agent view (``agent.chat(thread=...)``).
 
 Owns the view's layout and its reaction to run events. The conversation so far (from the store),
-then per run: the streaming answer (`StreamText`), a live tool table per answer with tool calls
-(`ToolTable`), a footer with the run's tokens and cost, and at the bottom ``Stop``, ``Approve all``
-/ ``Deny all`` and the message box with ``Send`` (the last text box of the view).
+then per run: the model's reasoning (`ThinkingText`, a collapsed "Thinking" section above the
+step's answer), the streaming answer (`StreamText`), a live tool table per answer with tool calls
+(`ToolTable`), the queued messages, a status line, a footer with the run's tokens and cost, and at
+the bottom ``Stop``, ``Approve all`` / ``Deny all`` (with a reason box), ``Clear queue`` and the
+message box with ``Send`` (the last text box of the view).
 
 How it stays responsive (DESIGN.md, "Facts about Jupyter"): a run is `Agent.start`, a background
 task on the kernel's loop, so the cell returns at once. Button and text-box handlers may run on
@@ -12,6 +14,8 @@ made (``loop.call_soon_threadsafe``) and return. Every decision starts a backgro
 decision made while a run is still going is queued and sent when it ends. A paused thread needs
 no live run: the pending calls come from the store's ``meta["pending"]``, so the buttons work
 after a kernel restart.
+
+Messages sent while the view is busy are queued, never refused (see `ChatView` for the rules).
 
 Imports ipywidgets, the core's public shapes and the sibling widget modules.
 """
@@ -31,8 +35,8 @@ from ..events import PendingCall
 from ..result import RunResult
 from ..usage import Usage
 from ._sanitize import escape
-from .static import FONT, assistant_html, messages_html, usage_html, user_html
-from .stream import StreamText
+from .static import FONT, MUTED, assistant_html, messages_html, usage_html, user_html
+from .stream import StreamText, ThinkingText
 from .tool_table import WAITING, ToolRow, ToolTable
 
 if TYPE_CHECKING:
@@ -68,7 +72,29 @@ class ChatView(widgets.VBox):
     Args:
         agent: the `Agent`.
         thread: the conversation to show and continue (default: a new thread).
-        interval: seconds between streaming updates of the answer text (0.05 = 20 per second).
+        interval: seconds between streaming updates of the answer and reasoning text (0.05 = 20
+            per second).
+
+    Reasoning: a model's reasoning (``reasoning-delta`` events, `AssistantMessage.reasoning`) is
+    shown above that step's answer in a "Thinking" section, collapsed until opened, streaming while
+    the model thinks, as plain text (never HTML). A retried model call clears it with the partial
+    answer.
+
+    Sending while busy: ``Send`` (or Enter) always takes the message. When nothing is going on it
+    starts a run at once; otherwise it is queued, shown below the log as "you · queued", and the
+    box clears. The queue's rules:
+
+    - Each queued message is sent as its own run, in the order sent, when the run before it ends
+      (completed, or stopped by a limit such as ``max_steps`` or a budget).
+    - If a run ends paused with calls waiting for a decision (or a message is sent while they
+      wait), the queue waits until every waiting call is decided and the resume has run; the
+      status line says so.
+    - ``Stop`` cancels the run and keeps the queue on hold: nothing more is sent by itself.
+    - A failed run also keeps the queue on hold, and the status line says how many messages wait.
+    - On hold, ``Send`` (with or without new text; new text joins the end of the queue) sends the
+      queue again from its first message; ``Clear queue`` drops the queued messages (the status
+      line says how many were dropped).
+    - Decisions on waiting calls always go before queued messages.
 
     Attributes:
         thread: the thread id.
@@ -86,15 +112,24 @@ class ChatView(widgets.VBox):
         self.result: RunResult | None = None
         self.rows: dict[str, ToolRow] = {}
         self._streams: dict[int, StreamText] = {}
+        self._thinking: dict[int, ThinkingText] = {}
         self._tables: dict[int, ToolTable] = {}
         self._shown: dict[str, PendingCall] = {}
         """The pending calls as the person saw them (decisions carry these objects)."""
         self._queued: dict[str, tuple[str, Any, PendingCall]] = {}
         self._always: set[str] = set()
         self._state: Any = None
+        self._outbox: list[tuple[str, widgets.HTML]] = []
+        """Messages sent while busy (text, its "queued" bubble), oldest first."""
+        self._hold = False
+        """The queue is on hold (after Stop or a failed run) until the person presses Send."""
+        self._status_msg: tuple[str, bool] = ("", False)
+        self._reload_task: asyncio.Future[None] | None = None
 
         self._history = widgets.HTML()
         self._log = widgets.VBox(layout=widgets.Layout(width="100%"))
+        self._queue_box = widgets.VBox(layout=widgets.Layout(width="100%"))
+        self._queue_box.add_class("nbagent-queue")
         self._status = widgets.HTML()
         self._footer = widgets.HTML()
         self._stop = widgets.Button(description="Stop", button_style="danger", tooltip="cancel the run",
@@ -102,23 +137,40 @@ class ChatView(widgets.VBox):
         self._approve_all = widgets.Button(description="Approve all", button_style="success",
                                            layout=widgets.Layout(width="auto", display="none"))
         self._deny_all = widgets.Button(description="Deny all", button_style="danger",
+                                        tooltip="deny every waiting call (asks for a reason)",
                                         layout=widgets.Layout(width="auto", display="none"))
+        self._deny_all_reason = widgets.Text(placeholder="reason for the model, for every call (optional)",
+                                             continuous_update=True, layout=widgets.Layout(width="60%"))
+        self._deny_all_confirm = widgets.Button(description="Confirm deny all", button_style="danger",
+                                                tooltip="deny every waiting call with this reason",
+                                                layout=widgets.Layout(width="auto"))
+        self._deny_all_cancel = widgets.Button(description="Cancel", tooltip="keep the calls waiting",
+                                               layout=widgets.Layout(width="auto"))
+        self._deny_all_box = widgets.HBox([self._deny_all_reason, self._deny_all_confirm, self._deny_all_cancel],
+                                          layout=widgets.Layout(display="none"))
+        self._clear_queue = widgets.Button(description="Clear queue", tooltip="drop the queued messages (not sent)",
+                                           layout=widgets.Layout(width="auto", display="none"))
         self._input = widgets.Text(placeholder="Message the agent (Enter sends)", continuous_update=True,
                                    layout=widgets.Layout(flex="1 1 auto", width="auto"))
         self._send_button = widgets.Button(description="Send", button_style="primary",
                                            layout=widgets.Layout(width="auto"))
         self._stop.on_click(lambda _: self._call(self.stop))
         self._approve_all.on_click(lambda _: self._call(self._decide_all, "approve"))
-        self._deny_all.on_click(lambda _: self._call(self._decide_all, "deny"))
+        self._deny_all.on_click(lambda _: self._call(self._toggle_deny_all))
+        self._deny_all_confirm.on_click(lambda _: self._call(self._confirm_deny_all))
+        self._deny_all_cancel.on_click(lambda _: self._call(self._show_deny_all, False))
+        self._clear_queue.on_click(lambda _: self._call(self.clear_queue))
         self._send_button.on_click(lambda _: self._call(self._submit))
         self._input.on_msg(self._on_input_msg)
         super().__init__(
             [
                 self._history,
                 self._log,
+                self._queue_box,
                 self._status,
                 self._footer,
-                widgets.HBox([self._stop, self._approve_all, self._deny_all]),
+                widgets.HBox([self._stop, self._approve_all, self._deny_all, self._clear_queue]),
+                self._deny_all_box,
                 widgets.HBox([self._input, self._send_button], layout=widgets.Layout(width="100%")),
             ],
             layout=widgets.Layout(width="100%", max_width="1000px"),
@@ -157,17 +209,31 @@ class ChatView(widgets.VBox):
             await self._load_task
 
     async def wait(self) -> RunResult | None:
-        """Wait until no run is going on and no decision is queued; returns the last result."""
+        """Wait until no run is going on and nothing queued will start one by itself (decisions,
+        and queued messages unless they wait for a decision or are on hold); returns the last
+        result."""
         await self.wait_loaded()
-        while self.handle is not None or self._queued:
+        while True:
             handle = self.handle
             if handle is not None:
                 try:
                     await asyncio.shield(handle.task)
                 except BaseException:
                     pass
+            elif self._queued or (self._reload_task is not None and not self._reload_task.done()):
+                pass
+            elif self._outbox and not self._hold and not self._undecided():
+                if not self._send_next():  # cannot start (no loop): nothing will change by itself
+                    break
+            else:
+                break
             await asyncio.sleep(0)
         return self.result
+
+    @property
+    def queued_messages(self) -> list[str]:
+        """The messages waiting to be sent, oldest first."""
+        return [text for text, _ in self._outbox]
 
     # ------------------------------------------------------------------ loading a thread
     async def _load(self) -> None:
@@ -196,10 +262,36 @@ class ChatView(widgets.VBox):
 
     # ------------------------------------------------------------------ status lines
     def _say(self, text: str, *, error: bool = False) -> None:
+        self._status_msg = (text, error)
+        self._render_status()
+
+    def _render_status(self) -> None:
+        text, error = self._status_msg
         colour = "#c62828" if error else "var(--jp-ui-font-color2,#666)"
-        self._status.value = (
-            f'<div style="{FONT};color:{colour};white-space:pre-wrap">{escape(text)}</div>' if text else ""
-        )
+        out = f'<div style="{FONT};color:{colour};white-space:pre-wrap">{escape(text)}</div>' if text else ""
+        note = self._queue_note()
+        if note:
+            out += f'<div class="nbagent-queue-note" style="{FONT};{MUTED};white-space:pre-wrap">{escape(note)}</div>'
+        if self._status.value != out:
+            self._status.value = out
+
+    def _queue_note(self) -> str:
+        n = len(self._outbox)
+        if not n:
+            return ""
+        what = f"{n} message{'s' if n != 1 else ''} queued"
+        each = " (one run each)" if n != 1 else ""
+        if self._hold:
+            it = "them" if n != 1 else "it"
+            return f"{what}, on hold: Send sends {it}{each}, Clear queue drops {it}"
+        if self.handle is not None:
+            return f"{what}: sent when this run ends{each}"
+        if self._undecided():
+            return f"{what}: sent after you decide the waiting tool calls"
+        return what
+
+    def _undecided(self) -> bool:
+        return any(r.status in WAITING and not r.decided for r in self.rows.values())
 
     def _waiting_text(self) -> str:
         n = sum(1 for row in self.rows.values() if row.status in WAITING and not row.decided)
@@ -207,45 +299,129 @@ class ChatView(widgets.VBox):
 
     def _set_running(self, running: bool) -> None:
         self._stop.layout.display = "" if running else "none"
-        self._send_button.disabled = running
+
+    def _bulk_rows(self) -> list[ToolRow]:
+        return [r for r in self.rows.values()
+                if r.status == "needs approval" and not r.decided and r.pending is not None]
 
     def _update_bulk(self) -> None:
-        waiting = [r for r in self.rows.values()
-                   if r.status == "needs approval" and not r.decided and r.pending is not None]
-        show = "" if len(waiting) >= 2 else "none"
+        show = "" if len(self._bulk_rows()) >= 2 else "none"
         if self._approve_all.layout.display != show:
             self._approve_all.layout.display = show
             self._deny_all.layout.display = show
+        if show == "none":
+            self._show_deny_all(False)
+
+    def _show_deny_all(self, show: bool) -> None:
+        display = "flex" if show else "none"
+        if self._deny_all_box.layout.display != display:
+            self._deny_all_box.layout.display = display
+
+    def _toggle_deny_all(self) -> None:
+        """``Deny all``: show (or hide again) the reason box with ``Confirm deny all``."""
+        self._show_deny_all(self._deny_all_box.layout.display != "flex")
+
+    def _confirm_deny_all(self) -> None:
+        """``Confirm deny all``: deny every waiting approval with the reason typed (may be empty)."""
+        reason = self._deny_all_reason.value.strip() or None
+        self._show_deny_all(False)
+        self._deny_all_reason.value = ""
+        self._decide_all("deny", reason)
+
+    def _update_queue_controls(self) -> None:
+        display = "" if self._outbox else "none"
+        if self._clear_queue.layout.display != display:
+            self._clear_queue.layout.display = display
 
     # ------------------------------------------------------------------ sending
     def ask(self, prompt: str) -> RunHandle | None:
-        """Send a message as if typed in the box (must be called on the view's loop)."""
+        """Send a message as if typed in the box and Send pressed (must be called on the view's
+        loop). Returns the `RunHandle` of the run this started, or None when the message was
+        queued (see the class docstring for the queue's rules)."""
         self._input.value = prompt
-        self._submit()
-        return self.handle
+        return self.handle if self._submit() else None
 
-    def _submit(self) -> None:
+    def _busy(self) -> bool:
+        """A new message cannot start a run now: a run is going on, or calls wait for a decision."""
+        return self.handle is not None or bool(self._queued) or self._undecided()
+
+    def _submit(self) -> bool:
+        """Send or queue the text of the message box; on hold, also send the queue again.
+        Returns True when a run was started."""
         text = self._input.value.strip()
-        if not text:
-            return
+        if not text and not self._outbox:
+            return False
         if self._load_task is not None and not self._load_task.done():
             self._load_task.add_done_callback(lambda _: self._submit())
-            return
-        if self.handle is not None:
-            self._say("a run is going on: wait for it, or Stop it")
-            return
-        if any(r.status in WAITING and not r.decided for r in self.rows.values()):
-            self._say("decide the waiting tool calls first (or Deny them)", error=True)
-            return
-        self._input.value = ""
-        self._log.children = (*self._log.children, widgets.HTML(user_html(text)))
-        self._start(prompt=text)
+            return False
+        if text:
+            self._input.value = ""
+            if self._outbox or self._busy():
+                self._enqueue(text)
+            else:
+                self._hold = False
+                bubble = widgets.HTML(user_html(text))
+                self._log.children = (*self._log.children, bubble)
+                try:
+                    self._start(prompt=text)
+                except Exception:  # not sent: the text goes back into the box
+                    self._log.children = tuple(w for w in self._log.children if w is not bubble)
+                    self._input.value = self._input.value or text
+                    raise
+                return True
+        self._hold = False  # Send releases a queue on hold
+        return self._send_next()
+
+    def _enqueue(self, text: str) -> None:
+        bubble = widgets.HTML(user_html(text, note="queued"))
+        self._outbox.append((text, bubble))
+        self._queue_box.children = (*self._queue_box.children, bubble)
+        self._update_queue_controls()
+        self._render_status()
+
+    def _send_next(self) -> bool:
+        """Start a run with the oldest queued message if nothing stands in the way; else only
+        refresh the status line. Returns True when a run was started."""
+        if not self._outbox or self._hold or self._busy() or self._loop is None:
+            self._render_status()
+            return False
+        text, bubble = self._outbox.pop(0)
+        self._queue_box.children = tuple(w for w in self._queue_box.children if w is not bubble)
+        self._update_queue_controls()
+        bubble.value = user_html(text)
+        self._log.children = (*self._log.children, bubble)
+        try:
+            self._start(prompt=text)
+        except Exception as exc:  # not sent: back at the head of the queue, on hold
+            self._log.children = tuple(w for w in self._log.children if w is not bubble)
+            bubble.value = user_html(text, note="queued")
+            self._outbox.insert(0, (text, bubble))
+            self._queue_box.children = (bubble, *self._queue_box.children)
+            self._hold = True
+            self._update_queue_controls()
+            self._say(f"could not send the queued message: {type(exc).__name__}: {exc}", error=True)
+            return False
+        return True
+
+    def clear_queue(self) -> list[str]:
+        """Drop the queued messages without sending them (the ``Clear queue`` button); returns
+        their texts. The status line says how many were dropped."""
+        texts = [text for text, _ in self._outbox]
+        self._outbox.clear()
+        self._queue_box.children = ()
+        self._hold = False
+        self._update_queue_controls()
+        if texts:
+            dropped = f"dropped {len(texts)} queued message{'s' if len(texts) != 1 else ''} (not sent)"
+            self._say("; ".join(t for t in (self._waiting_text(), dropped) if t))
+        return texts
 
     def _start(self, prompt: str | None = None, resume: dict[str, Any] | None = None) -> None:
         if self._loop is None:
             self._say("no running event loop: use the view in a notebook (or an async function)", error=True)
             return
         self._streams = {}
+        self._thinking = {}
         self._tables = {}
         self._say("running…")
         handle = self.agent.start(prompt, thread=self.thread, on_event=self._on_event, resume=resume,
@@ -255,7 +431,7 @@ class ChatView(widgets.VBox):
         handle.task.add_done_callback(lambda task: self._on_done(handle, task))
 
     def stop(self) -> None:
-        """Cancel the run going on (the ``Stop`` button)."""
+        """Cancel the run going on (the ``Stop`` button); queued messages stay, on hold."""
         if self.handle is not None:
             self._say("stopping…")
             self.handle.cancel()
@@ -277,6 +453,17 @@ class ChatView(widgets.VBox):
             self._log.children = (*self._log.children, st)
         return st
 
+    def _thinking_for(self, step: int) -> ThinkingText:
+        """The step's "Thinking" section, made on first use just above the step's answer."""
+        th = self._thinking.get(step)
+        if th is None:
+            th = self._thinking[step] = ThinkingText(interval=self.interval)
+            children = list(self._log.children)
+            answer = self._streams.get(step)
+            children.insert(children.index(answer) if answer in children else len(children), th)
+            self._log.children = tuple(children)
+        return th
+
     def _row(self, call_id: str, name: str, args: Any, step: int | None = None) -> ToolRow:
         row = self.rows.get(call_id)
         if row is None:
@@ -293,6 +480,8 @@ class ChatView(widgets.VBox):
         kind = event.kind
         if kind == "text-delta":
             self._stream(event.step).append(event.delta)
+        elif kind == "reasoning-delta":
+            self._thinking_for(event.step).append(event.delta)
         elif kind == "model-response":
             self._on_response(event)
         elif kind == "tool-call-started":
@@ -307,9 +496,9 @@ class ChatView(widgets.VBox):
         elif kind in ("approval-requested", "client-call-requested"):
             self._show_pending(event.pending)
         elif kind == "model-retry":
-            st = self._streams.get(event.step)
-            if st is not None:
-                st.reset()
+            for partial in (self._streams.get(event.step), self._thinking.get(event.step)):
+                if partial is not None:
+                    partial.reset()
             self._say(f"model call failed (attempt {event.attempt}): {event.error}; "
                       f"retrying in {event.delay_s:.1f} s")
         elif kind == "usage":
@@ -322,6 +511,11 @@ class ChatView(widgets.VBox):
 
     def _on_response(self, event: Any) -> None:
         message, step = event.message, event.step
+        th = self._thinking.get(step)
+        if message.reasoning:
+            self._thinking_for(step).finish(message.reasoning)
+        elif th is not None:
+            th.finish()
         st = self._streams.get(step)
         if st is not None:
             st.finish(message.text or "")
@@ -345,7 +539,7 @@ class ChatView(widgets.VBox):
     def _on_end(self, kind: str, result: RunResult) -> None:
         self.result = result
         self._state = result.state
-        for st in self._streams.values():
+        for st in (*self._thinking.values(), *self._streams.values()):
             if not st.finished:
                 st.finish()
         results = {m.call_id: m for m in result.messages if m.kind == "tool-result"}
@@ -364,8 +558,10 @@ class ChatView(widgets.VBox):
         elif kind == "run-stopped":
             self._say(f"stopped: {result.stop_reason}")
         elif kind == "run-failed":
+            self._hold = True  # keep the queue; the person decides (Send or Clear queue)
             self._say(f"failed: {result.error}", error=True)
         else:
+            self._hold = True  # Stop: queued messages wait for Send
             self._say("cancelled")
         self._update_bulk()
 
@@ -374,14 +570,16 @@ class ChatView(widgets.VBox):
             self.handle = None
         self._set_running(False)
         if task.cancelled():
+            self._hold = True
             self._say("cancelled")
         else:
             exc = task.exception()
             if exc is not None:
+                self._hold = True
                 self._say(f"{type(exc).__name__}: {exc}", error=True)
                 # the decisions were not applied: show what waits now, as the store has it
                 assert self._loop is not None
-                self._loop.create_task(self._reload_pending())
+                self._reload_task = self._loop.create_task(self._reload_pending())
                 return
         self._kick()
 
@@ -398,7 +596,7 @@ class ChatView(widgets.VBox):
         self._kick()
 
     # ------------------------------------------------------------------ decisions
-    def _decide(self, call_id: str, action: str, payload: Any) -> None:
+    def _decide(self, call_id: str, action: str, payload: Any, *, kick: bool = True) -> None:
         """Record a person's decision on a waiting call and start (or queue) the resume."""
         shown = self._shown.get(call_id)
         if shown is None or call_id in self._queued:
@@ -412,17 +610,24 @@ class ChatView(widgets.VBox):
                     self._queued[other_id] = ("approve", None, other)
                     self.rows[other_id].lock("queued")
         self._update_bulk()
-        self._kick()
+        if kick:
+            self._kick()
 
-    def _decide_all(self, action: str) -> None:
-        for call_id, row in list(self.rows.items()):
-            if row.status == "needs approval" and not row.decided and row.pending is not None:
-                self._decide(call_id, action, None)
+    def _decide_all(self, action: str, payload: Any = None) -> None:
+        """``Approve all`` / ``Deny all``: the same decision on every waiting approval, one resume."""
+        for row in self._bulk_rows():
+            self._decide(row.call_id, action, payload, kick=False)
+        self._show_deny_all(False)
+        self._kick()
 
     def _kick(self) -> None:
         """Start a resume with the queued decisions, unless a run is going on (then it runs
-        when that run ends)."""
-        if self.handle is not None or not self._queued:
+        when that run ends); with no decision queued, send the next queued message."""
+        if self.handle is not None:
+            self._render_status()
+            return
+        if not self._queued:
+            self._send_next()
             return
         queued, self._queued = self._queued, {}
         approve: list[PendingCall] = []

@@ -28,6 +28,7 @@ __all__ = [
     "expandable",
     "messages_html",
     "pretty_args",
+    "reasoning_html",
     "render_result_html",
     "status_badge",
     "tool_row_html",
@@ -155,12 +156,28 @@ def tool_row_html(
     )
 
 
-def user_html(text: str) -> str:
-    """A user message bubble (escaped, line breaks kept)."""
+def user_html(text: str, note: str | None = None) -> str:
+    """A user message bubble (escaped, line breaks kept). `note` is shown next to "you" (the live
+    view marks a message that waits to be sent "queued"); a noted bubble has a dashed border."""
+    label = "you" + (f" · {escape(note)}" if note else "")
+    border = "border:1px dashed var(--jp-border-color1,#bbb);" if note else ""
     return (
-        f'<div style="{FONT};margin:6px 0;padding:6px 10px;border-radius:8px;'
+        f'<div style="{FONT};margin:6px 0;padding:6px 10px;border-radius:8px;{border}'
         f'background:var(--jp-layout-color2,#eef3fb);white-space:pre-wrap;word-break:break-word">'
-        f'<span style="{MUTED};font-size:11px">you</span><br>{escape(text)}</div>'
+        f'<span style="{MUTED};font-size:11px">{label}</span><br>{escape(text)}</div>'
+    )
+
+
+def reasoning_html(reasoning: str | None) -> str:
+    """A model's reasoning as a closed "Thinking" ``<details>`` (escaped plain text, never HTML;
+    cut at `MAX_CHARS`). Empty string when there is none."""
+    if not reasoning:
+        return ""
+    return (
+        f'<details class="nbagent-thinking" style="{FONT};{MUTED};font-size:12px;margin:4px 0">'
+        f'<summary style="cursor:pointer">Thinking</summary>'
+        f'<div style="white-space:pre-wrap;word-break:break-word;margin:4px 0 0 0;padding:4px 8px;'
+        f'border-left:{BORDER}">{escape(_cut(reasoning, MAX_CHARS))}</div></details>'
     )
 
 
@@ -193,7 +210,8 @@ def usage_html(usage: Usage, *, token_budget: int | None = None, cost_budget: fl
 
 
 def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = ()) -> str:
-    """A conversation as static HTML: user bubbles, answers as Markdown, and each answer's tool
+    """A conversation as static HTML: user bubbles, each answer's reasoning as a closed "Thinking"
+    section (escaped), answers as Markdown, and each answer's tool
     calls as a table with their results (matched by call id). Calls in `skip_call_ids` are left
     out (the live view shows those as rows with buttons)."""
     skip = set(skip_call_ids)
@@ -203,6 +221,7 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
         if m.kind == "user":
             out.append(user_html(m.content))  # type: ignore[union-attr]
         elif m.kind == "assistant":
+            out.append(reasoning_html(m.reasoning))  # type: ignore[union-attr]
             out.append(assistant_html(m.text, m.refusal))  # type: ignore[union-attr]
             calls = [c for c in m.tool_calls if c.id not in skip]  # type: ignore[union-attr]
             if calls:

@@ -4,6 +4,8 @@
 // calls and textContent only (nothing from the model is ever parsed as HTML here). At the end the
 // kernel syncs `text` and `html`: Markdown rendered in the kernel by markdown-it and sanitized by
 // nh3 (an allow-list), which replaces the preview.
+// With `plain` set (ThinkingText: a model's reasoning) the text goes into a collapsed <details>
+// "Thinking" section as textContent only: reasoning is never parsed as HTML, not even at the end.
 
 function inline(parent, text) {
   // `code`, **strong**, *em* / _em_; everything else is a text node
@@ -74,7 +76,42 @@ function initialize({ model }) {
   });
 }
 
+function renderThinking(model, el) {
+  const details = document.createElement("details"); // closed until the person opens it
+  details.className = "nbagent-thinking";
+  details.style.cssText = "margin:4px 0;font-size:12px;color:var(--jp-ui-font-color2,#666);";
+  const summary = document.createElement("summary");
+  summary.style.cssText = "cursor:pointer;user-select:none;";
+  const body = document.createElement("div");
+  body.className = "nbagent-thinking-text";
+  body.style.cssText = "white-space:pre-wrap;word-break:break-word;overflow-wrap:anywhere;max-height:20em;" +
+    "overflow:auto;margin:4px 0 0 0;padding:4px 8px;border-left:2px solid var(--jp-border-color2,#ddd);";
+  details.appendChild(summary);
+  details.appendChild(body);
+  el.appendChild(details);
+  let scheduled = false;
+  const draw = () => {
+    scheduled = false;
+    const text = model.get("text") || "";
+    details.style.display = text ? "" : "none"; // nothing yet (or cleared by a retry): hidden
+    summary.textContent = model.get("done") ? "Thinking" : "Thinking\u2026";
+    // keep following the end while the person reads along at the bottom
+    const atEnd = body.scrollHeight - body.scrollTop - body.clientHeight < 8;
+    body.textContent = text;
+    if (atEnd && details.open) body.scrollTop = body.scrollHeight;
+  };
+  const later = () => { if (!scheduled) { scheduled = true; setTimeout(draw, 30); } };
+  model.on("change:text", later);
+  model.on("change:done", later);
+  draw();
+  return () => {
+    model.off("change:text", later);
+    model.off("change:done", later);
+  };
+}
+
 function render({ model, el }) {
+  if (model.get("plain")) return renderThinking(model, el);
   const box = document.createElement("div");
   box.className = "nbagent-stream";
   box.style.cssText = "font-size:13px;line-height:1.5;word-break:break-word;overflow-wrap:anywhere;";

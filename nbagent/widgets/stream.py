@@ -6,6 +6,10 @@ at ≤ 20 updates/s sends ~0.16 MB. So deltas are buffered and sent as custom ``
 messages at most every `interval` seconds; `finish` then syncs the whole text and its sanitized
 Markdown HTML once, so a re-rendered view (or a second view) is complete.
 
+`ThinkingText` streams a model's reasoning the same way (same throttle, same delta messages) into a
+collapsed "Thinking" section. Reasoning is never turned into HTML: the front end shows it with
+``textContent`` only, and its `html` trait stays empty.
+
 Imports anywidget/traitlets and `_sanitize`; the JavaScript is ``stream.js`` next to this file.
 """
 
@@ -22,7 +26,7 @@ import traitlets
 
 from ._sanitize import markdown_html
 
-__all__ = ["StreamText", "Throttle"]
+__all__ = ["StreamText", "ThinkingText", "Throttle"]
 
 _ESM = Path(__file__).with_name("stream.js").read_text(encoding="utf-8")
 
@@ -85,6 +89,10 @@ class StreamText(anywidget.AnyWidget):
     """
 
     _esm = _ESM
+    plain = traitlets.Bool(False).tag(sync=True)
+    """Front-end mode: False = Markdown answer; True = a collapsed "Thinking" section (text only)."""
+    done = traitlets.Bool(False).tag(sync=True)
+    """True once `finish` was called (the "Thinking" summary stops saying "…")."""
     text = traitlets.Unicode("").tag(sync=True)
     """The whole text; synced at the end (during streaming only new text is sent)."""
     html = traitlets.Unicode("").tag(sync=True)
@@ -116,6 +124,8 @@ class StreamText(anywidget.AnyWidget):
             self.html = ""
         self._parts.append(delta)
         self._unsent.append(delta)
+        if self.done:
+            self.done = False
         self._throttle.poke()
 
     def _send_unsent(self) -> None:
@@ -133,6 +143,7 @@ class StreamText(anywidget.AnyWidget):
         with self.hold_sync():
             self.text = ""
             self.html = ""
+            self.done = False
         self.send({"r": 1})
 
     def finish(self, text: str | None = None) -> None:
@@ -145,4 +156,24 @@ class StreamText(anywidget.AnyWidget):
         self.finished = True
         with self.hold_sync():
             self.text = full
-            self.html = markdown_html(full)
+            self.html = self._html(full)
+            self.done = True
+
+    def _html(self, text: str) -> str:
+        return markdown_html(text)
+
+
+class ThinkingText(StreamText):
+    """A model's reasoning for one model call: a "Thinking" section, collapsed by default, that
+    streams while the model thinks and hides itself while empty.
+
+    Same API as `StreamText` (`append`, `reset`, `finish`). The text is shown as plain text
+    (``textContent`` in the browser, never parsed as HTML); `html` is always empty.
+    """
+
+    def __init__(self, text: str = "", **kwargs: Any) -> None:
+        kwargs.setdefault("plain", True)
+        super().__init__(text, **kwargs)
+
+    def _html(self, text: str) -> str:
+        return ""

@@ -21,6 +21,7 @@ SETUP = '''\
 import asyncio
 from nbagent import Agent, tool
 from nbagent.models import FunctionModel, tool_call
+from nbagent.models.base import ReasoningText
 from nbagent.store.memory import MemoryStore
 
 @tool(requires_approval=True)
@@ -36,6 +37,21 @@ async def slow(seconds: float) -> str:
 
 async def stream(messages, request):
     last = messages[-1]
+    if last.kind == "user" and last.content.startswith("two refunds"):
+        yield [tool_call("refund", order=1, amount=5.0), tool_call("refund", order=2, amount=7.0)]
+        return
+    if last.kind == "user" and last.content.startswith("think"):
+        for i in range(50):  # ~2 s of reasoning, with a payload that must stay text
+            await asyncio.sleep(0.04)
+            yield ReasoningText(f"step{i} " if i != 25 else '<img src=x onerror="window.__pwned=1"> ')
+        for piece in ["So: ", "**THOUGHTEND**"]:
+            yield piece
+        return
+    if last.kind == "user" and last.content.startswith("echo"):
+        for piece in ("ECHO: " + last.content + " ECHOEND").split(" "):
+            await asyncio.sleep(0.02)
+            yield piece + " "
+        return
     if last.kind == "user" and last.content.startswith("refund"):
         yield tool_call("refund", order=42, amount=9.5)
         return
@@ -170,3 +186,42 @@ def test_long_answer_widget_traffic_under_half_a_megabyte(jupyter_lab, make_note
     assert messages / elapsed <= 40, report  # ~20 text updates/s plus kernel status messages
     text = page.output_text(0)
     assert re.search(r"t0 t1 t2 .*t3999 LONGEND", text.replace("\n", " ")), "the whole answer is shown"
+
+
+def test_thinking_queued_message_and_deny_all_with_reason_in_jupyterlab(jupyter_lab, make_notebook, page_factory):
+    page = _open(page_factory, jupyter_lab, make_notebook)
+
+    # a reasoning model: the Thinking section streams, closed; a message sent meanwhile is queued
+    page.type_text("think about it")
+    page.wait_text("Thinking", timeout=30)
+    page.type_text("echo queued one")  # Enter while the run goes on
+    page.wait_text("you · queued", timeout=30)
+    assert "echo queued one" in page.output_text(0)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.page.locator(".nbagent-chat").first.screenshot(path=str(ARTIFACTS / "chat_view_queued.png"))
+    assert page.eval("() => document.querySelector('.nbagent-chat details.nbagent-thinking').open") is False
+    assert "step1 " not in page.output_text(0)  # collapsed: the reasoning is not shown until opened
+    # the queued message is sent as its own run once the first run ends, then answered
+    page.wait_text("ECHO: echo queued one ECHOEND", timeout=60)
+    text = page.output_text(0)
+    assert text.index("THOUGHTEND") < text.index("ECHO: echo queued one")
+    assert "you · queued" not in text
+    # opened, the reasoning is all there, as text (the payload did not become an element)
+    page.page.locator(".nbagent-chat details.nbagent-thinking summary").first.click()
+    page.wait_text("step49", timeout=30)
+    assert '<img src=x onerror="window.__pwned=1">' in page.output_text(0)
+    assert page.eval("() => document.querySelectorAll('.nbagent-thinking img').length") == 0
+    assert page.eval("() => window.__pwned === undefined")
+
+    # Deny all asks for one reason, which reaches the model
+    page.type_text("two refunds")
+    page.wait_for(lambda: _waiting_row_text(page).count("needs approval") == 2, "two approvals", timeout=30)
+    page.click("Deny all")
+    reason = page.page.locator(".nbagent-chat input[placeholder='reason for the model, for every call (optional)']")
+    reason.first.wait_for(state="visible", timeout=30_000)
+    reason.first.fill("no refunds on Sundays")
+    page.click("Confirm deny all")
+    page.wait_text("The tool said: denied by the user: no refunds on Sundays", timeout=60)
+    assert _waiting_row_text(page).count("denied by the user: no refunds on Sundays") == 2
+    assert "Traceback" not in page.output_text()
+    assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
