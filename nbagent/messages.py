@@ -297,9 +297,9 @@ class UserMessage:
         return {"kind": "user", "content": self.content}
 
 
-Prompt = str | Sequence[Any]
+Prompt = str | Sequence[Any] | UserMessage
 """What `Agent.run` takes: a string, or a list of strings and images (anything `Image.of`
-converts), e.g. ``["What is in this plot?", fig]``."""
+converts), e.g. ``["What is in this plot?", fig]``, or a ready `UserMessage`."""
 
 
 def user_message(prompt: Prompt) -> UserMessage:
@@ -310,6 +310,10 @@ def user_message(prompt: Prompt) -> UserMessage:
     """
     if isinstance(prompt, str):
         return UserMessage(prompt)
+    if isinstance(prompt, UserMessage):
+        if not isinstance(prompt.content, str) or not all(isinstance(i, Image) for i in prompt.images):
+            raise InvalidPromptError("a UserMessage needs str content and a list of nbagent.Image")
+        return prompt
     if not isinstance(prompt, (list, tuple)):
         try:
             return UserMessage("", [Image.of(prompt)])

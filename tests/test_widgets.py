@@ -847,3 +847,42 @@ async def test_a_queued_message_that_cannot_start_goes_back_to_the_queue(monkeyp
     await click(view._send_button)
     result = await view.wait()
     assert result.output == "You said: second" and view.queued_messages == []
+
+
+async def test_ask_takes_images_and_shows_them_in_the_bubble() -> None:
+    import io
+
+    from PIL import Image as PILImage
+
+    from nbagent import InvalidPromptError
+
+    buf = io.BytesIO()
+    PILImage.new("RGB", (3, 3), (0, 128, 0)).save(buf, format="PNG")
+    seen: list[Any] = []
+
+    def answer(messages: list[Message], request: Any) -> str:
+        seen.append(messages[-1])
+        return f"{len(messages[-1].images)} image"  # type: ignore[union-attr]
+
+    gate = asyncio.Event()
+    agent = gated_agent(gate)
+    view = agent.chat(thread="t-images")
+    await view.wait_loaded()
+    with pytest.raises(InvalidPromptError, match="prompt part 1"):
+        view.ask(["what is this?", b"not an image"])
+    assert view.queued_messages == [] and view.handle is None  # nothing sent, nothing queued
+    view.ask("gated first")
+    assert view.ask(["what is <b>this</b>?", buf.getvalue()]) is None  # queued behind the run
+    assert "<img " in queue_text(view) and "what is &lt;b&gt;this" in queue_text(view)
+    gate.set()
+    result = await view.wait()
+    assert user_prompts(agent)[-1] == "what is <b>this</b>?"
+    assert len(result.messages[-2].images) == 1  # type: ignore[union-attr]
+    flat = " ".join(getattr(w, "value", "") for w in view._log.children)
+    assert flat.count("<img ") == 1 and "data:image/png;base64," in flat
+
+    other = Agent(FunctionModel(answer), store=MemoryStore()).chat(thread="t-images-2")
+    await other.wait_loaded()
+    other.ask(["look", buf.getvalue()])
+    assert (await other.wait()).output == "1 image"  # type: ignore[union-attr]
+    assert seen[-1].images[0].data == buf.getvalue()

@@ -188,3 +188,40 @@ def test_reasoning_and_queued_bubbles_escape_payloads(payload: str) -> None:
         found = inspect_html(html)
         assert set(found.tags) <= {"details", "summary", "div", "span", "br"}, (found.tags, html)
         assert found.handlers == [] and found.urls == []
+
+
+# ---------------------------------------------------------------------------- images in prompts
+def _png(size: int = 4) -> bytes:
+    import io
+
+    from PIL import Image as PILImage
+
+    buf = io.BytesIO()
+    PILImage.new("RGB", (size, size), (1, 2, 3)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+def test_prompt_images_show_as_thumbnails_or_labels() -> None:
+    from nbagent import Image
+    from nbagent.widgets.static import MAX_INLINE_IMAGE_BYTES, messages_html
+    from nbagent.messages import UserMessage
+
+    small = Image(_png())
+    big = Image(b"\x89PNG\r\n\x1a\n" + b"\x00" * MAX_INLINE_IMAGE_BYTES)
+    remote = Image.from_url('https://evil.example/x.png"><script>alert(1)</script>')
+    html = messages_html([UserMessage("what is <b>this</b>?", [small, big, remote])])
+    found = inspect_html(html)
+    # one <img>: the small image, as a data: URL of a checked raster type; no request to any address
+    assert found.tags.count("img") == 1 and "script" not in found.tags and found.handlers == []
+    (url,) = found.urls
+    assert url == small.data_url() and url.startswith("data:image/png;base64,")
+    assert "[image: image/png, 524 kB]" in html  # too big to embed: a label
+    assert "[image: https://evil.example/x.png&quot;&gt;&lt;script&gt;" in html  # never fetched, escaped
+    assert "what is &lt;b&gt;this&lt;/b&gt;?" in html
+
+
+async def test_the_result_summary_shows_the_prompt_image() -> None:
+    agent = Agent(FunctionModel(lambda m, r: "a dot"), store=MemoryStore())
+    result = await agent.run(["What is this?", _png()])
+    html = render_result_html(result)
+    assert html.count("<img ") == 1 and "data:image/png;base64," in html

@@ -32,6 +32,7 @@ import ipywidgets as widgets
 
 from .._loop import unanswered_calls
 from ..events import PendingCall
+from ..messages import Prompt, UserMessage, user_message
 from ..result import RunResult
 from ..usage import Usage
 from ._sanitize import escape
@@ -45,6 +46,10 @@ if TYPE_CHECKING:
 __all__ = ["ChatView"]
 
 _ENDED = ("run-completed", "run-paused", "run-stopped", "run-failed", "run-cancelled")
+
+
+def _bubble(message: UserMessage, note: str | None = None) -> str:
+    return user_html(message.content, note, message.images)
 
 
 def _person() -> str | None:
@@ -119,8 +124,8 @@ class ChatView(widgets.VBox):
         self._queued: dict[str, tuple[str, Any, PendingCall]] = {}
         self._always: set[str] = set()
         self._state: Any = None
-        self._outbox: list[tuple[str, widgets.HTML]] = []
-        """Messages sent while busy (text, its "queued" bubble), oldest first."""
+        self._outbox: list[tuple[UserMessage, widgets.HTML]] = []
+        """Messages sent while busy (the message, its "queued" bubble), oldest first."""
         self._hold = False
         """The queue is on hold (after Stop or a failed run) until the person presses Send."""
         self._status_msg: tuple[str, bool] = ("", False)
@@ -233,7 +238,7 @@ class ChatView(widgets.VBox):
     @property
     def queued_messages(self) -> list[str]:
         """The messages waiting to be sent, oldest first."""
-        return [text for text, _ in self._outbox]
+        return [message.content for message, _ in self._outbox]
 
     # ------------------------------------------------------------------ loading a thread
     async def _load(self) -> None:
@@ -334,12 +339,24 @@ class ChatView(widgets.VBox):
             self._clear_queue.layout.display = display
 
     # ------------------------------------------------------------------ sending
-    def ask(self, prompt: str) -> RunHandle | None:
+    def ask(self, prompt: Prompt) -> RunHandle | None:
         """Send a message as if typed in the box and Send pressed (must be called on the view's
-        loop). Returns the `RunHandle` of the run this started, or None when the message was
-        queued (see the class docstring for the queue's rules)."""
-        self._input.value = prompt
-        return self.handle if self._submit() else None
+        loop). `prompt` may also be a list of text and images (``view.ask(["What is this?", fig])``,
+        see `nbagent.Image`): the message box takes text only. Returns the `RunHandle` of the run
+        this started, or None when the message was queued (see the class docstring for the
+        queue's rules).
+
+        Raises:
+            InvalidPromptError: the prompt is neither text nor images (nothing is sent or queued).
+        """
+        if isinstance(prompt, str):
+            self._input.value = prompt
+            return self.handle if self._submit() else None
+        message = user_message(prompt)  # checked now, in the caller's cell
+        if self._load_task is not None and not self._load_task.done():
+            self._load_task.add_done_callback(lambda _: self._send_message(message))
+            return None
+        return self.handle if self._send_message(message) else None
 
     def _busy(self) -> bool:
         """A new message cannot start a run now: a run is going on, or calls wait for a decision."""
@@ -356,25 +373,34 @@ class ChatView(widgets.VBox):
             return False
         if text:
             self._input.value = ""
-            if self._outbox or self._busy():
-                self._enqueue(text)
-            else:
-                self._hold = False
-                bubble = widgets.HTML(user_html(text))
-                self._log.children = (*self._log.children, bubble)
-                try:
-                    self._start(prompt=text)
-                except Exception:  # not sent: the text goes back into the box
-                    self._log.children = tuple(w for w in self._log.children if w is not bubble)
-                    self._input.value = self._input.value or text
-                    raise
-                return True
+            try:
+                return self._send_message(UserMessage(text))
+            except Exception:  # not sent: the text goes back into the box
+                self._input.value = self._input.value or text
+                raise
         self._hold = False  # Send releases a queue on hold
         return self._send_next()
 
-    def _enqueue(self, text: str) -> None:
-        bubble = widgets.HTML(user_html(text, note="queued"))
-        self._outbox.append((text, bubble))
+    def _send_message(self, message: UserMessage) -> bool:
+        """Start a run with `message`, or queue it when the view is busy or others wait before it.
+        Returns True when a run was started."""
+        if self._outbox or self._busy():
+            self._enqueue(message)
+            self._hold = False  # sending releases a queue on hold (it goes on from its first message)
+            return self._send_next()
+        self._hold = False
+        bubble = widgets.HTML(_bubble(message))
+        self._log.children = (*self._log.children, bubble)
+        try:
+            self._start(prompt=message)
+        except Exception:
+            self._log.children = tuple(w for w in self._log.children if w is not bubble)
+            raise
+        return True
+
+    def _enqueue(self, message: UserMessage) -> None:
+        bubble = widgets.HTML(_bubble(message, note="queued"))
+        self._outbox.append((message, bubble))
         self._queue_box.children = (*self._queue_box.children, bubble)
         self._update_queue_controls()
         self._render_status()
@@ -385,17 +411,17 @@ class ChatView(widgets.VBox):
         if not self._outbox or self._hold or self._busy() or self._loop is None:
             self._render_status()
             return False
-        text, bubble = self._outbox.pop(0)
+        message, bubble = self._outbox.pop(0)
         self._queue_box.children = tuple(w for w in self._queue_box.children if w is not bubble)
         self._update_queue_controls()
-        bubble.value = user_html(text)
+        bubble.value = _bubble(message)
         self._log.children = (*self._log.children, bubble)
         try:
-            self._start(prompt=text)
+            self._start(prompt=message)
         except Exception as exc:  # not sent: back at the head of the queue, on hold
             self._log.children = tuple(w for w in self._log.children if w is not bubble)
-            bubble.value = user_html(text, note="queued")
-            self._outbox.insert(0, (text, bubble))
+            bubble.value = _bubble(message, note="queued")
+            self._outbox.insert(0, (message, bubble))
             self._queue_box.children = (bubble, *self._queue_box.children)
             self._hold = True
             self._update_queue_controls()
@@ -406,7 +432,7 @@ class ChatView(widgets.VBox):
     def clear_queue(self) -> list[str]:
         """Drop the queued messages without sending them (the ``Clear queue`` button); returns
         their texts. The status line says how many were dropped."""
-        texts = [text for text, _ in self._outbox]
+        texts = [message.content for message, _ in self._outbox]
         self._outbox.clear()
         self._queue_box.children = ()
         self._hold = False
@@ -416,7 +442,7 @@ class ChatView(widgets.VBox):
             self._say("; ".join(t for t in (self._waiting_text(), dropped) if t))
         return texts
 
-    def _start(self, prompt: str | None = None, resume: dict[str, Any] | None = None) -> None:
+    def _start(self, prompt: Prompt | None = None, resume: dict[str, Any] | None = None) -> None:
         if self._loop is None:
             self._say("no running event loop: use the view in a notebook (or an async function)", error=True)
             return

@@ -15,6 +15,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ..messages import IMAGE_TYPES
 from ._sanitize import escape, markdown_html
 
 if TYPE_CHECKING:
@@ -156,15 +157,36 @@ def tool_row_html(
     )
 
 
-def user_html(text: str, note: str | None = None) -> str:
-    """A user message bubble (escaped, line breaks kept). `note` is shown next to "you" (the live
-    view marks a message that waits to be sent "queued"); a noted bubble has a dashed border."""
+MAX_INLINE_IMAGE_BYTES = 512 * 1024
+"""Images up to this size are shown as thumbnails (embedded as ``data:`` URLs, so they are saved
+with the notebook); bigger ones, and URL images (never fetched by the view), are shown as labels."""
+
+
+def image_html(image: Any) -> str:
+    """A thumbnail of a prompt's `Image`: an ``<img>`` with a ``data:`` URL for a small image whose
+    bytes were checked to be PNG / JPEG / GIF / WebP (a browser runs nothing in those), else an
+    escaped label. A URL image is never loaded by the view (no request to an address from the data)."""
+    data = getattr(image, "data", None)
+    if data is not None and len(data) <= MAX_INLINE_IMAGE_BYTES and image.media_type in IMAGE_TYPES:
+        return (
+            f'<img src="{escape(image.data_url())}" alt="{escape(image.describe())}" '
+            'style="max-width:240px;max-height:180px;margin:4px 6px 0 0;border-radius:4px;'
+            f'border:{BORDER};vertical-align:top">'
+        )
+    return f'<span style="{MUTED};font-size:12px;margin-right:6px">[image: {escape(image.describe())}]</span>'
+
+
+def user_html(text: str, note: str | None = None, images: Sequence[Any] = ()) -> str:
+    """A user message bubble (escaped, line breaks kept), with its images (`image_html`). `note`
+    is shown next to "you" (the live view marks a message that waits to be sent "queued"); a noted
+    bubble has a dashed border."""
     label = "you" + (f" · {escape(note)}" if note else "")
     border = "border:1px dashed var(--jp-border-color1,#bbb);" if note else ""
+    pictures = f'<div>{"".join(image_html(i) for i in images)}</div>' if images else ""
     return (
         f'<div style="{FONT};margin:6px 0;padding:6px 10px;border-radius:8px;{border}'
         f'background:var(--jp-layout-color2,#eef3fb);white-space:pre-wrap;word-break:break-word">'
-        f'<span style="{MUTED};font-size:11px">{label}</span><br>{escape(text)}</div>'
+        f'<span style="{MUTED};font-size:11px">{label}</span><br>{escape(text)}{pictures}</div>'
     )
 
 
@@ -219,7 +241,7 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
     out: list[str] = []
     for m in messages:
         if m.kind == "user":
-            out.append(user_html(m.content))  # type: ignore[union-attr]
+            out.append(user_html(m.content, images=m.images))  # type: ignore[union-attr]
         elif m.kind == "assistant":
             out.append(reasoning_html(m.reasoning))  # type: ignore[union-attr]
             out.append(assistant_html(m.text, m.refusal))  # type: ignore[union-attr]
