@@ -19,6 +19,7 @@ from nbagent import (
     RunEnded,
     RunStarted,
     TextDelta,
+    Tool,
     ToolCallFinished,
     ToolCallStarted,
     UsageEvent,
@@ -259,3 +260,30 @@ async def test_start_runs_in_the_background_and_streams_to_a_callback() -> None:
     assert result.status == "completed" and handle.done
     assert kinds[0] == "run-started" and kinds[-1] == "run-completed"
     assert "text-delta" in kinds  # a background run feeds a view: the model streams
+
+
+async def test_a_streamed_tool_call_keeps_the_text_and_reasoning_streamed_before_it() -> None:
+    calls: list[str] = []
+
+    async def stream(messages: list[Any], request: Any) -> AsyncIterator[Any]:
+        if messages[-1].kind == "user":
+            yield ReasoningText("The user wants weather; ")
+            yield ReasoningText("call the tool.")
+            yield "Let me check. "
+            yield tool_call("get_weather", city="Oslo")
+        else:
+            yield "Sunny."
+
+    async def get_weather(city: str) -> str:
+        """Weather."""
+        calls.append(city)
+        return "sunny"
+
+    agent = Agent(FunctionModel(stream_function=stream), tools=[Tool.from_function(get_weather)], store=MemoryStore())
+    events = [e async for e in agent.stream("weather in Oslo?")]
+    result = events[-1].result
+    first = result.messages[1]
+    assert calls == ["Oslo"]
+    assert first.text == "Let me check. " and first.reasoning == "The user wants weather; call the tool."
+    assert [c.name for c in first.tool_calls] == ["get_weather"]
+    assert [e.kind for e in events].count("reasoning-delta") == 2

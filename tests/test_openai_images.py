@@ -86,7 +86,7 @@ class _Answer(BaseHTTPRequestHandler):
     body: dict[str, Any] = {}
     count = 0
 
-    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+    def do_POST(self) -> None:
         type(self).count += 1
         self.rfile.read(int(self.headers.get("content-length", 0)))
         data = json.dumps(self.body).encode()

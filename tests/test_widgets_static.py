@@ -203,8 +203,8 @@ def _png(size: int = 4) -> bytes:
 
 def test_prompt_images_show_as_thumbnails_or_labels() -> None:
     from nbagent import Image
-    from nbagent.widgets.static import MAX_INLINE_IMAGE_BYTES, messages_html
     from nbagent.messages import UserMessage
+    from nbagent.widgets.static import MAX_INLINE_IMAGE_BYTES, messages_html
 
     small = Image(_png())
     big = Image(b"\x89PNG\r\n\x1a\n" + b"\x00" * MAX_INLINE_IMAGE_BYTES)

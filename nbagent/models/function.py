@@ -99,8 +99,9 @@ class FunctionModel(Model):
         function: ``(messages, request) -> str | ToolCall | list[ToolCall] | AssistantMessage |
             ModelResponse`` (sync or async); it may raise nbagent's `ModelError`s to test retries.
         stream_function: optional ``async (messages, request)`` generator yielding text deltas
-            (``str``), `ReasoningText`, and optionally a final answer (as above). Without it a
-            streamed request streams the function's text word by word.
+            (``str``), `ReasoningText`, and optionally a final answer (as above; it keeps the
+            streamed text and reasoning unless it sets its own). Without it a streamed request
+            streams the function's text word by word.
         model_name: reported as the model (usage rows).
     """
 
@@ -165,7 +166,15 @@ class FunctionModel(Model):
                 final = item
         if final is None:
             final = AssistantMessage(text="".join(parts), reasoning="".join(reasoning) or None)
-        yield to_response(final, request, self.model_name)
+        response = to_response(final, request, self.model_name)
+        # A final item (a tool call, a message) keeps what was streamed before it, as a real
+        # provider's answer would: the streamed text and reasoning, unless it sets its own.
+        message = response.message
+        if parts and not message.text:
+            message.text = "".join(parts)
+        if reasoning and not message.reasoning:
+            message.reasoning = "".join(reasoning)
+        yield response
 
 
 class ScriptedModel(FunctionModel):
