@@ -79,8 +79,8 @@ view
 PROBE = 'print("probe cell ran; run going on:", view.handle is not None)'
 
 
-def _open(page_factory, server, make_notebook, **kw):
-    nb = make_notebook([SETUP, PROBE])
+def _open(page_factory, server, make_notebook, cells=(SETUP, PROBE), **kw):
+    nb = make_notebook(list(cells))
     page = page_factory(server, nb, **kw)
     page.run_cell(0)
     page.wait_idle()
@@ -225,3 +225,32 @@ def test_thinking_queued_message_and_deny_all_with_reason_in_jupyterlab(jupyter_
     assert _waiting_row_text(page).count("denied by the user: no refunds on Sundays") == 2
     assert "Traceback" not in page.output_text()
     assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
+
+
+IMAGE_CELL = '''\
+import io
+from PIL import Image as PILImage
+buf = io.BytesIO()
+PILImage.new("RGB", (40, 30), (200, 30, 30)).save(buf, format="PNG")
+view.ask(["echo picture", buf.getvalue()])
+'''
+
+
+def test_prompt_image_thumbnail_and_queue_in_notebook7(jupyter_notebook7, make_notebook, page_factory):
+    page = _open(page_factory, jupyter_notebook7, make_notebook, cells=(SETUP, IMAGE_CELL))
+    # a message typed during a run is queued here too
+    page.type_text("think first")
+    page.wait_text("Thinking", timeout=30)
+    page.type_text("echo queued in notebook 7")
+    page.wait_text("you · queued", timeout=30)
+    page.wait_text("ECHO: echo queued in notebook 7 ECHOEND", timeout=60)
+    # text with an image sent from code: the image shows as a real thumbnail in the conversation
+    page.run_cell(1)
+    page.wait_text("ECHO: echo picture ECHOEND", timeout=60)
+    size = page.eval("() => { const i = document.querySelector('.nbagent-chat img');"
+                     " return i ? [i.naturalWidth, i.naturalHeight, i.src.slice(0, 22)] : null; }")
+    assert size == [40, 30, "data:image/png;base64,"], size
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.page.locator(".nbagent-chat").first.screenshot(path=str(ARTIFACTS / "chat_view_image.png"))
+    assert "Traceback" not in page.output_text()
+    assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["notebook"]) == []
