@@ -44,7 +44,15 @@ from .events import (
     args_hash,
 )
 from .exceptions import InvalidArgumentsError, ModelResponseError, ModelRetry
-from .messages import AssistantMessage, Message, SystemMessage, ToolCall, ToolResultMessage, new_call_id
+from .messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+    new_call_id,
+)
 from .models.base import ModelRequest, ModelResponse, ReasoningText
 from .result import RunResult
 from .store.base import LedgerEntry
@@ -124,7 +132,11 @@ class RunState:
     stop_reason: str | None = None
     error: str | None = None
     exception: BaseException | None = None
-    output: str | None = None
+    output: Any = None
+    """The final answer: its text, or the `output_type` instance of an agent with one."""
+    output_data: Any = None
+    """A structured answer as JSON-able data (what the thread's meta keeps)."""
+    output_retries: int = 0
     truncated: bool = False
     new_message_index: int = 0
     meta_dirty: bool = True
@@ -145,7 +157,7 @@ class RunState:
             "state": _state_to_json(self.state),
             "stop_reason": self.stop_reason,
             "error": self.error,
-            "output": self.output,
+            "output": self.output_data if self.output_data is not None else self.output,
             "truncated": self.truncated,
             "started_at": self.started_at,
             "ended_at": self.ended_at,
@@ -286,7 +298,7 @@ class _Loop:
 
     # ------------------------------------------------------------------ the loop
     async def events(self) -> AsyncGenerator[Event, None]:
-        run = self.run
+        run, agent = self.run, self.agent
         yield RunStarted(run.run_id, run.thread)
         try:
             while True:
@@ -295,6 +307,8 @@ class _Loop:
                 if calls:
                     async for event in self.tool_phase(calls, plan):
                         yield event
+                    if run.status == "completed":  # the model gave its structured answer
+                        break
                     if run.pending:
                         run.status = "paused"
                         for p in run.pending:
@@ -303,9 +317,16 @@ class _Loop:
                     continue
                 last = run.messages[-1] if run.messages else None
                 if last is not None and last.kind == "assistant":
-                    run.status = "completed"
-                    run.output = last.text or ""  # type: ignore[union-attr]
-                    break
+                    if agent.output is None:
+                        run.status = "completed"
+                        run.output = last.text or ""  # type: ignore[union-attr]
+                        break
+                    # a text answer saved before a crash: judge it now, as model_step would have
+                    self.text_answer(last)  # type: ignore[arg-type]
+                    if run.status in ("completed", "failed"):
+                        break
+                    await self.save(messages=run.messages[-1:], meta=True)
+                    continue
                 stop = self.stop_reason()
                 if stop is not None:
                     run.status, run.stop_reason = "stopped", stop
@@ -356,7 +377,8 @@ class _Loop:
         messages: list[Message] = run.messages
         if agent.system:
             messages = [SystemMessage(agent.system), *messages]
-        request = ModelRequest(messages, agent.tool_definitions, agent.settings, step)
+        request = ModelRequest(messages, agent.tool_definitions, agent.request_settings, step,
+                               agent.output.name if agent.output is not None else None)
         attempt = 0
         while True:
             attempt += 1
@@ -426,14 +448,58 @@ class _Loop:
             # denied, unknown) and the "started" entries of the calls about to run: all durable
             # before any of them runs.
             plan = self.planned = self.plan(message.tool_calls)
+            if run.status == "completed":  # the structured answer came: nothing else runs
+                run.ended_at = time.time()
+                self.final_saved = True
             await self.save(messages=[message, *plan.immediate], usage=[row], ledger=plan.ledger, meta=True)
-        else:  # a text answer completes the run: one save for it and the end
+        elif agent.output is None:  # a text answer completes the run: one save for it and the end
             run.status, run.output = "completed", message.text or ""
             run.ended_at = time.time()
             await self.save(messages=[message], usage=[row], meta=True)  # thread_step moved on
             self.final_saved = True
+        else:  # text where a structured answer was asked for: use it if it fits, else ask again
+            self.text_answer(message)
+            if run.status == "completed":
+                run.ended_at = time.time()
+                self.final_saved = True
+            await self.save(messages=run.messages[-2:] if run.status == "running" else [message],
+                            usage=[row], meta=True)
         yield ModelResponseEvent(message, step)
         yield UsageEvent(row, _usage_snapshot(run.usage))
+
+    # ------------------------------------------------------------------ structured answers
+    def finish(self, value: Any) -> None:
+        """Complete the run with a structured answer."""
+        run, spec = self.run, self.agent.output
+        assert spec is not None
+        run.status, run.output, run.output_data = "completed", value, spec.dump(value)
+        run.meta_dirty = True
+
+    def text_answer(self, message: AssistantMessage) -> None:
+        """A text answer from an agent with an ``output_type``: the answer if the text fits it
+        (JSON, or any text for ``str``); else a prompt asking for ``final_result`` is appended
+        (``output_retries`` times), then the run fails."""
+        run, agent = self.run, self.agent
+        spec = agent.output
+        assert spec is not None
+        try:
+            self.finish(spec.from_text(message.text))
+            return
+        except InvalidArgumentsError as exc:
+            problem = str(exc)
+        if run.output_retries >= agent.output_retries:
+            error = ModelResponseError(
+                f"the model answered in text {agent.output_retries + 1} time(s) instead of calling "
+                f"{spec.name} with a {spec.type_name} answer; last problem: {problem}",
+                provider=agent.model.provider,
+            )
+            run.status, run.error, run.exception = "failed", f"{type(error).__name__}: {error}", error
+            return
+        run.output_retries += 1
+        run.messages.append(UserMessage(
+            f"[nbagent] Your answer must be given by calling the {spec.name} tool with arguments that "
+            f"match its schema, not as text ({problem}). Call {spec.name} now."
+        ))
 
     # ------------------------------------------------------------------ tools
     def plan(self, calls: list[ToolCall]) -> _Plan:
@@ -448,6 +514,15 @@ class _Loop:
         ledger: list[LedgerEntry] = []
         to_run: list[tuple[ToolCall, Tool, Any, str | None]] = []
         pending: list[PendingCall] = []
+        spec = agent.output
+        if spec is not None and any(c.name == spec.name for c in calls):
+            final = self.plan_final(calls, immediate)
+            if final:
+                run.messages.extend(immediate)
+                run.pending = []
+                run.meta_dirty = True
+                return _Plan(calls, immediate, ledger, to_run)
+            calls = [c for c in calls if c.name != spec.name]  # answered (invalid) by plan_final
         for call in calls:
             tool = agent.tools.get(call.name)
             entry = run.ledger.get(call.id)
@@ -521,6 +596,37 @@ class _Loop:
         run.pending = pending
         run.meta_dirty = True
         return _Plan(calls, immediate, ledger, to_run)
+
+    def plan_final(self, calls: list[ToolCall], immediate: list[ToolResultMessage]) -> bool:
+        """Answer the ``final_result`` calls of an answer. The first valid one completes the run
+        (every other call of the answer is answered "not run"); invalid ones get an error result
+        the model can correct. Returns True when the run is complete."""
+        spec = self.agent.output
+        assert spec is not None
+        accepted: str | None = None
+        value: Any = None
+        errors: list[ToolResultMessage] = []
+        for call in calls:
+            if call.name != spec.name:
+                continue
+            try:
+                value = spec.validate(call.args)
+            except InvalidArgumentsError as exc:
+                errors.append(_error_result(call, f"{exc}; fix the answer and call {spec.name} again"))
+                continue
+            accepted = call.id
+            break
+        if accepted is None:
+            immediate.extend(errors)
+            return False
+        for call in calls:
+            if call.id == accepted:
+                immediate.append(ToolResultMessage(call.id, call.name, "Final answer received."))
+            else:
+                immediate.append(_error_result(
+                    call, "not run: the final answer was given in the same response", "cancelled"))
+        self.finish(value)
+        return True
 
     async def tool_phase(self, calls: list[ToolCall], plan: _Plan | None = None) -> AsyncIterator[Event]:
         """Run the open calls: `plan` them and commit that (unless the model step already did,

@@ -38,6 +38,7 @@ from .messages import (
 )
 from .models import infer_model
 from .models.base import Model
+from .output import OUTPUT_TOOL, OutputSpec
 from .result import RunResult
 from .retry import Retry
 from .store import Store, default_store
@@ -75,6 +76,12 @@ class Agent:
         state_type: a pydantic model (or dataclass) to rebuild the user's state object from a
             stored thread after a restart.
         prices: your own prices, see `nbagent.pricing.price_row`.
+        output_type: the type of a structured final answer (a pydantic model, a dataclass, or
+            any type pydantic validates): the model gives it by calling a ``final_result`` tool
+            and ``result.output`` is an instance of it (see docs/output.md). None: a text answer.
+        output_retries: how many times a model that answers in text that does not fit
+            `output_type` is asked again before the run fails (invalid ``final_result``
+            arguments go back to it like any tool's, within ``max_steps``).
     """
 
     def __init__(
@@ -94,6 +101,8 @@ class Agent:
         state_type: type | None = None,
         prices: Mapping[str, Any] | None = None,
         name: str | None = None,
+        output_type: Any = None,
+        output_retries: int = 2,
     ) -> None:
         self.model = infer_model(model)
         self.tools: dict[str, Tool] = {}
@@ -124,6 +133,23 @@ class Agent:
             self.prices = None
         self.name = name
         self.tool_definitions = [t.definition() for t in self.tools.values()]
+        self.request_settings = self.settings
+        """The settings sent with each request: `settings`, plus ``tool_choice="required"`` when
+        there is an `output_type` and no ``tool_choice`` was set (the answer must be a tool call)."""
+        self.output: OutputSpec | None = None
+        if output_type is not None:
+            self.output = OutputSpec(output_type)
+            if OUTPUT_TOOL in self.tools:
+                raise DuplicateToolError(
+                    f"a tool is named {OUTPUT_TOOL!r}, the name of the tool that carries the structured "
+                    "answer (output_type); rename it"
+                )
+            self.tool_definitions.append(self.output.tool.definition())
+            if "tool_choice" not in self.settings:
+                self.request_settings = {**self.settings, "tool_choice": "required"}
+        if not isinstance(output_retries, int) or output_retries < 0:
+            raise UserError(f"output_retries must be a non-negative integer, got {output_retries!r}")
+        self.output_retries = output_retries
 
     @property
     def store(self) -> Store:

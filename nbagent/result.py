@@ -26,7 +26,8 @@ class RunResult:
         status: ``completed`` (a final answer), ``paused`` (calls wait in `pending`), ``stopped``
             (max_steps, a budget or stop_when: `stop_reason` says which), ``failed`` (`error`
             says why) or ``cancelled``.
-        output: the final answer's text; None unless completed.
+        output: the final answer: its text, or an instance of the agent's ``output_type`` (a
+            structured answer); None unless completed.
         pending: calls waiting for a decision (approve / deny / edit) or a client result.
         messages: the whole conversation of the thread, this run included.
         usage: this run's model calls and their sums (``usage.rows()`` for plain dicts).
@@ -38,7 +39,7 @@ class RunResult:
     status: RunStatus
     messages: list[Message]
     usage: Usage
-    output: str | None = None
+    output: Any = None
     pending: list[PendingCall] = field(default_factory=list)
     stop_reason: str | None = None
     """``max_steps``, ``token_budget``, ``cost_budget`` or ``stop_when`` for a stopped run."""
@@ -95,8 +96,9 @@ class RunResult:
     def __repr__(self) -> str:
         parts = [f"status={self.status!r}"]
         if self.output is not None:
-            out = self.output if len(self.output) <= 60 else self.output[:57] + "..."
-            parts.append(f"output={out!r}")
+            out = self.output if isinstance(self.output, str) else repr(self.output)
+            out = out if len(out) <= 60 else out[:57] + "..."
+            parts.append(f"output={out!r}" if isinstance(self.output, str) else f"output={out}")
         if self.pending:
             parts.append("pending=[" + ", ".join(f"{p.name}({p.id})" for p in self.pending) + "]")
         if self.stop_reason:

@@ -150,3 +150,24 @@ def test_local_shortcut_reuses_the_running_server(local_llm_base_url: str) -> No
     from nbagent._sync import run_sync
 
     run_sync(model.aclose)
+
+
+async def test_structured_answer_through_final_result(local_llm_base_url: str) -> None:
+    from pydantic import BaseModel
+
+    class Weather(BaseModel):
+        city: str
+        temperature_c: int
+
+    model = local(local_llm_base_url)
+    agent = Agent(model, output_type=Weather, max_steps=4)
+    try:
+        result = await agent.run("It is 21 degrees in Paris. Report the weather for Paris.")
+    finally:
+        await model.aclose()
+    # a real model, forced to call a tool (tool_choice="required"), answers through final_result:
+    # the output is a validated Weather whatever its values
+    assert result.status == "completed", result.error
+    assert isinstance(result.output, Weather) and result.output.city.strip()
+    final = [c for m in result.messages if m.kind == "assistant" for c in m.tool_calls]
+    assert final and final[-1].name == "final_result"

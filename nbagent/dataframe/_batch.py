@@ -141,7 +141,10 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
         before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
         meta = previous.meta if previous is not None else {}
         if previous is not None and meta.get("status") == "completed":
-            return _skipped(row, before, meta, status="completed", output=meta.get("output"))
+            output = meta.get("output")
+            if agent.output is not None:  # a structured answer is stored as JSON: rebuild it
+                output = agent.output.load(output)
+            return _skipped(row, before, meta, status="completed", output=output)
         open_calls = unanswered_calls(previous.messages) if previous is not None else []
         if open_calls and meta.get("status") == "paused":
             waiting = ", ".join(f"{p.get('name')}({p.get('id')})" for p in meta.get("pending", ()))

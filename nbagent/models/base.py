@@ -27,6 +27,9 @@ class ModelRequest:
     settings: dict[str, Any] = field(default_factory=dict)
     """temperature, max_tokens, seed, tool_choice, parallel_tool_calls, extra_body, ..."""
     step: int = 0
+    output_tool: str | None = None
+    """The name of the tool (among `tools`) that carries a structured final answer, when the
+    agent has an ``output_type`` (fakes use it to answer through it)."""
 
 
 @dataclass(slots=True)

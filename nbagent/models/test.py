@@ -16,7 +16,9 @@ __all__ = ["TestModel", "example_args"]
 
 class TestModel(FunctionModel):
     """Calls every tool (or those named in `call_tools`) once, then answers with `text`, or with
-    a JSON summary of the tool results when `text` is None.
+    a JSON summary of the tool results when `text` is None. For an agent with an ``output_type``
+    it answers by calling the output tool with arguments made from its schema (or
+    ``args["final_result"]``).
 
     Args:
         call_tools: ``"all"`` or the names of the tools to call.
@@ -41,8 +43,9 @@ class TestModel(FunctionModel):
 
     def _answer_fn(self, messages: list[Message], request: ModelRequest) -> Any:
         last = messages[-1] if messages else None
+        final = request.output_tool
         if last is not None and last.kind == "user" and request.tools:
-            names = [t["name"] for t in request.tools]
+            names = [t["name"] for t in request.tools if t["name"] != final]
             if self.call_tools != "all":
                 names = [n for n in names if n in self.call_tools]
             if names:
@@ -51,6 +54,9 @@ class TestModel(FunctionModel):
                     for t in request.tools
                     if t["name"] in names
                 ]
+        if final is not None:  # a structured answer: through the output tool
+            schema = next(t["parameters"] for t in request.tools if t["name"] == final)
+            return ToolCall.of(final, self.args.get(final, example_args(schema)))
         if self.text is not None:
             return self.text
         results: dict[str, Any] = {}
