@@ -209,6 +209,52 @@ result = await agent.run("Use the add_item tool for tea.", thread=alt, state=Ord
 print(alt, result.state)'''),
         ("code", '''agent.chat(thread="order-7-tea")'''),
     ],
+    "05_structured_output.ipynb": [
+        ("md", """# Structured answers, into DataFrame columns
+
+`Agent(model, output_type=Weather)` makes each answer a validated `Weather` object: the model answers
+by calling a `final_result` tool whose parameters are the model's fields (it works with any model that
+calls tools — even the tiny bundled one). Over a column of texts, `agent.map` turns free text into
+columns you can analyse with pandas."""),
+        ("code", SETUP),
+        ("code", '''import pandas as pd
+from pydantic import BaseModel, Field
+
+
+class Weather(BaseModel):
+    city: str
+    temperature_c: int = Field(description="temperature in degrees Celsius")
+
+
+agent = Agent(model, output_type=Weather, settings={"max_tokens": 120})
+result = await agent.run("It is 21 degrees in Paris. Report the weather for Paris.")
+print(result.status, repr(result.output))'''),
+        ("md", "A small model may get the values wrong; the *shape* is always right: `result.output` is a `Weather`, validated. An invalid answer goes back to the model to fix."),
+        ("code", '''reports = pd.DataFrame({"report": [
+    "Rome: 24 degrees and sunny.",
+    "Oslo is at 3 degrees today.",
+    "Cairo, 35 degrees.",
+]})
+answers = agent.map(reports["report"] + " Report the weather.", concurrency=2)
+answers[["input", "status", "output", "error"]]'''),
+        ("md", "The tiny local model misses some rows (it answers in text, or with the wrong field): those rows say why in `error` and stay `failed`, the others are done — a re-run retries only the failed ones. A real model gets them all."),
+        ("code", '''fields = pd.DataFrame([o.model_dump() if o is not None else {} for o in answers["output"]], index=answers.index)
+reports.join(fields)'''),
+        ("md", """## Images in the prompt
+
+A prompt can be a list of text and images (a matplotlib figure, a PIL image, PNG/JPEG bytes...). A
+vision model (e.g. `gpt-4.1-mini` with `OPENAI_API_KEY` set) describes the chart; the bundled model
+is text-only, and the server refuses at once — the run fails with a clear error, without retrying."""),
+        ("code", '''import matplotlib.pyplot as plt
+
+fig, ax = plt.subplots(figsize=(4, 2.5))
+ax.plot(["Rome", "Oslo", "Cairo"], [24, 3, 35], marker="o")
+ax.set_ylabel("°C")
+plt.close(fig)
+
+looked = await Agent(model, settings={"max_tokens": 120}).run(["What does this chart show?", fig])
+print(looked.status, looked.output or looked.error)'''),
+    ],
 }
 
 
