@@ -31,6 +31,7 @@ from nbagent.exceptions import (
     ModelHTTPError,
     NotFoundError,
     RateLimitError,
+    ServerError,
     StreamInterruptedError,
 )
 from nbagent.messages import UserMessage
@@ -134,6 +135,12 @@ PERMANENT = [
         json.dumps({"error": {"code": 402, "message": "Insufficient credits. Add more using "
                               "https://openrouter.ai/settings/credits"}}),
         ModelHTTPError, 402, ["Insufficient credits"],
+    ),
+    (
+        "llamacpp-not-supported",  # 501 Not Implemented: a 5xx that will not change on a retry
+        json.dumps({"error": {"code": 501, "message": "This server does not support this feature",
+                              "type": "not_supported_error"}}),
+        ServerError, 501, ["does not support this feature", "not retried: the server does not implement this"],
     ),
 ]
 

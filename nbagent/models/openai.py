@@ -689,16 +689,21 @@ class OpenAIModel(Model):
         body = self._scrub(body)
         given = _status_in(error)
         status = stream_error_status(error)
-        if status is None or status >= 500 or status in (408, 409):
+        permanent = None if status is None else _permanent_http_error(status, error, words)
+        if (status is None or status >= 500 or status in (408, 409)) and not permanent:
             return StreamInterruptedError(
                 f"the streamed answer broke off: {words}", status_code=given, body=body, provider=self.provider
             )
+        assert status is not None
+        suffix = f" (not retried: {permanent})" if permanent else ""
         err = error_for_status(
             status,
-            f"the server ended the stream with an error: {words}{self._hint(status)}",
+            f"the server ended the stream with an error: {words}{self._hint(status)}{suffix}",
             body=body,
             provider=self.provider,
         )
+        if permanent:
+            err.retryable = False
         err.status_code = given  # a status the server did not send is not shown as one
         return err
 
