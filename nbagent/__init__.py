@@ -123,7 +123,7 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     # The pandas edge loads only when asked for.
-    if name in ("usage_frame", "tool_calls_frame", "runs_frame", "batch", "abatch"):
+    if name in ("usage_frame", "tool_calls_frame", "runs_frame", "batch", "abatch", "output_frame"):
         from . import dataframe
 
         return getattr(dataframe, name)

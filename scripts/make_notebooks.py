@@ -238,8 +238,7 @@ print(result.status, repr(result.output))'''),
 answers = agent.map(reports["report"] + " Report the weather.", concurrency=2)
 answers[["input", "status", "output", "error"]]'''),
         ("md", "The tiny local model misses some rows (it answers in text, or with the wrong field): those rows say why in `error` and stay `failed`, the others are done — a re-run retries only the failed ones. A real model gets them all."),
-        ("code", '''fields = pd.DataFrame([o.model_dump() if o is not None else {} for o in answers["output"]], index=answers.index)
-reports.join(fields)'''),
+        ("code", '''reports.join(nbagent.output_frame(answers))     # one column per field of Weather'''),
         ("md", """## Images in the prompt
 
 A prompt can be a list of text and images (a matplotlib figure, a PIL image, PNG/JPEG bytes...). A

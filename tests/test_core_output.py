@@ -204,3 +204,22 @@ def test_output_spec_schema_and_round_trip() -> None:
     assert spec.tool.parameters["required"] == ["result"] and spec.type_name == "list[tests.test_core_output.Point]"
     value = spec.validate({"result": [{"x": 1, "y": 2}]})
     assert value == [Point(1.0, 2.0)] and spec.load(spec.dump(value)) == value
+
+
+def test_output_frame_turns_answers_into_columns() -> None:
+    import pandas as pd
+
+    import nbagent
+
+    frame = pd.DataFrame({"output": [City(name="Oslo", population=1), None, City(name="Rome", population=2)]},
+                         index=["a", "b", "c"])
+    columns = nbagent.output_frame(frame)
+    assert list(columns.columns) == ["name", "population"] and list(columns.index) == ["a", "b", "c"]
+    assert columns.loc["a", "name"] == "Oslo" and columns.loc["b"].isna().all()
+    assert nbagent.output_frame([Point(1, 2)]).to_dict("records") == [{"x": 1, "y": 2}]
+    assert nbagent.output_frame(pd.Series([3, 4])).to_dict("list") == {"output": [3, 4]}
+    result = Agent(ScriptedModel([tool_call(OUTPUT_TOOL, name="Bern", population=3)]),
+                   output_type=City, store=MemoryStore()).run_sync("Bern?")
+    assert nbagent.output_frame([result]).loc[0, "name"] == "Bern"
+    with pytest.raises(UserError, match="with an 'output' column"):
+        nbagent.output_frame(pd.DataFrame({"x": [1]}))

@@ -9,6 +9,7 @@ nbagent.tool_calls_frame(agent)         # one row per tool call, with approval d
 nbagent.runs_frame([r1, r2])            # one row per run
 nbagent.dataframe.plot_cost(agent, by="model")
 answers = agent.map(df["question"], concurrency=8)   # = nbagent.batch(agent, df["question"])
+nbagent.output_frame(answers)           # structured answers (output_type) as columns
 ```
 
 This package is the only place nbagent imports pandas (and numpy); the core never imports it,
@@ -19,7 +20,7 @@ when a batch shows its progress bar. Every frame exports with ``to_csv`` / ``to_
 
 from __future__ import annotations
 
-from ._batch import BATCH_COLUMNS, abatch, batch, batch_thread_ids
+from ._batch import BATCH_COLUMNS, abatch, batch, batch_thread_ids, output_frame
 from ._columns import USAGE_SCHEMA, usage_from_columns
 from ._frames import (
     RUN_SCHEMA,
@@ -45,6 +46,7 @@ __all__ = [
     "batch",
     "batch_thread_ids",
     "cost_by_tool",
+    "output_frame",
     "plot_cost",
     "plot_tokens",
     "runs_frame",

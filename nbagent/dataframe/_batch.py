@@ -9,6 +9,7 @@ shown). Rate limits are the model's business: each row's model calls go through 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import math
@@ -25,7 +26,7 @@ from ..exceptions import UserError
 from ..usage import ModelCallUsage
 from ._columns import categorical, strings
 
-__all__ = ["BATCH_COLUMNS", "abatch", "batch", "batch_thread_ids"]
+__all__ = ["BATCH_COLUMNS", "abatch", "batch", "batch_thread_ids", "output_frame"]
 
 BATCH_COLUMNS = (
     "input",
@@ -314,3 +315,50 @@ def batch(
             agent, inputs, concurrency=concurrency, thread_prefix=thread_prefix, progress=progress, desc=desc
         )
     )
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    dump = getattr(value, "model_dump", None)
+    if callable(dump):  # a pydantic model
+        return dict(dump())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, dict):
+        return dict(value)
+    return {"output": value}
+
+
+def output_frame(source: Any) -> pd.DataFrame:
+    """Structured answers (``Agent(output_type=...)``) as columns: one row per answer, one column
+    per field, with the index of `source`.
+
+    ```python
+    answers = agent.map(df["report"])                 # output column: Weather objects
+    df.join(nbagent.output_frame(answers))            # city, temperature_c columns
+    ```
+
+    Args:
+        source: ``agent.map``'s DataFrame (its ``output`` column), a Series of answers, or a list of
+            `RunResult`s or answers.
+
+    Returns:
+        pydantic models and dataclasses give one column per field (nested values stay objects:
+        use ``pd.json_normalize`` to flatten them), dicts one column per key, anything else one
+        ``output`` column; a row with no answer (failed, paused) is all NaN.
+    """
+    from ..result import RunResult
+
+    if isinstance(source, pd.DataFrame):
+        if "output" not in source.columns:
+            raise UserError("output_frame() needs agent.map()'s DataFrame (with an 'output' column), "
+                            f"got columns {list(source.columns)[:8]}")
+        values, index = list(source["output"]), source.index
+    elif isinstance(source, pd.Series):
+        values, index = list(source), source.index
+    else:
+        values = [item.output if isinstance(item, RunResult) else item for item in source]
+        index = pd.RangeIndex(len(values))
+    return pd.DataFrame([_fields(v) for v in values], index=index)
+
