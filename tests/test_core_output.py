@@ -223,3 +223,14 @@ def test_output_frame_turns_answers_into_columns() -> None:
     assert nbagent.output_frame([result]).loc[0, "name"] == "Bern"
     with pytest.raises(UserError, match="with an 'output' column"):
         nbagent.output_frame(pd.DataFrame({"x": [1]}))
+
+
+def test_another_output_type_is_another_batch() -> None:
+    from nbagent.dataframe import batch_thread_ids
+
+    def ids(**kwargs: Any) -> list[str]:
+        return batch_thread_ids(Agent(TestModel(), store=MemoryStore(), **kwargs), ["q"], [0])
+
+    assert ids() == ids()  # text agents keep their ids
+    assert ids(output_type=City) == ids(output_type=City)
+    assert len({ids()[0], ids(output_type=City)[0], ids(output_type=Point)[0]}) == 3

@@ -54,6 +54,8 @@ def _fingerprint(agent: Agent) -> str:
         agent.system,
         sorted(agent.tools),
     ]
+    if agent.output is not None:  # another output type is another batch (text agents' ids unchanged)
+        spec.append(agent.output.tool.parameters)
     return hashlib.sha256(json.dumps(spec, default=str).encode()).hexdigest()[:8]
 
 
@@ -67,8 +69,9 @@ def batch_thread_ids(
     """The thread id of each row: ``{prefix}-{key}-{hash of the input}``.
 
     `keys` are the row positions (or the Series' index labels). The default prefix is
-    ``batch-`` plus a hash of the agent's name, model, system prompt and tool names, so the same
-    cell run again finds its threads, and a changed agent or a changed input gets new ones.
+    ``batch-`` plus a hash of the agent's name, model, system prompt, tool names and output type's
+    schema, so the same cell run again finds its threads, and a changed agent or a changed input
+    gets new ones.
     """
     prefix = thread_prefix if thread_prefix is not None else f"batch-{_fingerprint(agent)}"
     return [f"{prefix}-{key}-{_hash(p or '')}" for key, p in zip(keys, prompts, strict=True)]
