@@ -286,3 +286,50 @@ def test_session_fixture(local_llm_server: ls.LocalServer, local_llm_base_url: s
     assert local_llm_base_url == local_llm_server.base_url
     assert local_llm_server.port == ls.default_port()
     assert get_json(local_llm_base_url + "/models")["data"][0]["id"] == "local-model"
+
+
+def test_local_model_starts_the_server_again_when_the_kernel_that_started_it_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Two notebooks on the local model: the first kernel started the server, the second reuses
+    it; the first is shut down (its server stops with it); the second's next run still works."""
+    from nbagent import Agent
+    from nbagent._sync import run_sync
+    from nbagent.models.openai import LocalModel, _local_servers, local_model
+    from nbagent.store import MemoryStore
+
+    monkeypatch.setenv("NBAGENT_LOCAL_LLM_DIR", str(tmp_path))
+    port = free_port()
+    code = textwrap.dedent(f"""
+        from nbagent.models._llama_server import start_server
+        s = start_server(port={port}, timeout=240)
+        print(s.pid, flush=True)
+        input()  # runs until told; at exit it stops the server it started
+    """)
+    other = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    key = (port, None, 4096)
+    try:
+        first_pid = int(other.stdout.readline())  # type: ignore[union-attr]
+        model = local_model(port=port, settings={"max_tokens": 4})
+        assert isinstance(model, LocalModel)
+        assert _local_servers[key].pid == first_pid and not _local_servers[key].started  # reused
+        agent = Agent(model, store=MemoryStore())
+        assert agent.run_sync("Say hi").status == "completed"
+
+        other.communicate("\n", timeout=60)  # the first kernel exits, and its server with it
+        with pytest.raises(ProcessLookupError):
+            os.kill(first_pid, 0)
+
+        result = agent.run_sync("Say hi again")
+        assert result.status == "completed", result.error
+        restarted = _local_servers[key]
+        assert restarted.started and restarted.pid != first_pid and restarted.is_running()
+        run_sync(model.aclose)  # its pooled connection, before the server goes
+    finally:
+        if other.poll() is None:
+            other.kill()
+            other.wait(30)
+        server = _local_servers.pop(key, None)
+        if server is not None and server.started:
+            server.stop()

@@ -56,7 +56,7 @@ from ..messages import AssistantMessage, Message, ToolCall, new_call_id
 from ..usage import TokenCounts
 from .base import Model, ModelRequest, ModelResponse, ReasoningText
 
-__all__ = ["OpenAIModel", "local_model", "parse_retry_after", "stream_error_status"]
+__all__ = ["LocalModel", "OpenAIModel", "local_model", "parse_retry_after", "stream_error_status"]
 
 DEFAULT_TIMEOUT = 300.0
 """Seconds: the SDK's per-operation timeout (connect, each read). Long, because a reasoning model
@@ -983,7 +983,9 @@ def local_model(
     """An `OpenAIModel` on the bundled llama.cpp server with SmolLM2-135M-Instruct.
 
     Starts the server on first use (about a second once installed) and reuses it while it runs;
-    it stops when the interpreter that started it exits. Settings default to
+    it stops when the interpreter that started it exits. If it is gone when a request is made (the
+    notebook kernel that started it was shut down while this one reused it), the request starts
+    it again (`LocalModel`). Settings default to
     ``{"temperature": 0, "max_tokens": 512}``; yours are merged over them.
 
     The model is tiny: it calls a tool when asked explicitly ("Use the get_weather tool for
@@ -997,19 +999,63 @@ def local_model(
         start_timeout: seconds to wait for the server to start.
         **kwargs: passed to `OpenAIModel` (e.g. ``timeout``).
     """
-    from ._llama_server import start_server
-
     key = (port, threads, ctx)
-    with _local_lock:
-        server = _local_servers.get(key)
-        if server is None or not server.is_running():
-            server = start_server(port=port, threads=threads, ctx=ctx, timeout=start_timeout)
-            _local_servers[key] = server
-    return OpenAIModel(
+    server = _local_server(key, start_timeout)
+    return LocalModel(
         kwargs.pop("model_name", "local-model"),
         base_url=server.base_url,
         api_key="local",
         provider=kwargs.pop("provider", "local"),
         settings={**LOCAL_SETTINGS, **(settings or {})},
+        server_key=key,
+        start_timeout=start_timeout,
         **kwargs,
     )
+
+
+def _local_server(key: tuple[Any, ...], start_timeout: float) -> Any:
+    """The running local server for ``(port, threads, ctx)``: this process's, one it reuses, or a
+    new one."""
+    from ._llama_server import start_server
+
+    port, threads, ctx = key
+    with _local_lock:
+        server = _local_servers.get(key)
+        if server is None or not server.is_running():
+            server = start_server(port=port, threads=threads, ctx=ctx, timeout=start_timeout)
+            _local_servers[key] = server
+    return server
+
+
+class LocalModel(OpenAIModel):
+    """The `OpenAIModel` that `local_model` returns. When the bundled server is gone — the
+    process that started it exited (another notebook's kernel shut down while this one reused
+    it), or it was stopped — a request that cannot connect starts it again and is sent once more.
+    """
+
+    def __init__(self, *args: Any, server_key: tuple[Any, ...], start_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._server_key = server_key
+        self._start_timeout = start_timeout
+
+    async def _create(self, params: dict[str, Any]) -> Any:
+        try:
+            return await super()._create(params)
+        except ModelConnectionError:
+            if not await asyncio.to_thread(self._restart):
+                raise
+        await self.aclose()  # this loop's client pooled connections to the old server
+        return await super()._create(params)
+
+    def _restart(self) -> bool:
+        """Start the server again if it is not running; True when it was started."""
+        with _local_lock:
+            old = _local_servers.get(self._server_key)
+            if old is not None and old.is_running():
+                return False  # it runs: the connection failed for another reason
+        server = _local_server(self._server_key, self._start_timeout)
+        if server.base_url != self.base_url:  # a free port (port=0) changes at each start
+            self.base_url = server.base_url  # other loops' clients close when their loop ends
+            with self._clients_lock:
+                self._clients.clear()
+        return True
