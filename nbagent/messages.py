@@ -161,14 +161,14 @@ class Image:
     def __post_init__(self) -> None:
         if (self.data is None) == (self.url is None):
             raise InvalidPromptError("an Image needs either data (the file's bytes) or url, not both")
+        if self.detail not in (None, "auto", "low", "high"):
+            raise InvalidPromptError(f"detail must be 'auto', 'low' or 'high', got {self.detail!r}")
         if self.url is not None:
             if not isinstance(self.url, str) or not self.url.startswith(("https://", "http://", "data:image/")):
                 raise InvalidPromptError(
                     f"an image URL must start with https://, http:// or data:image/, got {self.url!r}"
                 )
             if not self.url.startswith("data:"):
-                if self.detail not in (None, "auto", "low", "high"):
-                    raise InvalidPromptError(f"detail must be 'auto', 'low' or 'high', got {self.detail!r}")
                 return
             header, _, payload = self.url.partition(",")
             if not header.endswith(";base64"):
@@ -197,8 +197,6 @@ class Image:
         if self.media_type is not None and self.media_type != sniffed:
             raise InvalidPromptError(f"the image data is {sniffed}, not {self.media_type}")
         object.__setattr__(self, "media_type", sniffed)
-        if self.detail not in (None, "auto", "low", "high"):
-            raise InvalidPromptError(f"detail must be 'auto', 'low' or 'high', got {self.detail!r}")
 
     # ------------------------------------------------------------------ constructors
     @classmethod

@@ -46,6 +46,7 @@ from openai import AsyncOpenAI
 from ..exceptions import (
     ModelConnectionError,
     ModelError,
+    ModelHTTPError,
     ModelResponseError,
     ModelTimeoutError,
     StreamInterruptedError,
@@ -695,17 +696,27 @@ class OpenAIModel(Model):
                 f"the streamed answer broke off: {words}", status_code=given, body=body, provider=self.provider
             )
         assert status is not None
-        suffix = f" (not retried: {permanent})" if permanent else ""
-        err = error_for_status(
-            status,
-            f"the server ended the stream with an error: {words}{self._hint(status)}{suffix}",
-            body=body,
-            provider=self.provider,
+        err = self._http_error(
+            status, f"the server ended the stream with an error: {words}{self._hint(status)}", body, permanent
         )
-        if permanent:
-            err.retryable = False
         err.status_code = given  # a status the server did not send is not shown as one
         return err
+
+    def _http_error(
+        self, status: int, message: str, body: Any, permanent: str | None, retry_after: float | None = None
+    ) -> ModelHTTPError:
+        """`error_for_status`, except that an error that will fail again the same way (`permanent`
+        says why, see `_permanent_http_error`) is not retried and its message says so."""
+        error = error_for_status(
+            status,
+            message + (f" (not retried: {permanent})" if permanent else ""),
+            body=body,
+            provider=self.provider,
+            retry_after=retry_after,
+        )
+        if permanent:
+            error.retryable = False
+        return error
 
     def map_error(self, exc: BaseException, *, streaming: bool = False) -> ModelError | None:
         """The nbagent error for an SDK / transport exception (None: not a model-call failure).
@@ -725,19 +736,10 @@ class OpenAIModel(Model):
             if isinstance(raw, str) and raw:
                 message = f"{message}: {raw}"  # OpenRouter: the upstream provider's own words
             message = self._scrub(str(message)) + self._hint(status)
-            permanent = _permanent_http_error(status, body, message)
-            if permanent:
-                message += f" (not retried: {permanent})"
-            error = error_for_status(
-                status,
-                message,
-                body=self._scrub(body),
-                provider=provider,
+            return self._http_error(
+                status, message, self._scrub(body), _permanent_http_error(status, body, message),
                 retry_after=parse_retry_after(exc.response.headers),
             )
-            if permanent:
-                error.retryable = False
-            return error
         if streaming:
             if isinstance(exc, openai.APITimeoutError):
                 reason = "the read timed out"
