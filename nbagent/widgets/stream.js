@@ -76,6 +76,17 @@ function initialize({ model }) {
   });
 }
 
+// Draw now, then at most once per 30 ms while the given traits change; returns the cleanup.
+function redrawOn(model, names, draw) {
+  let scheduled = false;
+  const later = () => {
+    if (!scheduled) { scheduled = true; setTimeout(() => { scheduled = false; draw(); }, 30); }
+  };
+  for (const name of names) model.on(`change:${name}`, later);
+  draw();
+  return () => { for (const name of names) model.off(`change:${name}`, later); };
+}
+
 function renderThinking(model, el) {
   const details = document.createElement("details"); // closed until the person opens it
   details.className = "nbagent-thinking";
@@ -89,9 +100,7 @@ function renderThinking(model, el) {
   details.appendChild(summary);
   details.appendChild(body);
   el.appendChild(details);
-  let scheduled = false;
-  const draw = () => {
-    scheduled = false;
+  return redrawOn(model, ["text", "done"], () => {
     const text = model.get("text") || "";
     details.style.display = text ? "" : "none"; // nothing yet (or cleared by a retry): hidden
     summary.textContent = model.get("done") ? "Thinking" : "Thinking\u2026";
@@ -99,15 +108,7 @@ function renderThinking(model, el) {
     const atEnd = body.scrollHeight - body.scrollTop - body.clientHeight < 8;
     body.textContent = text;
     if (atEnd && details.open) body.scrollTop = body.scrollHeight;
-  };
-  const later = () => { if (!scheduled) { scheduled = true; setTimeout(draw, 30); } };
-  model.on("change:text", later);
-  model.on("change:done", later);
-  draw();
-  return () => {
-    model.off("change:text", later);
-    model.off("change:done", later);
-  };
+  });
 }
 
 function render({ model, el }) {
@@ -116,21 +117,11 @@ function render({ model, el }) {
   box.className = "nbagent-stream";
   box.style.cssText = "font-size:13px;line-height:1.5;word-break:break-word;overflow-wrap:anywhere;";
   el.appendChild(box);
-  let scheduled = false;
-  const draw = () => {
-    scheduled = false;
+  return redrawOn(model, ["text", "html"], () => {
     const html = model.get("html");
     if (html) box.innerHTML = html; // rendered and sanitized in the kernel (markdown-it + nh3)
     else preview(box, model.get("text"));
-  };
-  const later = () => { if (!scheduled) { scheduled = true; setTimeout(draw, 30); } };
-  model.on("change:text", later);
-  model.on("change:html", later);
-  draw();
-  return () => {
-    model.off("change:text", later);
-    model.off("change:html", later);
-  };
+  });
 }
 
 export default { initialize, render };
