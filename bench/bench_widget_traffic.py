@@ -23,10 +23,10 @@ from typing import Any
 import ipywidgets as widgets
 
 from nbagent import Agent
+from nbagent._sanitize import escape
 from nbagent.models import FunctionModel
 from nbagent.store.memory import MemoryStore
 from nbagent.widgets import ChatView
-from nbagent.widgets._sanitize import escape
 
 ENVELOPE_BYTES = 650
 """Approximate size of a comm message's Jupyter envelope on the websocket (header, parent header,

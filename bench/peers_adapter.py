@@ -46,7 +46,7 @@ def build(spec: Any, script: Any, helpers: Any, *, store: str | None = None) -> 
     """
     if not AVAILABLE:
         raise helpers.Unsupported(SKIP_REASON)
-    from nbagent import Agent, RunEnded, TextDelta, Tool, ToolCall
+    from nbagent import Agent, RunEndedEvent, TextDeltaEvent, Tool, ToolCall
     from nbagent.models import FunctionModel
 
     store = store or os.environ.get("NBAGENT_BENCH_STORE", "default")
@@ -91,9 +91,9 @@ def build(spec: Any, script: Any, helpers: Any, *, store: str | None = None) -> 
         result = None
         async for event in agent.stream(prompt):
             n += 1
-            if type(event) is TextDelta:
+            if type(event) is TextDeltaEvent:
                 deltas.append(event.delta)
-            elif type(event) is RunEnded:
+            elif type(event) is RunEndedEvent:
                 result = event.result
         assert result is not None and result.output == "".join(deltas), (
             "streamed text differs from the output"

@@ -21,20 +21,22 @@ from typing import Any
 # Agent and runs
 from .agent import Agent, RunHandle
 
+# Approvals
+from .approvals import Decision, Decisions, PendingCall
+
 # Events
 from .events import (
-    ApprovalRequested,
-    ClientCallRequested,
+    ApprovalRequestedEvent,
+    ClientCallRequestedEvent,
     Event,
     ModelResponseEvent,
     ModelRetryEvent,
-    PendingCall,
-    ReasoningDelta,
-    RunEnded,
-    RunStarted,
-    TextDelta,
-    ToolCallFinished,
-    ToolCallStarted,
+    ReasoningDeltaEvent,
+    RunEndedEvent,
+    RunStartedEvent,
+    TextDeltaEvent,
+    ToolCallFinishedEvent,
+    ToolCallStartedEvent,
     UsageEvent,
 )
 
@@ -75,13 +77,18 @@ from .usage import ModelCallUsage, Usage
 
 __version__ = "0.1.0"
 
+_EDGE = ("output_frame", "runs_frame", "tool_calls_frame", "usage_frame")
+"""The pandas edge's frames, loaded on first use (``import nbagent`` stays light)."""
+
 __all__ = [
     "Agent",
-    "ApprovalRequested",
+    "ApprovalRequestedEvent",
     "ArgumentsMismatchError",
     "AssistantMessage",
-    "ClientCallRequested",
+    "ClientCallRequestedEvent",
     "ConflictError",
+    "Decision",
+    "Decisions",
     "Event",
     "Image",
     "InvalidArgumentsError",
@@ -96,19 +103,19 @@ __all__ = [
     "NotResumableError",
     "PendingCall",
     "PendingCallsError",
-    "ReasoningDelta",
+    "ReasoningDeltaEvent",
     "Retry",
     "RunContext",
-    "RunEnded",
+    "RunEndedEvent",
     "RunHandle",
     "RunResult",
-    "RunStarted",
+    "RunStartedEvent",
     "SystemMessage",
-    "TextDelta",
+    "TextDeltaEvent",
     "Tool",
     "ToolCall",
-    "ToolCallFinished",
-    "ToolCallStarted",
+    "ToolCallFinishedEvent",
+    "ToolCallStartedEvent",
     "ToolDefinitionError",
     "ToolResultMessage",
     "UnknownCallError",
@@ -117,14 +124,34 @@ __all__ = [
     "UserError",
     "UserMessage",
     "__version__",
+    "output_frame",
+    "runs_frame",
     "tool",
+    "tool_calls_frame",
+    "usage_frame",
 ]
 
 
 def __getattr__(name: str) -> Any:
-    # The pandas edge loads only when asked for.
-    if name in ("usage_frame", "tool_calls_frame", "runs_frame", "batch", "abatch", "output_frame"):
+    if name in _EDGE:
         from . import dataframe
 
         return getattr(dataframe, name)
+    if name in ("batch", "abatch"):  # nbagent 0.1's twins of agent.map
+        import warnings
+
+        warnings.warn(f"nbagent.{name}(agent, inputs) is now agent.map(inputs); the old name goes away in 0.3",
+                      DeprecationWarning, stacklevel=2)
+        from . import dataframe
+
+        return getattr(dataframe, name)
+    from .events import deprecated_event
+
+    cls = deprecated_event(name)
+    if cls is not None:
+        return cls
     raise AttributeError(f"module 'nbagent' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

@@ -1,17 +1,18 @@
 """The run loop: model -> tools -> approvals -> model ... -> done, as one async generator.
 
-Owns `RunState` (what a run knows, and what is checkpointed as the thread's ``meta``) and
-`drive`, which yields events. Imports the core modules (messages, events, tools, models, store);
-never widgets or pandas. The loop is driven by the conversation itself: unanswered tool calls of
-the last answer are handled first, so the same code starts, resumes after a pause, and resumes
-after a crash.
+Owns `drive`, which yields events: it calls the model, commits each step, runs the calls that
+`_plan.plan` lets through (`_execute.execute`) and records their results. It reads its agent's
+settings from a `RunConfig` and never imports `agent`; it imports the core modules (config,
+state, plan, execute, events, messages, models, store), never widgets or pandas. The loop is
+driven by the conversation itself: unanswered tool calls of the last answer are handled first,
+so the same code starts, resumes after a pause, and resumes after a crash.
 
 Durability: every model answer and every tool result is appended to the store before the next
 step; a tool call is recorded as ``started`` in the ledger before it runs, so after a crash a call
 with a result is never run again and an unfinished one is not silently re-run. A model answer
 with tool calls is committed in one append together with its usage row, the results known
 without running anything (invalid arguments, unknown tools, denials) and the ``started`` entries
-of the calls about to run (`_Loop.plan`), so a tool step costs two commits: that one, and the
+of the calls about to run (`_plan.plan`), so a tool step costs two commits: that one, and the
 results.
 """
 
@@ -19,221 +20,47 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import time
-import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ._config import RunConfig
+from ._execute import execute
+from ._plan import Plan, error_result, text_answer
+from ._plan import plan as plan_calls
+from ._state import END_KINDS, RunState
+from .approvals import Decision
 from .events import (
-    ApprovalRequested,
-    ClientCallRequested,
+    ApprovalRequestedEvent,
+    ClientCallRequestedEvent,
     Event,
     ModelResponseEvent,
     ModelRetryEvent,
-    PendingCall,
-    ReasoningDelta,
-    RunEnded,
-    RunStarted,
+    ReasoningDeltaEvent,
+    RunEndedEvent,
+    RunStartedEvent,
     TextAccumulator,
-    TextDelta,
-    ToolCallFinished,
-    ToolCallStarted,
+    TextDeltaEvent,
+    ToolCallFinishedEvent,
+    ToolCallStartedEvent,
     UsageEvent,
-    args_hash,
 )
-from .exceptions import InvalidArgumentsError, ModelResponseError, ModelRetry
+from .exceptions import ModelResponseError
 from .messages import (
     AssistantMessage,
     Message,
     SystemMessage,
     ToolCall,
     ToolResultMessage,
-    UserMessage,
     new_call_id,
+    unanswered_calls,
 )
 from .models.base import ModelRequest, ModelResponse, ReasoningText
-from .result import RunResult
 from .store.base import LedgerEntry
-from .tools import RunContext, Tool
+from .tools import Tool
 from .usage import ModelCallUsage, Usage
 
-if TYPE_CHECKING:
-    from .agent import Agent
-
-__all__ = ["Decision", "RunState", "drive", "tool_result_text", "unanswered_calls"]
-
-END_KINDS = {
-    "completed": "run-completed",
-    "paused": "run-paused",
-    "stopped": "run-stopped",
-    "failed": "run-failed",
-    "cancelled": "run-cancelled",
-}
-
-
-@dataclass(slots=True)
-class Decision:
-    """A person's decision on one pending call, bound to the arguments they saw."""
-
-    action: str  # "approve" | "deny" | "result" | "always" (auto-approved by always_allow)
-    args_hash: str
-    reason: str | None = None
-    args: dict[str, Any] | None = None
-    """Edited arguments (approve only)."""
-    value: Any = None
-    """The client's result (result only)."""
-    time: float = 0.0
-    """When the decision was made (seconds since the epoch)."""
-    by: str | None = None
-    """Who made it, when known."""
-
-    @property
-    def label(self) -> str:
-        """The decision as recorded on the tool result."""
-        if self.action == "deny":
-            return "denied"
-        if self.action == "result":
-            return "client"
-        if self.action == "always":
-            return "always-allowed"
-        return "edited" if self.args is not None else "approved"
-
-    def stamp(self, result: ToolResultMessage) -> ToolResultMessage:
-        result.decision, result.decided_by, result.decided_at = self.label, self.by, self.time or None
-        return result
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Decision:
-        return cls(**data)
-
-
-@dataclass
-class RunState:
-    """Everything one run knows. `meta()` is the part persisted with the thread."""
-
-    run_id: str
-    thread: str
-    messages: list[Message]
-    version: int = 0
-    thread_step: int = 0
-    steps: int = 0
-    usage: Usage = field(default_factory=Usage)
-    ledger: dict[str, LedgerEntry] = field(default_factory=dict)
-    decisions: dict[str, Decision] = field(default_factory=dict)
-    always_allowed: set[str] = field(default_factory=set)
-    state: Any = None
-    pending: list[PendingCall] = field(default_factory=list)
-    status: str = "running"
-    stop_reason: str | None = None
-    error: str | None = None
-    exception: BaseException | None = None
-    output: Any = None
-    """The final answer: its text, or the `output_type` instance of an agent with one."""
-    output_data: Any = None
-    """A structured answer as JSON-able data (what the thread's meta keeps)."""
-    output_retries: int = 0
-    truncated: bool = False
-    new_message_index: int = 0
-    meta_dirty: bool = True
-    cancel_requested: bool = False
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    result: RunResult | None = None
-    started_at: float = field(default_factory=time.time)
-    ended_at: float | None = None
-
-    def meta(self) -> dict[str, Any]:
-        return {
-            "status": self.status,
-            "run_id": self.run_id,
-            "thread_step": self.thread_step,
-            "pending": [p.to_dict() for p in self.pending],
-            "decisions": {k: d.to_dict() for k, d in self.decisions.items()},
-            "always_allowed": sorted(self.always_allowed),
-            "state": _state_to_json(self.state),
-            "stop_reason": self.stop_reason,
-            "error": self.error,
-            "output": self.output_data if self.output_data is not None else self.output,
-            "truncated": self.truncated,
-            "started_at": self.started_at,
-            "ended_at": self.ended_at,
-        }
-
-    def to_result(self) -> RunResult:
-        return RunResult(
-            run_id=self.run_id,
-            thread=self.thread,
-            status=self.status,  # type: ignore[arg-type]
-            messages=self.messages,
-            usage=self.usage,
-            output=self.output if self.status == "completed" else None,
-            pending=list(self.pending),
-            stop_reason=self.stop_reason,
-            error=self.error,
-            truncated=self.truncated,
-            steps=self.steps,
-            state=self.state,
-            new_message_index=self.new_message_index,
-            exception=self.exception,
-            started_at=self.started_at,
-            ended_at=self.ended_at,
-        )
-
-
-def new_run_id() -> str:
-    return "run_" + uuid.uuid4().hex[:16]
-
-
-def _state_to_json(state: Any) -> Any:
-    if state is None:
-        return None
-    dump = getattr(state, "model_dump", None)
-    if callable(dump):
-        return dump(mode="json")
-    if dataclasses.is_dataclass(state) and not isinstance(state, type):
-        state = dataclasses.asdict(state)
-    try:
-        from pydantic_core import to_jsonable_python
-
-        return to_jsonable_python(state)
-    except Exception:
-        return None
-
-
-def tool_result_text(value: Any) -> str:
-    """How a tool's return value is shown to the model: strings as they are, the rest as JSON."""
-    if isinstance(value, str):
-        return value
-    dump = getattr(value, "model_dump_json", None)
-    if callable(dump):
-        return str(dump())
-    try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        from pydantic_core import to_json
-
-        try:
-            return to_json(value, fallback=str).decode()
-        except Exception:
-            return str(value)
-
-
-def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
-    """Tool calls of the last answer that have no result yet (looks back only to that answer)."""
-    answered: set[str] = set()
-    for i in range(len(messages) - 1, -1, -1):
-        m = messages[i]
-        if m.kind == "tool-result":
-            answered.add(m.call_id)  # type: ignore[union-attr]
-        elif m.kind == "assistant":
-            return [c for c in m.tool_calls if c.id not in answered]  # type: ignore[union-attr]
-        else:
-            return []
-    return []
+__all__ = ["drive"]
 
 
 def _fix_call_ids(message: AssistantMessage) -> None:
@@ -246,38 +73,22 @@ def _fix_call_ids(message: AssistantMessage) -> None:
 
 
 def _usage_snapshot(usage: Usage) -> Usage:
-    # An event records the total at that moment (like TextDelta.snapshot), not the live sum.
+    # An event records the total at that moment (like TextDeltaEvent.snapshot), not the live sum.
     return dataclasses.replace(usage, calls=list(usage.calls))
-
-
-def _error_result(call: ToolCall, content: str, status: str = "failed") -> ToolResultMessage:
-    return ToolResultMessage(call.id, call.name, content, True, status)  # type: ignore[arg-type]
-
-
-@dataclass(slots=True)
-class _Plan:
-    """What the tool phase decided for the open calls of an answer (see `_Loop.plan`)."""
-
-    calls: list[ToolCall]
-    immediate: list[ToolResultMessage]
-    """Results known without running anything (errors, denials, client results)."""
-    ledger: list[LedgerEntry]
-    """Ledger updates, ending with the ``started`` entries of `to_run`."""
-    to_run: list[tuple[ToolCall, Tool, Any, str | None]]
 
 
 class _Loop:
     """One run of the loop; `events()` is the async generator."""
 
-    def __init__(self, agent: Agent, run: RunState, stream: bool) -> None:
-        self.agent = agent
+    def __init__(self, config: RunConfig, run: RunState, stream: bool) -> None:
+        self.config = config
         self.run = run
         self.stream = stream
-        self.store = agent.store
+        self.store = config.store
         self.decided: dict[str, Decision] = {}
         """Decisions of calls about to run, stamped on their results."""
         self.final_saved = False  # the completing answer's save carried the final meta
-        self.planned: _Plan | None = None  # the plan committed with the last model answer
+        self.planned: Plan | None = None  # the plan committed with the last model answer
 
     async def save(
         self,
@@ -298,8 +109,8 @@ class _Loop:
 
     # ------------------------------------------------------------------ the loop
     async def events(self) -> AsyncGenerator[Event, None]:
-        run, agent = self.run, self.agent
-        yield RunStarted(run.run_id, run.thread)
+        run, config = self.run, self.config
+        yield RunStartedEvent(run.run_id, run.thread)
         try:
             while True:
                 plan, self.planned = self.planned, None
@@ -312,17 +123,17 @@ class _Loop:
                     if run.pending:
                         run.status = "paused"
                         for p in run.pending:
-                            yield (ClientCallRequested(p) if p.reason == "client" else ApprovalRequested(p))
+                            yield (ClientCallRequestedEvent(p) if p.reason == "client" else ApprovalRequestedEvent(p))
                         break
                     continue
                 last = run.messages[-1] if run.messages else None
                 if last is not None and last.kind == "assistant":
-                    if agent.output is None:
+                    if config.output is None:
                         run.status = "completed"
                         run.output = last.text or ""  # type: ignore[union-attr]
                         break
                     # a text answer saved before a crash: judge it now, as model_step would have
-                    self.text_answer(last)  # type: ignore[arg-type]
+                    text_answer(config, run, last)  # type: ignore[arg-type]
                     if run.status in ("completed", "failed"):
                         break
                     await self.save(messages=run.messages[-1:], meta=True)
@@ -351,34 +162,34 @@ class _Loop:
             run.ended_at = time.time()
             await self.save(meta=True)
         result = run.result = run.to_result()
-        yield RunEnded(END_KINDS[run.status], result)  # type: ignore[arg-type]
+        yield RunEndedEvent(END_KINDS[run.status], result)  # type: ignore[arg-type]
 
     def stop_reason(self) -> str | None:
-        run, agent = self.run, self.agent
-        if run.steps >= agent.max_steps:
+        run, config = self.run, self.config
+        if run.steps >= config.max_steps:
             return "max_steps"
-        if agent.token_budget is not None and run.usage.total_tokens >= agent.token_budget:
+        if config.token_budget is not None and run.usage.total_tokens >= config.token_budget:
             return "token_budget"
         if (
-            agent.cost_budget is not None
+            config.cost_budget is not None
             and run.usage.cost_total is not None
-            and run.usage.cost_total >= agent.cost_budget
+            and run.usage.cost_total >= config.cost_budget
         ):
             return "cost_budget"
-        if agent.stop_when is not None and agent.stop_when(run.to_result()):
+        if config.stop_when is not None and config.stop_when(run.to_result()):
             return "stop_when"
         return None
 
     # ------------------------------------------------------------------ model
     async def model_step(self) -> AsyncIterator[Event]:
-        run, agent = self.run, self.agent
-        model = agent.model
+        run, config = self.run, self.config
+        model = config.model
         step = run.thread_step + 1
         messages: list[Message] = run.messages
-        if agent.system:
-            messages = [SystemMessage(agent.system), *messages]
-        request = ModelRequest(messages, agent.tool_definitions, agent.request_settings, step,
-                               agent.output.name if agent.output is not None else None)
+        if config.system:
+            messages = [SystemMessage(config.system), *messages]
+        request = ModelRequest(messages, config.tool_definitions, config.request_settings, step,
+                               config.output.name if config.output is not None else None)
         attempt = 0
         while True:
             attempt += 1
@@ -392,11 +203,11 @@ class _Loop:
                     async for item in model.request_stream(request):
                         if type(item) is str:
                             parts.append(item)
-                            yield TextDelta(item, step, acc, len(parts))
+                            yield TextDeltaEvent(item, step, acc, len(parts))
                         elif isinstance(item, ModelResponse):
                             response = item
                         elif isinstance(item, ReasoningText):
-                            yield ReasoningDelta(str(item), step)
+                            yield ReasoningDeltaEvent(str(item), step)
                     if response is None:
                         raise ModelResponseError("the model's stream ended without a complete answer",
                                                  provider=model.provider)
@@ -404,8 +215,8 @@ class _Loop:
                     response = await model.request(request)
                 break
             except Exception as exc:
-                if agent.retry.should_retry(exc, attempt):
-                    delay = agent.retry.delay(exc, attempt)
+                if config.retry.should_retry(exc, attempt):
+                    delay = config.retry.delay(exc, attempt)
                     yield ModelRetryEvent(attempt, str(exc), delay, step)
                     await asyncio.sleep(delay)
                     continue
@@ -424,7 +235,7 @@ class _Loop:
             counts.reasoning_tokens, latency, message.finish_reason, len(message.tool_calls),
             usage_reported=counts.reported,
         )
-        agent.price(row)
+        config.price(row)
         run.usage.add(row)
         run.thread_step = step
         run.steps += 1
@@ -447,18 +258,18 @@ class _Loop:
             # One commit for the answer, its usage row, the calls' immediate results (invalid,
             # denied, unknown) and the "started" entries of the calls about to run: all durable
             # before any of them runs.
-            plan = self.planned = self.plan(message.tool_calls)
+            plan = self.planned = plan_calls(config, run, message.tool_calls, self.decided)
             if run.status == "completed":  # the structured answer came: nothing else runs
                 run.ended_at = time.time()
                 self.final_saved = True
             await self.save(messages=[message, *plan.immediate], usage=[row], ledger=plan.ledger, meta=True)
-        elif agent.output is None:  # a text answer completes the run: one save for it and the end
+        elif config.output is None:  # a text answer completes the run: one save for it and the end
             run.status, run.output = "completed", message.text or ""
             run.ended_at = time.time()
             await self.save(messages=[message], usage=[row], meta=True)  # thread_step moved on
             self.final_saved = True
         else:  # text where a structured answer was asked for: use it if it fits, else ask again
-            self.text_answer(message)
+            text_answer(config, run, message)
             if run.status == "completed":
                 run.ended_at = time.time()
                 self.final_saved = True
@@ -468,185 +279,25 @@ class _Loop:
         yield UsageEvent(row, _usage_snapshot(run.usage))
 
     # ------------------------------------------------------------------ structured answers
-    def finish(self, value: Any) -> None:
-        """Complete the run with a structured answer."""
-        run, spec = self.run, self.agent.output
-        assert spec is not None
-        run.status, run.output, run.output_data = "completed", value, spec.dump(value)
-        run.meta_dirty = True
-
-    def text_answer(self, message: AssistantMessage) -> None:
-        """A text answer from an agent with an ``output_type``: the answer if the text fits it
-        (JSON, or any text for ``str``); else a prompt asking for ``final_result`` is appended
-        (``output_retries`` times), then the run fails."""
-        run, agent = self.run, self.agent
-        spec = agent.output
-        assert spec is not None
-        try:
-            self.finish(spec.from_text(message.text))
-            return
-        except InvalidArgumentsError as exc:
-            problem = str(exc)
-        if run.output_retries >= agent.output_retries:
-            error = ModelResponseError(
-                f"the model answered in text {agent.output_retries + 1} time(s) instead of calling "
-                f"{spec.name} with a {spec.type_name} answer; last problem: {problem}",
-                provider=agent.model.provider,
-            )
-            run.status, run.error, run.exception = "failed", f"{type(error).__name__}: {error}", error
-            return
-        run.output_retries += 1
-        run.messages.append(UserMessage(
-            f"[nbagent] Your answer must be given by calling the {spec.name} tool with arguments that "
-            f"match its schema, not as text ({problem}). Call {spec.name} now."
-        ))
-
-    # ------------------------------------------------------------------ tools
-    def plan(self, calls: list[ToolCall]) -> _Plan:
-        """Decide each open call (error result, pause, or run) without running anything.
-
-        Updates ``run.ledger``, ``run.messages`` (the immediate results), ``run.decisions`` and
-        ``run.pending`` in memory; the caller commits the returned writes in one append before
-        any of the calls runs.
-        """
-        run, agent = self.run, self.agent
-        immediate: list[ToolResultMessage] = []
-        ledger: list[LedgerEntry] = []
-        to_run: list[tuple[ToolCall, Tool, Any, str | None]] = []
-        pending: list[PendingCall] = []
-        spec = agent.output
-        if spec is not None and any(c.name == spec.name for c in calls):
-            final = self.plan_final(calls, immediate)
-            if final:
-                run.messages.extend(immediate)
-                run.pending = []
-                run.meta_dirty = True
-                return _Plan(calls, immediate, ledger, to_run)
-            calls = [c for c in calls if c.name != spec.name]  # answered (invalid) by plan_final
-        for call in calls:
-            tool = agent.tools.get(call.name)
-            entry = run.ledger.get(call.id)
-            if entry is not None and entry.status == "started" and not (tool is not None and tool.idempotent):
-                result = _error_result(
-                    call,
-                    "interrupted: this call started before the run was interrupted and it is not "
-                    "known whether it completed; check before calling it again",
-                    "interrupted",
-                )
-                immediate.append(result)
-                ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
-                continue
-            if tool is None:
-                names = ", ".join(sorted(agent.tools)) or "none"
-                immediate.append(_error_result(call, f"unknown tool {call.name!r}; available tools: {names}"))
-                continue
-            decision = run.decisions.get(call.id)
-            if decision is not None and decision.action == "deny":
-                del run.decisions[call.id]
-                reason = f": {decision.reason}" if decision.reason else ""
-                immediate.append(decision.stamp(_error_result(call, f"denied by the user{reason}", "denied")))
-                ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "denied"))
-                continue
-            args = call.args
-            note = None
-            if decision is not None and decision.args is not None:
-                args = decision.args
-                note = f"[the user edited the arguments before approving: {json.dumps(args)}]\n"
-            if args is None:
-                immediate.append(_error_result(
-                    call, f"invalid arguments: not a JSON object: {call.args_json[:200]!r}; "
-                    "send the arguments as a JSON object matching the tool's schema"))
-                continue
-            try:
-                validated = tool.validate(args)
-            except InvalidArgumentsError as exc:
-                immediate.append(_error_result(call, f"{exc}; fix the arguments and call {call.name} again"))
-                continue
-            if tool.is_client:
-                if decision is not None and decision.action == "result":
-                    del run.decisions[call.id]
-                    immediate.append(decision.stamp(
-                        ToolResultMessage(call.id, call.name, tool_result_text(decision.value))))
-                    ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "finished"))
-                else:
-                    pending.append(PendingCall(call.id, call.name, args, "client", tool.description))
-                continue
-            if decision is None and call.name in run.always_allowed and tool.requires_approval is not False:
-                self.decided[call.id] = Decision("always", "")
-            if decision is None and call.name not in run.always_allowed:
-                try:
-                    needs = tool.needs_approval(validated)
-                except Exception:
-                    needs = True  # a failing policy must not let a call through
-                if needs:
-                    pending.append(PendingCall(call.id, call.name, args, "approval", tool.description))
-                    continue
-            if pending and agent.tools_in_order:
-                continue  # in order: runs after the waiting call is decided (left unanswered)
-            if decision is not None:
-                del run.decisions[call.id]
-                self.decided[call.id] = decision
-            to_run.append((call, tool, validated, note))
-
-        # Calls about to run are recorded "started" in the same commit as the decisions above.
-        ledger.extend(LedgerEntry(c.id, c.name, args_hash(c.args), "started") for c, _, _, _ in to_run)
-        for entry in ledger:
-            run.ledger[entry.call_id] = entry
-        run.messages.extend(immediate)
-        run.pending = pending
-        run.meta_dirty = True
-        return _Plan(calls, immediate, ledger, to_run)
-
-    def plan_final(self, calls: list[ToolCall], immediate: list[ToolResultMessage]) -> bool:
-        """Answer the ``final_result`` calls of an answer. The first valid one completes the run
-        (every other call of the answer is answered "not run"); invalid ones get an error result
-        the model can correct. Returns True when the run is complete."""
-        spec = self.agent.output
-        assert spec is not None
-        accepted: str | None = None
-        value: Any = None
-        errors: list[ToolResultMessage] = []
-        for call in calls:
-            if call.name != spec.name:
-                continue
-            try:
-                value = spec.validate(call.args)
-            except InvalidArgumentsError as exc:
-                errors.append(_error_result(call, f"{exc}; fix the answer and call {spec.name} again"))
-                continue
-            accepted = call.id
-            break
-        if accepted is None:
-            immediate.extend(errors)
-            return False
-        for call in calls:
-            if call.id == accepted:
-                immediate.append(ToolResultMessage(call.id, call.name, "Final answer received."))
-            else:
-                immediate.append(_error_result(
-                    call, "not run: the final answer was given in the same response", "cancelled"))
-        self.finish(value)
-        return True
-
-    async def tool_phase(self, calls: list[ToolCall], plan: _Plan | None = None) -> AsyncIterator[Event]:
+    async def tool_phase(self, calls: list[ToolCall], plan: Plan | None = None) -> AsyncIterator[Event]:
         """Run the open calls: `plan` them and commit that (unless the model step already did,
         together with the answer), then run the calls and record each result."""
-        run, agent = self.run, self.agent
+        run, config = self.run, self.config
         step = run.thread_step
         if plan is None:
-            plan = self.plan(calls)
+            plan = plan_calls(self.config, run, calls, self.decided)
             if plan.immediate or plan.ledger or plan.to_run:
                 await self.save(messages=plan.immediate, ledger=plan.ledger)
         if plan.immediate:
             by_id = {c.id: c for c in plan.calls}
             for result in plan.immediate:
-                yield ToolCallFinished(by_id[result.call_id], result, step)
+                yield ToolCallFinishedEvent(by_id[result.call_id], result, step)
         to_run = plan.to_run
         if not to_run:
             return
 
         for call, _, _, _ in to_run:
-            yield ToolCallStarted(call, step)
+            yield ToolCallStartedEvent(call, step)
 
         if len(to_run) == 1:
             results = [await self.execute(*to_run[0])]
@@ -661,7 +312,7 @@ class _Loop:
             for item in items:
                 queue.put_nowait((await self.execute(*item), item[0], item[1]))
 
-        if agent.tools_in_order:
+        if config.tools_in_order:
             groups = [to_run]
         else:
             sequential = [item for item in to_run if item[1].sequential]
@@ -692,40 +343,7 @@ class _Loop:
             entries.append(entry)
         await self.save(messages=[r for r, _, _ in ready], ledger=entries,
                         meta=any(tool.takes_ctx for _, _, tool in ready))
-        return [ToolCallFinished(call, result, step) for result, call, _ in ready]
-
-    async def execute(self, call: ToolCall, tool: Tool, validated: Any, note: str | None) -> ToolResultMessage:
-        run = self.run
-        clock = time.perf_counter()
-        ctx = None
-        if tool.takes_ctx:
-            ctx = RunContext(run.state, run.run_id, run.thread, run.thread_step, run.messages, call.id)
-        try:
-            fn = tool.bind(validated, ctx)
-            if tool.is_async:
-                value = await fn()
-            else:
-                value = await asyncio.to_thread(fn)
-            content, is_error, status = tool_result_text(value), False, "done"
-        except ModelRetry as exc:
-            content, is_error, status = exc.message, True, "failed"
-        except asyncio.CancelledError:
-            cancelling = getattr(asyncio.current_task(), "cancelling", None)
-            if cancelling is None or cancelling():
-                raise  # the run (or this call) is being cancelled
-            # The tool's own code raised it (e.g. it awaited something cancelled elsewhere):
-            # an error result, not a hung or aborted run.
-            content, is_error, status = "CancelledError: the tool's work was cancelled", True, "failed"
-        except Exception as exc:
-            content, is_error, status = f"{type(exc).__name__}: {exc}", True, "failed"
-        if note:
-            content = note + content
-        result = ToolResultMessage(call.id, call.name, content, is_error, status,  # type: ignore[arg-type]
-                                   time.perf_counter() - clock)
-        decision = self.decided.pop(call.id, None)
-        if decision is not None:
-            decision.stamp(result)
-        return result
+        return [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
 
     async def cancel_cleanup(self) -> None:
         """Leave a valid conversation: stop running tools, answer every open call."""
@@ -737,7 +355,7 @@ class _Loop:
         results = []
         ledger = []
         for call in unanswered_calls(run.messages):
-            results.append(_error_result(call, "cancelled: the run was stopped before this call finished",
+            results.append(error_result(call, "cancelled: the run was stopped before this call finished",
                                          "cancelled"))
             if call.id in run.ledger:
                 ledger.append(LedgerEntry(call.id, call.name, run.ledger[call.id].args_hash, "cancelled"))
@@ -753,6 +371,10 @@ class _Loop:
             pass
 
 
-def drive(agent: Agent, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:
-    """The run's events; the last one is a `RunEnded` (unless it is cancelled)."""
-    return _Loop(agent, run, stream).events()
+    async def execute(self, call: ToolCall, tool: Tool, validated: Any, note: str | None) -> ToolResultMessage:
+        return await execute(self.run, call, tool, validated, note, self.decided.pop(call.id, None))
+
+
+def drive(config: RunConfig, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:
+    """The run's events; the last one is a `RunEndedEvent` (unless it is cancelled)."""
+    return _Loop(config, run, stream).events()

@@ -1,30 +1,33 @@
 """Stream events: what `Agent.stream` yields, each with a plain lowercase `kind`.
 
-Owns the event shapes and `PendingCall`; imports messages and usage only. Text events carry the
+Owns the event shapes; imports approvals (`PendingCall`), messages and usage only. Text events carry the
 `delta` and the accumulated `snapshot`, so a view can re-render idempotently.
 
-| kind                   | class                | fields                                   |
-|------------------------|----------------------|------------------------------------------|
-| run-started            | RunStarted           | run_id, thread                           |
-| text-delta             | TextDelta            | delta, snapshot, step                    |
-| reasoning-delta        | ReasoningDelta       | delta, step                              |
-| model-response         | ModelResponseEvent   | message (the whole answer), step         |
-| tool-call-started      | ToolCallStarted      | call, step                               |
-| tool-call-finished     | ToolCallFinished     | call, result (ToolResultMessage), step   |
-| approval-requested     | ApprovalRequested    | pending (PendingCall)                    |
-| client-call-requested  | ClientCallRequested  | pending (PendingCall)                    |
-| model-retry            | ModelRetryEvent      | attempt, error, delay_s (clear partial text) |
-| usage                  | UsageEvent           | call (ModelCallUsage), total (Usage)     |
-| run-paused / run-completed / run-stopped / run-failed / run-cancelled | RunEnded | result |
+| kind                   | class                    | fields                                       |
+|------------------------|--------------------------|----------------------------------------------|
+| run-started            | RunStartedEvent          | run_id, thread                               |
+| text-delta             | TextDeltaEvent           | delta, snapshot, step                        |
+| reasoning-delta        | ReasoningDeltaEvent      | delta, step                                  |
+| model-response         | ModelResponseEvent       | message (the whole answer), step             |
+| tool-call-started      | ToolCallStartedEvent     | call, step                                   |
+| tool-call-finished     | ToolCallFinishedEvent    | call, result (ToolResultMessage), step       |
+| approval-requested     | ApprovalRequestedEvent   | pending (PendingCall)                        |
+| client-call-requested  | ClientCallRequestedEvent | pending (PendingCall)                        |
+| model-retry            | ModelRetryEvent          | attempt, error, delay_s (clear partial text) |
+| usage                  | UsageEvent               | call (ModelCallUsage), total (Usage)         |
+| run-paused / run-completed / run-stopped / run-failed / run-cancelled | RunEndedEvent | result |
+
+Naming: every event class ends in ``Event`` and its `kind` is the class name before ``Event``
+in kebab case. The names without the suffix (``TextDelta``, ``RunEnded``, ...) were the names
+of nbagent 0.1; they still work, with a `DeprecationWarning`, until 0.3.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from .approvals import PendingCall, args_hash
 from .messages import AssistantMessage, ToolCall, ToolResultMessage
 from .usage import ModelCallUsage, Usage
 
@@ -32,58 +35,21 @@ if TYPE_CHECKING:
     from .result import RunResult
 
 __all__ = [
-    "ApprovalRequested",
-    "ClientCallRequested",
+    "ApprovalRequestedEvent",
+    "ClientCallRequestedEvent",
     "Event",
     "ModelResponseEvent",
     "ModelRetryEvent",
     "PendingCall",
-    "ReasoningDelta",
-    "RunEnded",
-    "RunStarted",
-    "TextDelta",
-    "ToolCallFinished",
-    "ToolCallStarted",
+    "ReasoningDeltaEvent",
+    "RunEndedEvent",
+    "RunStartedEvent",
+    "TextDeltaEvent",
+    "ToolCallFinishedEvent",
+    "ToolCallStartedEvent",
     "UsageEvent",
     "args_hash",
 ]
-
-
-def args_hash(args: Any) -> str:
-    """A stable hash of tool arguments, so a decision binds to the exact arguments a person saw."""
-    text = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclass(slots=True)
-class PendingCall:
-    """A tool call waiting for a person: a decision (``reason="approval"``) or a result
-    (``reason="client"``, a tool with no body)."""
-
-    id: str
-    name: str
-    args: dict[str, Any]
-    reason: Literal["approval", "client"] = "approval"
-    description: str = ""
-    """The tool's description, for the person deciding."""
-
-    @property
-    def args_hash(self) -> str:
-        return args_hash(self.args)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "name": self.name,
-            "args": self.args,
-            "reason": self.reason,
-            "description": self.description,
-        }
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> PendingCall:
-        return cls(data["id"], data["name"], data["args"], data.get("reason", "approval"),
-                   data.get("description", ""))
 
 
 class TextAccumulator:
@@ -107,14 +73,14 @@ class TextAccumulator:
 
 
 @dataclass(slots=True)
-class RunStarted:
+class RunStartedEvent:
     run_id: str
     thread: str | None
     kind: Literal["run-started"] = "run-started"
 
 
 @dataclass(slots=True)
-class TextDelta:
+class TextDeltaEvent:
     """New answer text. `snapshot` is all the text of this model call so far."""
 
     delta: str
@@ -129,7 +95,7 @@ class TextDelta:
 
 
 @dataclass(slots=True)
-class ReasoningDelta:
+class ReasoningDeltaEvent:
     delta: str
     step: int
     kind: Literal["reasoning-delta"] = "reasoning-delta"
@@ -145,14 +111,14 @@ class ModelResponseEvent:
 
 
 @dataclass(slots=True)
-class ToolCallStarted:
+class ToolCallStartedEvent:
     call: ToolCall
     step: int
     kind: Literal["tool-call-started"] = "tool-call-started"
 
 
 @dataclass(slots=True)
-class ToolCallFinished:
+class ToolCallFinishedEvent:
     """A tool call ended: `result.content`, `result.is_error`, `result.status`, `result.duration_s`."""
 
     call: ToolCall
@@ -162,13 +128,13 @@ class ToolCallFinished:
 
 
 @dataclass(slots=True)
-class ApprovalRequested:
+class ApprovalRequestedEvent:
     pending: PendingCall
     kind: Literal["approval-requested"] = "approval-requested"
 
 
 @dataclass(slots=True)
-class ClientCallRequested:
+class ClientCallRequestedEvent:
     pending: PendingCall
     kind: Literal["client-call-requested"] = "client-call-requested"
 
@@ -195,7 +161,7 @@ RunEndKind = Literal["run-paused", "run-completed", "run-stopped", "run-failed",
 
 
 @dataclass(slots=True)
-class RunEnded:
+class RunEndedEvent:
     """The last event of a run; `kind` names how it ended."""
 
     kind: RunEndKind
@@ -203,15 +169,47 @@ class RunEnded:
 
 
 Event = (
-    RunStarted
-    | TextDelta
-    | ReasoningDelta
+    RunStartedEvent
+    | TextDeltaEvent
+    | ReasoningDeltaEvent
     | ModelResponseEvent
-    | ToolCallStarted
-    | ToolCallFinished
-    | ApprovalRequested
-    | ClientCallRequested
+    | ToolCallStartedEvent
+    | ToolCallFinishedEvent
+    | ApprovalRequestedEvent
+    | ClientCallRequestedEvent
     | ModelRetryEvent
     | UsageEvent
-    | RunEnded
+    | RunEndedEvent
 )
+
+
+_DEPRECATED = {
+    "RunStarted": "RunStartedEvent",
+    "TextDelta": "TextDeltaEvent",
+    "ReasoningDelta": "ReasoningDeltaEvent",
+    "ToolCallStarted": "ToolCallStartedEvent",
+    "ToolCallFinished": "ToolCallFinishedEvent",
+    "ApprovalRequested": "ApprovalRequestedEvent",
+    "ClientCallRequested": "ClientCallRequestedEvent",
+    "RunEnded": "RunEndedEvent",
+}
+"""Event class names of nbagent 0.1 -> their names now."""
+
+
+def deprecated_event(name: str) -> Any:
+    """The class behind an old event name, with a `DeprecationWarning` (None if not one)."""
+    new = _DEPRECATED.get(name)
+    if new is None:
+        return None
+    import warnings
+
+    warnings.warn(f"nbagent.{name} is now nbagent.{new}; the old name goes away in 0.3",
+                  DeprecationWarning, stacklevel=3)
+    return globals()[new]
+
+
+def __getattr__(name: str) -> Any:
+    cls = deprecated_event(name)
+    if cls is None:
+        raise AttributeError(f"module 'nbagent.events' has no attribute {name!r}")
+    return cls

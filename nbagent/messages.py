@@ -39,6 +39,7 @@ __all__ = [
     "message_from_dict",
     "messages_from_dicts",
     "new_call_id",
+    "unanswered_calls",
     "user_message",
 ]
 
@@ -433,3 +434,17 @@ def message_from_dict(data: dict[str, Any]) -> Message:
 
 def messages_from_dicts(items: list[dict[str, Any]]) -> list[Message]:
     return [message_from_dict(d) for d in items]
+
+
+def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
+    """Tool calls of the last answer that have no result yet (looks back only to that answer)."""
+    answered: set[str] = set()
+    for i in range(len(messages) - 1, -1, -1):
+        m = messages[i]
+        if m.kind == "tool-result":
+            answered.add(m.call_id)
+        elif m.kind == "assistant":
+            return [c for c in m.tool_calls if c.id not in answered]
+        else:
+            return []
+    return []

@@ -1,25 +1,28 @@
 """`RunResult`: how a run ended, its conversation, pending calls and usage.
 
-Imports messages, events and usage. ``display(result)`` in a notebook renders a static HTML
-summary (built by `nbagent.widgets.static`, imported only when a notebook asks for HTML).
+Imports approvals, messages and usage. ``display(result)`` in a notebook renders a static HTML
+summary (built by the core module `nbagent._html`, imported only when a notebook asks for HTML).
 """
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
-from .events import PendingCall
+from .approvals import PendingCall
 from .messages import Message
 from .usage import Usage
 
 __all__ = ["RunResult", "RunStatus"]
 
 RunStatus = Literal["completed", "paused", "stopped", "failed", "cancelled"]
+StopReason = Literal["max_steps", "token_budget", "cost_budget", "stop_when"]
+OutputT = TypeVar("OutputT")
 
 
 @dataclass(eq=False)
-class RunResult:
+class RunResult(Generic[OutputT]):
     """The outcome of `Agent.run` / `Agent.resume`.
 
     Attributes:
@@ -39,9 +42,9 @@ class RunResult:
     status: RunStatus
     messages: list[Message]
     usage: Usage
-    output: Any = None
+    output: OutputT | None = None
     pending: list[PendingCall] = field(default_factory=list)
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     """``max_steps``, ``token_budget``, ``cost_budget`` or ``stop_when`` for a stopped run."""
     error: str | None = None
     """What went wrong for a failed run (with the HTTP status and the provider's message)."""
@@ -77,19 +80,23 @@ class RunResult:
         return self.status == "completed"
 
     def usage_df(self) -> Any:
-        """One row per model call of this run as a pandas DataFrame (see `nbagent.usage_frame`)."""
+        """Deprecated (nbagent 0.1): use ``nbagent.usage_frame(result)``; goes away in 0.3."""
+        warnings.warn("result.usage_df() is now nbagent.usage_frame(result); the old name goes away in 0.3",
+                      DeprecationWarning, stacklevel=2)
         from .dataframe import usage_frame
 
         return usage_frame(self)
 
     def tool_calls_df(self) -> Any:
-        """One row per tool call of this run as a pandas DataFrame."""
+        """Deprecated (nbagent 0.1): use ``nbagent.tool_calls_frame(result)``; goes away in 0.3."""
+        warnings.warn("result.tool_calls_df() is now nbagent.tool_calls_frame(result); the old name goes "
+                      "away in 0.3", DeprecationWarning, stacklevel=2)
         from .dataframe import tool_calls_frame
 
         return tool_calls_frame(self)
 
     def _repr_html_(self) -> str:
-        from .widgets.static import render_result_html
+        from ._html import render_result_html
 
         return render_result_html(self)
 

@@ -17,7 +17,7 @@ import re
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, overload
 
 from .exceptions import InvalidArgumentsError, ToolDefinitionError
 
@@ -266,15 +266,33 @@ class _Args:
         return dict(self.data)
 
 
+@overload
+def tool(function: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
 def tool(
-    function: Callable[..., Any] | None = None,
+    function: None = None,
+    /,
     *,
     name: str | None = None,
     description: str | None = None,
     requires_approval: bool | Callable[[Any], bool] = False,
     idempotent: bool = False,
     sequential: bool = False,
-) -> Any:
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    function: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    requires_approval: bool | Callable[[Any], bool] = False,
+    idempotent: bool = False,
+    sequential: bool = False,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a `Tool`.
 
     ```python

@@ -68,7 +68,7 @@ view'''),
 print("the cell returned; the run goes on in the background")'''),
         ("code", '''result = await handle        # wait for it here (only needed in a script-like notebook)
 result                       # a finished run renders as a static summary (also on GitHub / nbviewer)'''),
-        ("code", '''result.usage_df()'''),
+        ("code", '''import nbagent\n\nnbagent.usage_frame(result)          # one row per model call: tokens, latency, cost'''),
     ],
     "02_approve_tools.ipynb": [
         ("md", """# Approve tools
@@ -200,7 +200,7 @@ print(result.status, result.state)'''),
 print(result.state)'''),
         ("code", '''for info in await agent.threads():
     print(info.thread, info.messages, info.status, repr(info.title))'''),
-        ("code", '''history = await agent.history("order-7")
+        ("code", '''history = await agent.checkpoints("order-7")
 for c in history:
     print(c.step, c.version, c.messages, c.input_tokens, c.output_tokens, c.last_message)'''),
         ("md", "## Fork\nCopy the thread up to step 1 and continue differently from there; the original is unchanged."),

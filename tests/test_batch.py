@@ -173,8 +173,8 @@ def test_paused_rows_are_reported_and_not_rerun():
     assert "waiting for a decision: delete(" in df["error"][0]
     again = batch(agent, ["go"], progress=False)
     assert again["status"].tolist() == ["paused"] and again["skipped"].all()
-    pending = asyncio.run(agent.store.load(df["thread"][0])).meta["pending"]
-    agent.resume_sync(thread=df["thread"][0], approve=[pending[0]["id"]])
+    pending = asyncio.run(agent.store.load(df["thread"][0])).meta.pending
+    agent.resume_sync(thread=df["thread"][0], approve=[pending[0].id])
     done = batch(agent, ["go"], progress=False)
     assert done["status"].tolist() == ["completed"] and done["output"].tolist() == ["ok"]
 
@@ -197,8 +197,9 @@ def test_thread_ids_are_deterministic_and_depend_on_the_agent():
     assert batch_thread_ids(a1, ["x"], [0], "exp1")[0].startswith("exp1-0-")
 
 
-def test_package_level_batch_name():
-    assert nbagent.batch is batch
+def test_package_level_batch_name_is_a_deprecated_alias_of_agent_map():
+    with pytest.warns(DeprecationWarning, match=r"agent\.map\(inputs\)"):
+        assert nbagent.batch is batch
 
 
 def test_costs_are_summed_per_row():

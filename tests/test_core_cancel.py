@@ -58,7 +58,7 @@ async def check_thread_is_usable(agent: Agent, thread: str) -> None:
     stored = await agent.store.load(thread)
     assert stored is not None
     assert_valid_history(stored.messages)
-    assert stored.meta["status"] == "cancelled"
+    assert stored.meta.status == "cancelled"
     again = await agent.run("again", thread=thread)
     assert again.status == "completed" and again.output == "all good"
     assert_valid_history(again.messages)
@@ -196,7 +196,7 @@ async def test_breaking_out_of_async_for_then_waiting_also_cleans_up() -> None:
     await consume()
     for _ in range(50):
         stored = await agent.store.load("t")
-        if stored is not None and stored.meta.get("status") == "cancelled":
+        if stored is not None and stored.meta.status == "cancelled":
             break
         await asyncio.sleep(0.01)
     await check_thread_is_usable(agent, "t")
@@ -236,8 +236,8 @@ async def test_closing_a_stream_at_approval_requested_keeps_the_pause() -> None:
             break
     await events.aclose()
     stored = await agent.store.load("t")
-    assert stored is not None and stored.meta["status"] == "paused"
-    assert [p["id"] for p in stored.meta["pending"]] == ["r1"]
+    assert stored is not None and stored.meta.status == "paused"
+    assert [p.id for p in stored.meta.pending] == ["r1"]
     done = await agent.resume(thread="t", approve=["r1"])
     assert done.status == "completed" and done.output == "model saw: refunded"
     assert ran == ["1"]

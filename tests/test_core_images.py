@@ -164,7 +164,7 @@ async def test_images_survive_the_sqlite_store(tmp_path: Path) -> None:
     prompt = loaded.messages[0]
     assert isinstance(prompt, UserMessage) and prompt.images == [Image(png)]
     assert result.messages[0] == prompt
-    checkpoints = await reopened.history("pics")
+    checkpoints = await reopened.checkpoints("pics")
     assert checkpoints[0].last_message.startswith("user: [1 image] What is this?")
     again = await reopened.run("and now?", thread="pics")
     assert again.output == "still red"

@@ -69,7 +69,7 @@ async def test_the_loop_runs_tools_and_sends_results_back_until_a_text_answer() 
     stored = await agent.store.load("t")
     assert stored is not None and [m.kind for m in stored.messages] == [
         "user", "assistant", "tool-result", "tool-result", "assistant"]
-    assert stored.meta["status"] == "completed"
+    assert stored.meta.status == "completed"
 
 
 async def test_test_model_calls_every_tool_then_answers() -> None:
@@ -90,7 +90,7 @@ async def test_a_thread_continues_with_the_next_prompt() -> None:
     assert [row.step for row in second.usage.calls] == [3, 4]  # steps count on across the thread
     assert (await agent.thread_usage("t")).requests == 4
     assert [info.thread for info in await agent.threads()] == ["t"]
-    assert len(await agent.history("t")) >= 4
+    assert len(await agent.checkpoints("t")) >= 4
 
 
 async def test_settings_are_passed_to_the_model() -> None:

@@ -156,8 +156,8 @@ async def test_the_answer_is_stored_as_json_and_rebuilt(tmp_path: Path) -> None:
                   output_type=City, store=store)
     result = await agent.run("Kyiv?", thread="kyiv")
     loaded = await store.load("kyiv")
-    assert loaded is not None and loaded.meta["output"] == {"name": "Kyiv", "population": 2_952_301}
-    assert agent.output is not None and agent.output.load(loaded.meta["output"]) == result.output
+    assert loaded is not None and loaded.meta.output == {"name": "Kyiv", "population": 2_952_301}
+    assert agent.output is not None and agent.output.load(loaded.meta.output) == result.output
     await store.close()
 
 

@@ -11,17 +11,17 @@ from typing import Any
 
 from nbagent import (
     Agent,
-    ApprovalRequested,
+    ApprovalRequestedEvent,
     ModelResponseEvent,
     ModelRetryEvent,
-    ReasoningDelta,
+    ReasoningDeltaEvent,
     Retry,
-    RunEnded,
-    RunStarted,
-    TextDelta,
+    RunEndedEvent,
+    RunStartedEvent,
+    TextDeltaEvent,
     Tool,
-    ToolCallFinished,
-    ToolCallStarted,
+    ToolCallFinishedEvent,
+    ToolCallStartedEvent,
     UsageEvent,
     tool,
 )
@@ -67,8 +67,8 @@ async def test_event_kinds_and_order_for_a_tool_round_trip() -> None:
         "run-completed",
     ]
     types = {type(e) for e in events}
-    assert types == {RunStarted, ModelResponseEvent, UsageEvent, ToolCallStarted, ToolCallFinished,
-                     TextDelta, RunEnded}
+    assert types == {RunStartedEvent, ModelResponseEvent, UsageEvent, ToolCallStartedEvent, ToolCallFinishedEvent,
+                     TextDeltaEvent, RunEndedEvent}
 
     started, finished = events[3], events[4]
     assert started.call.name == "get_weather" and started.call.args == {"city": "Paris"}
@@ -97,13 +97,13 @@ async def test_snapshots_accumulate_and_stay_correct_after_the_stream() -> None:
     seen_live: list[str] = []
     events = []
     async for event in agent.stream("story"):
-        if isinstance(event, TextDelta):
+        if isinstance(event, TextDeltaEvent):
             seen_live.append(event.snapshot)
         events.append(event)
     expected = ["".join(words[: i + 1]) for i in range(len(words))]
     assert seen_live == expected
     # Read again afterwards, in any order: each event keeps its own snapshot.
-    texts = [e for e in events if isinstance(e, TextDelta)]
+    texts = [e for e in events if isinstance(e, TextDeltaEvent)]
     assert [e.snapshot for e in reversed(texts)] == list(reversed(expected))
     assert events[-1].result.output == "".join(words)
 
@@ -150,7 +150,7 @@ async def test_reasoning_deltas_are_separate_from_text() -> None:
         "run-started", "reasoning-delta", "reasoning-delta", "text-delta", "model-response", "usage",
         "run-completed",
     ]
-    assert isinstance(events[1], ReasoningDelta) and events[1].delta == "Think "
+    assert isinstance(events[1], ReasoningDeltaEvent) and events[1].delta == "Think "
     answer = events[-1].result.messages[-1]
     assert (answer.text, answer.reasoning) == ("Answer.", "Think first.")
 
@@ -158,7 +158,7 @@ async def test_reasoning_deltas_are_separate_from_text() -> None:
 async def test_tool_error_appears_in_tool_call_finished() -> None:
     agent = Agent(ScriptedModel([tool_call("broken"), "sorry"]), tools=[broken], store=MemoryStore())
     events = await collect(agent.stream("go"))
-    (finished,) = [e for e in events if isinstance(e, ToolCallFinished)]
+    (finished,) = [e for e in events if isinstance(e, ToolCallFinishedEvent)]
     assert finished.result.is_error
     assert finished.result.content == "RuntimeError: sensor offline"
     assert finished.result.status == "failed"
@@ -194,7 +194,7 @@ async def test_pause_stop_and_failure_end_events() -> None:
     agent = Agent(ScriptedModel([tool_call("delete", path="/tmp/x")]), tools=[delete], store=MemoryStore())
     events = await collect(agent.stream("clean up"))
     assert [e.kind for e in events][-2:] == ["approval-requested", "run-paused"]
-    assert isinstance(events[-2], ApprovalRequested) and events[-2].pending.args == {"path": "/tmp/x"}
+    assert isinstance(events[-2], ApprovalRequestedEvent) and events[-2].pending.args == {"path": "/tmp/x"}
 
     looping = Agent(FunctionModel(lambda m, r: tool_call("get_weather", city="X")), tools=[get_weather],
                     max_steps=2, store=MemoryStore())

@@ -72,7 +72,7 @@ async def test_the_same_agent_from_run_sync_and_await() -> None:
     assert [m.kind for m in third.messages] == [
         "user", "assistant", "user", "assistant", "tool-result", "assistant", "user", "assistant"]
     assert [t.thread for t in agent.threads_sync()] == ["t"]
-    assert len(agent.history_sync("t")) >= 8
+    assert len(agent.checkpoints_sync("t")) >= 8
 
 
 def test_the_same_agent_from_run_sync_and_asyncio_run() -> None:
@@ -182,7 +182,7 @@ def test_keyboard_interrupt_cancels_a_sync_run_and_leaves_the_thread_valid() -> 
             print("interrupted")
         stored = asyncio.run(agent.store.load("t"))
         last = stored.messages[-1]
-        print(stored.meta["status"], [m.kind for m in stored.messages], getattr(last, "status", None))
+        print(stored.meta.status, [m.kind for m in stored.messages], getattr(last, "status", None))
         print(agent.run_sync("again", thread="t").output)
     """)
     assert out.splitlines() == [

@@ -112,7 +112,7 @@ def test_usage_rows_are_exactly_what_the_model_reported():
     )
     agent = Agent(model, tools=[add], store=MemoryStore())
     result = agent.run_sync("1+2?")
-    df = result.usage_df()
+    df = usage_frame(result)
     assert_dtypes(df, USAGE_SCHEMA)
     assert len(df) == 2
     assert df["step"].tolist() == [1, 2]
@@ -159,7 +159,7 @@ def test_unknown_model_gives_nan_cost_and_one_warning():
 def test_custom_prices_reach_the_frame():
     model = openai_model([answer(text("a"), 1_000_000, 0, 0, 1_000_000, 0, model="my-model")])
     agent = Agent(model, store=MemoryStore(), prices={"my-model": {"input": 1.0, "output": 3.0}})
-    df = agent.run_sync("q").usage_df()
+    df = usage_frame(agent.run_sync("q"))
     assert df[["cost_input", "cost_output", "cost_total"]].iloc[0].tolist() == [1.0, 3.0, 4.0]
 
 
@@ -303,7 +303,7 @@ def test_usage_from_columns_defaults_and_missing_values():
 def test_unreported_usage_is_flagged():
     model = openai_model([answer(text("x"), 0, 0, 0, 0, 0, model="gpt-4o-mini")])
     model.script[0].usage.reported = False
-    df = Agent(model, store=MemoryStore()).run_sync("q").usage_df()
+    df = usage_frame(Agent(model, store=MemoryStore()).run_sync("q"))
     assert df["usage_reported"].tolist() == [False]
     assert df["cost_total"].isna().all()
 
@@ -335,7 +335,7 @@ def test_tool_calls_frame_statuses_sizes_and_decisions():
     agent = Agent(model, tools=[add, boom, refund], store=store)
     paused = agent.run_sync("go")
     assert paused.status == "paused"
-    first = paused.tool_calls_df()
+    first = tool_calls_frame(paused)
     assert_dtypes(first, TOOL_CALL_SCHEMA)
     by = first.set_index("call_id")
     assert by.loc["c_add", "status"] == "done" and by.loc["c_add", "decision"] == "auto"
@@ -350,7 +350,7 @@ def test_tool_calls_frame_statuses_sizes_and_decisions():
         paused, approve=["c_ok"], deny={"c_no": "too much"}, edit={"c_edit": {"order": 10}}
     )
     assert done.status == "completed"
-    resumed = done.tool_calls_df().set_index("call_id")
+    resumed = tool_calls_frame(done).set_index("call_id")
     assert sorted(resumed.index) == ["c_edit", "c_no", "c_ok"]  # what this run decided and ran
     assert resumed.loc["c_ok", "decision"] == "approved" and resumed.loc["c_ok", "status"] == "done"
     assert resumed.loc["c_no", "decision"] == "denied" and resumed.loc["c_no", "status"] == "denied"
@@ -536,7 +536,7 @@ def test_plot_tokens_is_cumulative(agg):
     from nbagent.dataframe import plot_tokens
 
     _, results = _sample_agent()
-    ax = plot_tokens(results[0].usage_df())
+    ax = plot_tokens(usage_frame(results[0]))
     lines = {line.get_label(): list(line.get_ydata()) for line in ax.get_lines()}
     assert lines["input_tokens"] == [100, 220]
     assert lines["cache_read_tokens"] == [50, 150]
@@ -550,9 +550,7 @@ def test_lazy_names_on_the_package():
     assert nbagent.usage_frame is usage_frame
     assert nbagent.tool_calls_frame is tool_calls_frame
     assert nbagent.runs_frame is runs_frame
-    from nbagent.dataframe import batch
-
-    assert nbagent.batch is batch
+    assert nbagent.output_frame is nbagent.dataframe.output_frame
 
 
 def test_import_nbagent_does_not_import_pandas():
@@ -570,7 +568,7 @@ def test_replayed_openai_usage_and_price():
             "gpt-4o-mini", base_url=srv.base_url_for("openai_cached_tokens"), api_key="sk-test"
         )
         result = Agent(model, store=MemoryStore()).run_sync("summarise")
-    df = result.usage_df()
+    df = usage_frame(result)
     row = df.iloc[0]
     # the recording: prompt_tokens 1149, cached_tokens 1024, completion_tokens 353
     assert (row["input_tokens"], row["cache_read_tokens"], row["output_tokens"]) == (1149, 1024, 353)

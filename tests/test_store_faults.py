@@ -159,7 +159,7 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------------- the parent
 import pytest  # noqa: E402
 
-from nbagent._loop import unanswered_calls  # noqa: E402
+from nbagent.messages import unanswered_calls  # noqa: E402
 
 
 def child_env(folder: Path, delay: float = 1.0) -> dict[str, str]:
@@ -196,7 +196,7 @@ async def finish(agent: Agent, thread: str) -> Any:
     elif loaded.messages[-1].kind == "assistant" and not unanswered_calls(loaded.messages):
         return None  # it had finished
     else:
-        pending = [p["id"] for p in loaded.meta.get("pending", [])]
+        pending = [p.id for p in loaded.meta.pending]
         result = await agent.resume(thread=thread, approve=pending)
     for _ in range(5):
         if result.status != "paused":

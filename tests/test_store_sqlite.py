@@ -115,7 +115,7 @@ async def test_append_load_round_trip(store: SQLiteStore, db: Path) -> None:
         ToolResultMessage("c1", "add", "3"),
     ]
     assert loaded.message_steps == [0, 1, 1]
-    assert loaded.meta == {"status": "done"}
+    assert loaded.meta.status == "done"
     assert loaded.ledger == {"c1": LedgerEntry("c1", "add", "h", "finished", 6.0)}
     assert loaded.usage == [row("t", 1)]
     assert await store.load("missing") is None
@@ -245,8 +245,8 @@ async def test_reads_format_1_fixture(tmp_path: Path) -> None:
         (1, 100, 10, 20, 2, 0.0003, 2, "tool_calls", "gpt-4.1-mini", 1_700_000_001.0),
         (2, 150, 10, 8, 2, None, 0, "stop", "gpt-4.1-mini", 1_700_000_002.0),
     ]
-    assert loaded.meta["status"] == "completed" and loaded.meta["state"] == {"count": 3}
-    assert loaded.meta["always_allowed"] == ["lookup_order"]
+    assert loaded.meta.status == "completed" and loaded.meta.state == {"count": 3}
+    assert loaded.meta.always_allowed == ["lookup_order"]
     # And an agent continues it.
     agent = Agent(FunctionModel(lambda m, i: "ok"), store=SQLiteStore(path))
     result = await agent.run("thanks", thread="support-42")
@@ -532,7 +532,7 @@ async def test_fork_edits_a_tool_result_and_continues(db: Path, make) -> None:  
     first = await agent.run("add please", thread="src")
     assert first.output == "the sum is 2"
     await agent.run("again", thread="src")
-    history = await agent.history("src")
+    history = await agent.checkpoints("src")
     assert [c.step for c in history] == [0, 1, 1, 2, 2, 3, 3, 4]
     fork = await agent.fork("src", at_step=1, edit={"content": "41"})
     assert fork.startswith("src-fork-")
@@ -543,7 +543,7 @@ async def test_fork_edits_a_tool_result_and_continues(db: Path, make) -> None:  
     assert [u.step for u in copied.usage] == [1] and set(copied.ledger) == {
         first.messages[1].tool_calls[0].id
     }  # type: ignore[union-attr]
-    assert copied.meta["status"] == "forked" and copied.meta["forked_from"]["thread"] == "src"
+    assert copied.meta.status == "forked" and copied.meta.forked_from["thread"] == "src"
     result = await agent.resume(thread=fork)
     assert result.output == "the sum is 41"
     assert [c.step for c in result.usage.calls] == [2]

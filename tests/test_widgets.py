@@ -14,7 +14,7 @@ import ipywidgets as widgets
 import pytest
 from ipywidgets.widgets.widget import _instances
 
-from nbagent import Agent, PendingCall, Tool, tool
+from nbagent import Agent, Decisions, PendingCall, Tool, tool
 from nbagent.messages import Message, ToolResultMessage
 from nbagent.models import FunctionModel, tool_call
 from nbagent.models.base import ReasoningText
@@ -315,7 +315,7 @@ async def test_decisions_carry_the_pending_call_objects_shown(monkeypatch: pytes
     rows = waiting_rows(view)
     assert len(rows) == 2
     shown = {r.call_id: r.pending for r in rows}
-    starts: list[dict[str, Any]] = []
+    starts: list[Decisions] = []
     original = agent.start
 
     def spy(*args: Any, **kwargs: Any) -> Any:
@@ -328,13 +328,16 @@ async def test_decisions_carry_the_pending_call_objects_shown(monkeypatch: pytes
     await click(rows[0].buttons["Confirm deny"])
     await view.wait()
     [resume] = starts
-    assert resume["deny"] == {rows[0].call_id: "no"}
-    assert resume["result"].pending == [shown[rows[0].call_id]]
-    assert resume["result"].pending[0] is shown[rows[0].call_id]
+    [denied] = resume.items
+    assert (denied.action, denied.call_id, denied.reason) == ("deny", rows[0].call_id, "no")
+    assert denied.shown == shown[rows[0].call_id]
+    assert denied.shown is shown[rows[0].call_id]
     await click(rows[1].buttons["Approve"])
     await view.wait()
-    assert starts[1]["approve"][0] == shown[rows[1].call_id]  # the same call, re-shown after the deny run
-    assert isinstance(starts[1]["approve"][0], PendingCall)
+    [approved] = starts[1].items
+    assert approved.action == "approve"
+    assert approved.shown == shown[rows[1].call_id]  # the same call, re-shown after the deny run
+    assert isinstance(approved.shown, PendingCall)
     assert view.result.status == "completed"
     assert "denied by the user: no" in view.result.output
 
@@ -434,7 +437,8 @@ async def test_deny_all_asks_for_one_reason_that_reaches_the_model(monkeypatch: 
     assert all(r.decided for r in rows) and view._deny_all_box.layout.display == "none"
     result = await view.wait()
     assert len(starts) == 1  # one resume for all the calls
-    assert starts[0]["deny"] == {r.call_id: "not <b>today</b>" for r in rows}
+    assert {d.call_id: (d.action, d.reason) for d in starts[0].items} == {
+        r.call_id: ("deny", "not <b>today</b>") for r in rows}
     assert result.status == "completed" and refund_calls == []
     assert result.output == ("The tool said: denied by the user: not <b>today</b> | "
                              "denied by the user: not <b>today</b>")

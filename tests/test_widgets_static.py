@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from nbagent import Agent, tool
+from nbagent._html import expandable, tool_row_html
+from nbagent._sanitize import escape, markdown_html
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store.memory import MemoryStore
 from nbagent.widgets import render_result_html
-from nbagent.widgets._sanitize import escape, markdown_html
-from nbagent.widgets.static import expandable, tool_row_html
 
 PAYLOADS: list[str] = json.loads(
     (Path(__file__).parent / "fixtures" / "injection_payloads.json").read_text(encoding="utf-8")
@@ -160,8 +160,8 @@ async def test_static_summary_of_completed_run_renders_markdown() -> None:
 
 
 async def test_static_summary_shows_reasoning_closed_and_escaped() -> None:
+    from nbagent._html import MAX_CHARS, reasoning_html
     from nbagent.messages import AssistantMessage
-    from nbagent.widgets.static import MAX_CHARS, reasoning_html
 
     reasoning = "\n".join(PAYLOADS)
     agent = Agent(FunctionModel(lambda m, r: AssistantMessage(text="**Done.**", reasoning=reasoning)),
@@ -182,7 +182,7 @@ async def test_static_summary_shows_reasoning_closed_and_escaped() -> None:
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
 def test_reasoning_and_queued_bubbles_escape_payloads(payload: str) -> None:
-    from nbagent.widgets.static import reasoning_html, user_html
+    from nbagent._html import reasoning_html, user_html
 
     for html in (reasoning_html(payload), user_html(payload, note=payload)):
         found = inspect_html(html)
@@ -203,8 +203,8 @@ def _png(size: int = 4) -> bytes:
 
 def test_prompt_images_show_as_thumbnails_or_labels() -> None:
     from nbagent import Image
+    from nbagent._html import MAX_INLINE_IMAGE_BYTES, messages_html
     from nbagent.messages import UserMessage
-    from nbagent.widgets.static import MAX_INLINE_IMAGE_BYTES, messages_html
 
     small = Image(_png())
     big = Image(b"\x89PNG\r\n\x1a\n" + b"\x00" * MAX_INLINE_IMAGE_BYTES)

@@ -3,7 +3,7 @@
 ```python
 import nbagent
 result = agent.run_sync("Refund order 42")
-result.usage_df()                       # one row per model call of this run
+nbagent.usage_frame(result)             # one row per model call of this run
 nbagent.usage_frame(agent)              # every model call of every stored thread
 nbagent.tool_calls_frame(agent)         # one row per tool call, with approval decisions
 nbagent.runs_frame([r1, r2])            # one row per run

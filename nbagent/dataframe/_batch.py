@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from .._loop import unanswered_calls
 from ..agent import Agent
 from ..exceptions import UserError
-from ..usage import ModelCallUsage
+from ..store.meta import ThreadMeta
+from ..usage import ModelCallUsage, Usage
 from ._columns import categorical, strings
 
 __all__ = ["BATCH_COLUMNS", "abatch", "batch", "batch_thread_ids", "output_frame"]
@@ -103,22 +103,13 @@ def _prompt(value: Any) -> str | None:
     return value if isinstance(value, str) else str(value)
 
 
-def _totals(rows: list[ModelCallUsage]) -> tuple[int, int, float | None]:
-    cost = None
-    inp = out = 0
-    for r in rows:
-        inp += r.input_tokens
-        out += r.output_tokens
-        if r.cost_total is not None:
-            cost = (cost or 0.0) + r.cost_total
-    return inp, out, cost
-
-
-def _skipped(row: dict[str, Any], before: list[ModelCallUsage], meta: dict[str, Any], **fields: Any) -> dict[str, Any]:
+def _skipped(
+    row: dict[str, Any], before: list[ModelCallUsage], meta: ThreadMeta, **fields: Any
+) -> dict[str, Any]:
     """A row already settled by an earlier batch: its stored totals, not run again."""
-    inp, out, cost = _totals(before)
-    row.update(input_tokens=inp, output_tokens=out, cost=cost, steps=len(before), run_id=meta.get("run_id"),
-               skipped=True, **fields)
+    total = Usage.of(before)
+    row.update(input_tokens=total.input_tokens, output_tokens=total.output_tokens, cost=total.cost_total,
+               steps=len(before), run_id=meta.run_id, skipped=True, **fields)
     return row
 
 
@@ -143,15 +134,15 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
     try:
         previous = await agent.store.load(thread)
         before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
-        meta = previous.meta if previous is not None else {}
-        if previous is not None and meta.get("status") == "completed":
-            output = meta.get("output")
+        meta = previous.meta if previous is not None else ThreadMeta()
+        if previous is not None and meta.status == "completed":
+            output = meta.output
             if agent.output is not None:  # a structured answer is stored as JSON: rebuild it
                 output = agent.output.load(output)
             return _skipped(row, before, meta, status="completed", output=output)
-        open_calls = unanswered_calls(previous.messages) if previous is not None else []
-        if open_calls and meta.get("status") == "paused":
-            waiting = ", ".join(f"{p.get('name')}({p.get('id')})" for p in meta.get("pending", ()))
+        open_calls = previous.open_calls() if previous is not None else []
+        if open_calls and meta.status == "paused":
+            waiting = ", ".join(f"{p.name}({p.id})" for p in meta.pending)
             return _skipped(row, before, meta, status="paused",
                             error=f"waiting for a decision: {waiting}; use agent.resume(thread={thread!r}, ...)")
         # A thread left failed / stopped / cancelled by an earlier batch continues; a new one starts.
@@ -164,14 +155,14 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
         row["error"] = f"{type(exc).__name__}: {exc}"
         row["duration_s"] = time.perf_counter() - clock
         return row
-    inp, out, cost = _totals(before + result.usage.calls)
+    total = Usage.of(before + result.usage.calls)
     row.update(
         output=result.output,
         status=result.status,
         error=result.error,
-        input_tokens=inp,
-        output_tokens=out,
-        cost=cost,
+        input_tokens=total.input_tokens,
+        output_tokens=total.output_tokens,
+        cost=total.cost_total,
         duration_s=time.perf_counter() - clock,
         steps=len(before) + len(result.usage.calls),
         run_id=result.run_id,

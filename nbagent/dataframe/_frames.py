@@ -17,7 +17,7 @@ import pandas as pd
 from ..messages import AssistantMessage, Message, ToolResultMessage
 from ..result import RunResult
 from ..store.base import LedgerEntry, ThreadState
-from ..tools import Tool
+from ..store.meta import ThreadMeta
 from ._columns import categorical, empty_usage_frame, strings, times, usage_from_columns, usage_from_rows
 from ._sources import Loaded, load, load_now, thread_names
 
@@ -31,9 +31,6 @@ __all__ = [
     "tool_calls_frame",
     "usage_frame",
 ]
-
-EDIT_MARKER = "[the user edited the arguments before approving:"
-"""How the run loop marks a result whose arguments a person edited (see `_loop.tool_phase`)."""
 
 # ---------------------------------------------------------------------------------------- usage
 
@@ -173,62 +170,33 @@ def _view_of_thread(state: ThreadState) -> _ThreadView:
     steps: list[int | None] = list(state.message_steps)
     if len(steps) != len(state.messages):
         steps = [None] * len(state.messages)
-    meta = state.meta or {}
+    meta = state.meta
     return _ThreadView(
         state.thread,
         state.messages,
         steps,
         {u.step: u.run_id for u in state.usage},
         dict(state.ledger),
-        {str(p.get("id")) for p in meta.get("pending", ()) if isinstance(p, dict)},
-        set(meta.get("always_allowed", ())),
+        {p.id for p in meta.pending},
+        set(meta.always_allowed),
     )
 
 
-def _policy_decision(
-    tool: Tool | None, args: dict[str, Any] | None, name: str, view: _ThreadView
-) -> str | None:
-    if tool is None:
-        return None
-    if tool.is_client:
-        return "client"
-    if name in view.always_allowed:
-        return "auto"
-    try:
-        needs = tool.needs_approval(tool.validate(args or {}))
-    except Exception:
-        needs = True
-    return "approved" if needs else "auto"
-
-
-def _decision(
-    view: _ThreadView,
-    call_index: int,
-    call: Any,
-    result: ToolResultMessage | None,
-    result_index: int | None,
-    tools: dict[str, Tool] | None,
-) -> str | None:
+def _decision(result: ToolResultMessage | None) -> str | None:
+    """The decision recorded on the result by the run loop; ``auto`` for a call that ran with no
+    decision needed (the loop stamps every person's decision, and always-allowed runs)."""
     if result is None:
         return None
-    if result.decision is not None:  # recorded by the run loop on the result
+    if result.decision is not None:
         return result.decision
-    if result.status == "denied":
+    if result.status == "denied":  # threads written before decisions were stamped
         return "denied"
-    if result.duration_s is None:  # never executed: a client's result, or it failed before running
+    if result.duration_s is None:  # never executed: it failed before running (or an old client result)
         return "client" if result.status == "done" and not result.is_error else None
-    if result.content.startswith(EDIT_MARKER):
-        return "edited"
-    if tools is not None:
-        return _policy_decision(tools.get(call.name), call.args, call.name, view)
-    if view.new_index is not None and result_index is not None:
-        # Within one run a call needing approval always pauses it: a call asked by an earlier run
-        # and executed by this one was approved by a person; one asked and run here was not asked.
-        return "approved" if call_index < view.new_index <= result_index else "auto"
-    return None
+    return "auto"
 
 
-def _tool_rows(view: _ThreadView, tools: dict[str, Tool] | None, out: dict[str, list[Any]]) -> None:
+def _tool_rows(view: _ThreadView, out: dict[str, list[Any]]) -> None:
     messages = view.messages
     results: dict[str, tuple[int, ToolResultMessage]] = {}
     for i, m in enumerate(messages):
@@ -257,7 +225,7 @@ def _tool_rows(view: _ThreadView, tools: dict[str, Tool] | None, out: dict[str, 
             out["duration_s"].append(result.duration_s if result is not None else None)
             out["args_chars"].append(len(call.args_json))
             out["result_chars"].append(len(result.content) if result is not None else None)
-            out["decision"].append(_decision(view, i, call, result, result_index, tools))
+            out["decision"].append(_decision(result))
             decided_at = result.decided_at if result is not None else None
             if decided_at is None and entry is not None and entry.status == "denied":
                 decided_at = entry.time  # older threads: when the resumed run applied the denial
@@ -268,11 +236,10 @@ def _tool_rows(view: _ThreadView, tools: dict[str, Tool] | None, out: dict[str, 
 
 def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
     out: dict[str, list[Any]] = {name: [] for name in TOOL_CALL_SCHEMA}
-    tools = loaded.agent.tools if loaded.agent is not None else None
     for result in loaded.results:
-        _tool_rows(_view_of_result(result), tools, out)
+        _tool_rows(_view_of_result(result), out)
     for state in loaded.threads:
-        _tool_rows(_view_of_thread(state), tools, out)
+        _tool_rows(_view_of_thread(state), out)
     data: dict[str, Any] = {}
     for name, kind in TOOL_CALL_SCHEMA.items():
         values = out[name]
@@ -357,7 +324,7 @@ _SUMS = (
 
 
 def _runs_from_usage(
-    usage: pd.DataFrame, meta_by_thread: dict[str, dict[str, Any]], extra: list[dict[str, Any]]
+    usage: pd.DataFrame, meta_by_thread: dict[str, ThreadMeta], extra: list[dict[str, Any]]
 ) -> pd.DataFrame:
     out: dict[str, list[Any]] = {name: [] for name in RUN_SCHEMA}
     if len(usage):
@@ -374,12 +341,12 @@ def _runs_from_usage(
         )
         agg = agg.sort_values("started", kind="stable")
         for run_id, row in agg.iterrows():
-            meta = meta_by_thread.get(str(row["thread"]), {})
-            latest = meta.get("run_id") == run_id
+            meta = meta_by_thread.get(str(row["thread"])) or ThreadMeta()
+            latest = meta.run_id == run_id
             out["run_id"].append(str(run_id))
             out["thread"].append(str(row["thread"]))
-            out["status"].append(meta.get("status") if latest else None)
-            out["stop_reason"].append(meta.get("stop_reason") if latest else None)
+            out["status"].append(meta.status if latest else None)
+            out["stop_reason"].append(meta.stop_reason if latest else None)
             out["steps"].append(int(row["steps"]))
             for name in _SUMS:
                 out[name].append(int(row[name]))
@@ -387,7 +354,7 @@ def _runs_from_usage(
             out["cost_total"].append(row["cost_total"])
             out["started"].append(row["started"].timestamp())
             out["wall_s"].append((row["ended"] - row["started"]).total_seconds())
-            out["error"].append(meta.get("error") if latest else None)
+            out["error"].append(meta.error if latest else None)
     for row in extra:
         for name in RUN_SCHEMA:
             out[name].append(row.get(name))
@@ -440,7 +407,7 @@ def _runs(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
     extra = [_result_row(r) for r in loaded.results if threads is None or r.thread in threads]
     if loaded.threads or loaded.columns or loaded.rows:
         usage = _usage(Loaded(threads=loaded.threads, columns=loaded.columns, rows=loaded.rows), threads)
-        meta = {t.thread: t.meta or {} for t in loaded.threads}
+        meta = {t.thread: t.meta for t in loaded.threads}
         return _runs_from_usage(usage, meta, extra)
     return _runs_from_usage(empty_usage_frame(), {}, extra)
 

@@ -58,6 +58,9 @@ class Model:
 
     provider: str = "unknown"
     model_name: str = "unknown"
+    priced: bool = True
+    """Whether its usage rows are priced from the price table; the fakes set False (their
+    calls cost nothing unless an agent is given its own ``prices``)."""
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError

@@ -1,6 +1,9 @@
 """Checkpoint stores: where threads (conversations), pending approvals and usage are kept.
 
-`default_store()` picks the store an `Agent` uses when it is given none:
+`open_store(value)` turns what a user may give for a store into a `Store`: a `Store` as it is,
+``"memory"`` (`MemoryStore`), or a file path (`SQLiteStore`; agents of one process that name the
+same file share one); None gives `default_store()`, which picks the store an `Agent` uses when it
+is given none:
 
 - ``NBAGENT_STORE`` unset: `SQLiteStore` at ``./.nbagent/threads.db`` (relative to the working
   directory when the agent first touches its store; the folder is created on first use);
@@ -29,6 +32,7 @@ __all__ = [
     "ThreadInfo",
     "ThreadState",
     "default_store",
+    "open_store",
 ]
 
 DEFAULT_PATH = Path(".nbagent") / "threads.db"
@@ -43,11 +47,26 @@ def default_store() -> Store:
 
     Agents of one process that use the same file share one `SQLiteStore` (one connection).
     """
-    setting = os.environ.get("NBAGENT_STORE", "").strip()
-    if setting.lower() == "memory":
+    return open_store(os.environ.get("NBAGENT_STORE", "").strip() or DEFAULT_PATH)
+
+
+def open_store(value: Store | str | os.PathLike[str] | None) -> Store:
+    """A `Store` from what ``Agent(store=...)`` and ``NBAGENT_STORE`` accept (module docstring).
+
+    Raises:
+        UserError: `value` is none of those.
+    """
+    if value is None:
+        return default_store()
+    if isinstance(value, Store):
+        return value
+    if not isinstance(value, (str, os.PathLike)):
+        from ..exceptions import UserError
+
+        raise UserError(f"store must be a Store, a file path or 'memory', got {type(value).__name__}")
+    if isinstance(value, str) and value.strip().lower() == "memory":
         return MemoryStore()
-    path = Path(setting).expanduser() if setting else DEFAULT_PATH
-    path = path.absolute()
+    path = Path(value).expanduser().absolute()
     with _shared_lock:
         store = _shared.get(path)
         if store is None:

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..messages import Message
+from ..approvals import PendingCall
+from ..messages import Message, ToolCall, unanswered_calls
 from ..usage import ModelCallUsage
 from ._columnar import USAGE_KINDS, ColumnBlock, TextPart, UsageColumns, column_names
+from .meta import ThreadMeta
 
 __all__ = [
     "FORMAT_VERSION",
@@ -32,6 +34,7 @@ __all__ = [
     "Store",
     "TextPart",
     "ThreadInfo",
+    "ThreadMeta",
     "ThreadState",
     "UsageColumns",
 ]
@@ -70,9 +73,24 @@ class ThreadState:
     messages: list[Message]
     message_steps: list[int]
     """Per message, the step (model call number within the thread) that wrote it."""
-    meta: dict[str, Any]
+    meta: ThreadMeta
     ledger: dict[str, LedgerEntry]
     usage: list[ModelCallUsage]
+
+    def open_calls(self) -> list[ToolCall]:
+        """The tool calls of the last answer that have no result yet."""
+        return unanswered_calls(self.messages)
+
+    def open_pending(self) -> list[PendingCall]:
+        """The calls waiting for a person that still have no result (what can be decided)."""
+        return self.meta.open_pending(self.messages)
+
+    @property
+    def step(self) -> int:
+        """Model calls made on the thread so far."""
+        if self.meta.thread_step:
+            return self.meta.thread_step
+        return self.message_steps[-1] if self.message_steps else 0
 
 
 @dataclass(slots=True)
@@ -121,14 +139,15 @@ class Store:
         messages: Sequence[Message] = (),
         usage: Sequence[ModelCallUsage] = (),
         ledger: Sequence[LedgerEntry] = (),
-        meta: dict[str, Any] | None = None,
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
     ) -> int:
         """Append one checkpoint and return the thread's new version.
 
         Args:
             version: the version the writer loaded (0 for a new thread).
             step: the thread's step count at this checkpoint.
-            meta: the run's meta record, replacing the stored one (None keeps it).
+            meta: the run's meta record (`ThreadMeta`, or its JSON form as a mapping), replacing
+                the stored one (None keeps it).
 
         Raises:
             ConflictError: the stored version is not `version`.
@@ -154,7 +173,7 @@ class Store:
         *,
         messages: int,
         last: Message | None = None,
-        meta: dict[str, Any] | None = None,
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
     ) -> int:
         """Start the new thread `target` with the first `messages` messages of `source`.
 
@@ -202,7 +221,7 @@ class Store:
             final = i == len(groups) - 1
             version = await self.append(
                 target, version=version, step=step, messages=group, usage=rows[i],
-                ledger=ledger if final else (), meta=(meta or {}) if final else None,
+                ledger=ledger if final else (), meta=(meta if meta is not None else ThreadMeta()) if final else None,
             )
         return version
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +11,7 @@ from ..exceptions import ConflictError
 from ..messages import Message
 from ..usage import ModelCallUsage
 from .base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
+from .meta import ThreadMeta
 
 __all__ = ["MemoryStore"]
 
@@ -20,7 +21,7 @@ class _Thread:
     version: int = 0
     messages: list[Message] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
+    meta: ThreadMeta = field(default_factory=ThreadMeta)
     ledger: dict[str, LedgerEntry] = field(default_factory=dict)
     usage: list[ModelCallUsage] = field(default_factory=list)
     checkpoints: list[Checkpoint] = field(default_factory=list)
@@ -40,7 +41,7 @@ class MemoryStore(Store):
         t = self._threads.get(thread)
         if t is None:
             return None
-        return ThreadState(thread, t.version, list(t.messages), list(t.steps), dict(t.meta),
+        return ThreadState(thread, t.version, list(t.messages), list(t.steps), t.meta,
                            dict(t.ledger), list(t.usage))
 
     async def append(
@@ -52,7 +53,7 @@ class MemoryStore(Store):
         messages: Sequence[Message] = (),
         usage: Sequence[ModelCallUsage] = (),
         ledger: Sequence[LedgerEntry] = (),
-        meta: dict[str, Any] | None = None,
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
     ) -> int:
         t = self._threads.get(thread)
         if t is None:
@@ -74,13 +75,15 @@ class MemoryStore(Store):
         for entry in ledger:
             t.ledger[entry.call_id] = entry
         if meta is not None:
-            t.meta = meta
+            # The loop builds a new record for every checkpoint and never changes one it gave
+            # away, so it is kept as it is (no copy on the hot path of the in-memory store).
+            t.meta = meta if isinstance(meta, ThreadMeta) else ThreadMeta.from_dict(meta)
         t.version += 1
         t.updated = time.time()
         if messages:
             t.checkpoints.append(Checkpoint(
                 thread, t.version, step, t.updated, len(t.messages), summarize(t.messages[-1]),
-                t.tokens_in, t.tokens_out, t.cost, t.meta.get("status"),
+                t.tokens_in, t.tokens_out, t.cost, t.meta.status,
             ))
         return t.version
 
@@ -88,7 +91,7 @@ class MemoryStore(Store):
         infos = []
         for name, t in self._threads.items():
             title = next((m.content for m in t.messages if m.kind == "user"), "")  # type: ignore[union-attr]
-            infos.append(ThreadInfo(name, len(t.messages), t.updated, t.meta.get("status"), title[:80]))
+            infos.append(ThreadInfo(name, len(t.messages), t.updated, t.meta.status, title[:80]))
         return sorted(infos, key=lambda i: i.updated, reverse=True)
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:

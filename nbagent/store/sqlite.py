@@ -45,7 +45,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ from ._columnar import (
     keep_matching,
 )
 from .base import FORMAT_VERSION, Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
+from .meta import ThreadMeta, meta_record
 
 __all__ = ["CHUNK_ROWS", "USAGE_COLUMNS", "SQLiteStore"]
 
@@ -473,7 +474,7 @@ class SQLiteStore(Store):
         loads = json.loads
         messages = [message_from_dict(loads(data)) for _, data in rows]
         return ThreadState(
-            thread, head[0], messages, [step for step, _ in rows], loads(head[1]),
+            thread, head[0], messages, [step for step, _ in rows], ThreadMeta.from_dict(loads(head[1])),
             {r[0]: LedgerEntry(*r) for r in ledger}, [_usage_row(r) for r in usage],
         )
 
@@ -486,7 +487,7 @@ class SQLiteStore(Store):
         messages: Sequence[Message] = (),
         usage: Sequence[ModelCallUsage] = (),
         ledger: Sequence[LedgerEntry] = (),
-        meta: dict[str, Any] | None = None,
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
     ) -> int:
         """Append one checkpoint in one transaction; see `Store.append`.
 
@@ -497,7 +498,8 @@ class SQLiteStore(Store):
         now = time.time()
         count_new = len(messages)
         data = [_dumps(m.to_dict()) for m in messages]
-        meta_json = None if meta is None else _dumps(meta)
+        record = meta_record(meta)
+        meta_json = None if record is None else _dumps(record)
         tokens_in = tokens_out = 0
         cost = None
         for r in usage:
@@ -508,7 +510,7 @@ class SQLiteStore(Store):
         title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
         if title:
             title = " ".join(title.split())[:80]
-        status = None if meta is None else meta.get("status")
+        status = None if record is None else record.get("status")
         with self._transaction(immediate=True) as conn:
             if version == 0:
                 # A new thread: its row is created with this checkpoint's totals.
@@ -618,7 +620,7 @@ class SQLiteStore(Store):
         *,
         messages: int,
         last: Message | None = None,
-        meta: dict[str, Any] | None = None,
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
     ) -> int:
         """Copy the start of a thread into a new thread in one transaction; see `Store.copy`."""
         now = time.time()
@@ -677,11 +679,12 @@ class SQLiteStore(Store):
                 "AND json_extract(data, '$.kind') = 'user' ORDER BY seq LIMIT 1", (target,),
             ).fetchone()
             title = " ".join((title_row[0] if title_row else "").split())[:80]
-            status = None if meta is None else meta.get("status")
+            record = meta_record(meta) or {}
+            status = record.get("status")
             conn.execute(
                 "UPDATE threads SET version = ?, step = ?, meta = ?, title = ?, status = ?, messages = ?, "
                 "input_tokens = ?, output_tokens = ?, cost_total = ? WHERE id = ?",
-                (version, step, _dumps(meta or {}), title, status, messages, *totals, target),
+                (version, step, _dumps(record), title, status, messages, *totals, target),
             )
             if messages:
                 conn.execute(

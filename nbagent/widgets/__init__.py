@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .static import render_result_html
+from .._html import render_result_html
 
 if TYPE_CHECKING:
     from .chat import ChatView

@@ -12,7 +12,7 @@ task on the kernel's loop, so the cell returns at once. Button and text-box hand
 another thread (ipykernel subshells), so they only hand work to the loop captured when the view was
 made (``loop.call_soon_threadsafe``) and return. Every decision starts a background resume; a
 decision made while a run is still going is queued and sent when it ends. A paused thread needs
-no live run: the pending calls come from the store's ``meta["pending"]``, so the buttons work
+no live run: the pending calls come from the thread's stored `ThreadMeta`, so the buttons work
 after a kernel restart.
 
 Messages sent while the view is busy are queued, never refused (see `ChatView` for the rules).
@@ -23,20 +23,18 @@ Imports ipywidgets, the core's public shapes and the sibling widget modules.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import getpass
 import uuid
 from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._loop import unanswered_calls
-from ..events import PendingCall
+from .._html import FONT, MUTED, assistant_html, messages_html, usage_html, user_html
+from .._sanitize import escape
+from ..approvals import Decisions, PendingCall
 from ..messages import Prompt, UserMessage, user_message
 from ..result import RunResult
 from ..usage import Usage
-from ._sanitize import escape
-from .static import FONT, MUTED, assistant_html, messages_html, usage_html, user_html
 from .stream import StreamText, ThinkingText
 from .tool_table import WAITING, ToolRow, ToolTable
 
@@ -249,11 +247,10 @@ class ChatView(widgets.VBox):
             return
         if loaded is None:
             return
-        meta = loaded.meta or {}
-        open_ids = {c.id for c in unanswered_calls(loaded.messages)}
-        pending = [PendingCall.from_dict(p) for p in meta.get("pending", ()) if p.get("id") in open_ids]
+        meta = loaded.meta
+        pending = loaded.open_pending()
         self._history.value = messages_html(loaded.messages, skip_call_ids=[p.id for p in pending])
-        self._always = set(meta.get("always_allowed", ()))
+        self._always = set(meta.always_allowed)
         self._footer.value = usage_html(Usage.of(loaded.usage), label="thread so far")
         if pending:
             table = self._new_table()
@@ -262,8 +259,8 @@ class ChatView(widgets.VBox):
                 self.rows[p.id] = row
                 self._show_pending(p)
             self._say(self._waiting_text())
-        elif meta.get("status") == "failed" and meta.get("error"):
-            self._say(f"the last run failed: {meta['error']}", error=True)
+        elif meta.status == "failed" and meta.error:
+            self._say(f"the last run failed: {meta.error}", error=True)
 
     # ------------------------------------------------------------------ status lines
     def _say(self, text: str, *, error: bool = False) -> None:
@@ -442,7 +439,7 @@ class ChatView(widgets.VBox):
             self._say("; ".join(t for t in (self._waiting_text(), dropped) if t))
         return texts
 
-    def _start(self, prompt: Prompt | None = None, resume: dict[str, Any] | None = None) -> None:
+    def _start(self, prompt: Prompt | None = None, resume: Decisions | None = None) -> None:
         if self._loop is None:
             self._say("no running event loop: use the view in a notebook (or an async function)", error=True)
             return
@@ -613,10 +610,8 @@ class ChatView(widgets.VBox):
         loaded = await self.agent.store.load(self.thread)
         if loaded is None:
             return
-        open_ids = {c.id for c in unanswered_calls(loaded.messages)}
-        for data in (loaded.meta or {}).get("pending", ()):
-            if data.get("id") in open_ids and data["id"] not in self._queued:
-                p = PendingCall.from_dict(data)
+        for p in loaded.open_pending():
+            if p.id not in self._queued:
                 self._row(p.id, p.name, p.args).args = p.args
                 self._show_pending(p)
         self._kick()
@@ -656,26 +651,18 @@ class ChatView(widgets.VBox):
             self._send_next()
             return
         queued, self._queued = self._queued, {}
-        approve: list[PendingCall] = []
-        deny: dict[str, str | None] = {}
-        edit: dict[str, dict[str, Any]] = {}
-        results: dict[str, Any] = {}
-        always: list[str] = []
+        decisions = Decisions(by=_person())
         for call_id, (action, payload, shown) in queued.items():
+            # Each decision names the PendingCall that was shown: it binds to the shown arguments.
             self._shown.pop(call_id, None)
             if action in ("approve", "always"):
-                approve.append(shown)
-                if action == "always":
-                    always.append(shown.name)
+                decisions = decisions.approve(shown)
+                if action == "always" and shown.name not in decisions.always_allowed:
+                    decisions = decisions.always_allow(shown.name)
             elif action == "deny":
-                deny[call_id] = payload
+                decisions = decisions.deny(shown, payload)
             elif action == "edit":
-                edit[call_id] = payload
+                decisions = decisions.edit(shown, payload)
             elif action == "result":
-                results[call_id] = payload
-        # The RunResult the person decided on: binds deny/edit/result decisions to the shown args.
-        base = self.result or RunResult("", self.thread, "paused", [], Usage())
-        seen = dataclasses.replace(base, pending=[shown for _, _, shown in queued.values()])
-        self._start(resume={"result": seen, "approve": approve, "deny": deny, "edit": edit,
-                            "results": results, "always_allow": sorted(set(always)),
-                            "decided_by": _person()})
+                decisions = decisions.result(shown, payload)
+        self._start(resume=decisions)

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ._sanitize import escape
-from .static import pretty_args, table_header_html, tool_row_html
+from .._html import pretty_args, table_header_html, tool_row_html
+from .._sanitize import escape
 
 if TYPE_CHECKING:
     from ..events import PendingCall

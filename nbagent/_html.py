@@ -5,8 +5,9 @@ messages, tool-call rows and usage. Output uses inline styles only and no JavaSc
 the same in JupyterLab, Notebook 7, a saved notebook on GitHub and nbviewer. Every piece of model
 text, tool arguments and tool results goes through `_sanitize` (Markdown) or is escaped.
 
-Imports the core's data shapes and `_sanitize`; never ipywidgets (a saved ``RunResult`` renders
-without a widget front end).
+A core module: imports the core's data shapes and `_sanitize`, never ipywidgets or the edge, so
+``RunResult._repr_html_`` points downward and a saved ``RunResult`` renders without a widget
+front end. The live view (`nbagent.widgets`) reuses these builders.
 """
 
 from __future__ import annotations
@@ -15,14 +16,14 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..messages import IMAGE_TYPES
 from ._sanitize import escape, markdown_html
+from .messages import IMAGE_TYPES
 
 if TYPE_CHECKING:
-    from ..events import PendingCall
-    from ..messages import Message
-    from ..result import RunResult
-    from ..usage import Usage
+    from .approvals import PendingCall
+    from .messages import Message
+    from .result import RunResult
+    from .usage import Usage
 
 __all__ = [
     "STATUS_STYLE",

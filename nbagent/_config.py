@@ -1,0 +1,67 @@
+"""`RunConfig`: everything a run needs to know about its agent, frozen when the run starts.
+
+`Agent` builds one per run (`Agent.config`); the loop (`_loop`), the run preparation
+(`_prepare`) and the tool phase (`_plan`, `_execute`) read only this, never the `Agent`, so the
+loop does not import `agent`. Imports models, tools, output, retry, store and usage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .models.base import Model
+from .output import OutputSpec
+from .retry import Retry
+from .store.base import Store
+from .tools import Tool
+from .usage import ModelCallUsage
+
+if TYPE_CHECKING:
+    from .result import RunResult
+
+__all__ = ["RunConfig"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """The agent's settings as one run sees them (see `Agent` for each one's meaning)."""
+
+    model: Model
+    tools: Mapping[str, Tool]
+    tool_definitions: list[dict[str, Any]]
+    """The tools as the model is told of them (the output tool included)."""
+    request_settings: dict[str, Any]
+    """The settings sent with each request."""
+    store: Store
+    retry: Retry
+    system: str | None = None
+    max_steps: int = 20
+    tools_in_order: bool = False
+    token_budget: int | None = None
+    cost_budget: float | None = None
+    stop_when: Callable[[RunResult], bool] | None = None
+    output: OutputSpec | None = None
+    output_retries: int = 2
+    prices: Mapping[str, Any] | None = None
+    state_type: type | None = None
+
+    def price(self, row: ModelCallUsage) -> None:
+        """Fill the cost columns of a usage row (prices are looked up when the row is made)."""
+        if not self.model.priced and not self.prices:
+            return
+        from .pricing import price_row
+
+        price_row(row, self.prices)
+
+    def restore_state(self, stored: Any) -> Any:
+        """The user's state object from its stored JSON (rebuilt as `state_type` if set)."""
+        if stored is None or self.state_type is None:
+            return stored
+        validate = getattr(self.state_type, "model_validate", None)
+        if callable(validate):
+            return validate(stored)
+        if isinstance(stored, dict):
+            return self.state_type(**stored)
+        return stored

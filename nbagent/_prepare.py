@@ -1,0 +1,103 @@
+"""Preparing a run: the `RunState` a new prompt or a resume starts from.
+
+Owns `prepare_run` (a prompt on a new or continued thread) and `prepare_resume` (a paused,
+stopped, failed or cancelled thread, with the person's `Decisions` checked against what waits).
+Both read the thread once from the store; bad input fails before any write. Imports the run
+config and state, approvals, exceptions, messages, result and store shapes.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from ._config import RunConfig
+from ._state import RunState, new_run_id
+from .approvals import Decisions
+from .exceptions import NotResumableError, PendingCallsError, UserError
+from .messages import Prompt, user_message
+from .result import RunResult
+from .store.base import ThreadState
+
+__all__ = ["prepare_resume", "prepare_run", "run_state"]
+
+
+def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state: Any) -> RunState:
+    """A new run's state on `thread` as stored (`loaded`, None for a new thread)."""
+    run = RunState(new_run_id(), thread, list(loaded.messages) if loaded else [])
+    if loaded is not None:
+        meta = loaded.meta
+        run.version = loaded.version
+        run.thread_step = loaded.step
+        run.ledger = dict(loaded.ledger)
+        run.always_allowed = set(meta.always_allowed)
+        run.decisions = dict(meta.decisions)
+        run.pending = list(meta.pending)
+        run.state = state if state is not None else config.restore_state(meta.state)
+    else:
+        run.state = state
+    run.new_message_index = len(run.messages)
+    return run
+
+
+async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
+    """The state of a run that sends `prompt` (None: continue a thread whose last run stopped)."""
+    message = None if prompt is None else user_message(prompt)  # bad input fails before any I/O
+    # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
+    loaded = await config.store.load(thread) if thread else None
+    thread = thread or "thread_" + uuid.uuid4().hex[:16]
+    run = run_state(config, thread, loaded, state)
+    open_calls = loaded.open_calls() if loaded is not None else []
+    if open_calls:
+        ids = ", ".join(c.id for c in open_calls)
+        raise PendingCallsError(
+            f"thread {thread!r} has tool calls waiting ({ids}); decide them with "
+            f"agent.resume(thread={thread!r}, approve=[...], deny={{...}}) before sending a new prompt"
+        )
+    run.pending = []
+    run.decisions = {}
+    if message is None:
+        if not run.messages:
+            raise UserError("run() needs a prompt for a new thread")
+    else:
+        run.messages.append(message)
+        run.version = await config.store.append(
+            thread, version=run.version, step=run.thread_step, messages=[message], meta=run.meta(),
+        )
+        run.meta_dirty = False
+    return run
+
+
+async def prepare_resume(
+    config: RunConfig, result: RunResult | None, thread: str | None, decisions: Decisions, state: Any
+) -> RunState:
+    """The state of a run that continues a thread with `decisions` (checked against what waits).
+
+    Raises:
+        NotResumableError: the thread is not stored, or its last run completed.
+        UnknownCallError, ArgumentsMismatchError, InvalidArgumentsError, UserError: see
+            `Decisions.resolve`.
+    """
+    if result is not None and not isinstance(result, RunResult):
+        raise UserError(f"resume() takes the RunResult to continue, got {type(result).__name__}")
+    if not isinstance(decisions, Decisions):
+        raise UserError(f"decisions= takes a nbagent.Decisions, got {type(decisions).__name__}")
+    thread = thread or (result.thread if result is not None else None)
+    if thread is None:
+        raise UserError("resume() needs the paused RunResult or thread=...")
+    loaded = await config.store.load(thread)
+    if loaded is None:
+        raise NotResumableError(f"thread {thread!r} is not in the store ({config.store!r})")
+    run = run_state(config, thread, loaded, state if state is not None else (result.state if result else None))
+    last = run.messages[-1] if run.messages else None
+    if not loaded.open_calls() and (last is None or last.kind == "assistant"):
+        raise NotResumableError(
+            f"the run on thread {thread!r} is completed; continue the conversation with "
+            f"agent.run(prompt, thread={thread!r})"
+        )
+    resolved = decisions.resolve(run.pending, config.tools, thread=thread,
+                                 shown=result.pending if result is not None else ())
+    run.decisions.update(resolved)
+    run.always_allowed.update(decisions.always_allowed)
+    run.meta_dirty = True
+    return run

@@ -1,0 +1,125 @@
+"""`RunState`: what one run knows while it goes on, and what of it is checkpointed.
+
+Owns `RunState` (its `meta()` is the `ThreadMeta` written with each checkpoint, its `to_result()`
+the `RunResult` handed out) and the JSON form of the user's state object. Imports approvals,
+messages, result, store (the ledger and meta shapes) and usage only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .approvals import Decision, PendingCall
+from .messages import Message
+from .result import RunResult, RunStatus
+from .store.base import LedgerEntry
+from .store.meta import ThreadMeta
+from .usage import Usage
+
+__all__ = ["END_KINDS", "RunState", "new_run_id", "state_to_json"]
+
+END_KINDS = {
+    "completed": "run-completed",
+    "paused": "run-paused",
+    "stopped": "run-stopped",
+    "failed": "run-failed",
+    "cancelled": "run-cancelled",
+}
+
+
+@dataclass
+class RunState:
+    """Everything one run knows. `meta()` is the part persisted with the thread."""
+
+    run_id: str
+    thread: str
+    messages: list[Message]
+    version: int = 0
+    thread_step: int = 0
+    steps: int = 0
+    usage: Usage = field(default_factory=Usage)
+    ledger: dict[str, LedgerEntry] = field(default_factory=dict)
+    decisions: dict[str, Decision] = field(default_factory=dict)
+    always_allowed: set[str] = field(default_factory=set)
+    state: Any = None
+    pending: list[PendingCall] = field(default_factory=list)
+    status: RunStatus | Literal["running"] = "running"
+    stop_reason: str | None = None
+    error: str | None = None
+    exception: BaseException | None = None
+    output: Any = None
+    """The final answer: its text, or the `output_type` instance of an agent with one."""
+    output_data: Any = None
+    """A structured answer as JSON-able data (what the thread's meta keeps)."""
+    output_retries: int = 0
+    truncated: bool = False
+    new_message_index: int = 0
+    meta_dirty: bool = True
+    cancel_requested: bool = False
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    result: RunResult | None = None
+    started_at: float = field(default_factory=time.time)
+    ended_at: float | None = None
+
+    def meta(self) -> ThreadMeta:
+        """A new record of how the thread stands now (never changed after it is handed out)."""
+        return ThreadMeta(
+            status=self.status,  # type: ignore[arg-type]
+            run_id=self.run_id,
+            thread_step=self.thread_step,
+            pending=list(self.pending),
+            decisions=dict(self.decisions),
+            always_allowed=sorted(self.always_allowed),
+            state=state_to_json(self.state),
+            stop_reason=self.stop_reason,
+            error=self.error,
+            output=self.output_data if self.output_data is not None else self.output,
+            truncated=self.truncated,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+        )
+
+    def to_result(self) -> RunResult:
+        return RunResult(
+            run_id=self.run_id,
+            thread=self.thread,
+            status=self.status,  # type: ignore[arg-type]  # never "running" once handed out
+            messages=self.messages,
+            usage=self.usage,
+            output=self.output if self.status == "completed" else None,
+            pending=list(self.pending),
+            stop_reason=self.stop_reason,
+            error=self.error,
+            truncated=self.truncated,
+            steps=self.steps,
+            state=self.state,
+            new_message_index=self.new_message_index,
+            exception=self.exception,
+            started_at=self.started_at,
+            ended_at=self.ended_at,
+        )
+
+
+def new_run_id() -> str:
+    return "run_" + uuid.uuid4().hex[:16]
+
+
+def state_to_json(state: Any) -> Any:
+    if state is None:
+        return None
+    dump = getattr(state, "model_dump", None)
+    if callable(dump):
+        return dump(mode="json")
+    if dataclasses.is_dataclass(state) and not isinstance(state, type):
+        state = dataclasses.asdict(state)
+    try:
+        from pydantic_core import to_jsonable_python
+
+        return to_jsonable_python(state)
+    except Exception:
+        return None
