@@ -1,11 +1,9 @@
-"""nbagent's adapter for the shared peer benchmark (``../shared/bench/peers/bench_peers.py``).
+"""nbagent's adapter for a peer benchmark harness (`bench/run.py` uses it too).
 
-Point the reference harness at this file to measure nbagent side by side with the peers::
+An outside harness loads this file with ``NBAGENT_ADAPTER=bench/peers_adapter.py`` to measure
+nbagent side by side with the peers.
 
-    NBAGENT_ADAPTER=bench/peers_adapter.py bench/.venv-peers/bin/python \
-        ../shared/bench/peers/bench_peers.py --quick
-
-Contract (see the harness's ``nbagent_adapter.py``): ``build(spec, script, helpers)`` returns an
+Contract: ``build(spec, script, helpers)`` returns an
 ``async () -> helpers.RunOut`` that performs ONE complete agent run through nbagent's public async
 API with default settings: a `FunctionModel` that calls ``script.next()`` exactly once per model
 request, ``helpers.make_tool(script)`` registered with `Tool.from_function`, a new thread per run,

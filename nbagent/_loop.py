@@ -29,6 +29,7 @@ from ._execute import execute
 from ._plan import Plan, error_result, text_answer
 from ._plan import plan as plan_calls
 from ._state import END_KINDS, RunState
+from .result import StopReason
 from .approvals import Decision
 from .events import (
     ApprovalRequestedEvent,
@@ -130,10 +131,10 @@ class _Loop:
                 if last is not None and last.kind == "assistant":
                     if config.output is None:
                         run.status = "completed"
-                        run.output = last.text or ""  # type: ignore[union-attr]
+                        run.output = last.text or ""
                         break
                     # a text answer saved before a crash: judge it now, as model_step would have
-                    text_answer(config, run, last)  # type: ignore[arg-type]
+                    text_answer(config, run, last)
                     if run.status in ("completed", "failed"):
                         break
                     await self.save(messages=run.messages[-1:], meta=True)
@@ -164,7 +165,7 @@ class _Loop:
         result = run.result = run.to_result()
         yield RunEndedEvent(END_KINDS[run.status], result)  # type: ignore[arg-type]
 
-    def stop_reason(self) -> str | None:
+    def stop_reason(self) -> StopReason | None:
         run, config = self.run, self.config
         if run.steps >= config.max_steps:
             return "max_steps"

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from .approvals import Decision, PendingCall
 from .messages import Message
-from .result import RunResult, RunStatus
+from .result import RunResult, RunStatus, StopReason
 from .store.base import LedgerEntry
 from .store.meta import ThreadMeta
 from .usage import Usage
@@ -49,7 +49,7 @@ class RunState:
     state: Any = None
     pending: list[PendingCall] = field(default_factory=list)
     status: RunStatus | Literal["running"] = "running"
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = None
     error: str | None = None
     exception: BaseException | None = None
     output: Any = None

@@ -436,7 +436,7 @@ def _params_model_for(
         doc = param_docs.get(param.name)
         field_defs[param.name] = (hint, Field(default, description=doc) if doc else default)
     try:
-        model = create_model(  # type: ignore[call-overload]
+        model = create_model(
             f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **field_defs
         )
     except Exception as exc:

@@ -1,7 +1,7 @@
 """Approvals and client tools: pausing, per-call decisions bound to the arguments shown, and
 the errors of a resume that cannot apply.
 
-Issue 2, points 4 and 5, and "Bad input" at resume time. Only the shipped fakes and `MemoryStore`.
+Bad input fails at resume time, before anything runs. Only the shipped fakes and `MemoryStore`.
 """
 
 from typing import Any

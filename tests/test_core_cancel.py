@@ -1,7 +1,7 @@
 """Cancellation: a run stopped while a tool runs or while the model streams leaves a valid
 conversation (every tool call has a result) and the next run on the thread works.
 
-Issue 2, point 11: `RunHandle.cancel()`, cancelling the task of ``await agent.run()``, and closing
+Covered: `RunHandle.cancel()`, cancelling the task of ``await agent.run()``, and closing
 a stream early. (KeyboardInterrupt in sync mode is in test_core_sync.py.) Only the shipped fakes
 and `MemoryStore`.
 """

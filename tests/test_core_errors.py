@@ -1,7 +1,7 @@
 """Model failures: answers cut off at the output limit, retries with backoff (and what a failed
 attempt leaves behind: nothing), Retry-After, errors that fail at once, and failed runs resumed.
 
-Issue 2, points 8 and 9. Only the shipped fakes and `MemoryStore`.
+Only the shipped fakes and `MemoryStore`.
 """
 
 import time

@@ -1,7 +1,7 @@
 """The run loop: model -> tools -> model ... -> answer; max_steps, budgets and stop conditions;
 usage rows. Whole histories are asserted where they say the most.
 
-Issue 2, points 1, 10 and 12. Only the shipped fakes and `MemoryStore`.
+Only the shipped fakes and `MemoryStore`.
 """
 
 import asyncio

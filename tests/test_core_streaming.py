@@ -1,8 +1,7 @@
 """Streaming: typed events with a `kind`, their order, text snapshots, and that the model is
 asked to stream only when someone consumes the stream.
 
-Issue 2, point 7 (retry events while streaming are here too). Only the shipped fakes and
-`MemoryStore`.
+Retry events while streaming are here too. Only the shipped fakes and `MemoryStore`.
 """
 
 import asyncio

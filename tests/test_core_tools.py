@@ -1,8 +1,7 @@
 """Tools: definition-time errors, schemas from signatures and docstrings, sync and async bodies,
 concurrency and ordering, error results the model sees, ModelRetry, and tools that change state.
 
-Issue 2, points 2, 3 and 6, and "Bad input" at definition time. Only the shipped fakes and
-`MemoryStore` are used.
+Bad input is refused when the tool is defined. Only the shipped fakes and `MemoryStore` are used.
 """
 
 import asyncio

@@ -1,4 +1,10 @@
-"""Every ```python block of README.md and docs/*.md runs, in order, in one namespace per file.
+"""Every ```python block of README.md and docs/*.md runs, in order, in one namespace per file,
+and prints what the page says it prints.
+
+Expected output is written under the ``print`` that makes it, one ``#>`` line per printed line
+(as pydantic-ai's docs do); ``...`` inside such a line matches anything (ids, timings). A block
+with ``#>`` lines must print exactly those lines, in order; what a block prints is compared in
+full, so a page can never show output the code does not give.
 
 Blocks that start the bundled local model need it (skipped with NBAGENT_SKIP_LOCAL_LLM=1); blocks
 naming an OpenAI model get a fake key and never reach the network (nothing is requested there).
@@ -8,7 +14,9 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import inspect
+import io
 import os
 import re
 import sys
@@ -27,12 +35,38 @@ def blocks(path: Path) -> list[tuple[int, str]]:
     return [(text[: m.start()].count("\n") + 2, m.group(1)) for m in FENCE.finditer(text)]
 
 
-def run_block(code: str, filename: str, namespace: dict) -> None:
+def run_block(code: str, filename: str, namespace: dict) -> str:
+    """Run one block; return what it printed."""
     compiled = compile(code, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
-    if compiled.co_flags & inspect.CO_COROUTINE:
-        asyncio.run(eval(compiled, namespace))
-    else:
-        exec(compiled, namespace)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if compiled.co_flags & inspect.CO_COROUTINE:
+            asyncio.run(eval(compiled, namespace))
+        else:
+            exec(compiled, namespace)
+    return out.getvalue()
+
+
+def expected_output(code: str) -> list[str] | None:
+    """The block's ``#>`` lines (None when it has none)."""
+    lines = [line.strip() for line in code.splitlines()]
+    found = [line[2:].removeprefix(" ") for line in lines if line.startswith("#>")]
+    return found or None
+
+
+def matches(expected: str, actual: str) -> bool:
+    pattern = ".*".join(re.escape(part) for part in expected.split("..."))
+    return re.fullmatch(pattern, actual.rstrip()) is not None
+
+
+def check_output(where: str, code: str, printed: str) -> None:
+    expected = expected_output(code)
+    actual = printed.splitlines()
+    if expected is None:
+        assert not actual, f"{where} prints but the page shows no output (add #> lines):\n{printed}"
+        return
+    assert len(actual) == len(expected) and all(map(matches, expected, actual)), (
+        f"{where} printed:\n{printed}\nbut the page says:\n" + "\n".join(expected))
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -51,7 +85,19 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     for line, code in found:
         if skip_local and "local()" in code:
             continue
+        where = f"{path.name}, block at line {line}"
         try:
-            run_block(code, f"{path.name}:{line}", namespace)
+            printed = run_block(code, f"{path.name}:{line}", namespace)
         except Exception as exc:
-            raise AssertionError(f"{path.name}, block at line {line} failed: {exc!r}") from exc
+            raise AssertionError(f"{where} failed: {exc!r}") from exc
+        check_output(where, code, printed)
+
+
+def test_expected_output_lines_are_read_and_matched() -> None:
+    code = 'print(1)\n#> 1\nprint("run_1a2b done")\n#> run_... done\n'
+    assert expected_output(code) == ["1", "run_... done"]
+    check_output("example", code, "1\nrun_1a2b done\n")
+    with pytest.raises(AssertionError, match="but the page says"):
+        check_output("example", code, "1\nsomething else\n")
+    with pytest.raises(AssertionError, match="prints but the page shows no output"):
+        check_output("example", "print(2)\n", "2\n")

@@ -7,7 +7,7 @@ step's answer), the streaming answer (`StreamText`), a live tool table per answe
 the bottom ``Stop``, ``Approve all`` / ``Deny all`` (with a reason box), ``Clear queue`` and the
 message box with ``Send`` (the last text box of the view).
 
-How it stays responsive (DESIGN.md, "Facts about Jupyter"): a run is `Agent.start`, a background
+How it stays responsive (a cell cannot wait for a button click in ipykernel): a run is `Agent.start`, a background
 task on the kernel's loop, so the cell returns at once. Button and text-box handlers may run on
 another thread (ipykernel subshells), so they only hand work to the loop captured when the view was
 made (``loop.call_soon_threadsafe``) and return. Every decision starts a background resume; a

@@ -1,7 +1,7 @@
 """A paused run survives the kernel: restart it from JupyterLab, then approve in a fresh view.
 
-Issue 5: "after a restart, ``agent.chat(thread=...)`` shows the pending calls with working buttons
-(uses the durable store)". The run pauses in one kernel process; the kernel is restarted through
+After a restart, ``agent.chat(thread=...)`` shows the pending calls with working buttons (from the
+durable store). The run pauses in one kernel process; the kernel is restarted through
 the front end (menu command + its confirmation dialog); a new process re-defines the same agent
 over the same SQLite file, and the Approve button of the reloaded view runs the tool exactly once.
 Screenshots of failures go to tests/browser/artifacts (page_factory).
