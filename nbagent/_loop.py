@@ -29,7 +29,6 @@ from ._execute import execute
 from ._plan import Plan, error_result, text_answer
 from ._plan import plan as plan_calls
 from ._state import END_KINDS, RunState
-from .result import StopReason
 from .approvals import Decision
 from .events import (
     ApprovalRequestedEvent,
@@ -57,6 +56,7 @@ from .messages import (
     unanswered_calls,
 )
 from .models.base import ModelRequest, ModelResponse, ReasoningText
+from .result import StopReason
 from .store.base import LedgerEntry
 from .tools import Tool
 from .usage import ModelCallUsage, Usage

@@ -10,7 +10,7 @@ import pytest
 
 import nbagent
 from nbagent import Agent, Retry, UserError, tool
-from nbagent.dataframe import BATCH_COLUMNS, abatch, batch, batch_thread_ids
+from nbagent.dataframe import BATCH_COLUMNS, batch, batch_thread_ids
 from nbagent.messages import AssistantMessage
 from nbagent.models import FunctionModel, tool_call
 from nbagent.models.base import ModelResponse
@@ -182,6 +182,8 @@ def test_paused_rows_are_reported_and_not_rerun():
 async def test_abatch_from_async_code_and_progress_bar(capsys):
     fake = Counter()
     agent = make_agent(fake)
+    with pytest.warns(DeprecationWarning, match="call agent.map"):
+        from nbagent.dataframe import abatch
     df = await abatch(agent, ["a", "b"], concurrency=2, progress=True, desc="questions")
     assert df["output"].tolist() == ["echo: a", "echo: b"]
     err = capsys.readouterr().err

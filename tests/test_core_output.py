@@ -164,18 +164,16 @@ async def test_the_answer_is_stored_as_json_and_rebuilt(tmp_path: Path) -> None:
 async def test_batch_rows_hold_the_answers_and_a_rerun_rebuilds_them(tmp_path: Path) -> None:
     import pandas as pd
 
-    from nbagent.dataframe import abatch
-
     def answer(messages: list[Any], request: Any) -> Any:
         name = messages[-1].content
         return tool_call(OUTPUT_TOOL, name=name, population=len(name))
 
     model = FunctionModel(answer)
     agent = Agent(model, output_type=City, store=SQLiteStore(tmp_path / "threads.db"))
-    frame = await abatch(agent, pd.Series(["Oslo", "Rome"]), progress=False)
+    frame = agent.map(pd.Series(["Oslo", "Rome"]), progress=False)
     assert list(frame["output"]) == [City(name="Oslo", population=4), City(name="Rome", population=4)]
     calls = len(model.requests)
-    again = await abatch(agent, pd.Series(["Oslo", "Rome"]), progress=False)  # completed rows are not run again
+    again = agent.map(pd.Series(["Oslo", "Rome"]), progress=False)  # completed rows are not run again
     assert len(model.requests) == calls and list(again["output"]) == list(frame["output"])
     await agent.store.close()
 

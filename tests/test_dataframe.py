@@ -19,7 +19,6 @@ from nbagent.dataframe import (
     RUN_SCHEMA,
     TOOL_CALL_SCHEMA,
     USAGE_SCHEMA,
-    ausage_frame,
     runs_frame,
     tool_calls_frame,
     usage_frame,
@@ -203,10 +202,12 @@ def test_sqlite_store_uses_the_columnar_reader(tmp_path, monkeypatch):
     assert usage_frame(store, thread=results[1].thread)["run_id"].tolist() == [results[1].run_id]
 
 
-async def test_async_twin_on_a_running_loop():
+async def test_the_deprecated_async_twin_still_works_on_a_running_loop():
     store = MemoryStore()
     agent = Agent(openai_model([answer(text("x"), 7, 0, 0, 3, 0)]), store=store)
     await agent.run("q")
+    with pytest.warns(DeprecationWarning, match="call usage_frame"):
+        from nbagent.dataframe import ausage_frame
     df = await ausage_frame(agent)
     assert df["input_tokens"].tolist() == [7]
     # the sync function also works while a loop runs (as in a notebook cell)

@@ -846,15 +846,15 @@ def test_columnar_blob_round_trip() -> None:
 
 
 async def test_usage_frame_of_50k_stored_rows_is_fast(store: SQLiteStore) -> None:
-    from nbagent.dataframe import ausage_frame
+    from nbagent.dataframe import usage_frame
 
     rows = many_rows(50_000, threads=50)
     await write_rows(store, rows, per_append=10_000)
-    await ausage_frame(store)  # warm: pandas' first calls import and compile
+    usage_frame(store)  # warm: pandas' first calls import and compile
     best = float("inf")
     for _ in range(3):
         start = time.perf_counter()
-        df = await ausage_frame(store)
+        df = usage_frame(store)
         best = min(best, time.perf_counter() - start)
     print(f"usage frame of 50,000 stored rows: {best * 1000:.0f} ms")
     assert len(df) == 50_000 and df["input_tokens"].sum() == sum(r.input_tokens for r in rows)

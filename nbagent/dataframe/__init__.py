@@ -8,7 +8,7 @@ nbagent.usage_frame(agent)              # every model call of every stored threa
 nbagent.tool_calls_frame(agent)         # one row per tool call, with approval decisions
 nbagent.runs_frame([r1, r2])            # one row per run
 nbagent.dataframe.plot_cost(agent, by="model")
-answers = agent.map(df["question"], concurrency=8)   # = nbagent.batch(agent, df["question"])
+answers = agent.map(df["question"], concurrency=8)
 nbagent.output_frame(answers)           # structured answers (output_type) as columns
 ```
 
@@ -16,18 +16,22 @@ This package is the only place nbagent imports pandas (and numpy); the core neve
 and `import nbagent` stays light. matplotlib is imported by pandas when a plot is drawn, tqdm
 when a batch shows its progress bar. Every frame exports with ``to_csv`` / ``to_parquet``
 (categoricals and UTC datetimes round-trip through parquet with pyarrow).
+
+Naming: these functions are for notebook cells. They block and return the DataFrame, in a cell
+(where a loop runs) as in a script, and have one form each. (The awaitable forms of nbagent 0.1,
+``ausage_frame``, ``atool_calls_frame``, ``aruns_frame`` and ``abatch``, still work with a
+`DeprecationWarning` until 0.3; from async code call ``await asyncio.to_thread(usage_frame, ...)``.)
 """
 
 from __future__ import annotations
 
-from ._batch import BATCH_COLUMNS, abatch, batch, batch_thread_ids, output_frame
+from typing import Any
+
+from ._batch import BATCH_COLUMNS, batch, batch_thread_ids, output_frame
 from ._columns import USAGE_SCHEMA, usage_from_columns
 from ._frames import (
     RUN_SCHEMA,
     TOOL_CALL_SCHEMA,
-    aruns_frame,
-    atool_calls_frame,
-    ausage_frame,
     runs_frame,
     tool_calls_frame,
     usage_frame,
@@ -39,10 +43,6 @@ __all__ = [
     "RUN_SCHEMA",
     "TOOL_CALL_SCHEMA",
     "USAGE_SCHEMA",
-    "abatch",
-    "aruns_frame",
-    "atool_calls_frame",
-    "ausage_frame",
     "batch",
     "batch_thread_ids",
     "cost_by_tool",
@@ -54,3 +54,20 @@ __all__ = [
     "usage_frame",
     "usage_from_columns",
 ]
+
+
+_DEPRECATED = {"ausage_frame": "usage_frame", "atool_calls_frame": "tool_calls_frame",
+               "aruns_frame": "runs_frame", "abatch": "agent.map"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module 'nbagent.dataframe' has no attribute {name!r}")
+    import warnings
+
+    warnings.warn(f"nbagent.dataframe.{name} is deprecated (goes away in 0.3): call {_DEPRECATED[name]}, "
+                  "which works in notebook cells and scripts, or await asyncio.to_thread(...) of it",
+                  DeprecationWarning, stacklevel=2)
+    from . import _batch, _frames
+
+    return getattr(_batch if name == "abatch" else _frames, name)

@@ -190,7 +190,7 @@ async def abatch(
     progress: bool = True,
     desc: str | None = None,
 ) -> pd.DataFrame:
-    """`batch` for async code: ``df = await abatch(agent, questions)``."""
+    """The awaitable form of `batch` (deprecated as a public name: nbagent.dataframe warns)."""
     if not isinstance(agent, Agent):
         raise UserError(f"batch() needs an Agent, got {type(agent).__name__}")
     if not isinstance(concurrency, int) or concurrency < 1:
@@ -298,8 +298,8 @@ def batch(
     `thread_prefix`. With a MemoryStore this holds within the session; with a persistent store
     (SQLite) across kernel restarts.
 
-    Works in notebook cells and scripts (runs on nbagent's private loop, no nest_asyncio); in
-    async code use ``await abatch(...)``. KeyboardInterrupt (the kernel's stop button) cancels the
+    Works in notebook cells and scripts (runs on nbagent's private loop, no nest_asyncio).
+    KeyboardInterrupt (the kernel's stop button) cancels the
     rows still running; finished rows are stored and skipped next time.
     """
     from .._sync import run_sync

@@ -80,7 +80,7 @@ def usage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd
     when the call was made; NaN where the price is unknown), ``currency`` (category),
     ``usage_reported`` (bool: False when the provider sent no counts).
 
-    Works in a notebook cell and in scripts; inside async code use ``await ausage_frame(...)``.
+    Works in a notebook cell (where a loop runs) and in scripts.
     """
     names = thread_names(thread)
     return _usage(load_now(source, threads=names, usage_only=True), names)

@@ -1,0 +1,151 @@
+"""The public API's shape: what `nbagent` exports, the sync/async naming rule, deprecated names,
+and the stored formats of nbagent 0.1 still reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import shutil
+import warnings
+from pathlib import Path
+
+import pytest
+
+import nbagent
+from nbagent import Agent, Decisions, tool
+from nbagent.models import ScriptedModel, TestModel, tool_call
+from nbagent.store import MemoryStore, SQLiteStore
+from nbagent.store.meta import ThreadMeta
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def test_all_is_complete_and_sorted() -> None:
+    """Every public name of the package is in `__all__` (and `dir()`), and nothing else is."""
+    public = {
+        name for name, value in vars(nbagent).items()
+        if not name.startswith("_") and not inspect.ismodule(value) and name not in ("annotations", "Any")
+    }
+    lazy = {"usage_frame", "tool_calls_frame", "runs_frame", "output_frame"}  # served by __getattr__
+    assert set(nbagent.__all__) == (public | lazy | {"__version__"})
+    assert nbagent.__all__ == sorted(nbagent.__all__)
+    assert set(nbagent.__all__) <= set(dir(nbagent))
+    for name in nbagent.__all__:
+        assert getattr(nbagent, name) is not None
+
+
+def test_event_classes_end_in_event_and_old_names_warn() -> None:
+    event_names = [n for n in nbagent.__all__ if n.endswith("Event") and n != "Event"]
+    assert len(event_names) == 11
+    with pytest.warns(DeprecationWarning, match="TextDelta is now nbagent.TextDeltaEvent"):
+        assert nbagent.TextDelta is nbagent.TextDeltaEvent
+    with pytest.warns(DeprecationWarning, match="RunEnded is now"):
+        from nbagent.events import RunEnded  # noqa: F401
+
+
+def _params(fn: object) -> list[tuple[str, object]]:
+    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("name", ["run", "resume", "threads", "checkpoints", "pending", "thread_usage", "fork"])
+def test_each_async_method_has_a_sync_twin_with_the_same_parameters(name: str) -> None:
+    """The naming rule: the awaitable form has the plain name, its blocking twin adds ``_sync``."""
+    async_fn, sync_fn = getattr(Agent, name), getattr(Agent, name + "_sync")
+    assert inspect.iscoroutinefunction(async_fn) and not inspect.iscoroutinefunction(sync_fn)
+    assert _params(async_fn) == _params(sync_fn)
+
+
+def test_resume_stream_takes_what_resume_takes() -> None:
+    assert _params(Agent.resume_stream) == _params(Agent.resume)
+
+
+def test_deprecated_names_still_work_with_a_warning() -> None:
+    agent = Agent(TestModel(), store=MemoryStore())
+    result = agent.run_sync("hi", thread="t")
+    with pytest.warns(DeprecationWarning, match="Agent.checkpoints"):
+        assert [c.step for c in agent.history_sync("t")] == [c.step for c in agent.checkpoints_sync("t")]
+    pytest.importorskip("pandas")
+    with pytest.warns(DeprecationWarning, match=r"nbagent.usage_frame\(result\)"):
+        old = result.usage_df()
+    assert old.equals(nbagent.usage_frame(result))
+
+
+@pytest.mark.parametrize("store", ["memory", "file"])
+def test_agent_takes_what_nbagent_store_takes(store: str, tmp_path: Path) -> None:
+    """``Agent(store="memory")`` used to fail at run time with an AttributeError."""
+    value = "memory" if store == "memory" else str(tmp_path / "threads.db")
+    agent = Agent(TestModel(text="ok"), store=value)
+    assert agent.run_sync("hi", thread="t").output == "ok"
+    assert isinstance(agent.store, MemoryStore if store == "memory" else SQLiteStore)
+    assert [t.thread for t in agent.threads_sync()] == ["t"]
+
+
+def test_agent_refuses_a_store_it_cannot_use() -> None:
+    with pytest.raises(nbagent.UserError, match="store must be a Store, a file path or 'memory'"):
+        Agent(TestModel(), store=42)  # type: ignore[arg-type]
+
+
+def test_decisions_value_is_the_resume_path() -> None:
+    @tool(requires_approval=True)
+    def pay(amount: float) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    model = ScriptedModel([[tool_call("pay", amount=5.0, id="a"), tool_call("pay", amount=9.0, id="b")], "done"])
+    agent = Agent(model, tools=[pay], store=MemoryStore())
+    paused = agent.run_sync("pay twice")
+    first, second = paused.pending
+    decisions = Decisions(by="ana").edit(first, {"amount": 4.0}).deny(second, "too much")
+    result = agent.resume_sync(paused, decisions=decisions)
+    assert result.status == "completed"
+    results = {m.call_id: m for m in result.messages if m.kind == "tool-result"}
+    assert (results["a"].decision, results["a"].decided_by) == ("edited", "ana")
+    assert results["a"].content.endswith("paid 4.0")
+    assert (results["b"].decision, results["b"].content) == ("denied", "denied by the user: too much")
+
+
+def test_meta_of_a_store_written_by_nbagent_0_1_still_reads(tmp_path: Path) -> None:
+    """The fixture was written by nbagent 0.1 (a paused thread, a completed one with an edit, a
+    deny and always-allow, and a fork): its untyped meta records read as `ThreadMeta`."""
+    path = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "store_meta_v0_1.db", path)
+    store = SQLiteStore(path)
+
+    async def check() -> None:
+        paused = await store.load("t-paused")
+        assert paused is not None and isinstance(paused.meta, ThreadMeta)
+        assert paused.meta.status == "paused" and paused.meta.state == {"cart": ["coffee"]}
+        assert [p.id for p in paused.open_pending()] == ["c2", "c3"]
+        done = await store.load("t-done")
+        assert done is not None and done.meta.status == "completed"
+        assert done.meta.always_allowed == ["add"] and done.meta.output == "Paid less, not shipped."
+        fork = await store.load("t-fork")
+        assert fork is not None and fork.meta.status == "forked"
+        assert fork.meta.forked_from == {"thread": "t-done", "at_step": 1, "messages": 4}
+        await store.close()
+
+    asyncio.run(check())
+    pay_calls: list[float] = []
+
+    @tool(requires_approval=True)
+    def pay(amount: float) -> str:
+        """Pay."""
+        pay_calls.append(amount)
+        return f"paid {amount}"
+
+    @tool(requires_approval=True)
+    def ship(to: str) -> str:
+        """Ship."""
+        return f"shipped to {to}"
+
+    @tool
+    def add(item: str) -> str:
+        """Add an item."""
+        return f"added {item}"
+
+    agent = Agent(ScriptedModel(["Bought."]), tools=[add, pay, ship], store=SQLiteStore(path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = agent.resume_sync(thread="t-paused", approve=["c2"], deny={"c3": "not today"})
+    assert result.status == "completed" and pay_calls == [5.0]
