@@ -8,13 +8,14 @@ state; no store: the loop records each result.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import time
 from typing import TYPE_CHECKING, Any
 
 from .approvals import Decision
 from .exceptions import ModelRetry
-from .messages import ToolCall, ToolResultMessage
+from .messages import ToolCall, ToolResultMessage, clean_text
 from .tools import RunContext, Tool
 
 if TYPE_CHECKING:
@@ -54,7 +55,13 @@ async def execute(
         if tool.is_async:
             value = await fn()
         else:
-            value = await asyncio.to_thread(fn)
+            # A thread cannot be interrupted: the run may be stopped while the function goes on.
+            # `run.blocking` keeps its future so the run can say so, and record the real outcome
+            # when the function returns (see `_Loop.cancel_cleanup`).
+            future = asyncio.get_running_loop().run_in_executor(None, contextvars.copy_context().run, fn)
+            run.blocking[call.id] = future
+            value = await asyncio.shield(future)
+            del run.blocking[call.id]
         content, is_error, status = tool_result_text(value), False, "done"
     except ModelRetry as exc:
         content, is_error, status = exc.message, True, "failed"
@@ -67,6 +74,11 @@ async def execute(
         content, is_error, status = "CancelledError: the tool's work was cancelled", True, "failed"
     except Exception as exc:
         content, is_error, status = f"{type(exc).__name__}: {exc}", True, "failed"
+    except (KeyboardInterrupt, SystemExit) as exc:
+        # Raised by the tool's own code (sys.exit(), an argparse error): a real Ctrl-C reaches the
+        # run as a cancellation, not here. An error result, never a dead loop or an open call.
+        content, is_error, status = f"{type(exc).__name__}: {exc} (raised by the tool)", True, "failed"
+    content = clean_text(content)
     if note:
         content = note + content
     result = ToolResultMessage(call.id, call.name, content, is_error, status,  # type: ignore[arg-type]

@@ -69,11 +69,11 @@ def pretty_args(args: Any) -> str:
     if isinstance(args, str):
         try:
             args = json.loads(args)
-        except ValueError:
+        except (ValueError, RecursionError):
             return args
     try:
         return json.dumps(args, indent=2, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         return str(args)
 
 

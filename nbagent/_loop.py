@@ -45,28 +45,32 @@ from .events import (
     ToolCallStartedEvent,
     UsageEvent,
 )
-from .exceptions import ModelResponseError
+from .exceptions import ConflictError, ModelResponseError
 from .messages import (
     AssistantMessage,
     Message,
     SystemMessage,
     ToolCall,
     ToolResultMessage,
+    clean_message,
     new_call_id,
     unanswered_calls,
 )
 from .models.base import ModelRequest, ModelResponse, ReasoningText
 from .result import StopReason
-from .store.base import LedgerEntry
+from .store.base import LedgerEntry, Store
 from .tools import Tool
 from .usage import ModelCallUsage, Usage
 
 __all__ = ["drive"]
 
 
-def _fix_call_ids(message: AssistantMessage) -> None:
-    # Some servers send empty ids (Gemini) or repeat them; results must map to exactly one call.
-    seen: set[str] = set()
+def _fix_call_ids(run: RunState, message: AssistantMessage) -> None:
+    # Some servers send empty ids (Gemini), repeat them within an answer, or name every call
+    # "call_0": each result must map to exactly one call of the whole thread.
+    seen = run.call_ids
+    if seen is None:
+        seen = run.call_ids = {c.id for m in run.messages if m.kind == "assistant" for c in m.tool_calls}
     for call in message.tool_calls:
         if not call.id or call.id in seen:
             call.id = new_call_id()
@@ -226,9 +230,9 @@ class _Loop:
                 run.exception = exc
                 return
         latency = time.perf_counter() - clock
-        message = response.message
+        message = clean_message(response.message)  # lone surrogates can be neither stored nor sent
         if message.tool_calls:
-            _fix_call_ids(message)
+            _fix_call_ids(run, message)
         counts = response.usage
         row = ModelCallUsage(
             run.run_id, run.thread, step, started, model.provider, response.model or model.model_name,
@@ -356,6 +360,13 @@ class _Loop:
         results = []
         ledger = []
         for call in unanswered_calls(run.messages):
+            blocking = run.blocking.pop(call.id, None)
+            if blocking is not None and not blocking.done():
+                results.append(error_result(call, _STILL_RUNNING, "interrupted"))
+                if call.id in run.ledger:
+                    ledger.append(LedgerEntry(call.id, call.name, run.ledger[call.id].args_hash, "interrupted"))
+                    blocking.add_done_callback(self._late_outcome(run.ledger[call.id]))
+                continue
             results.append(error_result(call, "cancelled: the run was stopped before this call finished",
                                          "cancelled"))
             if call.id in run.ledger:
@@ -372,8 +383,47 @@ class _Loop:
             pass
 
 
+    def _late_outcome(self, started: LedgerEntry) -> Any:
+        """A callback for a blocking call that outlived its run: record how it really ended in
+        the ledger (the conversation already says "not known", and is append-only)."""
+        store, thread = self.store, self.run.thread
+
+        def done(future: asyncio.Future[Any]) -> None:
+            failed = future.cancelled() or future.exception() is not None
+            entry = LedgerEntry(started.call_id, started.tool, started.args_hash, "failed" if failed else "finished")
+            task = asyncio.ensure_future(_record_late(store, thread, entry))
+            _late_tasks.add(task)
+            task.add_done_callback(_late_tasks.discard)
+
+        return done
+
     async def execute(self, call: ToolCall, tool: Tool, validated: Any, note: str | None) -> ToolResultMessage:
         return await execute(self.run, call, tool, validated, note, self.decided.pop(call.id, None))
+
+
+_STILL_RUNNING = (
+    "interrupted: stop was requested while this tool was running; it cannot be interrupted and was "
+    "still running when the run ended, so it is not known whether it completed (its outcome is "
+    "recorded in the thread's ledger when it ends); check before calling it again"
+)
+_late_tasks: set[asyncio.Task[Any]] = set()
+
+
+async def _record_late(store: Store, thread: str, entry: LedgerEntry) -> None:
+    for _ in range(20):  # another run may be writing the thread: take its version and try again
+        loaded = await store.load(thread)
+        if loaded is None:
+            return
+        current = loaded.ledger.get(entry.call_id)
+        if current is None or current.status != "interrupted":
+            return  # a later run already decided what this call is
+        try:
+            await store.append(thread, version=loaded.version, step=loaded.step, ledger=[entry])
+            return
+        except ConflictError:
+            await asyncio.sleep(0.05)
+        except Exception:  # the store failing here has no run to fail: keep the "not known"
+            return
 
 
 def drive(config: RunConfig, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:

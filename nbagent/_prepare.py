@@ -12,7 +12,7 @@ import uuid
 from typing import Any
 
 from ._config import RunConfig
-from ._state import RunState, new_run_id
+from ._state import RunState, new_run_id, state_to_json
 from .approvals import Decisions
 from .exceptions import NotResumableError, PendingCallsError, UserError
 from .messages import Prompt, user_message
@@ -25,6 +25,8 @@ __all__ = ["prepare_resume", "prepare_run", "run_state"]
 def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state: Any) -> RunState:
     """A new run's state on `thread` as stored (`loaded`, None for a new thread)."""
     run = RunState(new_run_id(), thread, list(loaded.messages) if loaded else [])
+    if state is not None:
+        run.stored_state = state_to_json(state)  # refused now, not silently stored as null
     if loaded is not None:
         meta = loaded.meta
         run.version = loaded.version
@@ -33,7 +35,10 @@ def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state:
         run.always_allowed = set(meta.always_allowed)
         run.decisions = dict(meta.decisions)
         run.pending = list(meta.pending)
-        run.state = state if state is not None else config.restore_state(meta.state)
+        if state is None:
+            run.state, run.stored_state = config.restore_state(meta.state), meta.state
+        else:
+            run.state = state
     else:
         run.state = state
     run.new_message_index = len(run.messages)
@@ -43,6 +48,8 @@ def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state:
 async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
     """The state of a run that sends `prompt` (None: continue a thread whose last run stopped)."""
     message = None if prompt is None else user_message(prompt)  # bad input fails before any I/O
+    if state is not None:
+        state_to_json(state)
     # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
     loaded = await config.store.load(thread) if thread else None
     thread = thread or "thread_" + uuid.uuid4().hex[:16]

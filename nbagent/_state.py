@@ -11,10 +11,12 @@ import asyncio
 import dataclasses
 import time
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from .approvals import Decision, PendingCall
+from .exceptions import UserError
 from .messages import Message
 from .result import RunResult, RunStatus, StopReason
 from .store.base import LedgerEntry
@@ -62,9 +64,26 @@ class RunState:
     meta_dirty: bool = True
     cancel_requested: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    blocking: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
+    """Sync tool calls running in a worker thread, by call id (a thread cannot be cancelled)."""
+    stored_state: Any = None
+    state_warned: bool = False
+    call_ids: set[str] | None = None
+    """Every tool call id of the thread (built on the first answer with calls)."""
     result: RunResult | None = None
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
+
+    def _state_json(self) -> Any:
+        try:
+            self.stored_state = state_to_json(self.state)
+        except UserError as exc:
+            # Checked at run start; a tool that later put something unstorable in it must not
+            # make the step's results fail to save: the last storable value is kept, loudly.
+            if not self.state_warned:
+                warnings.warn(f"{exc}; the thread keeps its last storable state", RuntimeWarning, stacklevel=2)
+                self.state_warned = True
+        return self.stored_state
 
     def meta(self) -> ThreadMeta:
         """A new record of how the thread stands now (never changed after it is handed out)."""
@@ -75,7 +94,7 @@ class RunState:
             pending=list(self.pending),
             decisions=dict(self.decisions),
             always_allowed=sorted(self.always_allowed),
-            state=state_to_json(self.state),
+            state=self._state_json(),
             stop_reason=self.stop_reason,
             error=self.error,
             output=self.output_data if self.output_data is not None else self.output,
@@ -110,6 +129,11 @@ def new_run_id() -> str:
 
 
 def state_to_json(state: Any) -> Any:
+    """The user's state object as JSON data.
+
+    Raises:
+        UserError: it cannot be turned into JSON (it would be lost on a restart).
+    """
     if state is None:
         return None
     dump = getattr(state, "model_dump", None)
@@ -117,9 +141,13 @@ def state_to_json(state: Any) -> Any:
         return dump(mode="json")
     if dataclasses.is_dataclass(state) and not isinstance(state, type):
         state = dataclasses.asdict(state)
-    try:
-        from pydantic_core import to_jsonable_python
+    from pydantic_core import to_jsonable_python
 
+    try:
         return to_jsonable_python(state)
-    except Exception:
-        return None
+    except Exception as exc:
+        raise UserError(
+            f"the state object ({type(state).__name__}) cannot be stored with the thread: {exc}; use a "
+            "pydantic model, a dataclass or JSON data (dict, list, str, numbers), and state_type= to "
+            "rebuild it after a restart"
+        ) from None

@@ -18,6 +18,7 @@ import base64
 import io
 import json
 import os
+import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,8 @@ __all__ = [
     "ToolCallStatus",
     "ToolResultMessage",
     "UserMessage",
+    "clean_text",
+    "has_lone_surrogate",
     "message_from_dict",
     "messages_from_dicts",
     "new_call_id",
@@ -48,6 +51,37 @@ ToolCallStatus = Literal["done", "failed", "denied", "cancelled", "interrupted"]
 the run, or started before a crash with no known outcome."""
 
 _UNSET: Any = object()
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def has_lone_surrogate(text: str) -> bool:
+    """True when `text` holds a surrogate code point (which UTF-8 cannot encode)."""
+    return _SURROGATE.search(text) is not None
+
+
+def clean_text(text: str) -> str:
+    """`text` with surrogate halves joined into the characters they make (an emoji split across
+    two streamed chunks) and lone ones replaced by U+FFFD, so it can always be stored and sent.
+    Text without surrogates is returned as it is (the usual case costs one regex search)."""
+    if _SURROGATE.search(text) is None:
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def clean_message(message: AssistantMessage) -> AssistantMessage:
+    """An answer from a model with its text fields passed through `clean_text` (in place)."""
+    if message.text:
+        message.text = clean_text(message.text)
+    if message.reasoning:
+        message.reasoning = clean_text(message.reasoning)
+    if message.refusal:
+        message.refusal = clean_text(message.refusal)
+    for call in message.tool_calls:
+        name, args = clean_text(call.name), clean_text(call.args_json)
+        if name is not call.name or args is not call.args_json:
+            call.name, call.args_json, call._args = name, args, _UNSET
+    return message
 
 
 def new_call_id() -> str:
@@ -79,7 +113,7 @@ class ToolCall:
         if self._args is _UNSET:
             try:
                 value = json.loads(self.args_json) if self.args_json.strip() else {}
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested deeper than Python recurses
                 value = None
             self._args = value if isinstance(value, dict) else None
         return self._args  # type: ignore[no-any-return]
@@ -301,6 +335,16 @@ Prompt = str | Sequence[Any] | UserMessage
 converts), e.g. ``["What is in this plot?", fig]``, or a ready `UserMessage`."""
 
 
+def _check_text(text: str, where: str) -> None:
+    if has_lone_surrogate(text):
+        at = _SURROGATE.search(text).start()  # type: ignore[union-attr]
+        raise InvalidPromptError(
+            f"{where} holds a lone surrogate ({text[at]!r} at character {at}), which is not text any "
+            "model accepts; it often comes from os.fsdecode() of a file name that is not UTF-8: "
+            "decode the bytes with errors='replace' first"
+        )
+
+
 def user_message(prompt: Prompt) -> UserMessage:
     """The `UserMessage` for a prompt: the strings joined by blank lines, the rest as images.
 
@@ -308,10 +352,12 @@ def user_message(prompt: Prompt) -> UserMessage:
         InvalidPromptError: a part is neither text nor an image (the message says which one).
     """
     if isinstance(prompt, str):
+        _check_text(prompt, "the prompt")
         return UserMessage(prompt)
     if isinstance(prompt, UserMessage):
         if not isinstance(prompt.content, str) or not all(isinstance(i, Image) for i in prompt.images):
             raise InvalidPromptError("a UserMessage needs str content and a list of nbagent.Image")
+        _check_text(prompt.content, "the prompt")
         return prompt
     if not isinstance(prompt, (list, tuple)):
         try:
@@ -324,6 +370,7 @@ def user_message(prompt: Prompt) -> UserMessage:
     images: list[Image] = []
     for i, part in enumerate(prompt):
         if isinstance(part, str):
+            _check_text(part, f"prompt part {i}")
             texts.append(part)  # always text (a URL too): Image.from_url(...) sends a URL as an image
             continue
         try:

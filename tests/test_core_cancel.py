@@ -269,7 +269,10 @@ async def test_cancel_does_not_wait_for_a_blocking_sync_tool() -> None:
     result = await asyncio.wait_for(handle.wait(), 5)
     assert time.perf_counter() - clock < 0.4
     assert result is not None and result.status == "cancelled"
-    assert result.messages[-1].status == "cancelled"
+    # The function goes on in its thread: the result says so instead of claiming it was cancelled
+    # (nbagent 0.1 recorded "cancelled", and the model might repeat a side effect that happened).
+    assert result.messages[-1].status == "interrupted"
+    assert "still running" in result.messages[-1].content
     await check_thread_is_usable(agent, "t")
 
 
