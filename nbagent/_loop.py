@@ -28,7 +28,7 @@ from ._config import RunConfig
 from ._execute import execute
 from ._plan import Plan, error_result, text_answer
 from ._plan import plan as plan_calls
-from ._state import END_KINDS, RunState
+from ._state import END_KINDS, RunState, live_runs
 from .approvals import Decision
 from .events import (
     ApprovalRequestedEvent,
@@ -115,59 +115,64 @@ class _Loop:
     # ------------------------------------------------------------------ the loop
     async def events(self) -> AsyncGenerator[Event, None]:
         run, config = self.run, self.config
-        yield RunStartedEvent(run.run_id, run.thread)
+        live_runs.add(run.run_id)  # so that this process refuses to resume the thread meanwhile
         try:
-            while True:
-                plan, self.planned = self.planned, None
-                calls = plan.calls if plan is not None else unanswered_calls(run.messages)
-                if calls:
-                    async for event in self.tool_phase(calls, plan):
+            yield RunStartedEvent(run.run_id, run.thread)
+            try:
+                while True:
+                    plan, self.planned = self.planned, None
+                    calls = plan.calls if plan is not None else unanswered_calls(run.messages)
+                    if calls:
+                        async for event in self.tool_phase(calls, plan):
+                            yield event
+                        if run.status == "completed":  # the model gave its structured answer
+                            break
+                        if run.pending:
+                            run.status = "paused"
+                            for p in run.pending:
+                                client = p.reason == "client"
+                                yield ClientCallRequestedEvent(p) if client else ApprovalRequestedEvent(p)
+                            break
+                        continue
+                    last = run.messages[-1] if run.messages else None
+                    if last is not None and last.kind == "assistant":
+                        if config.output is None:
+                            run.status = "completed"
+                            run.output = last.text or ""
+                            break
+                        # a text answer saved before a crash: judge it now, as model_step would have
+                        text_answer(config, run, last)
+                        if run.status in ("completed", "failed"):
+                            break
+                        await self.save(messages=run.messages[-1:], meta=True)
+                        continue
+                    stop = self.stop_reason()
+                    if stop is not None:
+                        run.status, run.stop_reason = "stopped", stop
+                        break
+                    async for event in self.model_step():
                         yield event
-                    if run.status == "completed":  # the model gave its structured answer
+                    if run.status == "failed":
                         break
-                    if run.pending:
-                        run.status = "paused"
-                        for p in run.pending:
-                            yield (ClientCallRequestedEvent(p) if p.reason == "client" else ApprovalRequestedEvent(p))
-                        break
-                    continue
-                last = run.messages[-1] if run.messages else None
-                if last is not None and last.kind == "assistant":
-                    if config.output is None:
-                        run.status = "completed"
-                        run.output = last.text or ""
-                        break
-                    # a text answer saved before a crash: judge it now, as model_step would have
-                    text_answer(config, run, last)
-                    if run.status in ("completed", "failed"):
-                        break
-                    await self.save(messages=run.messages[-1:], meta=True)
-                    continue
-                stop = self.stop_reason()
-                if stop is not None:
-                    run.status, run.stop_reason = "stopped", stop
-                    break
-                async for event in self.model_step():
-                    yield event
-                if run.status == "failed":
-                    break
-        except (asyncio.CancelledError, GeneratorExit):
-            if run.status == "paused":
-                # Closed while announcing the pause (a view stops at approval-requested): nothing
-                # runs any more, so the pause stands and can be resumed.
-                try:
-                    await self.save(meta=True)
-                except Exception:
-                    pass
-            else:
-                await self.cancel_cleanup()
-            run.result = run.to_result()
-            raise
-        if not (self.final_saved and run.status == "completed" and not run.meta_dirty):
-            run.ended_at = time.time()
-            await self.save(meta=True)
-        result = run.result = run.to_result()
-        yield RunEndedEvent(END_KINDS[run.status], result)  # type: ignore[arg-type]
+            except (asyncio.CancelledError, GeneratorExit):
+                if run.status == "paused":
+                    # Closed while announcing the pause (a view stops at approval-requested): nothing
+                    # runs any more, so the pause stands and can be resumed.
+                    try:
+                        await self.save(meta=True)
+                    except Exception:
+                        pass
+                else:
+                    await self.cancel_cleanup()
+                run.result = run.to_result()
+                raise
+            if not (self.final_saved and run.status == "completed" and not run.meta_dirty):
+                run.ended_at = time.time()
+                await self.save(meta=True)
+            result = run.result = run.to_result()
+            yield RunEndedEvent(END_KINDS[run.status], result)  # type: ignore[arg-type]
+        finally:
+            live_runs.discard(run.run_id)
 
     def stop_reason(self) -> StopReason | None:
         run, config = self.run, self.config

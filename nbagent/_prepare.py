@@ -12,9 +12,9 @@ import uuid
 from typing import Any
 
 from ._config import RunConfig
-from ._state import RunState, new_run_id, state_to_json
+from ._state import RunState, new_run_id, owner_alive, state_to_json
 from .approvals import Decisions
-from .exceptions import NotResumableError, PendingCallsError, UserError
+from .exceptions import ConflictError, NotResumableError, PendingCallsError, UserError
 from .messages import Prompt, user_message
 from .result import RunResult
 from .store.base import ThreadState
@@ -45,6 +45,18 @@ def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state:
     return run
 
 
+def _refuse_live(loaded: ThreadState) -> None:
+    """A thread another process (or task) is running now must not be continued here: this run
+    would record its tool as "interrupted" and that run's real result would be lost."""
+    meta = loaded.meta
+    if meta.status == "running" and owner_alive(meta.owner, meta.run_id):
+        owner = meta.owner or {}
+        raise ConflictError(
+            f"thread {loaded.thread!r} is being run right now (run {meta.run_id}, process "
+            f"{owner.get('pid')} on {owner.get('host')}); wait for it to end or stop it, then continue"
+        )
+
+
 async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
     """The state of a run that sends `prompt` (None: continue a thread whose last run stopped)."""
     message = None if prompt is None else user_message(prompt)  # bad input fails before any I/O
@@ -54,6 +66,8 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
     loaded = await config.store.load(thread) if thread else None
     thread = thread or "thread_" + uuid.uuid4().hex[:16]
     run = run_state(config, thread, loaded, state)
+    if loaded is not None:
+        _refuse_live(loaded)
     open_calls = loaded.open_calls() if loaded is not None else []
     if open_calls:
         ids = ", ".join(c.id for c in open_calls)
@@ -95,6 +109,7 @@ async def prepare_resume(
     loaded = await config.store.load(thread)
     if loaded is None:
         raise NotResumableError(f"thread {thread!r} is not in the store ({config.store!r})")
+    _refuse_live(loaded)
     run = run_state(config, thread, loaded, state if state is not None else (result.state if result else None))
     last = run.messages[-1] if run.messages else None
     if not loaded.open_calls() and (last is None or last.kind == "assistant"):

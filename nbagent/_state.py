@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import socket
 import time
 import uuid
 import warnings
@@ -101,6 +103,7 @@ class RunState:
             truncated=self.truncated,
             started_at=self.started_at,
             ended_at=self.ended_at,
+            owner=process_owner() if self.status == "running" else None,
         )
 
     def to_result(self) -> RunResult:
@@ -122,6 +125,51 @@ class RunState:
             started_at=self.started_at,
             ended_at=self.ended_at,
         )
+
+
+_owner: dict[str, Any] | None = None
+live_runs: set[str] = set()
+"""The ids of the runs going on in this process (`_loop.drive` adds and removes them)."""
+
+
+def _start_time(pid: int) -> str | None:
+    try:  # Linux: field 22 of /proc/<pid>/stat, the start time in clock ticks since boot
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[19].decode()
+    except (OSError, IndexError):
+        return None
+
+
+def process_owner() -> dict[str, Any]:
+    """This process, as a thread's `ThreadMeta.owner` names it."""
+    global _owner
+    if _owner is None or _owner["pid"] != os.getpid():  # computed again in a forked child
+        _owner = {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
+    return _owner
+
+
+def owner_alive(owner: dict[str, Any] | None, run_id: str | None) -> bool:
+    """Whether the process named by a thread's `owner` is still running that thread's run.
+
+    Only a process on this machine can be checked; a run recorded by another machine (or by an
+    nbagent that recorded no owner) counts as not running, as before owners were recorded."""
+    if not owner or owner.get("host") != socket.gethostname():
+        return False
+    pid = owner.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if pid == os.getpid():
+        return run_id in live_runs
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass  # it exists, under another user
+    except OSError:
+        return False
+    start = owner.get("start")
+    return start is None or _start_time(pid) in (None, start)
 
 
 def new_run_id() -> str:

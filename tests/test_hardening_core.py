@@ -9,6 +9,7 @@ blocking tool.
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from typing import Any
@@ -181,3 +182,72 @@ def test_stop_during_a_blocking_tool_records_what_is_known_then_the_real_outcome
     assert time.time() - loaded.ledger["c1"].time < 30
 
 
+
+
+_RUNNER = r"""
+import sys, time
+from pathlib import Path
+from nbagent import Agent, tool
+from nbagent.models import ScriptedModel, tool_call
+from nbagent.store import SQLiteStore
+
+marker = Path(sys.argv[2])
+
+@tool
+def charge(amount: float) -> str:
+    '''Charge a card.'''
+    marker.write_text("started")
+    time.sleep(float(sys.argv[3]))
+    return f"charged {amount}"
+
+agent = Agent(ScriptedModel([tool_call("charge", amount=5.0, id="c1"), "Charged."]), tools=[charge],
+              store=SQLiteStore(sys.argv[1]))
+result = agent.run_sync("charge me", thread="t")
+print(result.status, result.output)
+"""
+
+
+def _start_runner(tmp_path: Any, seconds: float) -> tuple[Any, Any]:
+    import subprocess
+
+    marker = tmp_path / "started"
+    proc = subprocess.Popen([sys.executable, "-c", _RUNNER, str(tmp_path / "t.db"), str(marker), str(seconds)],
+                            stdout=subprocess.PIPE, text=True)
+    deadline = time.time() + 30
+    while not marker.exists():
+        assert proc.poll() is None and time.time() < deadline, "the runner did not reach its tool"
+        time.sleep(0.02)
+    return proc, marker
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_resuming_a_thread_another_live_process_runs_is_refused_and_its_result_kept(tmp_path: Any) -> None:
+    from nbagent import ConflictError
+
+    proc, _ = _start_runner(tmp_path, 2.0)
+    agent = Agent(ScriptedModel(["never"]), tools=[], store=SQLiteStore(tmp_path / "t.db"))
+    with pytest.raises(ConflictError, match="is being run right now"):
+        agent.resume_sync(thread="t")  # used to record "interrupted" and make the runner lose its result
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and out.strip() == "completed Charged."
+    loaded = asyncio.run(agent.store.load("t"))
+    assert loaded is not None and loaded.ledger["c1"].status == "finished"
+    [res] = [m for m in loaded.messages if m.kind == "tool-result"]
+    assert res.content == "charged 5.0"
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_thread_whose_process_died_can_still_be_recovered(tmp_path: Any) -> None:
+    import os
+    import signal
+
+    proc, _ = _start_runner(tmp_path, 30.0)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=10)
+    agent = Agent(ScriptedModel(["Checked."]), tools=[], store=SQLiteStore(tmp_path / "t.db"))
+    result = agent.resume_sync(thread="t")
+    assert result.status == "completed"
+    [res] = [m for m in result.messages if m.kind == "tool-result"]
+    assert res.status == "interrupted"

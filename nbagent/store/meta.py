@@ -54,6 +54,9 @@ class ThreadMeta:
     ended_at: float | None = None
     forked_from: dict[str, Any] | None = None
     """For a fork: ``{"thread", "at_step", "messages"}`` of its source."""
+    owner: dict[str, Any] | None = None
+    """While a run goes on: the process running it, ``{"host", "pid", "start"}`` (``start``: the
+    process's start time, so a reused pid is not taken for it). None once the run has ended."""
     version: int = META_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -75,6 +78,8 @@ class ThreadMeta:
         }
         if self.forked_from is not None:
             data["forked_from"] = self.forked_from
+        if self.owner is not None:
+            data["owner"] = self.owner
         return data
 
     @classmethod
@@ -104,6 +109,7 @@ class ThreadMeta:
             started_at=data.get("started_at"),
             ended_at=data.get("ended_at"),
             forked_from=data.get("forked_from"),
+            owner=data.get("owner"),
             version=int(data.get("version", META_VERSION)),
         )
 
