@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._sanitize import escape, markdown_html
-from .messages import IMAGE_TYPES
+from .messages import IMAGE_TYPES, call_results
 
 if TYPE_CHECKING:
     from .approvals import PendingCall
@@ -238,9 +238,9 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
     calls as a table with their results (matched by call id). Calls in `skip_call_ids` are left
     out (the live view shows those as rows with buttons)."""
     skip = set(skip_call_ids)
-    results = {m.call_id: m for m in messages if m.kind == "tool-result"}  # type: ignore[union-attr]
+    results = call_results(messages)
     out: list[str] = []
-    for m in messages:
+    for index, m in enumerate(messages):
         if m.kind == "user":
             out.append(user_html(m.content, images=m.images))  # type: ignore[union-attr]
         elif m.kind == "assistant":
@@ -250,7 +250,8 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
             if calls:
                 rows = [table_header_html()]
                 for call in calls:
-                    r = results.get(call.id)
+                    found = results.get((index, call.id))
+                    r = found[1] if found is not None else None
                     if r is None:
                         rows.append(tool_row_html(call.name, call.args_json, "queued"))
                     else:

@@ -37,6 +37,7 @@ __all__ = [
     "ToolCallStatus",
     "ToolResultMessage",
     "UserMessage",
+    "call_results",
     "clean_text",
     "has_lone_surrogate",
     "message_from_dict",
@@ -495,3 +496,17 @@ def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
         else:
             return []
     return []
+
+
+def call_results(messages: Sequence[Message]) -> dict[tuple[int, str], tuple[int, ToolResultMessage]]:
+    """Each tool result by ``(index of the answer that asked, call id)``: a result belongs to the
+    last answer before it, so a call id that a server reused in another answer (threads written
+    before ids were made unique) never shows another call's result."""
+    out: dict[tuple[int, str], tuple[int, ToolResultMessage]] = {}
+    answer = -1
+    for i, m in enumerate(messages):
+        if m.kind == "assistant":
+            answer = i
+        elif m.kind == "tool-result":
+            out.setdefault((answer, m.call_id), (i, m))
+    return out

@@ -251,3 +251,21 @@ def test_a_thread_whose_process_died_can_still_be_recovered(tmp_path: Any) -> No
     assert result.status == "completed"
     [res] = [m for m in result.messages if m.kind == "tool-result"]
     assert res.status == "interrupted"
+
+
+def test_a_stored_thread_with_reused_call_ids_shows_each_result_with_its_own_call() -> None:
+    """Threads written before ids were made unique: the readers pair results by position."""
+    from nbagent._html import messages_html
+    from nbagent.messages import ToolResultMessage, UserMessage
+
+    messages = [
+        UserMessage("go"),
+        AssistantMessage(tool_calls=[ToolCall("call_0", "flaky", '{"n": 1}')]),
+        ToolResultMessage("call_0", "flaky", "ValueError: first one fails", True, "failed", 0.1),
+        AssistantMessage(tool_calls=[ToolCall("call_0", "flaky", '{"n": 2}')]),
+        ToolResultMessage("call_0", "flaky", "ok 2", False, "done", 0.1),
+        AssistantMessage(text="end"),
+    ]
+    html = messages_html(messages)
+    assert html.index("first one fails") < html.index("ok 2")
+    assert html.count("first one fails") == 1

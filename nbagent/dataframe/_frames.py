@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..messages import AssistantMessage, Message, ToolResultMessage
+from ..messages import AssistantMessage, Message, ToolResultMessage, call_results
 from ..result import RunResult
 from ..store.base import LedgerEntry, ThreadState
 from ..store.meta import ThreadMeta
@@ -198,16 +198,13 @@ def _decision(result: ToolResultMessage | None) -> str | None:
 
 def _tool_rows(view: _ThreadView, out: dict[str, list[Any]]) -> None:
     messages = view.messages
-    results: dict[str, tuple[int, ToolResultMessage]] = {}
-    for i, m in enumerate(messages):
-        if m.kind == "tool-result":
-            results[m.call_id] = (i, m)  # type: ignore[union-attr]
+    results = call_results(messages)
     for i, m in enumerate(messages):
         if m.kind != "assistant":
             continue
         assert isinstance(m, AssistantMessage)
         for call in m.tool_calls:
-            found = results.get(call.id)
+            found = results.get((i, call.id))
             result_index, result = found if found is not None else (None, None)
             if result is None and call.id not in view.pending and i < view.first_index:
                 continue
