@@ -39,6 +39,7 @@ __all__ = [
     "message_from_dict",
     "messages_from_dicts",
     "new_call_id",
+    "unique_call_ids",
     "user_message",
 ]
 
@@ -52,6 +53,17 @@ _UNSET: Any = object()
 def new_call_id() -> str:
     """A fresh tool-call id (used when a provider sends none, and by the fake models)."""
     return "call_" + uuid.uuid4().hex[:24]
+
+
+def unique_call_ids(calls: Sequence[ToolCall]) -> None:
+    """Give every call an id no other call in `calls` has, in place: an empty id (Gemini sends
+    ``""`` for every call) or a repeated one gets a fresh `new_call_id`, so that each result maps
+    back to exactly one call."""
+    seen: set[str] = set()
+    for call in calls:
+        if not call.id or call.id in seen:
+            call.id = new_call_id()
+        seen.add(call.id)
 
 
 @dataclass(slots=True, eq=False)

@@ -1,0 +1,324 @@
+"""`OpenAIModel` itself: the SDK client of each event loop, and one request's orchestration.
+
+Owns the configuration (model name, base URL, key, provider, settings, timeouts), one
+``AsyncOpenAI`` per event loop (closed when that loop shuts down), and the calls: `request` (the
+whole answer) and `request_stream` (text and reasoning deltas, then the answer), including the
+answers that are not a proper event stream (a whole completion, or event-stream text labelled as
+JSON). What a request sends is `_wire`'s, how an answer is read `_stream`'s, how a failure is
+named `_errors`'.
+
+May import: ``openai``, nbagent's exceptions and model base, and `_wire`, `_stream`, `_errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+from openai import AsyncOpenAI
+
+from ...exceptions import ModelError, ModelResponseError, UserError
+from ..base import Model, ModelRequest, ModelResponse, ReasoningText
+from . import _errors
+from ._errors import _safe_url, _Secret
+from ._stream import _get, _StreamAssembler, completion_response, parse_whole_body
+from ._wire import WireCache, check_settings, request_params
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds: the SDK's per-operation timeout (connect, each read). Long, because a reasoning model
+can think for minutes before its first byte."""
+
+
+class OpenAIModel(Model):
+    """A chat-completions model on any OpenAI-compatible server, via the official ``openai`` SDK.
+
+    ```python
+    model = OpenAIModel("gpt-4.1-mini")                               # OPENAI_API_KEY from the env
+    model = OpenAIModel("llama3.1", base_url="http://localhost:11434/v1", provider="ollama")
+    agent = Agent(model, tools=[get_weather], settings={"temperature": 0})
+    ```
+
+    Args:
+        model_name: the model to ask for; default ``$OPENAI_MODEL``.
+        base_url: the server's ``.../v1`` URL; default ``$OPENAI_BASE_URL``, else OpenAI's.
+        api_key: default ``$OPENAI_API_KEY``; servers that need none get a placeholder when a
+            `base_url` is given. Never shown in reprs, messages, events, usage rows or errors.
+        provider: the name written to usage rows and used for prices (``"openai"``,
+            ``"groq"``, ``"ollama"``...): what you configured, whatever the URL.
+        settings: default settings (temperature, max_tokens, seed, stop, top_p, tool_choice,
+            parallel_tool_calls, response_format, reasoning_effort, extra_body, ...); the
+            agent's settings are merged over them (``extra_body`` / ``extra_headers`` dicts key
+            by key). A ``tool_choice`` that is a tool's name forces that tool.
+        timeout: seconds for each network operation (connect, each read).
+        max_retries: the SDK's own retries; 0 because nbagent's run loop retries (and shows it).
+        client: an ``openai.AsyncOpenAI`` to use as is (then `base_url`, `api_key`, `timeout`,
+            `http_client` are ignored).
+        http_client: an ``httpx2.AsyncClient`` for the SDK (proxies, custom TLS); it is bound to
+            one event loop, so use the model from that loop only.
+        send_reasoning: send an answer's reasoning text back as ``reasoning_content`` (what
+            DeepSeek needs between tool calls); only answers from servers that return reasoning
+            text have any.
+
+    One SDK client is made per event loop and reused, so the same model works from
+    ``agent.run_sync`` (nbagent's background loop) and from ``await agent.run`` in one notebook.
+    """
+
+    def __init__(
+        self,
+        model_name: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        provider: str = "openai",
+        settings: Mapping[str, Any] | None = None,
+        timeout: float | Any = DEFAULT_TIMEOUT,
+        max_retries: int = 0,
+        client: AsyncOpenAI | None = None,
+        http_client: Any = None,
+        send_reasoning: bool = True,
+    ) -> None:
+        model_name = model_name or os.environ.get("OPENAI_MODEL") or None
+        if not model_name:
+            raise UserError(
+                "OpenAIModel needs a model name: OpenAIModel('gpt-4.1-mini'), "
+                "Agent('openai:gpt-4.1-mini'), or set the OPENAI_MODEL environment variable"
+            )
+        self.model_name = model_name
+        self.provider = provider
+        self.settings: dict[str, Any] = dict(settings or {})
+        check_settings(self.settings)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.send_reasoning = send_reasoning
+        self._client = client
+        self._http_client = http_client
+        if client is not None:
+            self.base_url: str | None = str(client.base_url)
+            key: str | None = client.api_key
+        else:
+            self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+            key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+            if not key:
+                if self.base_url is None or "api.openai.com" in self.base_url:
+                    raise UserError(
+                        "no OpenAI API key: pass OpenAIModel(..., api_key=...) or set OPENAI_API_KEY "
+                        "(for a local server that needs no key, pass base_url=...)"
+                    )
+                key = "not-needed"
+        self._api_key = _Secret(key or "")
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncOpenAI, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._clients_lock = threading.Lock()
+        self._wire = WireCache()
+
+    def __repr__(self) -> str:
+        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
+        return f"OpenAIModel({self.model_name!r}, provider={self.provider!r}{url})"
+
+    # ------------------------------------------------------------------ client per event loop
+    async def client(self) -> AsyncOpenAI:
+        """The SDK client for the running event loop (made on first use in that loop).
+
+        Its connections are closed when the loop shuts down (``asyncio.run`` and pytest close
+        async generators first; a sentinel generator does it), so no socket outlives its loop.
+        """
+        if self._client is not None:
+            return self._client
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        client = AsyncOpenAI(
+            api_key=self._api_key.get(),
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            http_client=self._http_client,
+        )
+        closer = _close_at_loop_shutdown(client)
+        await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
+        with self._clients_lock:
+            for old in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[old]
+            entry = self._clients.setdefault(loop, (client, closer))
+        if entry[0] is not client:  # another task of this loop won the race
+            await closer.aclose()
+        return entry[0]
+
+    async def aclose(self) -> None:
+        """Close the SDK client of the running event loop (its pooled connections)."""
+        if self._client is not None:
+            return  # the caller's client: the caller closes it
+        with self._clients_lock:
+            entry = self._clients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
+
+    # ------------------------------------------------------------------ request building, errors
+    def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        """The keyword arguments for ``chat.completions.create`` (without the key)."""
+        return request_params(
+            request, model_name=self.model_name, settings=self.settings, cache=self._wire,
+            send_reasoning=self.send_reasoning, stream=stream,
+        )
+
+    def stream_error(self, error: Any, fallback: str | None = None) -> ModelError:
+        """The nbagent error for an error object a server sent inside an already started stream:
+        a refused request fails at once, anything else is retried (`_errors.stream_error`)."""
+        return _errors.stream_error(self, error, fallback)
+
+    def map_error(self, exc: BaseException, *, streaming: bool = False) -> ModelError | None:
+        """The nbagent error for an SDK / transport exception (None: not a model-call failure).
+
+        ``streaming``: the exception came while reading an already started stream.
+        """
+        return _errors.map_error(self, exc, streaming=streaming)
+
+    # ------------------------------------------------------------------ requests
+    async def _create(self, params: dict[str, Any]) -> Any:
+        """``chat.completions.create`` with the SDK's errors mapped to nbagent's."""
+        client = await self.client()
+        error: ModelError | None = None
+        try:
+            return await client.chat.completions.create(**params)
+        except Exception as exc:
+            error = self.map_error(exc)
+            if error is None:
+                raise
+        raise error  # outside the except block: no SDK cause (and no key) attached
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Ask for the whole answer (no streaming)."""
+        raw = await self._create(self.request_params(request, stream=False))
+        return self.map_completion(raw)
+
+    def map_completion(self, raw: Any) -> ModelResponse:
+        """Map a ``ChatCompletion`` to a `ModelResponse` (choice 0 when there are several)."""
+        return completion_response(raw)
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`."""
+        stream = await self._create(self.request_params(request, stream=True))
+        source: Any = stream
+        content_type = stream.response.headers.get("content-type", "")
+        if "json" in content_type and "event-stream" not in content_type:
+            # A server or proxy that ignored stream=True (one whole completion), or sent the
+            # event stream labelled as JSON (seen in a 2023 OpenAI recording).
+            whole = await self._read_mislabelled(stream)
+            if isinstance(whole, ModelResponse):
+                if whole.message.text:
+                    yield whole.message.text
+                yield whole
+                return
+            source = _aiter(whole)
+        state = _StreamAssembler()
+        state.request_id = stream.response.headers.get("x-request-id")
+        parts: list[str] = []
+        append = parts.append
+        async with contextlib.aclosing(self._reading(stream, source)) as chunks:
+            async for chunk in chunks:
+                choices = getattr(chunk, "choices", None)
+                if choices:
+                    choice = choices[0]
+                    if len(choices) > 1 or getattr(choice, "index", 0) != 0:
+                        choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
+                    delta = getattr(choice, "delta", None)
+                    if delta is not None:
+                        text = delta.content
+                        if text:
+                            append(text)
+                            yield text
+                        elif text is not None:
+                            state.content_seen = True
+                        if delta.tool_calls:
+                            state.add_tool_calls(delta.tool_calls)
+                        if delta.refusal:
+                            state.refusal.append(delta.refusal)
+                        extra = delta.__pydantic_extra__
+                        if extra:
+                            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                            if reasoning and isinstance(reasoning, str):
+                                state.reasoning.append(reasoning)
+                                yield ReasoningText(reasoning)
+                    finish = getattr(choice, "finish_reason", None)
+                    if finish:
+                        if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
+                            raise self.stream_error(
+                                _get(choice, "error") or _get(chunk, "error"),
+                                "the server ended the answer with finish_reason 'error'",
+                            )
+                        state.finish_reason = finish
+                elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
+                    # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
+                    raise self.stream_error(_get(chunk, "error") or chunk)
+                if chunk.usage is not None:
+                    state.usage = chunk.usage
+                elif state.usage is None:
+                    extra = chunk.__pydantic_extra__
+                    if extra and "x_groq" in extra:
+                        state.usage = _get(extra["x_groq"], "usage")
+                if state.model is None:
+                    state.model = getattr(chunk, "model", None) or None
+                    if state.request_id is None:
+                        state.request_id = getattr(chunk, "id", None) or None
+        yield state.response(parts)
+
+    async def _reading(self, stream: Any, source: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+        """The items of `source` (the SDK stream, or its response's bytes), then `stream` closed.
+
+        A failure while reading becomes nbagent's error (`map_error` with ``streaming=True``),
+        raised outside the ``except`` block so that neither ``__cause__`` nor ``__context__`` holds
+        the SDK exception, whose request carries the ``Authorization`` header. `stream` is closed
+        however the reading ends: finished, failed, or the consumer closing this generator.
+        """
+        error: ModelError | None = None
+        try:
+            async for item in source:
+                yield item
+        except Exception as exc:
+            error = self.map_error(exc, streaming=True)
+            if error is None:
+                raise
+        finally:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close too
+                await stream.close()
+        if error is not None:
+            raise error
+
+    async def _read_mislabelled(self, stream: Any) -> ModelResponse | list[Any]:
+        """Read a streamed request's JSON-labelled answer: a whole completion (as a
+        `ModelResponse`) or event-stream text (as the list of its chunks)."""
+        from openai.types.chat import ChatCompletion
+
+        pieces = [piece async for piece in self._reading(stream, stream.response.aiter_bytes())]
+        text = b"".join(pieces).decode("utf-8", "replace")
+        try:
+            whole = parse_whole_body(text)
+            if isinstance(whole, list):
+                return whole
+            if whole.get("error"):
+                raise self.stream_error(whole["error"])  # an error answered with status 200
+            response = self.map_completion(ChatCompletion.construct(**whole))
+            response.request_id = stream.response.headers.get("x-request-id") or response.request_id
+            return response
+        except (ValueError, TypeError) as exc:
+            message = f"the server answered a streamed request with an unreadable body: {exc}"
+        raise ModelResponseError(message, provider=self.provider)
+
+
+async def _aiter(items: list[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+async def _close_at_loop_shutdown(client: AsyncOpenAI) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await client.close()
