@@ -3,9 +3,10 @@
 Owns the configuration (model name, base URL, key, provider, settings, timeouts), one
 ``AsyncOpenAI`` per event loop (closed when that loop shuts down), and the calls: `request` (the
 whole answer) and `request_stream` (text and reasoning deltas, then the answer), including the
-answers that are not a proper event stream (a whole completion, or event-stream text labelled as
-JSON). What a request sends is `_wire`'s, how an answer is read `_stream`'s, how a failure is
-named `_errors`'.
+answers in another shape than asked (a whole completion to a streamed request, event-stream text
+unlabelled or labelled as JSON, an event stream to a whole request) and the 200s whose body is no
+answer at all (`ResponseBodyError`). What a request sends is `_wire`'s, how an answer is read
+`_stream`'s, how a failure is named `_errors`'.
 
 May import: ``openai``, nbagent's exceptions and model base, and `_wire`, `_stream`, `_errors`.
 """
@@ -20,13 +21,14 @@ import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
+import openai
 from openai import AsyncOpenAI
 
-from ...exceptions import ModelError, ModelResponseError, UserError
-from ..base import Model, ModelRequest, ModelResponse, ReasoningText
+from ...exceptions import ModelError, UserError
+from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
 from ._errors import _safe_url, _Secret
-from ._stream import _get, _StreamAssembler, completion_response, parse_whole_body
+from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
 from ._wire import WireCache, check_settings, request_params
 
 DEFAULT_TIMEOUT = 300.0
@@ -182,21 +184,56 @@ class OpenAIModel(Model):
 
     # ------------------------------------------------------------------ requests
     async def _create(self, params: dict[str, Any]) -> Any:
-        """``chat.completions.create`` with the SDK's errors mapped to nbagent's."""
+        """``chat.completions.create`` with the SDK's errors mapped to nbagent's: the SDK's stream
+        for a streamed request, else the ``ChatCompletion`` (`_completion`)."""
         client = await self.client()
         error: ModelError | None = None
         try:
-            return await client.chat.completions.create(**params)
+            if params.get("stream"):
+                return await client.chat.completions.create(**params)
+            raw = await client.chat.completions.with_raw_response.create(**params)
         except Exception as exc:
             error = self.map_error(exc)
             if error is None:
                 raise
+        else:
+            return self._completion(raw)
         raise error  # outside the except block: no SDK cause (and no key) attached
+
+    def _completion(self, raw: Any) -> Any:
+        """The ``ChatCompletion`` of a whole answer (the SDK's raw response), or `ResponseBodyError`
+        when its body is none: an HTML page, empty, not UTF-8 (which the SDK would return as text,
+        or fail on with a bare ``JSONDecodeError`` / ``UnicodeDecodeError``)."""
+        response = raw.http_response
+        parsed: Any = None
+        if response.content.strip():
+            try:
+                parsed = raw.parse()
+            except (ValueError, TypeError):  # JSONDecodeError, UnicodeDecodeError, validation
+                parsed = None
+        if isinstance(parsed, openai.BaseModel):
+            return parsed
+        data = response.content
+        content_type = response.headers.get("content-type", "")
+        if "event-stream" in content_type or data.lstrip().startswith(b"data:"):
+            # a server or proxy that streams whatever was asked: its chunks are the answer
+            with contextlib.suppress(ValueError, TypeError):
+                chunks = parse_whole_body(data.decode("utf-8"))
+                if isinstance(chunks, list) and chunks:
+                    return chunks
+        raise _errors.body_error(self, response.status_code, content_type, data, streaming=False)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Ask for the whole answer (no streaming)."""
-        raw = await self._create(self.request_params(request, stream=False))
-        return self.map_completion(raw)
+        answer = await self._create(self.request_params(request, stream=False))
+        if not isinstance(answer, list):
+            return self.map_completion(answer)
+        items = stream_items(_aiter(answer), _StreamAssembler(), self.stream_error, _no_chunks)
+        async with contextlib.aclosing(items):
+            async for item in items:
+                if isinstance(item, ModelResponse):
+                    return item
+        raise _no_chunks()  # (stream_items always ends with the response)
 
     def map_completion(self, raw: Any) -> ModelResponse:
         """Map a ``ChatCompletion`` to a `ModelResponse` (choice 0 when there are several)."""
@@ -207,10 +244,11 @@ class OpenAIModel(Model):
         stream = await self._create(self.request_params(request, stream=True))
         source: Any = stream
         content_type = stream.response.headers.get("content-type", "")
-        if "json" in content_type and "event-stream" not in content_type:
-            # A server or proxy that ignored stream=True (one whole completion), or sent the
-            # event stream labelled as JSON (seen in a 2023 OpenAI recording).
-            whole = await self._read_mislabelled(stream)
+        if "event-stream" not in content_type:
+            # A server or proxy that ignored stream=True (one whole completion), sent the event
+            # stream labelled as JSON (seen in a 2023 OpenAI recording) or unlabelled, or an
+            # error page: read whole, so that a body that is no answer can be named.
+            whole = await self._read_whole(stream, content_type)
             if isinstance(whole, ModelResponse):
                 if whole.message.text:
                     yield whole.message.text
@@ -219,55 +257,16 @@ class OpenAIModel(Model):
             source = _aiter(whole)
         state = _StreamAssembler()
         state.request_id = stream.response.headers.get("x-request-id")
-        parts: list[str] = []
-        append = parts.append
-        async with contextlib.aclosing(self._reading(stream, source)) as chunks:
-            async for chunk in chunks:
-                choices = getattr(chunk, "choices", None)
-                if choices:
-                    choice = choices[0]
-                    if len(choices) > 1 or getattr(choice, "index", 0) != 0:
-                        choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
-                    delta = getattr(choice, "delta", None)
-                    if delta is not None:
-                        text = delta.content
-                        if text:
-                            append(text)
-                            yield text
-                        elif text is not None:
-                            state.content_seen = True
-                        if delta.tool_calls:
-                            state.add_tool_calls(delta.tool_calls)
-                        if delta.refusal:
-                            state.refusal.append(delta.refusal)
-                        extra = delta.__pydantic_extra__
-                        if extra:
-                            reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-                            if reasoning and isinstance(reasoning, str):
-                                state.reasoning.append(reasoning)
-                                yield ReasoningText(reasoning)
-                    finish = getattr(choice, "finish_reason", None)
-                    if finish:
-                        if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
-                            raise self.stream_error(
-                                _get(choice, "error") or _get(chunk, "error"),
-                                "the server ended the answer with finish_reason 'error'",
-                            )
-                        state.finish_reason = finish
-                elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
-                    # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
-                    raise self.stream_error(_get(chunk, "error") or chunk)
-                if chunk.usage is not None:
-                    state.usage = chunk.usage
-                elif state.usage is None:
-                    extra = chunk.__pydantic_extra__
-                    if extra and "x_groq" in extra:
-                        state.usage = _get(extra["x_groq"], "usage")
-                if state.model is None:
-                    state.model = getattr(chunk, "model", None) or None
-                    if state.request_id is None:
-                        state.request_id = getattr(chunk, "id", None) or None
-        yield state.response(parts)
+
+        def empty() -> ModelError:  # not one event: an empty body, or one without a "data:" line
+            return _errors.body_error(self, stream.response.status_code, content_type, None, streaming=True)
+
+        async with (
+            contextlib.aclosing(self._reading(stream, source)) as chunks,
+            contextlib.aclosing(stream_items(chunks, state, self.stream_error, empty)) as items,
+        ):
+            async for item in items:
+                yield item
 
     async def _reading(self, stream: Any, source: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
         """The items of `source` (the SDK stream, or its response's bytes), then `stream` closed.
@@ -291,25 +290,34 @@ class OpenAIModel(Model):
         if error is not None:
             raise error
 
-    async def _read_mislabelled(self, stream: Any) -> ModelResponse | list[Any]:
-        """Read a streamed request's JSON-labelled answer: a whole completion (as a
-        `ModelResponse`) or event-stream text (as the list of its chunks)."""
+    async def _read_whole(self, stream: Any, content_type: str) -> ModelResponse | list[Any]:
+        """Read a streamed request's answer that is not labelled as an event stream: a whole
+        completion (as a `ModelResponse`), event-stream text (as the list of its chunks), an error
+        object sent with status 200 (raised as `stream_error` sorts it), or else a body that is
+        no answer (`ResponseBodyError`)."""
         from openai.types.chat import ChatCompletion
 
         pieces = [piece async for piece in self._reading(stream, stream.response.aiter_bytes())]
-        text = b"".join(pieces).decode("utf-8", "replace")
-        try:
-            whole = parse_whole_body(text)
-            if isinstance(whole, list):
-                return whole
+        data = b"".join(pieces)
+        whole: Any = None
+        if data.strip():
+            try:
+                whole = parse_whole_body(data.decode("utf-8"))
+            except (ValueError, TypeError):  # not UTF-8, not JSON, not JSON events
+                whole = None
+        if isinstance(whole, dict):
             if whole.get("error"):
                 raise self.stream_error(whole["error"])  # an error answered with status 200
             response = self.map_completion(ChatCompletion.construct(**whole))
             response.request_id = stream.response.headers.get("x-request-id") or response.request_id
             return response
-        except (ValueError, TypeError) as exc:
-            message = f"the server answered a streamed request with an unreadable body: {exc}"
-        raise ModelResponseError(message, provider=self.provider)
+        if whole:
+            return whole  # type: ignore[no-any-return]
+        raise _errors.body_error(self, stream.response.status_code, content_type, data, streaming=True)
+
+
+def _no_chunks() -> ModelError:
+    return ModelError("an event stream without chunks")  # unreachable: `_completion` returns chunks only
 
 
 async def _aiter(items: list[Any]) -> AsyncIterator[Any]:

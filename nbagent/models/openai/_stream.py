@@ -1,10 +1,11 @@
 """The answer side of the chat-completions wire: SDK objects in, nbagent's `ModelResponse` out.
 
 Owns the mapping of a whole ``ChatCompletion`` (`completion_response`), the assembly of streamed
-chunks (`_StreamAssembler`: tool-call deltas, refusal, reasoning, finish reason, usage), token
-counts (`token_counts`, Groq's ``x_groq`` included) and `parse_whole_body`, which reads a streamed
-request's answer that did not come as an event stream. Sans-IO: nothing here sends, reads a socket
-or raises a provider error; `_errors` reads error objects with `_get` / `_extras`.
+chunks (`stream_items`, the per-delta loop, and `_StreamAssembler`: tool-call deltas, refusal,
+reasoning, finish reason, usage), token counts (`token_counts`, Groq's ``x_groq`` included) and
+`parse_whole_body`, for an answer read whole that may be event-stream text. Sans-IO: nothing
+here sends or reads a socket, and the errors it raises are built by the caller's callbacks;
+`_errors` reads error objects with `_get` / `_extras`.
 
 May import: nbagent's messages, usage and model base, and ``openai.types`` (lazily, for
 `parse_whole_body`). Not the SDK client, not `_wire`, `_errors` or `_model`.
@@ -13,11 +14,12 @@ May import: nbagent's messages, usage and model base, and ``openai.types`` (lazi
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
-from ..base import ModelResponse
+from ..base import ModelResponse, ReasoningText
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -231,3 +233,67 @@ class _StreamAssembler:
             model=self.model,
         )
         return ModelResponse(message, token_counts(self.usage), self.model, self.request_id)
+
+
+# ------------------------------------------------------------------------------- a streamed answer
+async def stream_items(
+    chunks: AsyncIterator[Any],
+    state: _StreamAssembler,
+    fail: Callable[..., Exception],
+    empty: Callable[[], Exception],
+) -> AsyncGenerator[Any, None]:
+    """The text deltas (``str``) and `ReasoningText` deltas of SDK chunks, then the `ModelResponse`
+    `state` assembled from them. An error chunk (vLLM's ``{"object": "error"}``, ``{"error": ...}``,
+    OpenRouter's ``finish_reason: "error"``) raises ``fail(error, fallback_message)``; a stream
+    without any chunk raises ``empty()``. Kept in one loop with local names: it runs per delta."""
+    parts: list[str] = []
+    append = parts.append
+    chunk = None
+    async for chunk in chunks:
+        choices = getattr(chunk, "choices", None)
+        if choices:
+            choice = choices[0]
+            if len(choices) > 1 or getattr(choice, "index", 0) != 0:
+                choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                text = delta.content
+                if text:
+                    append(text)
+                    yield text
+                elif text is not None:
+                    state.content_seen = True
+                if delta.tool_calls:
+                    state.add_tool_calls(delta.tool_calls)
+                if delta.refusal:
+                    state.refusal.append(delta.refusal)
+                extra = delta.__pydantic_extra__
+                if extra:
+                    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                    if reasoning and isinstance(reasoning, str):
+                        state.reasoning.append(reasoning)
+                        yield ReasoningText(reasoning)
+            finish = getattr(choice, "finish_reason", None)
+            if finish:
+                if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
+                    raise fail(
+                        _get(choice, "error") or _get(chunk, "error"),
+                        "the server ended the answer with finish_reason 'error'",
+                    )
+                state.finish_reason = finish
+        elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
+            # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
+            raise fail(_get(chunk, "error") or chunk)
+        if chunk.usage is not None:
+            state.usage = chunk.usage
+        elif state.usage is None:
+            extra = chunk.__pydantic_extra__
+            if extra and "x_groq" in extra:
+                state.usage = _get(extra["x_groq"], "usage")
+        if state.model is None:
+            state.model = getattr(chunk, "model", None) or None
+            if state.request_id is None:
+                state.request_id = getattr(chunk, "id", None) or None
+    if chunk is None:  # not one event: an empty body, or one without any "data:" line
+        raise empty()
+    yield state.response(parts)
