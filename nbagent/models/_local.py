@@ -96,14 +96,14 @@ class LocalModel(OpenAIModel):
         self._server_key = server_key
         self._start_timeout = start_timeout
 
-    async def _create(self, params: dict[str, Any]) -> Any:
+    async def _create(self, params: dict[str, Any], deadline: Any) -> Any:
         try:
-            return await super()._create(params)
+            return await super()._create(params, deadline)
         except ModelConnectionError:
             if not await asyncio.to_thread(self._restart):
                 raise
         await self.aclose()  # this loop's client pooled connections to the old server
-        return await super()._create(params)
+        return await super()._create(params, deadline)
 
     def _restart(self) -> bool:
         """Start the server again if it is not running; True when it was started."""

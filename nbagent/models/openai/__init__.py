@@ -38,12 +38,13 @@ from __future__ import annotations
 from typing import Any
 
 from ._errors import parse_retry_after, stream_error_status
-from ._model import DEFAULT_TIMEOUT, OpenAIModel
+from ._model import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, OpenAIModel
 from ._stream import _StreamAssembler as _StreamAssembler  # private, re-exported for the tests
 from ._stream import token_counts
 from ._wire import _allowed_settings as _allowed_settings  # private, re-exported for the tests
 
 __all__ = [
+    "DEFAULT_DEADLINE",
     "DEFAULT_TIMEOUT",
     "LocalModel",
     "OpenAIModel",
