@@ -53,8 +53,8 @@ from .messages import (
     ToolCall,
     ToolResultMessage,
     clean_message,
-    new_call_id,
     unanswered_calls,
+    unique_call_ids,
 )
 from .models.base import ModelRequest, ModelResponse, ReasoningText
 from .result import StopReason
@@ -68,13 +68,9 @@ __all__ = ["drive"]
 def _fix_call_ids(run: RunState, message: AssistantMessage) -> None:
     # Some servers send empty ids (Gemini), repeat them within an answer, or name every call
     # "call_0": each result must map to exactly one call of the whole thread.
-    seen = run.call_ids
-    if seen is None:
-        seen = run.call_ids = {c.id for m in run.messages if m.kind == "assistant" for c in m.tool_calls}
-    for call in message.tool_calls:
-        if not call.id or call.id in seen:
-            call.id = new_call_id()
-        seen.add(call.id)
+    if run.call_ids is None:
+        run.call_ids = {c.id for m in run.messages if m.kind == "assistant" for c in m.tool_calls}
+    unique_call_ids(message.tool_calls, run.call_ids)
 
 
 def _usage_snapshot(usage: Usage) -> Usage:

@@ -24,6 +24,8 @@ NbagentError
 │   ├── ModelTimeoutError          the request timed out (retried)
 │   ├── StreamInterruptedError     a stream broke after it started (retried)
 │   └── ModelResponseError         the answer cannot be used (e.g. cut off inside a tool call)
+│       └── ResponseBodyError      a 2xx whose body is no completion: an HTML page, empty, not
+│                                  UTF-8 (retried, except bytes that are not UTF-8)
 └── StoreError                     the checkpoint store cannot do what was asked
     ├── ConflictError              another writer changed the thread first (optimistic check)
     ├── StoreCorruptError          the file is not a readable store
@@ -60,6 +62,7 @@ __all__ = [
     "NotResumableError",
     "PendingCallsError",
     "RateLimitError",
+    "ResponseBodyError",
     "ResumeError",
     "ServerError",
     "StoreCorruptError",
@@ -210,6 +213,26 @@ class StreamInterruptedError(ModelError):
 
 class ModelResponseError(ModelError):
     """The model's answer cannot be used, e.g. it was cut off inside a tool call."""
+
+
+class ResponseBodyError(ModelResponseError):
+    """The server answered with a success status but a body that is not a chat completion: a
+    proxy's or gateway's HTML error page, an empty body, text that is not JSON, bytes that are not
+    UTF-8. The message names the status, the content type and the first bytes.
+
+    Attributes:
+        content_type: the answer's ``Content-Type`` ("" when it had none).
+        body: the body's first bytes as text (about 200 characters, escaped, the API key scrubbed).
+
+    Retried (a proxy's hiccup passes), except a body that is not UTF-8 (the same bytes would come
+    again) or JSON that is not an object.
+    """
+
+    retryable = True
+
+    def __init__(self, message: str, *, content_type: str | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.content_type = content_type
 
 
 class StoreError(NbagentError):

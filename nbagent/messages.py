@@ -44,6 +44,7 @@ __all__ = [
     "messages_from_dicts",
     "new_call_id",
     "unanswered_calls",
+    "unique_call_ids",
     "user_message",
 ]
 
@@ -88,6 +89,18 @@ def clean_message(message: AssistantMessage) -> AssistantMessage:
 def new_call_id() -> str:
     """A fresh tool-call id (used when a provider sends none, and by the fake models)."""
     return "call_" + uuid.uuid4().hex[:24]
+
+
+def unique_call_ids(calls: Sequence[ToolCall], seen: set[str] | None = None) -> None:
+    """Give every call an id no other call in `calls` has, in place: an empty id (Gemini sends
+    ``""`` for every call) or a repeated one gets a fresh `new_call_id`, so that each result maps
+    back to exactly one call. `seen` (updated) holds ids already used elsewhere, e.g. by earlier
+    answers of the thread (a server that names every call ``call_0``)."""
+    seen = set() if seen is None else seen
+    for call in calls:
+        if not call.id or call.id in seen:
+            call.id = new_call_id()
+        seen.add(call.id)
 
 
 @dataclass(slots=True, eq=False)

@@ -182,7 +182,8 @@ def test_fault_url_builder(server: ReplayServer):
     with pytest.raises(KeyError):
         server.fault_base_url("slow", "nope")
     assert set(FAULT_MODES) == {"drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay",
-                                "429-retry-after", "then", "drop-once", "error-mid-stream", "error-once"}
+                                "429-retry-after", "then", "drop-once", "error-mid-stream", "error-once",
+                                "bad-body", "bad-body-once", "keep-alive"}
     status, _, body = post(server.url + "/fault/explode/v1/chat/completions")
     assert status == 422 and "explode" in json.loads(body)["error"]["message"]
 
@@ -284,6 +285,51 @@ def test_event_delay(server: ReplayServer):
 
 
 # ----------------------------------------------------------------------------------- recording
+@pytest.mark.parametrize(("kind", "content_type", "start"), [
+    ("html", "text/html; charset=utf-8", b"<html><head><title>502 Bad Gateway"),
+    ("empty", "application/json", b""),
+    ("empty-sse", "text/event-stream", b""),
+    ("latin1", "application/json", b'{"id": "chatcmpl-latin1"'),
+])
+def test_bad_body(server: ReplayServer, kind: str, content_type: str, start: bytes):
+    status, headers, body = post(server.fault_base_url("bad-body", arg=kind) + "/chat/completions")
+    assert status == 200 and headers["content-type"] == content_type and body.startswith(start)
+    assert int(headers["content-length"]) == len(body)
+    if kind == "latin1":
+        assert b"Caf\xe9" in body
+        with pytest.raises(UnicodeDecodeError):
+            body.decode("utf-8")
+
+
+def test_bad_body_quotes_the_authorization_header_and_bad_body_once_recovers(fresh_server: ReplayServer):
+    _, _, body = post(fresh_server.fault_base_url("bad-body", arg="html-key") + "/chat/completions",
+                       headers={"Authorization": "Bearer k1"})
+    assert b"Request header: Bearer k1" in body[:200]
+    url = fresh_server.fault_base_url("bad-body-once", "openai_plain_text", arg="empty") + "/chat/completions"
+    assert post(url)[2] == b""
+    status, _, body = post(url)
+    assert status == 200 and json.loads(body)["choices"][0]["message"]["content"] == "This is a test."
+    assert post(fresh_server.fault_base_url("bad-body", arg="nope") + "/chat/completions")[0] == 422
+
+
+@pytest.mark.parametrize("how", ["comment", "delta"])
+def test_keep_alive_beats_until_the_client_hangs_up(server: ReplayServer, how: str):
+    host, port = server.url.removeprefix("http://").split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=5)
+    conn.request("POST", f"/fault/keep-alive:0.05,{how}/v1/chat/completions", body=b"{}",
+                 headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200 and resp.getheader("content-type") == "text/event-stream"
+    t0 = time.perf_counter()
+    seen = b""
+    while seen.count(b"\n\n") < 4:
+        seen += resp.read1(4096)
+    assert time.perf_counter() - t0 >= 0.1  # spaced beats, not a burst
+    beat = b": keep-alive\n\n" if how == "comment" else b'"delta": {"content": ""}'
+    assert beat in seen and b"[DONE]" not in seen
+    conn.close()
+
+
 def test_requests_are_recorded(fresh_server: ReplayServer):
     body = {"model": "gpt-4o-mini", "stream": True, "stream_options": {"include_usage": True},
             "messages": [{"role": "user", "content": "hi"}]}

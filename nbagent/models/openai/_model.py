@@ -1,0 +1,447 @@
+"""`OpenAIModel` itself: the SDK client of each event loop, and one request's orchestration.
+
+Owns the configuration (model name, base URL, key, provider, settings, timeout, deadline), one
+``AsyncOpenAI`` per event loop (closed when that loop shuts down), each call's time limit
+(`_Deadline`: one timer for the whole call), and the calls: `request` (the whole answer) and
+`request_stream` (text and reasoning deltas, then the answer), including the answers in another
+shape than asked (a whole completion to a streamed request, event-stream text
+unlabelled or labelled as JSON, an event stream to a whole request) and the 200s whose body is no
+answer at all (`ResponseBodyError`). What a request sends is `_wire`'s, how an answer is read
+`_stream`'s, how a failure is named `_errors`'.
+
+May import: ``openai``, nbagent's exceptions and model base, and `_wire`, `_stream`, `_errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+import openai
+from openai import AsyncOpenAI
+
+from ...exceptions import ModelError, ModelTimeoutError, UserError
+from ..base import Model, ModelRequest, ModelResponse
+from . import _errors
+from ._errors import _safe_url, _Secret
+from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
+from ._wire import WireCache, check_settings, request_params
+
+_current_task = asyncio.current_task
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds: the SDK's per-operation timeout (connect, each read). Long, because a reasoning model
+can think for minutes before its first byte."""
+
+DEFAULT_DEADLINE = 600.0
+"""Seconds: the time limit of a whole model call (`OpenAIModel.deadline`): the request, the wait
+for the first byte and the whole stream. The per-read `DEFAULT_TIMEOUT` cannot end a stream the
+server keeps alive with SSE comments or empty deltas; this does. Ten minutes: it must leave a
+reasoning model its `DEFAULT_TIMEOUT` of thinking before the first byte and then a long answer
+(some 10,000 tokens at 40 tokens/s), and it bounds a stuck call (times the run's `Retry`
+attempts) to what someone watching a notebook would still wait for."""
+
+
+class OpenAIModel(Model):
+    """A chat-completions model on any OpenAI-compatible server, via the official ``openai`` SDK.
+
+    ```python
+    model = OpenAIModel("gpt-4.1-mini")                               # OPENAI_API_KEY from the env
+    model = OpenAIModel("llama3.1", base_url="http://localhost:11434/v1", provider="ollama")
+    agent = Agent(model, tools=[get_weather], settings={"temperature": 0})
+    ```
+
+    Args:
+        model_name: the model to ask for; default ``$OPENAI_MODEL``.
+        base_url: the server's ``.../v1`` URL; default ``$OPENAI_BASE_URL``, else OpenAI's.
+        api_key: default ``$OPENAI_API_KEY``; servers that need none get a placeholder when a
+            `base_url` is given. Never shown in reprs, messages, events, usage rows or errors.
+        provider: the name written to usage rows and used for prices (``"openai"``,
+            ``"groq"``, ``"ollama"``...): what you configured, whatever the URL.
+        settings: default settings (temperature, max_tokens, seed, stop, top_p, tool_choice,
+            parallel_tool_calls, response_format, reasoning_effort, extra_body, ...); the
+            agent's settings are merged over them (``extra_body`` / ``extra_headers`` dicts key
+            by key). A ``tool_choice`` that is a tool's name forces that tool.
+        timeout: seconds for each network operation (connect, each read); see also `deadline`.
+        max_retries: the SDK's own retries; 0 because nbagent's run loop retries (and shows it).
+        client: an ``openai.AsyncOpenAI`` to use as is (then `base_url`, `api_key`, `timeout`,
+            `http_client` are ignored).
+        http_client: an ``httpx2.AsyncClient`` for the SDK (proxies, custom TLS); it is bound to
+            one event loop, so use the model from that loop only.
+        send_reasoning: send an answer's reasoning text back as ``reasoning_content`` (what
+            DeepSeek needs between tool calls); only answers from servers that return reasoning
+            text have any.
+        deadline: seconds for a whole model call, from sending the request to the stream's last
+            chunk (``None``: no limit; default `DEFAULT_DEADLINE`, 600). Unlike `timeout`, it
+            ends a stream kept alive by keep-alive comments or empty deltas. A call past it fails
+            with a retried `ModelTimeoutError`; each retry has a deadline of its own. It counts
+            the time the consumer spends between deltas too, but it never interrupts the
+            consumer: the stream fails at its next read.
+
+    One SDK client is made per event loop and reused, so the same model works from
+    ``agent.run_sync`` (nbagent's background loop) and from ``await agent.run`` in one notebook.
+    """
+
+    def __init__(
+        self,
+        model_name: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        provider: str = "openai",
+        settings: Mapping[str, Any] | None = None,
+        timeout: float | Any = DEFAULT_TIMEOUT,
+        max_retries: int = 0,
+        client: AsyncOpenAI | None = None,
+        http_client: Any = None,
+        send_reasoning: bool = True,
+        deadline: float | None = DEFAULT_DEADLINE,
+    ) -> None:
+        model_name = model_name or os.environ.get("OPENAI_MODEL") or None
+        if not model_name:
+            raise UserError(
+                "OpenAIModel needs a model name: OpenAIModel('gpt-4.1-mini'), "
+                "Agent('openai:gpt-4.1-mini'), or set the OPENAI_MODEL environment variable"
+            )
+        self.model_name = model_name
+        self.provider = provider
+        self.settings: dict[str, Any] = dict(settings or {})
+        check_settings(self.settings)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self.send_reasoning = send_reasoning
+        if deadline is not None and not deadline > 0:
+            raise UserError(f"OpenAIModel(deadline=...) is seconds > 0, or None for no limit; got {deadline!r}")
+        self.deadline = deadline
+        self._client = client
+        self._http_client = http_client
+        if client is not None:
+            self.base_url: str | None = str(client.base_url)
+            key: str | None = client.api_key
+        else:
+            self.base_url = base_url or os.environ.get("OPENAI_BASE_URL") or None
+            key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+            if not key:
+                if self.base_url is None or "api.openai.com" in self.base_url:
+                    raise UserError(
+                        "no OpenAI API key: pass OpenAIModel(..., api_key=...) or set OPENAI_API_KEY "
+                        "(for a local server that needs no key, pass base_url=...)"
+                    )
+                key = "not-needed"
+        self._api_key = _Secret(key or "")
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncOpenAI, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._clients_lock = threading.Lock()
+        self._wire = WireCache()
+
+    def __repr__(self) -> str:
+        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
+        return f"OpenAIModel({self.model_name!r}, provider={self.provider!r}{url})"
+
+    # ------------------------------------------------------------------ client per event loop
+    async def client(self) -> AsyncOpenAI:
+        """The SDK client for the running event loop (made on first use in that loop).
+
+        Its connections are closed when the loop shuts down (``asyncio.run`` and pytest close
+        async generators first; a sentinel generator does it), so no socket outlives its loop.
+        """
+        if self._client is not None:
+            return self._client
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        client = AsyncOpenAI(
+            api_key=self._api_key.get(),
+            base_url=self.base_url,
+            timeout=self.timeout,
+            max_retries=self.max_retries,
+            http_client=self._http_client,
+        )
+        closer = _close_at_loop_shutdown(client)
+        await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
+        with self._clients_lock:
+            for old in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[old]
+            entry = self._clients.setdefault(loop, (client, closer))
+        if entry[0] is not client:  # another task of this loop won the race
+            await closer.aclose()
+        return entry[0]
+
+    async def aclose(self) -> None:
+        """Close the SDK client of the running event loop (its pooled connections)."""
+        if self._client is not None:
+            return  # the caller's client: the caller closes it
+        with self._clients_lock:
+            entry = self._clients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
+
+    # ------------------------------------------------------------------ request building, errors
+    def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        """The keyword arguments for ``chat.completions.create`` (without the key)."""
+        return request_params(
+            request, model_name=self.model_name, settings=self.settings, cache=self._wire,
+            send_reasoning=self.send_reasoning, stream=stream,
+        )
+
+    def stream_error(self, error: Any, fallback: str | None = None) -> ModelError:
+        """The nbagent error for an error object a server sent inside an already started stream:
+        a refused request fails at once, anything else is retried (`_errors.stream_error`)."""
+        return _errors.stream_error(self, error, fallback)
+
+    def map_error(self, exc: BaseException, *, streaming: bool = False) -> ModelError | None:
+        """The nbagent error for an SDK / transport exception (None: not a model-call failure).
+
+        ``streaming``: the exception came while reading an already started stream.
+        """
+        return _errors.map_error(self, exc, streaming=streaming)
+
+    # ------------------------------------------------------------------ requests
+    async def _create(self, params: dict[str, Any], deadline: _Deadline) -> Any:
+        """``chat.completions.create`` with the SDK's errors mapped to nbagent's: the SDK's stream
+        for a streamed request, else the ``ChatCompletion`` (or the chunks of an event stream
+        answering it, `_whole_answer`)."""
+        client = await self.client()
+        error: ModelError | None = None
+        deadline.enter()
+        try:
+            if params.get("stream"):
+                return await client.chat.completions.create(**params)
+            raw = await client.chat.completions.with_raw_response.create(**params)
+        except asyncio.CancelledError:
+            if not deadline.absorb():
+                raise
+            error = deadline.error()
+        except Exception as exc:
+            error = self.map_error(exc)
+            if error is None:
+                raise
+        else:
+            return _whole_answer(self, raw)
+        finally:
+            deadline.leave()
+        raise error  # outside the except block: no SDK cause (and no key) attached
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Ask for the whole answer (no streaming), within the call's `deadline`."""
+        deadline = _Deadline(self)
+        try:
+            answer = await self._create(self.request_params(request, stream=False), deadline)
+        finally:
+            deadline.close()
+        if not isinstance(answer, list):
+            return self.map_completion(answer)
+        items = stream_items(_aiter(answer), _StreamAssembler(), self.stream_error, _no_chunks)
+        async with contextlib.aclosing(items):
+            async for item in items:
+                if isinstance(item, ModelResponse):
+                    return item
+        raise _no_chunks()  # (stream_items always ends with the response)
+
+    def map_completion(self, raw: Any) -> ModelResponse:
+        """Map a ``ChatCompletion`` to a `ModelResponse` (choice 0 when there are several)."""
+        return completion_response(raw)
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`,
+        all within the call's `deadline`."""
+        deadline = _Deadline(self)
+        try:
+            stream = await self._create(self.request_params(request, stream=True), deadline)
+            source: Any = stream
+            content_type = stream.response.headers.get("content-type", "")
+            if "event-stream" not in content_type:
+                # A server or proxy that ignored stream=True (one whole completion), sent the event
+                # stream labelled as JSON (seen in a 2023 OpenAI recording) or unlabelled, or an
+                # error page: read whole, so that a body that is no answer can be named.
+                whole = await self._read_whole(stream, content_type, deadline)
+                if isinstance(whole, ModelResponse):
+                    if whole.message.text:
+                        yield whole.message.text
+                    yield whole
+                    return
+                source = _aiter(whole)
+            state = _StreamAssembler()
+            state.request_id = stream.response.headers.get("x-request-id")
+
+            def empty() -> ModelError:  # not one event: an empty body, or one without a "data:" line
+                return _errors.body_error(self, stream.response.status_code, content_type, None, streaming=True)
+
+            async with (
+                contextlib.aclosing(self._reading(stream, source, deadline)) as chunks,
+                contextlib.aclosing(stream_items(chunks, state, self.stream_error, empty)) as items,
+            ):
+                async for item in items:
+                    yield item
+        finally:
+            deadline.close()
+
+    async def _reading(self, stream: Any, source: AsyncIterator[Any], deadline: _Deadline) -> AsyncGenerator[Any, None]:
+        """The items of `source` (the SDK stream, or its response's bytes), then `stream` closed.
+
+        A failure while reading becomes nbagent's error (`map_error` with ``streaming=True``),
+        raised outside the ``except`` block so that neither ``__cause__`` nor ``__context__`` holds
+        the SDK exception, whose request carries the ``Authorization`` header; so does the
+        `deadline` passing (`ModelTimeoutError`). `stream` is closed however the reading ends:
+        finished, failed, timed out, or the consumer closing this generator.
+        """
+        error: ModelError | None = None
+        try:
+            try:
+                deadline.enter()
+                async for item in source:  # `async for`, not `await anext()`: ~0.5 µs less a delta
+                    deadline._task = None  # the consumer's turn (as `leave`, inlined: once a delta)
+                    yield item
+                    if deadline.expired:
+                        raise deadline.error()
+                    deadline._task = _current_task()  # reading again (as `enter`)
+            except asyncio.CancelledError:
+                if not deadline.absorb():
+                    raise
+                error = deadline.error()
+            finally:
+                deadline.leave()
+        except Exception as exc:
+            error = self.map_error(exc, streaming=True)
+            if error is None:
+                raise
+        finally:
+            with contextlib.suppress(Exception):  # a broken connection may fail to close too
+                await stream.close()
+        if error is not None:
+            raise error
+
+    async def _read_whole(self, stream: Any, content_type: str, deadline: _Deadline) -> ModelResponse | list[Any]:
+        """Read a streamed request's answer that is not labelled as an event stream: a whole
+        completion (as a `ModelResponse`), event-stream text (as the list of its chunks), an error
+        object sent with status 200 (raised as `stream_error` sorts it), or else a body that is
+        no answer (`ResponseBodyError`)."""
+        from openai.types.chat import ChatCompletion
+
+        pieces = [piece async for piece in self._reading(stream, stream.response.aiter_bytes(), deadline)]
+        data = b"".join(pieces)
+        whole: Any = None
+        if data.strip():
+            try:
+                whole = parse_whole_body(data.decode("utf-8"))
+            except (ValueError, TypeError):  # not UTF-8, not JSON, not JSON events
+                whole = None
+        if isinstance(whole, dict):
+            if whole.get("error"):
+                raise self.stream_error(whole["error"])  # an error answered with status 200
+            response = self.map_completion(ChatCompletion.construct(**whole))
+            response.request_id = stream.response.headers.get("x-request-id") or response.request_id
+            return response
+        if whole:
+            return whole  # type: ignore[no-any-return]
+        raise _errors.body_error(self, stream.response.status_code, content_type, data, streaming=True)
+
+
+def _whole_answer(model: OpenAIModel, raw: Any) -> Any:
+    """The ``ChatCompletion`` of a whole answer (the SDK's raw response); the chunks of an event
+    stream sent instead; or `ResponseBodyError` when the body is neither: an HTML page, empty, not
+    UTF-8 (which the SDK would return as text, or fail on with a bare ``JSONDecodeError`` /
+    ``UnicodeDecodeError``)."""
+    response = raw.http_response
+    parsed: Any = None
+    if response.content.strip():
+        try:
+            parsed = raw.parse()
+        except (ValueError, TypeError):  # JSONDecodeError, UnicodeDecodeError, validation
+            parsed = None
+    if isinstance(parsed, openai.BaseModel):
+        return parsed
+    data = response.content
+    content_type = response.headers.get("content-type", "")
+    if "event-stream" in content_type or data.lstrip().startswith(b"data:"):
+        # a server or proxy that streams whatever was asked: its chunks are the answer
+        with contextlib.suppress(ValueError, TypeError):
+            chunks = parse_whole_body(data.decode("utf-8"))
+            if isinstance(chunks, list) and chunks:
+                return chunks
+    raise _errors.body_error(model, response.status_code, content_type, data, streaming=False)
+
+
+def _no_chunks() -> ModelError:
+    return ModelError("an event stream without chunks")  # unreachable: `_whole_answer` returns chunks only
+
+
+class _Deadline:
+    """The time limit of one model call (`OpenAIModel.deadline`; None: no limit).
+
+    One timer per call, not one per read: an ``asyncio.timeout`` around each read costs about
+    6 µs a delta, more than all of nbagent's own work. The call marks the stretches where it
+    awaits the server (`enter` / `leave`). When the timer fires inside one, it cancels the task
+    there, and `absorb` tells that cancellation from any other; when it fires while the consumer
+    holds the stream (between deltas), nothing is cancelled and the next `enter` raises: the
+    consumer's own awaits are never interrupted.
+    """
+
+    __slots__ = ("_cancelled", "_handle", "_model", "_task", "expired", "seconds")
+
+    def __init__(self, model: OpenAIModel) -> None:
+        self._model = model
+        self.seconds = seconds = model.deadline
+        self.expired = False
+        self._task: asyncio.Task[Any] | None = None  # the task awaiting the server, while it does
+        self._cancelled = False
+        loop = asyncio.get_running_loop()
+        self._handle = None if seconds is None else loop.call_later(seconds, self._expire)
+
+    def _expire(self) -> None:
+        self.expired = True
+        if self._task is not None:
+            self._cancelled = True
+            self._task.cancel()
+
+    def enter(self) -> None:
+        """Before awaiting the server. Raises the timeout error once the deadline passed."""
+        if self.expired:
+            raise self.error()
+        self._task = asyncio.current_task()
+
+    def leave(self) -> None:
+        self._task = None
+
+    def absorb(self) -> bool:
+        """On a ``CancelledError`` while awaiting the server: True when the deadline caused it
+        (the cancellation is then taken back), False when it is someone else's (re-raise it)."""
+        if not self._cancelled:
+            return False
+        self._cancelled = False
+        task = asyncio.current_task()
+        uncancel = getattr(task, "uncancel", None)  # Python 3.11+
+        return not (uncancel is not None and uncancel() > 0)  # > 0: cancelled by someone else too
+
+    def error(self) -> ModelTimeoutError:
+        model = self._model
+        return ModelTimeoutError(
+            f"no complete answer from {_errors._where(model)} within the call's deadline of "
+            f"{self.seconds:g} s (OpenAIModel(deadline=...); the per-read timeout does not end a "
+            "stream the server keeps alive)",
+            provider=model.provider,
+        )
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._task = None
+
+
+async def _aiter(items: list[Any]) -> AsyncIterator[Any]:
+    for item in items:
+        yield item
+
+
+async def _close_at_loop_shutdown(client: AsyncOpenAI) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await client.close()

@@ -1,0 +1,299 @@
+"""The answer side of the chat-completions wire: SDK objects in, nbagent's `ModelResponse` out.
+
+Owns the mapping of a whole ``ChatCompletion`` (`completion_response`), the assembly of streamed
+chunks (`stream_items`, the per-delta loop, and `_StreamAssembler`: tool-call deltas, refusal,
+reasoning, finish reason, usage), token counts (`token_counts`, Groq's ``x_groq`` included) and
+`parse_whole_body`, for an answer read whole that may be event-stream text. Sans-IO: nothing
+here sends or reads a socket, and the errors it raises are built by the caller's callbacks;
+`_errors` reads error objects with `_get` / `_extras`.
+
+May import: nbagent's messages, usage and model base, and ``openai.types`` (lazily, for
+`parse_whole_body`). Not the SDK client, not `_wire`, `_errors` or `_model`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from ...messages import AssistantMessage, ToolCall, unique_call_ids
+from ...usage import TokenCounts
+from ..base import ModelResponse, ReasoningText
+
+
+def _get(obj: Any, name: str) -> Any:
+    """Field `name` of an SDK object or a plain dict (extras included), or None."""
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    value = getattr(obj, name, None)
+    if value is None:
+        extra = getattr(obj, "__pydantic_extra__", None)
+        if extra:
+            value = extra.get(name)
+    return value
+
+
+def _extras(obj: Any) -> dict[str, Any]:
+    return dict(getattr(obj, "__pydantic_extra__", None) or {})
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0
+
+
+def token_counts(usage: Any) -> TokenCounts:
+    """Map an OpenAI ``usage`` object (or Groq's ``x_groq.usage`` dict) to `TokenCounts`."""
+    if usage is None:
+        return TokenCounts(reported=False)
+    prompt = _get(usage, "prompt_tokens")
+    completion = _get(usage, "completion_tokens")
+    pdet = _get(usage, "prompt_tokens_details")
+    cdet = _get(usage, "completion_tokens_details")
+    cached = _get(pdet, "cached_tokens")
+    if cached is None:
+        cached = _get(usage, "prompt_cache_hit_tokens")  # DeepSeek's older field
+    written = _get(pdet, "cache_write_tokens") or _get(pdet, "cache_creation_tokens")
+    return TokenCounts(
+        input_tokens=_int(prompt),
+        cache_read_tokens=_int(cached),
+        cache_write_tokens=_int(written),
+        output_tokens=_int(completion),
+        reasoning_tokens=_int(_get(cdet, "reasoning_tokens")),
+        reported=prompt is not None or completion is not None,
+    )
+
+
+def _arguments_text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)  # a server that sent an object instead of a JSON string
+
+
+def _final_text(text: str | None, calls: list[ToolCall]) -> str | None:
+    # llama.cpp and others send content "" next to tool calls: that is no text.
+    if calls and not text:
+        return None
+    return text
+
+
+def _choice_zero(choices: Any) -> Any:
+    if not choices:
+        return None
+    for choice in choices:
+        if getattr(choice, "index", 0) == 0:
+            return choice
+    return choices[0]
+
+
+# ------------------------------------------------------------------------------- a whole answer
+def completion_response(raw: Any) -> ModelResponse:
+    """Map a ``ChatCompletion`` to a `ModelResponse` (choice 0 when there are several)."""
+    choice = _choice_zero(getattr(raw, "choices", None))
+    message = getattr(choice, "message", None) if choice is not None else None
+    finish = getattr(choice, "finish_reason", None) if choice is not None else None
+    model = getattr(raw, "model", None) or None
+    if message is None:
+        # Azure's content filter answers with a choice that has no message at all.
+        reply = AssistantMessage(
+            text="",
+            finish_reason=finish or ("content_filter" if choice is not None else None),
+            model=model,
+        )
+    else:
+        calls = []
+        for tc in getattr(message, "tool_calls", None) or ():
+            fn = getattr(tc, "function", None)
+            if fn is None:
+                continue  # not a function tool (e.g. a custom tool): nothing nbagent can run
+            calls.append(ToolCall(tc.id or "", fn.name or "", _arguments_text(fn.arguments)))
+        unique_call_ids(calls)
+        extra = message.__pydantic_extra__ or {}
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        reply = AssistantMessage(
+            text=_final_text(message.content, calls),
+            tool_calls=calls,
+            reasoning=reasoning if isinstance(reasoning, str) and reasoning else None,
+            refusal=getattr(message, "refusal", None) or None,
+            finish_reason=finish,
+            model=model,
+        )
+    usage = getattr(raw, "usage", None)
+    if usage is None:
+        extra = getattr(raw, "__pydantic_extra__", None) or {}
+        usage = _get(extra.get("x_groq"), "usage")
+    request_id = getattr(raw, "_request_id", None) or getattr(raw, "id", None) or None
+    return ModelResponse(reply, token_counts(usage), model, request_id)
+
+
+def parse_whole_body(text: str) -> dict[str, Any] | list[Any]:
+    """A streamed request's answer read whole (not labelled as an event stream): the JSON object
+    of a whole completion (or of an error), or the ``ChatCompletionChunk`` list of event-stream
+    text. Raises ``ValueError`` / ``TypeError`` for text that is neither."""
+    from openai.types.chat import ChatCompletionChunk
+
+    if text.lstrip().startswith("{"):
+        body = json.loads(text)
+        if not isinstance(body, dict):
+            raise TypeError(f"a JSON {type(body).__name__}, not an object")
+        return body
+    chunks = []
+    for event in text.replace("\r\n", "\n").split("\n\n"):
+        data = "\n".join(line[5:].lstrip() for line in event.split("\n") if line.startswith("data:"))
+        if data and not data.startswith("[DONE]"):
+            chunks.append(ChatCompletionChunk.construct(**json.loads(data)))
+    return chunks
+
+
+# ------------------------------------------------------------------------------- stream assembly
+class _CallParts:
+    __slots__ = ("args", "id", "name")
+
+    def __init__(self, id: str, name: str) -> None:
+        self.id = id
+        self.name = name
+        self.args: list[str] = []
+
+
+class _StreamAssembler:
+    """Collects what is not plain text from chunks: tool-call deltas, refusal, finish reason,
+    usage, model name. Sans-IO: fed SDK chunk pieces, it builds the final `ModelResponse`."""
+
+    __slots__ = (
+        "by_id",
+        "by_index",
+        "calls",
+        "content_seen",
+        "finish_reason",
+        "model",
+        "reasoning",
+        "refusal",
+        "request_id",
+        "usage",
+    )
+
+    def __init__(self) -> None:
+        self.calls: list[_CallParts] = []
+        self.by_index: dict[int, _CallParts] = {}
+        self.by_id: dict[str, _CallParts] = {}
+        self.refusal: list[str] = []
+        self.reasoning: list[str] = []
+        self.finish_reason: str | None = None
+        self.usage: Any = None
+        self.model: str | None = None
+        self.request_id: str | None = None
+        self.content_seen = False
+
+    def add_tool_calls(self, deltas: list[Any]) -> None:
+        """Assemble tool-call deltas by ``index`` and by ``id`` (Gemini and Ollama send no index)."""
+        for tc in deltas:
+            index = getattr(tc, "index", None)
+            call_id = getattr(tc, "id", None) or ""
+            fn = getattr(tc, "function", None)
+            name = (getattr(fn, "name", None) or "") if fn is not None else ""
+            args = getattr(fn, "arguments", None) if fn is not None else None
+            slot: _CallParts | None = None
+            if index is not None:
+                slot = self.by_index.get(index)
+                if slot is not None and call_id and slot.id and call_id != slot.id:
+                    slot = None  # a server reusing one index for several calls
+            elif call_id:
+                slot = self.by_id.get(call_id)
+            if slot is None and index is None and not call_id and not name and self.calls:
+                slot = self.calls[-1]  # a continuation with neither index nor id
+            if slot is None:
+                slot = _CallParts(call_id, name)
+                self.calls.append(slot)
+                if index is not None:
+                    self.by_index[index] = slot
+            else:
+                if call_id and not slot.id:
+                    slot.id = call_id
+                if name and (not slot.name or name.startswith(slot.name)):
+                    slot.name = name
+            if call_id:
+                self.by_id[call_id] = slot
+            if args:
+                slot.args.append(_arguments_text(args))
+
+    def response(self, parts: list[str]) -> ModelResponse:
+        calls = [ToolCall(c.id, c.name, "".join(c.args)) for c in self.calls]
+        unique_call_ids(calls)
+        text = "".join(parts) if (parts or self.content_seen) else None
+        message = AssistantMessage(
+            text=_final_text(text, calls),
+            tool_calls=calls,
+            reasoning="".join(self.reasoning) or None,
+            refusal="".join(self.refusal) or None,
+            finish_reason=self.finish_reason,
+            model=self.model,
+        )
+        return ModelResponse(message, token_counts(self.usage), self.model, self.request_id)
+
+
+# ------------------------------------------------------------------------------- a streamed answer
+async def stream_items(
+    chunks: AsyncIterator[Any],
+    state: _StreamAssembler,
+    fail: Callable[..., Exception],
+    empty: Callable[[], Exception],
+) -> AsyncGenerator[Any, None]:
+    """The text deltas (``str``) and `ReasoningText` deltas of SDK chunks, then the `ModelResponse`
+    `state` assembled from them. An error chunk (vLLM's ``{"object": "error"}``, ``{"error": ...}``,
+    OpenRouter's ``finish_reason: "error"``) raises ``fail(error, fallback_message)``; a stream
+    without any chunk raises ``empty()``. Kept in one loop with local names: it runs per delta."""
+    parts: list[str] = []
+    append = parts.append
+    chunk = None
+    async for chunk in chunks:
+        choices = getattr(chunk, "choices", None)
+        if choices:
+            choice = choices[0]
+            if len(choices) > 1 or getattr(choice, "index", 0) != 0:
+                choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
+            delta = getattr(choice, "delta", None)
+            if delta is not None:
+                text = delta.content
+                if text:
+                    append(text)
+                    yield text
+                elif text is not None:
+                    state.content_seen = True
+                if delta.tool_calls:
+                    state.add_tool_calls(delta.tool_calls)
+                if delta.refusal:
+                    state.refusal.append(delta.refusal)
+                extra = delta.__pydantic_extra__
+                if extra:
+                    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                    if reasoning and isinstance(reasoning, str):
+                        state.reasoning.append(reasoning)
+                        yield ReasoningText(reasoning)
+            finish = getattr(choice, "finish_reason", None)
+            if finish:
+                if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
+                    raise fail(
+                        _get(choice, "error") or _get(chunk, "error"),
+                        "the server ended the answer with finish_reason 'error'",
+                    )
+                state.finish_reason = finish
+        elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
+            # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
+            raise fail(_get(chunk, "error") or chunk)
+        if chunk.usage is not None:
+            state.usage = chunk.usage
+        elif state.usage is None:
+            extra = chunk.__pydantic_extra__
+            if extra and "x_groq" in extra:
+                state.usage = _get(extra["x_groq"], "usage")
+        if state.model is None:
+            state.model = getattr(chunk, "model", None) or None
+            if state.request_id is None:
+                state.request_id = getattr(chunk, "id", None) or None
+    if chunk is None:  # not one event: an empty body, or one without any "data:" line
+        raise empty()
+    yield state.response(parts)

@@ -1,0 +1,188 @@
+"""The request side of the chat-completions wire: nbagent's request in, ``create()`` keywords out.
+
+Owns the mapping of messages (text, images, tool results, assistant turns with their tool calls
+and reasoning), tool definitions and ``tool_choice`` to the wire format, the check of settings
+against the installed SDK's ``chat.completions.create`` signature, the merge of model and agent
+settings, and `request_params`, the whole keyword set for one request. Converted messages are
+cached per model (`WireCache`) so a step converts only what is new in the history.
+
+May import: nbagent's messages, exceptions and model base, and the SDK's
+``openai.resources.chat.completions`` (lazily, for the signature). Not the SDK client, not
+`_stream`, `_errors` or `_model`; it never sees the API key.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping
+from typing import Any
+
+from ...exceptions import UserError
+from ...messages import Message
+from ..base import ModelRequest
+
+_ALWAYS_SET = frozenset({"messages", "model", "stream", "tools", "self"})
+_MERGED_DICTS = ("extra_body", "extra_headers", "extra_query")
+_CACHE_LIMIT = 20_000
+_create_params: frozenset[str] | None = None
+
+
+def _allowed_settings() -> frozenset[str]:
+    """The keyword arguments the installed SDK's ``chat.completions.create`` accepts."""
+    global _create_params
+    if _create_params is None:
+        from openai.resources.chat.completions import AsyncCompletions
+
+        names = inspect.signature(AsyncCompletions.create).parameters
+        _create_params = frozenset(names) - _ALWAYS_SET
+    return _create_params
+
+
+def check_settings(settings: Mapping[str, Any]) -> None:
+    """Raise `UserError` for a setting ``chat.completions.create`` does not take."""
+    unknown = sorted(k for k in settings if k not in _allowed_settings())
+    if unknown:
+        raise UserError(
+            f"unknown model setting(s) {unknown} for the openai SDK's chat.completions.create; "
+            "send server-specific parameters with settings={'extra_body': {...}}"
+        )
+
+
+def _wire_message(message: Message, send_reasoning: bool = True) -> dict[str, Any]:
+    kind = message.kind
+    if kind == "user":
+        images = message.images  # type: ignore[union-attr]
+        if not images:
+            return {"role": "user", "content": message.content}  # type: ignore[union-attr]
+        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []  # type: ignore[union-attr]
+        for image in images:
+            url: dict[str, Any] = {"url": image.data_url()}
+            if image.detail is not None:
+                url["detail"] = image.detail
+            parts.append({"type": "image_url", "image_url": url})
+        return {"role": "user", "content": parts}
+    if kind == "tool-result":
+        return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}  # type: ignore[union-attr]
+    if kind == "system":
+        return {"role": "system", "content": message.content}  # type: ignore[union-attr]
+    if kind == "assistant":
+        text = message.text or message.refusal  # type: ignore[union-attr]
+        calls = message.tool_calls  # type: ignore[union-attr]
+        wire: dict[str, Any] = {"role": "assistant", "content": text or ("" if not calls else None)}
+        if send_reasoning and message.reasoning:  # type: ignore[union-attr]
+            # DeepSeek (thinking with tools) needs it back within a turn; only servers that
+            # sent reasoning_content produce messages with reasoning.
+            wire["reasoning_content"] = message.reasoning  # type: ignore[union-attr]
+        if not calls:
+            return wire
+        # Arguments that are not a JSON object are never replayed (llama.cpp answers the whole
+        # request with HTTP 500); the call's error result already told the model what was wrong.
+        wire["tool_calls"] = [
+            {
+                "id": c.id,
+                "type": "function",
+                "function": {
+                    "name": c.name,
+                    "arguments": c.args_json if c.args is not None and c.args_json.strip() else "{}",
+                },
+            }
+            for c in calls
+        ]
+        return wire
+    raise UserError(f"cannot send a message of kind {kind!r} to a chat-completions model")
+
+
+def _wire_tool(definition: Mapping[str, Any]) -> dict[str, Any]:
+    function: dict[str, Any] = {"name": definition["name"]}
+    if definition.get("description"):
+        function["description"] = definition["description"]
+    function["parameters"] = definition.get("parameters") or {"type": "object", "properties": {}}
+    if definition.get("strict") is not None:
+        function["strict"] = definition["strict"]
+    return {"type": "function", "function": function}
+
+
+def _wire_tool_choice(value: Any) -> Any:
+    if isinstance(value, str) and value not in ("auto", "none", "required"):
+        return {"type": "function", "function": {"name": value}}  # a tool name
+    return value
+
+
+class WireCache:
+    """One model's converted history messages and tool list.
+
+    Messages are keyed by id() with the message kept alive so ids are not reused: a step converts
+    only what is new, whatever the length of the history. The tool list is converted again only
+    when the agent passes another list object.
+    """
+
+    __slots__ = ("messages", "tools")
+
+    def __init__(self) -> None:
+        self.messages: dict[int, tuple[Message, dict[str, Any]]] = {}
+        self.tools: tuple[Any, list[dict[str, Any]]] | None = None
+
+    def wire_messages(self, messages: list[Message], send_reasoning: bool) -> list[dict[str, Any]]:
+        cache = self.messages
+        out = []
+        for m in messages:
+            if m.kind == "system":  # rebuilt by the loop each step: not worth a cache entry
+                out.append({"role": "system", "content": m.content})  # type: ignore[union-attr]
+                continue
+            hit = cache.get(id(m))
+            if hit is None or hit[0] is not m:
+                if len(cache) >= _CACHE_LIMIT:
+                    cache.clear()
+                hit = (m, _wire_message(m, send_reasoning))
+                cache[id(m)] = hit
+            out.append(hit[1])
+        return out
+
+    def wire_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        cached = self.tools
+        if cached is not None and cached[0] is tools:
+            return cached[1]
+        wire = [_wire_tool(t) for t in tools]
+        self.tools = (tools, wire)
+        return wire
+
+
+def request_params(
+    request: ModelRequest,
+    *,
+    model_name: str,
+    settings: dict[str, Any],
+    cache: WireCache,
+    send_reasoning: bool,
+    stream: bool,
+) -> dict[str, Any]:
+    """The keyword arguments for ``chat.completions.create`` (without the key): the model's
+    `settings` with the request's merged over them (``extra_body`` / ``extra_headers`` /
+    ``extra_query`` key by key), ``tool_choice`` and ``parallel_tool_calls`` only with tools,
+    ``stream_options.include_usage`` when streaming."""
+    if request.settings:
+        check_settings(request.settings)
+        merged = {**settings, **request.settings}
+        for name in _MERGED_DICTS:
+            if isinstance(settings.get(name), dict) and isinstance(request.settings.get(name), dict):
+                merged[name] = {**settings[name], **request.settings[name]}
+        settings = merged
+    params: dict[str, Any] = {"model": model_name, "messages": cache.wire_messages(request.messages, send_reasoning)}
+    if request.tools:
+        params["tools"] = cache.wire_tools(request.tools)
+    for key, value in settings.items():
+        if value is None:
+            continue
+        if key == "tool_choice":
+            if not request.tools:
+                continue  # servers reject tool_choice without tools
+            value = _wire_tool_choice(value)
+        elif key == "parallel_tool_calls" and not request.tools:
+            continue
+        params[key] = value
+    if stream:
+        params["stream"] = True
+        params.setdefault("stream_options", {"include_usage": True})
+    else:
+        params.pop("stream_options", None)
+    return params
