@@ -358,20 +358,7 @@ class _Loop:
             task.cancel()
         if run.tasks:
             await asyncio.gather(*run.tasks, return_exceptions=True)
-        results = []
-        ledger = []
-        for call in unanswered_calls(run.messages):
-            blocking = run.blocking.pop(call.id, None)
-            if blocking is not None and not blocking.done():
-                results.append(error_result(call, _STILL_RUNNING, "interrupted"))
-                if call.id in run.ledger:
-                    ledger.append(LedgerEntry(call.id, call.name, run.ledger[call.id].args_hash, "interrupted"))
-                    blocking.add_done_callback(self._late_outcome(run.ledger[call.id]))
-                continue
-            results.append(error_result(call, "cancelled: the run was stopped before this call finished",
-                                         "cancelled"))
-            if call.id in run.ledger:
-                ledger.append(LedgerEntry(call.id, call.name, run.ledger[call.id].args_hash, "cancelled"))
+        results, ledger = _answer_open_calls(run, self.store)
         for entry in ledger:
             run.ledger[entry.call_id] = entry
         run.messages.extend(results)
@@ -384,20 +371,6 @@ class _Loop:
             pass
 
 
-    def _late_outcome(self, started: LedgerEntry) -> Any:
-        """A callback for a blocking call that outlived its run: record how it really ended in
-        the ledger (the conversation already says "not known", and is append-only)."""
-        store, thread = self.store, self.run.thread
-
-        def done(future: asyncio.Future[Any]) -> None:
-            failed = future.cancelled() or future.exception() is not None
-            entry = LedgerEntry(started.call_id, started.tool, started.args_hash, "failed" if failed else "finished")
-            task = asyncio.ensure_future(_record_late(store, thread, entry))
-            _late_tasks.add(task)
-            task.add_done_callback(_late_tasks.discard)
-
-        return done
-
     async def execute(self, call: ToolCall, tool: Tool, validated: Any, note: str | None) -> ToolResultMessage:
         return await execute(self.run, call, tool, validated, note, self.decided.pop(call.id, None))
 
@@ -408,6 +381,40 @@ _STILL_RUNNING = (
     "recorded in the thread's ledger when it ends); check before calling it again"
 )
 _late_tasks: set[asyncio.Task[Any]] = set()
+
+
+def _answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMessage], list[LedgerEntry]]:
+    """The results and ledger entries that close every open call of a stopped run: "cancelled",
+    or "interrupted ... still running" for a blocking call whose thread goes on (its real outcome
+    is recorded in the ledger when it ends)."""
+    results, ledger = [], []
+    for call in unanswered_calls(run.messages):
+        blocking = run.blocking.pop(call.id, None)
+        started = run.ledger.get(call.id)
+        if blocking is not None and not blocking.done():
+            results.append(error_result(call, _STILL_RUNNING, "interrupted"))
+            if started is not None:
+                ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "interrupted"))
+                blocking.add_done_callback(_late_outcome(store, run.thread, started))
+            continue
+        results.append(error_result(call, "cancelled: the run was stopped before this call finished", "cancelled"))
+        if started is not None:
+            ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "cancelled"))
+    return results, ledger
+
+
+def _late_outcome(store: Store, thread: str, started: LedgerEntry) -> Any:
+    """A callback for a blocking call that outlived its run: record how it really ended in the
+    ledger (the conversation already says "not known", and is append-only)."""
+
+    def done(future: asyncio.Future[Any]) -> None:
+        failed = future.cancelled() or future.exception() is not None
+        entry = LedgerEntry(started.call_id, started.tool, started.args_hash, "failed" if failed else "finished")
+        task = asyncio.ensure_future(_record_late(store, thread, entry))
+        _late_tasks.add(task)
+        task.add_done_callback(_late_tasks.discard)
+
+    return done
 
 
 async def _record_late(store: Store, thread: str, entry: LedgerEntry) -> None:

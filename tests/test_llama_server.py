@@ -295,7 +295,7 @@ def test_local_model_starts_the_server_again_when_the_kernel_that_started_it_exi
     it; the first is shut down (its server stops with it); the second's next run still works."""
     from nbagent import Agent
     from nbagent._sync import run_sync
-    from nbagent.models.openai import LocalModel, _local_servers, local_model
+    from nbagent.models._local import LocalModel, _local_servers, local_model
     from nbagent.store import MemoryStore
 
     monkeypatch.setenv("NBAGENT_LOCAL_LLM_DIR", str(tmp_path))

@@ -29,13 +29,11 @@ The package, by responsibility (each module's docstring says what it owns and ma
     _errors    failures sorted into nbagent's exceptions; the key's hygiene (secret, scrubbing)
     _model     OpenAIModel: the client of each event loop, request / request_stream
 
-`local_model` and `LocalModel` (the bundled llama.cpp server) live in `nbagent.models._local`;
-they are re-exported here, imported on first use.
+`local_model` and `LocalModel` (the bundled llama.cpp server) live in `nbagent.models._local`
+(which imports this package, not the other way round); `nbagent.models.local()` is their entry.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from ._errors import parse_retry_after, stream_error_status
 from ._model import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, OpenAIModel
@@ -46,22 +44,8 @@ from ._wire import _allowed_settings as _allowed_settings  # private, re-exporte
 __all__ = [
     "DEFAULT_DEADLINE",
     "DEFAULT_TIMEOUT",
-    "LocalModel",
     "OpenAIModel",
-    "local_model",
     "parse_retry_after",
     "stream_error_status",
     "token_counts",
 ]
-
-_LOCAL_NAMES = frozenset(
-    {"LOCAL_SETTINGS", "LocalModel", "_local_lock", "_local_server", "_local_servers", "local_model"}
-)
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LOCAL_NAMES:  # nbagent.models._local imports this package: not at import time
-        from .. import _local
-
-        return getattr(_local, name)
-    raise AttributeError(f"module 'nbagent.models.openai' has no attribute {name!r}")
