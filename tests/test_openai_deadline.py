@@ -15,52 +15,18 @@ import pytest
 
 from nbagent import Agent, exceptions
 from nbagent.exceptions import ModelTimeoutError
-from nbagent.messages import UserMessage
-from nbagent.models.base import ModelRequest, ModelResponse
+from nbagent.models.base import ModelResponse
 from nbagent.models.openai import OpenAIModel
 from nbagent.retry import Retry
 from nbagent.store.memory import MemoryStore
+from tests.provider_calls import GUARD, KEY, call, failure, model_at, request  # noqa: F401
 from tests.wire.replay_server import ReplayServer
-
-KEY = "sk-proj-SECRET-0123456789abcdefghijklmnop"
-GUARD = 15.0
-"""Seconds after which a test gives up on a call that should have ended long before."""
 
 
 @pytest.fixture(scope="module")
 def server() -> Any:
     with ReplayServer() as srv:
         yield srv
-
-
-def model_at(url: str, **kwargs: Any) -> OpenAIModel:
-    return OpenAIModel("gpt-4o-mini", base_url=url, api_key=KEY, **kwargs)
-
-
-def request() -> ModelRequest:
-    return ModelRequest([UserMessage("hi")])
-
-
-async def call(model: OpenAIModel, stream: bool) -> list[Any]:
-    """The items of one model call (the answer last), within GUARD seconds."""
-
-    async def run() -> list[Any]:
-        if not stream:
-            return [await model.request(request())]
-        return [item async for item in model.request_stream(request())]
-
-    try:
-        return await asyncio.wait_for(run(), GUARD)
-    finally:
-        await model.aclose()
-
-
-async def failure(model: OpenAIModel, stream: bool) -> BaseException:
-    try:
-        items = await call(model, stream)
-    except exceptions.ModelError as exc:
-        return exc
-    raise AssertionError(f"the call completed: {items[-1]!r}")
 
 
 # ----------------------------------------------------------------------------- the deadline
