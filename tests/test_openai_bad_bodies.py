@@ -16,7 +16,7 @@ from nbagent import Agent, exceptions
 from nbagent.exceptions import ModelResponseError
 from nbagent.retry import Retry
 from nbagent.store.memory import MemoryStore
-from tests.provider_calls import GUARD, KEY, call, failure, model_at, request  # noqa: F401
+from tests.provider_calls import KEY, call, failure, model_at
 from tests.wire.replay_server import ReplayServer
 
 

@@ -19,7 +19,7 @@ from nbagent.models.base import ModelResponse
 from nbagent.models.openai import OpenAIModel
 from nbagent.retry import Retry
 from nbagent.store.memory import MemoryStore
-from tests.provider_calls import GUARD, KEY, call, failure, model_at, request  # noqa: F401
+from tests.provider_calls import GUARD, call, failure, model_at, request
 from tests.wire.replay_server import ReplayServer
 
 
