@@ -1,0 +1,245 @@
+"""The file's schema: DDL, the checks a file must pass before anything writes to it, migrations.
+
+Owns the table layout (see the package docstring), the file checks made before SQLite opens the
+file (folder, header, truncation, permissions), the schema checks made once it is open (an
+nbagent store of a format this version reads) and the one migration (adding usage chunks to a
+format 1 file written before they existed). Imports the exceptions and `FORMAT_VERSION` only;
+it never holds a connection of its own (callers pass theirs).
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+from ...exceptions import StoreCorruptError, StoreError, StoreReadOnlyError, StoreVersionError
+from ..base import FORMAT_VERSION
+
+USAGE_COLUMNS = (
+    "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
+    "cache_write_tokens", "output_tokens", "reasoning_tokens", "latency_s", "finish_reason",
+    "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported",
+)
+"""The usage table's data columns, in `ModelCallUsage` field order (format 1)."""
+
+_USAGE_TYPES = {
+    "run_id": "TEXT", "thread": "TEXT", "step": "INTEGER", "time": "REAL", "provider": "TEXT",
+    "model": "TEXT", "input_tokens": "INTEGER", "cache_read_tokens": "INTEGER",
+    "cache_write_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
+    "latency_s": "REAL", "finish_reason": "TEXT", "tool_calls": "INTEGER", "cost_input": "REAL",
+    "cost_output": "REAL", "cost_total": "REAL", "currency": "TEXT", "usage_reported": "INTEGER",
+}
+
+_SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS nbagent_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS threads (
+    id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    step INTEGER NOT NULL DEFAULT 0,
+    meta TEXT NOT NULL DEFAULT '{{}}',
+    created REAL NOT NULL,
+    updated REAL NOT NULL,
+    title TEXT NOT NULL DEFAULT '',
+    status TEXT,
+    messages INTEGER NOT NULL DEFAULT 0,
+    input_tokens INTEGER NOT NULL DEFAULT 0,
+    output_tokens INTEGER NOT NULL DEFAULT 0,
+    cost_total REAL
+);
+CREATE TABLE IF NOT EXISTS messages (
+    thread TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    data TEXT NOT NULL,
+    PRIMARY KEY (thread, seq)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS usage (
+    id INTEGER PRIMARY KEY,
+    {", ".join(f"{name} {kind}" for name, kind in _USAGE_TYPES.items())}
+);
+CREATE INDEX IF NOT EXISTS usage_thread ON usage (thread, id);
+CREATE TABLE IF NOT EXISTS ledger (
+    thread TEXT NOT NULL,
+    call_id TEXT NOT NULL,
+    tool TEXT NOT NULL,
+    args_hash TEXT NOT NULL,
+    status TEXT NOT NULL,
+    time REAL NOT NULL,
+    version INTEGER NOT NULL,
+    PRIMARY KEY (thread, call_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS checkpoints (
+    thread TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    time REAL NOT NULL,
+    messages INTEGER NOT NULL,
+    last_message TEXT NOT NULL,
+    input_tokens INTEGER NOT NULL,
+    output_tokens INTEGER NOT NULL,
+    cost_total REAL,
+    status TEXT,
+    PRIMARY KEY (thread, version)
+) WITHOUT ROWID;
+"""
+
+def _drop_chunk(row: str) -> str:
+    # The chunk whose range holds the row (ranges never overlap): found through the primary key.
+    return (
+        "DELETE FROM usage_chunks WHERE last_id = (SELECT min(last_id) FROM usage_chunks "
+        f"WHERE last_id >= {row}) AND first_id <= {row};"
+    )
+
+
+_CHUNK_STATEMENTS = (
+    """CREATE TABLE IF NOT EXISTS usage_chunks (
+    last_id INTEGER PRIMARY KEY,
+    first_id INTEGER NOT NULL,
+    rows INTEGER NOT NULL,
+    data BLOB NOT NULL
+)""",
+    "CREATE TRIGGER IF NOT EXISTS usage_chunks_on_insert AFTER INSERT ON usage BEGIN "
+    f"{_drop_chunk('NEW.id')} END",
+    "CREATE TRIGGER IF NOT EXISTS usage_chunks_on_update AFTER UPDATE ON usage BEGIN "
+    f"{_drop_chunk('OLD.id')} {_drop_chunk('NEW.id')} END",
+    "CREATE TRIGGER IF NOT EXISTS usage_chunks_on_delete AFTER DELETE ON usage BEGIN "
+    f"{_drop_chunk('OLD.id')} END",
+)
+_CHUNK_SCHEMA = "".join(f"{statement};\n" for statement in _CHUNK_STATEMENTS)
+_CHUNK_OBJECTS = {
+    "usage_chunks", "usage_chunks_on_insert", "usage_chunks_on_update", "usage_chunks_on_delete"
+}
+
+_TABLES = {"nbagent_meta", "threads", "messages", "usage", "ledger", "checkpoints"}
+_HEADER = b"SQLite format 3\x00"
+
+
+# ---------------------------------------------------------------------------------------- before opening
+def check_file(path: Path) -> None:
+    """Refuse a path that is not, or cannot become, a writable nbagent store (nothing is written
+    to the file; its folder is created when missing)."""
+    try:
+        _check_path(path)
+    except PermissionError as exc:
+        raise StoreReadOnlyError(
+            f"the nbagent store {path} cannot be written or read: permission denied ({exc}); "
+            "pass store=SQLiteStore(<writable path>) or set NBAGENT_STORE",
+            path=str(path),
+        ) from exc
+
+
+def _check_path(path: Path) -> None:
+    if path.is_dir():
+        raise StoreError(f"the nbagent store {path} is a folder; give a file path", path=str(path))
+    if path.exists():
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            header = f.read(100)
+        if size and (len(header) < 100 or not header.startswith(_HEADER)):
+            raise StoreCorruptError(
+                f"{path} is not an nbagent store: it is not a SQLite database "
+                f"({'truncated to ' + str(size) + ' bytes' if size < 100 else 'wrong header'}). "
+                "It was not changed; move it away or pass another path.",
+                path=str(path),
+            )
+        if size:
+            page_size = int.from_bytes(header[16:18], "big")
+            page_size = 65536 if page_size == 1 else page_size
+            pages = int.from_bytes(header[28:32], "big")
+            valid = header[24:28] == header[92:96]
+            if valid and pages and size < pages * page_size:
+                raise StoreCorruptError(
+                    f"{path} is truncated: {size} bytes, its header says {pages * page_size}. "
+                    "It was not changed; restore it from a backup or move it away.",
+                    path=str(path),
+                )
+        if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
+            raise StoreReadOnlyError(
+                f"the nbagent store {path} cannot be written (read-only file or folder); "
+                "pass store=SQLiteStore(<writable path>) or set NBAGENT_STORE",
+                path=str(path),
+            )
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreReadOnlyError(
+            f"cannot create the folder {path.parent} for the nbagent store {path}: "
+            f"{exc.strerror or exc}; pass store=SQLiteStore(<writable path>) or set NBAGENT_STORE",
+            path=str(path),
+        ) from exc
+    if not os.access(path.parent, os.W_OK):
+        raise StoreReadOnlyError(
+            f"the folder {path.parent} of the nbagent store {path} is read-only; "
+            "pass store=SQLiteStore(<writable path>) or set NBAGENT_STORE",
+            path=str(path),
+        )
+
+
+# ---------------------------------------------------------------------------------------- once open
+def check_schema(conn: sqlite3.Connection, path: Path) -> None:
+    """Create the schema in an empty file; otherwise refuse a file that is not an nbagent store
+    this version reads, and add usage chunks to a file that lacks them."""
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    if not tables:
+        # Idempotent, so two processes creating the same new file at once both succeed.
+        conn.executescript(
+            "BEGIN IMMEDIATE;" + _SCHEMA + _CHUNK_SCHEMA
+            + f"INSERT OR IGNORE INTO nbagent_meta VALUES ('format_version', '{FORMAT_VERSION}');"
+            "INSERT OR IGNORE INTO nbagent_meta VALUES ('created_by', 'nbagent');"
+            "COMMIT;"
+        )
+        return
+    if "nbagent_meta" not in tables:
+        raise StoreCorruptError(
+            f"{path} is a SQLite database but not an nbagent store (tables: "
+            f"{', '.join(sorted(tables))}). It was not changed; pass another path.",
+            path=str(path),
+        )
+    row = conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone()
+    try:
+        version = int(row[0])
+    except (TypeError, ValueError):
+        raise StoreCorruptError(
+            f"{path}: the nbagent store has no valid format_version ({row!r}); it was not changed",
+            path=str(path),
+        ) from None
+    if version > FORMAT_VERSION:
+        raise StoreVersionError(
+            f"{path} was written by a newer nbagent (store format {version}; this nbagent "
+            f"reads formats up to {FORMAT_VERSION}). Upgrade nbagent to use it; it was not changed.",
+            path=str(path),
+        )
+    missing = _TABLES - tables
+    if missing:
+        raise StoreCorruptError(
+            f"{path}: the nbagent store is missing tables {sorted(missing)}; it was not changed",
+            path=str(path),
+        )
+    if not _CHUNK_OBJECTS <= _schema_names(conn):
+        _add_chunks(conn)
+
+
+def _schema_names(conn: sqlite3.Connection) -> set[str]:
+    rows = conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")
+    return {r[0] for r in rows}
+
+
+def _add_chunks(conn: sqlite3.Connection) -> None:
+    """Give a file written before usage chunks existed the chunk table and its triggers."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        names = _schema_names(conn)  # again: another process may have done it meanwhile
+        if not _CHUNK_OBJECTS <= names:
+            if "usage_chunks" in names:
+                # A trigger was dropped: the chunks may no longer match the rows.
+                conn.execute("DELETE FROM usage_chunks")
+            for statement in _CHUNK_STATEMENTS:
+                conn.execute(statement)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

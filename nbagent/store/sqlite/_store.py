@@ -1,0 +1,382 @@
+"""The `SQLiteStore` class: the store protocol on one SQLite file.
+
+Owns the protocol's SQL (load, append, listings, delete, copy, usage columns) and the JSON of
+stored records. Imports `_database` (connection, transactions, errors), `_chunks` (usage packing
+and columnar reads), `_schema` (the usage columns), the store protocol, messages, usage and
+exceptions; the package's ``CHUNK_ROWS`` is read at call time (see `_chunks`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ...exceptions import ConflictError, StoreError
+from ...messages import Message, message_from_dict
+from ...usage import ModelCallUsage
+from .. import sqlite as _package
+from .._columnar import UsageColumns, column_names
+from ..base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
+from ..meta import ThreadMeta, meta_record
+from ._chunks import _pack_range, _pack_tail, _read_blocks, _tail_floor, _tail_span, _uncovered
+from ._database import Database
+from ._schema import USAGE_COLUMNS
+
+_INSERT_USAGE = (
+    f"INSERT INTO usage ({', '.join(USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(USAGE_COLUMNS))})"
+)
+_UPDATE_THREAD = """
+UPDATE threads SET
+    version = version + 1,
+    step = ?,
+    updated = ?,
+    messages = messages + ?,
+    input_tokens = input_tokens + ?,
+    output_tokens = output_tokens + ?,
+    cost_total = CASE WHEN ? IS NULL THEN cost_total ELSE coalesce(cost_total, 0.0) + ? END,
+    meta = coalesce(?, meta),
+    status = CASE WHEN ? THEN ? ELSE status END,
+    title = CASE WHEN title = '' THEN ? ELSE title END
+WHERE id = ? AND version = ?
+RETURNING version, messages, input_tokens, output_tokens, cost_total, status
+"""
+_INSERT_THREAD = """
+INSERT INTO threads (id, version, step, meta, created, updated, title, status, messages,
+                     input_tokens, output_tokens, cost_total)
+VALUES (?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+ON CONFLICT (id) DO NOTHING
+RETURNING version, messages, input_tokens, output_tokens, cost_total, status
+"""
+_INSERT_MESSAGE = "INSERT INTO messages (thread, seq, step, version, data) VALUES (?, ?, ?, ?, ?)"
+_INSERT_CHECKPOINT = "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERT_LEDGER = "INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?)"
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _usage_values(row: ModelCallUsage, thread: str) -> tuple[Any, ...]:
+    return (
+        row.run_id, thread, row.step, row.time, row.provider, row.model, row.input_tokens,
+        row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
+        row.latency_s, row.finish_reason, row.tool_calls, row.cost_input, row.cost_output,
+        row.cost_total, row.currency, int(row.usage_reported),
+    )
+
+
+def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
+    row = ModelCallUsage(*values)
+    row.usage_reported = bool(row.usage_reported)
+    return row
+
+
+class SQLiteStore(Store):
+    """Threads in one SQLite file: survives kernel restarts; several processes may share it.
+
+    ```python
+    store = SQLiteStore("threads.db")        # nothing is opened until the first use
+    agent = Agent(model, tools=[...], store=store)
+    ```
+
+    The file and its folder are created on first use. A file this version cannot use is never
+    written to: not a database, truncated or corrupted → `StoreCorruptError`; written by a newer
+    nbagent → `StoreVersionError`; a location that cannot be written → `StoreReadOnlyError`. Each
+    error names the file.
+
+    Writers of the same thread are checked optimistically (`ConflictError` for the one that
+    loses); different threads are written concurrently. One store object may be used from several
+    OS threads (calls are serialised by a lock); each process opens its own connection.
+
+    Args:
+        path: the database file (``str`` or `Path`); ``~`` is expanded.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path).expanduser().absolute()
+        self._db = Database(self.path)
+
+    def __repr__(self) -> str:
+        return f"SQLiteStore({str(self.path)!r})"
+
+    async def load(self, thread: str) -> ThreadState | None:
+        """The whole thread as one consistent snapshot, or None when it does not exist."""
+        with self._db.transaction(immediate=False) as conn:
+            head = conn.execute("SELECT version, meta FROM threads WHERE id = ?", (thread,)).fetchone()
+            if head is None:
+                return None
+            rows = conn.execute(
+                "SELECT step, data FROM messages WHERE thread = ? ORDER BY seq", (thread,)
+            ).fetchall()
+            usage = conn.execute(
+                f"SELECT {', '.join(USAGE_COLUMNS)} FROM usage WHERE thread = ? ORDER BY id", (thread,)
+            ).fetchall()
+            ledger = conn.execute(
+                "SELECT call_id, tool, args_hash, status, time FROM ledger WHERE thread = ? "
+                "ORDER BY version, time", (thread,)
+            ).fetchall()
+        loads = json.loads
+        messages = [message_from_dict(loads(data)) for _, data in rows]
+        return ThreadState(
+            thread, head[0], messages, [step for step, _ in rows], ThreadMeta.from_dict(loads(head[1])),
+            {r[0]: LedgerEntry(*r) for r in ledger}, [_usage_row(r) for r in usage],
+        )
+
+    async def append(
+        self,
+        thread: str,
+        *,
+        version: int,
+        step: int,
+        messages: Sequence[Message] = (),
+        usage: Sequence[ModelCallUsage] = (),
+        ledger: Sequence[LedgerEntry] = (),
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
+    ) -> int:
+        """Append one checkpoint in one transaction; see `Store.append`.
+
+        The hot path of every run (two commits per tool step): a few prepared statements, no
+        reads besides the ``RETURNING`` of the version check, and no extra look-ups to decide
+        whether usage rows need packing (see `Database.tail_floor`).
+        """
+        now = time.time()
+        count_new = len(messages)
+        data = [_dumps(m.to_dict()) for m in messages]
+        record = meta_record(meta)
+        meta_json = None if record is None else _dumps(record)
+        tokens_in = tokens_out = 0
+        cost = None
+        for r in usage:
+            tokens_in += r.input_tokens
+            tokens_out += r.output_tokens
+            if r.cost_total is not None:
+                cost = (cost or 0.0) + r.cost_total
+        title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
+        if title:
+            title = " ".join(title.split())[:80]
+        status = None if record is None else record.get("status")
+        with self._db.transaction(immediate=True) as conn:
+            if version == 0:
+                # A new thread: its row is created with this checkpoint's totals.
+                head = conn.execute(_INSERT_THREAD, (
+                    thread, step, meta_json or "{}", now, now, title, status, count_new,
+                    tokens_in, tokens_out, cost,
+                )).fetchall()
+                if not head:
+                    stored = conn.execute("SELECT version FROM threads WHERE id = ?",
+                                          (thread,)).fetchone()[0]
+                    raise ConflictError(
+                        f"thread {thread!r} already exists in {self.path} (version {stored}); this "
+                        "writer expected a new thread (version 0). Load it again, or use another "
+                        "thread id.",
+                        path=str(self.path),
+                    )
+            else:
+                head = conn.execute(_UPDATE_THREAD, (
+                    step, now, count_new, tokens_in, tokens_out, cost, cost, meta_json,
+                    record is not None, status, title, thread, version,
+                )).fetchall()
+                if not head:
+                    self._conflict(conn, thread, version)
+            new_version, count, total_in, total_out, total_cost, status = head[0]
+            if count_new:
+                first = count - count_new
+                if count_new == 1:
+                    conn.execute(_INSERT_MESSAGE, (thread, first, step, new_version, data[0]))
+                else:
+                    conn.executemany(
+                        _INSERT_MESSAGE,
+                        [(thread, first + i, step, new_version, d) for i, d in enumerate(data)],
+                    )
+                conn.execute(_INSERT_CHECKPOINT, (
+                    thread, new_version, step, now, count, summarize(messages[-1]), total_in,
+                    total_out, total_cost, status,
+                ))
+            if usage:
+                if len(usage) == 1:
+                    top = conn.execute(_INSERT_USAGE, _usage_values(usage[0], thread)).lastrowid
+                else:
+                    conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
+                    top = None
+                floor, chunk_rows = self._db.tail_floor, _package.CHUNK_ROWS
+                if top is None or floor is None or top - floor >= chunk_rows:
+                    # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole
+                    # backlog of a file that predates chunks (`usage_columns` packs that).
+                    _pack_tail(conn, limit=len(usage) // chunk_rows + 1)
+                    self._db.tail_floor = _tail_floor(conn)
+            if ledger:
+                if len(ledger) == 1:
+                    e = ledger[0]
+                    conn.execute(_INSERT_LEDGER, (thread, e.call_id, e.tool, e.args_hash, e.status,
+                                                  e.time, new_version))
+                else:
+                    conn.executemany(_INSERT_LEDGER, [
+                        (thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version)
+                        for e in ledger
+                    ])
+        return int(new_version)
+
+    def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
+        stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
+        if stored is None:
+            raise ConflictError(
+                f"thread {thread!r} no longer exists in {self.path} (this writer expected "
+                f"version {version}); it was deleted by another writer",
+                path=str(self.path),
+            )
+        raise ConflictError(
+            f"thread {thread!r} was changed by another writer: the store has version "
+            f"{stored[0]}, this writer expected version {version}. Nothing was written; load "
+            "the thread again to continue from what the other writer saved.",
+            path=str(self.path),
+        )
+
+    async def threads(self) -> list[ThreadInfo]:
+        """All stored threads, most recently updated first."""
+        with self._db.transaction(immediate=False) as conn:
+            rows = conn.execute(
+                "SELECT id, messages, updated, status, title FROM threads ORDER BY updated DESC"
+            ).fetchall()
+        return [ThreadInfo(*r) for r in rows]
+
+    async def checkpoints(self, thread: str) -> list[Checkpoint]:
+        """The checkpoints of a thread (one per append that wrote messages), oldest first."""
+        with self._db.transaction(immediate=False) as conn:
+            rows = conn.execute(
+                "SELECT thread, version, step, time, messages, last_message, input_tokens, "
+                "output_tokens, cost_total, status FROM checkpoints WHERE thread = ? ORDER BY version",
+                (thread,),
+            ).fetchall()
+        return [Checkpoint(*r) for r in rows]
+
+    async def delete(self, thread: str) -> bool:
+        """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
+        with self._db.transaction(immediate=True) as conn:
+            existed = conn.execute("DELETE FROM threads WHERE id = ?", (thread,)).rowcount
+            for table in ("messages", "usage", "ledger", "checkpoints"):
+                conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
+        return bool(existed)
+
+    async def copy(
+        self,
+        source: str,
+        target: str,
+        *,
+        messages: int,
+        last: Message | None = None,
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
+    ) -> int:
+        """Copy the start of a thread into a new thread in one transaction; see `Store.copy`."""
+        now = time.time()
+        with self._db.transaction(immediate=True) as conn:
+            src = conn.execute("SELECT messages FROM threads WHERE id = ?", (source,)).fetchone()
+            if src is None:
+                raise StoreError(f"thread {source!r} is not in {self.path}", path=str(self.path))
+            if not 0 <= messages <= src[0]:
+                raise StoreError(f"thread {source!r} has {src[0]} messages; cannot copy {messages}",
+                                 path=str(self.path))
+            created = conn.execute(
+                "INSERT INTO threads (id, version, created, updated) VALUES (?, 0, ?, ?) "
+                "ON CONFLICT (id) DO NOTHING", (target, now, now),
+            ).rowcount
+            if not created:
+                raise ConflictError(f"thread {target!r} already exists in {self.path}", path=str(self.path))
+            conn.execute(
+                "INSERT INTO messages SELECT ?, seq, step, version, data FROM messages "
+                "WHERE thread = ? AND seq < ?", (target, source, messages),
+            )
+            step, summary = 0, ""
+            if messages:
+                step, data = conn.execute(
+                    "SELECT step, data FROM messages WHERE thread = ? AND seq = ?", (target, messages - 1)
+                ).fetchone()
+                if last is not None:
+                    data = _dumps(last.to_dict())
+                    conn.execute("UPDATE messages SET data = ? WHERE thread = ? AND seq = ?",
+                                 (data, target, messages - 1))
+                summary = summarize(message_from_dict(json.loads(data)))
+            cols = ", ".join(c for c in USAGE_COLUMNS if c != "thread")
+            conn.execute(
+                f"INSERT INTO usage (thread, {cols}) SELECT ?, {cols} FROM usage "
+                "WHERE thread = ? AND step <= ? ORDER BY id", (target, source, step),
+            )
+            conn.execute(
+                "INSERT INTO ledger SELECT ?, call_id, tool, args_hash, status, time, version FROM ledger "
+                "WHERE thread = ? AND call_id IN (SELECT json_extract(c.value, '$.id') FROM messages, "
+                "json_each(messages.data, '$.tool_calls') AS c WHERE messages.thread = ?)",
+                (target, source, target),
+            )
+            conn.execute(
+                "INSERT INTO checkpoints SELECT ?, version, step, time, messages, last_message, "
+                "input_tokens, output_tokens, cost_total, status FROM checkpoints "
+                "WHERE thread = ? AND messages < ?", (target, source, messages),
+            )
+            version = conn.execute(
+                "SELECT coalesce(max(version), 0) + 1 FROM checkpoints WHERE thread = ?", (target,)
+            ).fetchone()[0]
+            totals = conn.execute(
+                "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
+                "FROM usage WHERE thread = ?", (target,),
+            ).fetchone()
+            title_row = conn.execute(
+                "SELECT json_extract(data, '$.content') FROM messages WHERE thread = ? "
+                "AND json_extract(data, '$.kind') = 'user' ORDER BY seq LIMIT 1", (target,),
+            ).fetchone()
+            title = " ".join((title_row[0] if title_row else "").split())[:80]
+            record = meta_record(meta) or {}
+            status = record.get("status")
+            conn.execute(
+                "UPDATE threads SET version = ?, step = ?, meta = ?, title = ?, status = ?, messages = ?, "
+                "input_tokens = ?, output_tokens = ?, cost_total = ? WHERE id = ?",
+                (version, step, _dumps(record), title, status, messages, *totals, target),
+            )
+            if messages:
+                conn.execute(
+                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (target, version, step, now, messages, summary, *totals, status),
+                )
+        return int(version)
+
+    async def usage_columns(
+        self, thread: str | None = None, columns: Sequence[str] | None = None
+    ) -> UsageColumns:
+        """Stored usage rows as columns, in write order; see `Store.usage_columns`.
+
+        Reads the columnar chunks (one blob per `CHUNK_ROWS` rows) plus the few rows not packed
+        yet, so a DataFrame of a million model calls costs a few hundred blob reads instead of a
+        million row tuples. A thread with few rows is read through the ``(thread, id)`` index; a
+        large one from the chunks it appears in. Rows not yet packed (a file written before
+        chunks existed, ranges whose chunk a deletion dropped) are packed first, one chunk per
+        short transaction, so other writers are never held up for long.
+        """
+        names = column_names(columns)
+        if thread is None and self._needs_packing():
+            self._pack_all()
+        with self._db.transaction(immediate=False) as conn:
+            blocks = _read_blocks(conn, names, thread)
+        return UsageColumns(blocks, names)
+
+    def _needs_packing(self) -> bool:
+        with self._db.transaction(immediate=False) as conn:
+            gaps, tail = _uncovered(conn)
+            return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
+
+    def _pack_all(self) -> None:
+        packed = True
+        while packed:
+            with self._db.transaction(immediate=True) as conn:
+                gaps, _ = _uncovered(conn)
+                if gaps:
+                    _pack_range(conn, *gaps[0])
+                else:
+                    packed = _pack_tail(conn, limit=1) > 0
+
+    async def close(self) -> None:
+        """Close this process's connection (the store reopens it if used again)."""
+        self._db.close()
+
