@@ -8,8 +8,10 @@ state; no store: the loop records each result.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
 import json
+import os
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +44,27 @@ def tool_result_text(value: Any) -> str:
             return str(value)
 
 
+_threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _tool_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The worker threads of sync tools (one pool per process, made on first use, again after a
+    fork; sized like asyncio's default executor)."""
+    global _threads
+    if _threads is None:
+        _threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="nbagent-tool")
+    return _threads
+
+
+def _forget_threads() -> None:
+    global _threads
+    _threads = None
+
+
+os.register_at_fork(after_in_child=_forget_threads)
+
+
 async def execute(
     run: RunState, call: ToolCall, tool: Tool, validated: Any, note: str | None, decision: Decision | None
 ) -> ToolResultMessage:
@@ -56,12 +79,16 @@ async def execute(
             value = await fn()
         else:
             # A thread cannot be interrupted: the run may be stopped while the function goes on.
-            # `run.blocking` keeps its future so the run can say so, and record the real outcome
-            # when the function returns (see `_Loop.cancel_cleanup`).
-            future = asyncio.get_running_loop().run_in_executor(None, contextvars.copy_context().run, fn)
-            run.blocking[call.id] = future
-            value = await asyncio.shield(future)
-            del run.blocking[call.id]
+            # `run.blocking` keeps the thread's own future (which outlives a cancelled await) so
+            # the run can say so, and record the real outcome when the function returns (see
+            # `_loop._answer_open_calls`). The same cost as asyncio.to_thread: no extra loop hop.
+            work = _tool_threads().submit(contextvars.copy_context().run, fn)
+            run.blocking[call.id] = work
+            try:
+                value = await asyncio.wrap_future(work)
+            finally:
+                if work.done():  # kept only while the thread outlives a cancelled await
+                    run.blocking.pop(call.id, None)
         content, is_error, status = tool_result_text(value), False, "done"
     except ModelRetry as exc:
         content, is_error, status = exc.message, True, "failed"

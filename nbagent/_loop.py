@@ -19,6 +19,7 @@ results.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
@@ -395,7 +396,7 @@ def _answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMess
             results.append(error_result(call, _STILL_RUNNING, "interrupted"))
             if started is not None:
                 ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "interrupted"))
-                blocking.add_done_callback(_late_outcome(store, run.thread, started))
+                blocking.add_done_callback(_late_outcome(store, run.thread, started, asyncio.get_running_loop()))
             continue
         results.append(error_result(call, "cancelled: the run was stopped before this call finished", "cancelled"))
         if started is not None:
@@ -403,16 +404,22 @@ def _answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMess
     return results, ledger
 
 
-def _late_outcome(store: Store, thread: str, started: LedgerEntry) -> Any:
-    """A callback for a blocking call that outlived its run: record how it really ended in the
-    ledger (the conversation already says "not known", and is append-only)."""
+def _late_outcome(store: Store, thread: str, started: LedgerEntry, loop: asyncio.AbstractEventLoop) -> Any:
+    """A callback (run in the tool's thread) for a blocking call that outlived its run: record how
+    it really ended in the ledger (the conversation already says "not known", and is append-only)."""
 
-    def done(future: asyncio.Future[Any]) -> None:
-        failed = future.cancelled() or future.exception() is not None
+    def record(failed: bool) -> None:
         entry = LedgerEntry(started.call_id, started.tool, started.args_hash, "failed" if failed else "finished")
         task = asyncio.ensure_future(_record_late(store, thread, entry))
         _late_tasks.add(task)
         task.add_done_callback(_late_tasks.discard)
+
+    def done(work: concurrent.futures.Future[Any]) -> None:
+        failed = work.cancelled() or work.exception() is not None
+        try:
+            loop.call_soon_threadsafe(record, failed)
+        except RuntimeError:  # the loop is gone (the script ended): the ledger keeps "interrupted"
+            pass
 
     return done
 

@@ -8,6 +8,7 @@ messages, result, store (the ledger and meta shapes) and usage only.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import os
 import socket
@@ -66,7 +67,7 @@ class RunState:
     meta_dirty: bool = True
     cancel_requested: bool = False
     tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    blocking: dict[str, asyncio.Future[Any]] = field(default_factory=dict)
+    blocking: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
     """Sync tool calls running in a worker thread, by call id (a thread cannot be cancelled)."""
     stored_state: Any = None
     state_warned: bool = False

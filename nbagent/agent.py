@@ -59,6 +59,7 @@ Deny = Mapping[str, "str | None"] | Iterable[CallRef]
 
 
 class Agent(ThreadMethods, Generic[OutputT]):
+    _config: RunConfig | None
     """A model with tools. Configure once, run many conversations.
 
     ```python
@@ -183,9 +184,20 @@ class Agent(ThreadMethods, Generic[OutputT]):
             self._store = open_store(None)
         return self._store
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        object.__setattr__(self, name, value)
+        object.__setattr__(self, "_config", None)  # setting an attribute makes a new RunConfig
+
     def config(self) -> RunConfig:
-        """The agent's settings as a run sees them, frozen (a new one for each run, so changing
-        an attribute of the agent affects the runs started after it)."""
+        """The agent's settings as a run sees them, frozen. It is made again after any attribute
+        of the agent is set, so a change affects the runs started after it."""
+        config: RunConfig | None = self._config
+        if config is None:
+            config = self._make_config()
+            object.__setattr__(self, "_config", config)
+        return config
+
+    def _make_config(self) -> RunConfig:
         return RunConfig(
             model=self.model, tools=self.tools, tool_definitions=self.tool_definitions,
             request_settings=self.request_settings, store=self.store, retry=self.retry,
