@@ -190,6 +190,22 @@ async def test_enter_in_message_box_sends() -> None:
     assert order[-1] is view.message_box
 
 
+async def test_the_views_own_widgets_have_read_only_public_names() -> None:
+    view = make_agent().chat(thread="t-names")
+    await view.wait_loaded()
+    assert list(view.buttons) == ["Send", "Stop", "Approve all", "Deny all", "Confirm deny all", "Cancel",
+                                  "Clear queue"]
+    assert all(isinstance(b, widgets.Button) and b.description == label for label, b in view.buttons.items())
+    shown = _walk(view)
+    for w in (*view.buttons.values(), view.message_box, view.status_line, view.footer, view.history,
+              view.run_log, view.queue_box, view.deny_all_box, view.deny_all_reason):
+        assert w in shown
+    with pytest.raises(TypeError):
+        view.buttons["Send"] = widgets.Button()  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        view.message_box = widgets.Text()  # type: ignore[misc]
+
+
 def _walk(w: widgets.Widget) -> list[widgets.Widget]:
     out = [w]
     for child in getattr(w, "children", ()):
