@@ -3,7 +3,7 @@
 Owns `CallState` (what is known of one call), `DecisionBatch` (decisions queued per call and sent
 together as one `Decisions` resume; "always allow" approves every shown call of that tool) and
 `CallBoard` (the calls by id, kept in step with the rows that show them, `CallRows`). The
-`ChatController` feeds it run events and decisions; `ChatView`'s tool rows draw it.
+`ChatController` feeds it run events and decisions; `RunLog`'s `ToolRow`s draw it.
 
 Pure Python: imports only the core's approvals (no ipywidgets, no asyncio).
 """
@@ -30,7 +30,7 @@ def call_args(call: Any) -> Any:
 
 
 class CallRows(Protocol):
-    """How the calls are shown: one row per call (`ChatView` draws them as `ToolRow`s)."""
+    """How the calls are shown: one row per call (`RunLog` draws them as `ToolRow`s)."""
 
     def add_call(self, call_id: str, name: str, args: Any, group: object) -> None:
         """A new row; rows of one `group` (a run's step) share a table, None: a table of its own."""
