@@ -138,9 +138,14 @@ def view_text(view: ChatView) -> str:
 
 
 async def ask(view: ChatView, prompt: str) -> Any:
-    view._input.value = prompt
-    await click(view._send_button)
+    view.message_box.value = prompt
+    await click(view.buttons["Send"])
     return await view.wait()
+
+
+def press_enter(box: widgets.Text) -> None:
+    """What the front end sends when Enter is pressed in a text box."""
+    box._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "submit"}}}, "buffers": []})
 
 
 def waiting_rows(view: ChatView) -> list[Any]:
@@ -173,17 +178,32 @@ async def test_streamed_answer_ends_as_sanitized_markdown(sent: list[Any]) -> No
 async def test_enter_in_message_box_sends() -> None:
     view = make_agent().chat(thread="t-enter")
     await view.wait_loaded()
-    view._input.value = "hello there"
-    submit = {"method": "custom", "content": {"event": "submit"}}  # what the front end sends on Enter
-    view._input._handle_msg({"content": {"data": submit}, "buffers": []})
+    view.message_box.value = "hello there"
+    press_enter(view.message_box)
     await settle()
     result = await view.wait()
     assert result is not None and result.output == "You said: hello there"
-    assert view._input.value == ""
+    assert view.message_box.value == ""
     # the message box is the last text box of the view
     boxes = [w for w in all_widgets(view) if isinstance(w, (widgets.Text, widgets.Textarea))]
     order = [w for w in _walk(view) if w in boxes]
-    assert order[-1] is view._input
+    assert order[-1] is view.message_box
+
+
+async def test_the_views_own_widgets_have_read_only_public_names() -> None:
+    view = make_agent().chat(thread="t-names")
+    await view.wait_loaded()
+    assert list(view.buttons) == ["Send", "Stop", "Approve all", "Deny all", "Confirm deny all", "Cancel",
+                                  "Clear queue"]
+    assert all(isinstance(b, widgets.Button) and b.description == label for label, b in view.buttons.items())
+    shown = _walk(view)
+    for w in (*view.buttons.values(), view.message_box, view.status_line, view.footer, view.history,
+              view.run_log, view.queue_box, view.deny_all_box, view.deny_all_reason):
+        assert w in shown
+    with pytest.raises(TypeError):
+        view.buttons["Send"] = widgets.Button()  # type: ignore[index]
+    with pytest.raises(AttributeError):
+        view.message_box = widgets.Text()  # type: ignore[misc]
 
 
 def _walk(w: widgets.Widget) -> list[widgets.Widget]:
@@ -297,7 +317,7 @@ async def test_approval_row_shows_full_args_and_approve_runs_the_tool() -> None:
     assert "<details>" not in row.html.value.split("needs approval")[0]  # full arguments, not truncated
     assert {"Approve", "Deny", "Edit", "Always allow", "Confirm deny", "Approve edited"} <= set(row.buttons)
     assert row.buttons["Always allow"].description == "Always allow refund"
-    assert "waiting for you: 1 tool call" in view._status.value
+    assert "waiting for you: 1 tool call" in view.status_line.value
     await click(row.buttons["Approve"])
     assert row.decided and row.buttons["Approve"].disabled
     result = await view.wait()
@@ -396,22 +416,22 @@ async def test_always_allow_approves_this_and_later_calls_of_the_tool() -> None:
 async def test_approve_all_and_deny_all_appear_when_several_wait() -> None:
     view = make_agent().chat(thread="t-all")
     await ask(view, "refund one")
-    assert view._approve_all.layout.display == "none"
+    assert view.buttons["Approve all"].layout.display == "none"
     await click(waiting_rows(view)[0].buttons["Approve"])
     await view.wait()
     await ask(view, "two refunds")
-    assert view._approve_all.layout.display != "none" and view._deny_all.layout.display != "none"
-    await click(view._deny_all)  # asks for a reason first; an empty reason is allowed
-    assert view._deny_all_box.layout.display == "flex" and view.handle is None
-    await click(view._deny_all_confirm)
+    assert view.buttons["Approve all"].layout.display != "none" and view.buttons["Deny all"].layout.display != "none"
+    await click(view.buttons["Deny all"])  # asks for a reason first; an empty reason is allowed
+    assert view.deny_all_box.layout.display == "flex" and view.handle is None
+    await click(view.buttons["Confirm deny all"])
     result = await view.wait()
     assert result.status == "completed"
     assert result.output.count("denied by the user") == 2
     await ask(view, "two refunds again")
-    await click(view._approve_all)
+    await click(view.buttons["Approve all"])
     result = await view.wait()
     assert result.output.count("refunded") == 2
-    assert view._approve_all.layout.display == "none"
+    assert view.buttons["Approve all"].layout.display == "none"
 
 
 async def test_deny_all_asks_for_one_reason_that_reaches_the_model(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -421,20 +441,20 @@ async def test_deny_all_asks_for_one_reason_that_reaches_the_model(monkeypatch: 
     rows = waiting_rows(view)
     assert len(rows) == 2
     # Cancel: nothing decided, the box goes away
-    await click(view._deny_all)
-    assert view._deny_all_box.layout.display == "flex"
-    await click(view._deny_all_cancel)
-    assert view._deny_all_box.layout.display == "none" and not any(r.decided for r in rows)
+    await click(view.buttons["Deny all"])
+    assert view.deny_all_box.layout.display == "flex"
+    await click(view.buttons["Cancel"])
+    assert view.deny_all_box.layout.display == "none" and not any(r.decided for r in rows)
     # the reason box sits at the bulk buttons, before the message box (still the last text box)
     order = [w for w in _walk(view) if isinstance(w, widgets.Text)]
-    assert order[-2:] == [view._deny_all_reason, view._input]
+    assert order[-2:] == [view.deny_all_reason, view.message_box]
     starts: list[Any] = []
     original = agent.start
     monkeypatch.setattr(agent, "start", lambda *a, **k: (starts.append(k.get("resume")), original(*a, **k))[1])
-    await click(view._deny_all)
-    view._deny_all_reason.value = "  not <b>today</b>  "
-    await click(view._deny_all_confirm)
-    assert all(r.decided for r in rows) and view._deny_all_box.layout.display == "none"
+    await click(view.buttons["Deny all"])
+    view.deny_all_reason.value = "  not <b>today</b>  "
+    await click(view.buttons["Confirm deny all"])
+    assert all(r.decided for r in rows) and view.deny_all_box.layout.display == "none"
     result = await view.wait()
     assert len(starts) == 1  # one resume for all the calls
     assert {d.call_id: (d.action, d.reason) for d in starts[0].items} == {
@@ -443,7 +463,7 @@ async def test_deny_all_asks_for_one_reason_that_reaches_the_model(monkeypatch: 
     assert result.output == ("The tool said: denied by the user: not <b>today</b> | "
                              "denied by the user: not <b>today</b>")
     assert all(r.status == "denied" and "not &lt;b&gt;today&lt;/b&gt;" in r.html.value for r in rows)
-    assert view._deny_all_reason.value == "" and view._approve_all.layout.display == "none"
+    assert view.deny_all_reason.value == "" and view.buttons["Approve all"].layout.display == "none"
 
 
 async def test_client_tool_takes_the_persons_answer() -> None:
@@ -459,19 +479,18 @@ async def test_client_tool_takes_the_persons_answer() -> None:
     assert result.output == "The tool said: blue"
 
 
-async def test_handlers_on_another_thread_schedule_onto_the_loop() -> None:
+async def test_handlers_on_another_thread_schedule_onto_the_loop(monkeypatch: pytest.MonkeyPatch) -> None:
     view = make_agent().chat(thread="t-thread")
     await ask(view, "refund")
     [row] = waiting_rows(view)
     threads: list[str] = []
-    original = view._decide
+    original = view.controller.decide
 
-    def spy(*args: Any) -> None:
+    def spy(*args: Any, **kwargs: Any) -> None:
         threads.append(threading.current_thread().name)
-        original(*args)
+        original(*args, **kwargs)
 
-    view._decide = spy  # type: ignore[method-assign]
-    row._decide = spy
+    monkeypatch.setattr(view.controller, "decide", spy)  # where a row's click ends up
     worker = threading.Thread(target=row.buttons["Approve"].click, name="subshell")
     worker.start()
     worker.join(5)
@@ -485,19 +504,19 @@ async def test_handlers_on_another_thread_schedule_onto_the_loop() -> None:
 async def test_stop_cancels_a_slow_tool_and_the_thread_stays_usable() -> None:
     view = make_agent().chat(thread="t-stop")
     await view.wait_loaded()
-    view._input.value = "slow please"
-    await click(view._send_button)
+    view.message_box.value = "slow please"
+    await click(view.buttons["Send"])
     for _ in range(200):
         if any(r.status == "running" for r in view.rows.values()):
             break
         await asyncio.sleep(0.01)
     [row] = list(view.rows.values())
-    assert row.status == "running" and view._stop.layout.display != "none"
-    await click(view._stop)
+    assert row.status == "running" and view.buttons["Stop"].layout.display != "none"
+    await click(view.buttons["Stop"])
     result = await view.wait()
     assert result.status == "cancelled"
-    assert row.status == "cancelled" and "cancelled" in view._status.value
-    assert view._stop.layout.display == "none"
+    assert row.status == "cancelled" and "cancelled" in view.status_line.value
+    assert view.buttons["Stop"].layout.display == "none"
     result = await ask(view, "hello again")
     assert result.status == "completed" and result.output == "You said: hello again"
 
@@ -510,7 +529,7 @@ async def test_paused_thread_shows_working_buttons_after_a_restart() -> None:
     # "restart": a new agent and a new view over the same durable store, no RunResult in memory
     view2 = make_agent(store).chat(thread="t-restart")
     await view2.wait_loaded()
-    assert "refund" in view2._history.value  # the conversation so far
+    assert "refund" in view2.history.value  # the conversation so far
     [row] = waiting_rows(view2)
     assert "&quot;order&quot;: 42" in row.html.value
     await click(row.buttons["Approve"])
@@ -521,7 +540,7 @@ async def test_paused_thread_shows_working_buttons_after_a_restart() -> None:
 async def test_footer_shows_tokens_cost_and_budget() -> None:
     view = make_agent(token_budget=1000).chat(thread="t-usage")
     await ask(view, "hello")
-    footer = view._footer.value
+    footer = view.footer.value
     assert "tokens in" in footer and "cached 0" in footer and "out 3" in footer
     assert "cost n/a" in footer and "token budget" in footer and "/ 1,000" in footer
 
@@ -532,9 +551,9 @@ async def test_stored_history_is_shown_escaped() -> None:
     await agent.run("<script>alert(1)</script> hi", thread="t-hist")
     view = make_agent(store).chat(thread="t-hist")
     await view.wait_loaded()
-    html = view._history.value
+    html = view.history.value
     assert "&lt;script&gt;alert(1)&lt;/script&gt; hi" in html and "<script>" not in html
-    assert "thread so far" in view._footer.value
+    assert "thread so far" in view.footer.value
 
 
 # ----------------------------------------------------------------------------------- secrets
@@ -572,7 +591,7 @@ def is_answer(w: widgets.Widget) -> bool:
 
 def _log_index(view: ChatView, cls: type) -> list[int]:
     test = is_answer if cls is StreamText else (lambda w: isinstance(w, cls))
-    return [i for i, w in enumerate(view._log.children) if test(w)]
+    return [i for i, w in enumerate(view.run_log.children) if test(w)]
 
 
 async def test_reasoning_streams_into_a_collapsed_thinking_section_above_the_answer(sent: list[Any]) -> None:
@@ -607,7 +626,7 @@ async def test_reasoning_streams_into_a_collapsed_thinking_section_above_the_ans
     # the thread's history (a new view) shows it as a closed <details> with the text escaped
     view2 = Agent(FunctionModel(stream_function=stream), store=store).chat(thread="t-think")
     await view2.wait_loaded()
-    history = view2._history.value
+    history = view2.history.value
     assert '<details class="nbagent-thinking"' in history and "<summary" in history
     assert " open" not in history.split("<summary")[0].split("nbagent-thinking")[-1]
     assert "thought199" in history
@@ -633,8 +652,8 @@ async def test_reasoning_payloads_stay_inert() -> None:
     assert_inert(html, allow_style_attr=True)
     view2 = Agent(FunctionModel(stream_function=stream), store=view.agent.store).chat(thread="t-think-evil")
     await view2.wait_loaded()
-    assert_inert(view2._history.value, allow_style_attr=True)
-    assert "&lt;img src=x onerror=" in view2._history.value
+    assert_inert(view2.history.value, allow_style_attr=True)
+    assert "&lt;img src=x onerror=" in view2.history.value
 
 
 async def test_model_retry_clears_partial_reasoning(sent: list[Any]) -> None:
@@ -710,7 +729,7 @@ def user_prompts(agent: Agent) -> list[str]:
 
 
 def queue_text(view: ChatView) -> str:
-    return "\n".join(w.value for w in view._queue_box.children)
+    return "\n".join(w.value for w in view.queue_box.children)
 
 
 async def test_messages_sent_during_a_run_are_queued_then_sent_one_run_each_in_order() -> None:
@@ -718,30 +737,29 @@ async def test_messages_sent_during_a_run_are_queued_then_sent_one_run_each_in_o
     agent = gated_agent(gate)
     view = agent.chat(thread="t-queue")
     await view.wait_loaded()
-    view._input.value = "gated first"
-    await click(view._send_button)
-    assert view.handle is not None and not view._send_button.disabled  # Send stays usable
-    view._input.value = "second <b>bold</b>"
-    await click(view._send_button)
-    view._input.value = "third"
-    view._input._handle_msg({"content": {"data": {"method": "custom", "content": {"event": "submit"}}},
-                             "buffers": []})  # Enter
+    view.message_box.value = "gated first"
+    await click(view.buttons["Send"])
+    assert view.handle is not None and not view.buttons["Send"].disabled  # Send stays usable
+    view.message_box.value = "second <b>bold</b>"
+    await click(view.buttons["Send"])
+    view.message_box.value = "third"
+    press_enter(view.message_box)
     await settle()
-    assert view._input.value == ""
+    assert view.message_box.value == ""
     assert view.queued_messages == ["second <b>bold</b>", "third"]
     assert "you · queued" in queue_text(view) and "second &lt;b&gt;bold&lt;/b&gt;" in queue_text(view)
     assert "<b>bold" not in queue_text(view)
-    assert "2 messages queued: sent when this run ends" in view._status.value
-    assert view._clear_queue.layout.display != "none"
+    assert "2 messages queued: sent when this run ends" in view.status_line.value
+    assert view.buttons["Clear queue"].layout.display != "none"
     assert view.ask("fourth") is None  # queued too: no run started for it
     gate.set()
     result = await view.wait()
     assert user_prompts(agent) == ["gated first", "second <b>bold</b>", "third", "fourth"]
     assert result.output == "You said: fourth" and view.queued_messages == []
-    assert view._queue_box.children == () and view._clear_queue.layout.display == "none"
-    assert "queued" not in view._status.value
+    assert view.queue_box.children == () and view.buttons["Clear queue"].layout.display == "none"
+    assert "queued" not in view.status_line.value
     # in the log each message is followed by its own answer
-    texts = [getattr(w, "value", "") or getattr(w, "text", "") for w in view._log.children]
+    texts = [getattr(w, "value", "") or getattr(w, "text", "") for w in view.run_log.children]
     flat = " ".join(texts)
     order = [flat.index(s) for s in ("gated first", "You said: gated", "second &lt;b&gt;", "You said: second",
                                      "third", "You said: third", "fourth", "You said: fourth")]
@@ -756,11 +774,11 @@ async def test_queued_message_waits_until_the_waiting_calls_are_decided() -> Non
     view = agent.chat(thread="t-queue-paused")
     result = await ask(view, "refund please")
     assert result.status == "paused"
-    view._input.value = "and then hello"
-    await click(view._send_button)
-    assert view._input.value == "" and view.queued_messages == ["and then hello"]
-    assert "waiting for you: 1 tool call" in view._status.value
-    assert "1 message queued: sent after you decide the waiting tool calls" in view._status.value
+    view.message_box.value = "and then hello"
+    await click(view.buttons["Send"])
+    assert view.message_box.value == "" and view.queued_messages == ["and then hello"]
+    assert "waiting for you: 1 tool call" in view.status_line.value
+    assert "1 message queued: sent after you decide the waiting tool calls" in view.status_line.value
     assert (await view.wait()).status == "paused" and view.handle is None  # not sent by itself
     [row] = waiting_rows(view)
     await click(row.buttons["Approve"])
@@ -782,12 +800,12 @@ async def test_stop_keeps_the_queue_on_hold_until_send() -> None:
             break
         await asyncio.sleep(0.01)
     view.ask("after the stop")
-    await click(view._stop)
+    await click(view.buttons["Stop"])
     result = await view.wait()
     assert result.status == "cancelled" and view.handle is None
     assert view.queued_messages == ["after the stop"]  # kept, not sent by itself
-    assert "cancelled" in view._status.value and "on hold: Send sends it" in view._status.value
-    await click(view._send_button)  # Send with an empty box sends the queue
+    assert "cancelled" in view.status_line.value and "on hold: Send sends it" in view.status_line.value
+    await click(view.buttons["Send"])  # Send with an empty box sends the queue
     result = await view.wait()
     assert result.output == "You said: after the stop" and view.queued_messages == []
 
@@ -804,10 +822,10 @@ async def test_a_failed_run_keeps_the_queue_and_send_continues_it_in_order() -> 
     result = await view.wait()
     assert result.status == "failed"
     assert view.queued_messages == ["second"]
-    status = view._status.value
+    status = view.status_line.value
     assert "failed" in status and "1 message queued, on hold" in status
-    view._input.value = "third"
-    await click(view._send_button)  # new text joins the end; the queue goes on from its start
+    view.message_box.value = "third"
+    await click(view.buttons["Send"])  # new text joins the end; the queue goes on from its start
     result = await view.wait()
     assert user_prompts(agent)[-2:] == ["second", "third"]
     assert result.output == "You said: third" and view.queued_messages == []
@@ -821,9 +839,9 @@ async def test_clear_queue_drops_the_queued_messages_and_says_so() -> None:
     view.ask("gated one")
     view.ask("two")
     view.ask("three")
-    await click(view._clear_queue)
-    assert view.queued_messages == [] and view._queue_box.children == ()
-    assert "dropped 2 queued messages (not sent)" in view._status.value
+    await click(view.buttons["Clear queue"])
+    assert view.queued_messages == [] and view.queue_box.children == ()
+    assert "dropped 2 queued messages (not sent)" in view.status_line.value
     gate.set()
     await view.wait()
     assert user_prompts(agent) == ["gated one"]
@@ -845,10 +863,10 @@ async def test_a_queued_message_that_cannot_start_goes_back_to_the_queue(monkeyp
     gate.set()
     await view.wait()
     assert view.queued_messages == ["second"] and "you · queued" in queue_text(view)
-    assert "could not send the queued message: RuntimeError: cannot start now" in view._status.value
-    assert "1 message queued, on hold" in view._status.value
+    assert "could not send the queued message: RuntimeError: cannot start now" in view.status_line.value
+    assert "1 message queued, on hold" in view.status_line.value
     monkeypatch.setattr(agent, "start", original)
-    await click(view._send_button)
+    await click(view.buttons["Send"])
     result = await view.wait()
     assert result.output == "You said: second" and view.queued_messages == []
 
@@ -882,7 +900,7 @@ async def test_ask_takes_images_and_shows_them_in_the_bubble() -> None:
     result = await view.wait()
     assert user_prompts(agent)[-1] == "what is <b>this</b>?"
     assert len(result.messages[-2].images) == 1  # type: ignore[union-attr]
-    flat = " ".join(getattr(w, "value", "") for w in view._log.children)
+    flat = " ".join(getattr(w, "value", "") for w in view.run_log.children)
     assert flat.count("<img ") == 1 and "data:image/png;base64," in flat
 
     other = Agent(FunctionModel(answer), store=MemoryStore()).chat(thread="t-images-2")

@@ -1,7 +1,7 @@
 """The live tool-call table: one row per call, with approval controls on the rows that wait.
 
 Owns `ToolTable` and `ToolRow`. A row is an HTML widget (tool, arguments, status, result, duration;
-built by `static.tool_row_html`, everything escaped) plus, while the call waits for a person, the
+built by `_html.tool_row_html`, everything escaped) plus, while the call waits for a person, the
 buttons ``Approve``, ``Deny`` (reason box + ``Confirm deny``), ``Edit`` (JSON text area +
 ``Approve edited``, validated with the tool's schema), ``Always allow <tool>``, or for a client
 tool an answer box + ``Submit``.
@@ -10,7 +10,8 @@ Button handlers may run on a thread other than the kernel loop's (ipykernel subs
 handler only hands its work to the `schedule` callable (``loop.call_soon_threadsafe``) and
 returns; reading text boxes, validating and deciding happen on the loop.
 
-Imports ipywidgets and `static`; the decisions go to the `ChatView` through `decide`.
+Imports ipywidgets, the core's HTML rendering and `_calls`' `WAITING` statuses; the decisions
+go to the `ChatController` through `decide`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import ipywidgets as widgets
 
 from .._html import pretty_args, table_header_html, tool_row_html
 from .._sanitize import escape
+from ._calls import WAITING
 
 if TYPE_CHECKING:
     from ..events import PendingCall
@@ -36,7 +38,6 @@ Decide = Callable[[str, str, Any], None]
 """``decide(call_id, action, payload)`` on the loop; action: approve, deny, edit, result, always."""
 
 _HIDDEN = "none"
-WAITING = ("needs approval", "needs answer")
 
 
 def _button(label: str, style: str = "", tooltip: str = "") -> widgets.Button:
