@@ -64,9 +64,8 @@ def _image_block(image: Any) -> dict[str, Any]:
 def _user_content(message: Any) -> str | list[dict[str, Any]]:
     if not message.images:
         return message.content  # type: ignore[no-any-return]
-    blocks: list[dict[str, Any]] = [_image_block(i) for i in message.images]
-    if message.content:
-        blocks.append({"type": "text", "text": message.content})
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
+    blocks.extend(_image_block(i) for i in message.images)
     return blocks
 
 
