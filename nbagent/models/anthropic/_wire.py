@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import functools
 import inspect
 from collections.abc import Mapping
 from typing import Any
@@ -28,6 +29,9 @@ from ..base import ModelRequest
 _ALWAYS_SET = frozenset({"messages", "model", "stream", "tools", "system", "self"})
 _TRANSLATED = frozenset({"tool_choice", "parallel_tool_calls", "stop"})
 """nbagent's (OpenAI-style) setting names this module translates to the Messages API."""
+_SAMPLING = frozenset({"temperature", "top_p", "top_k"})
+"""Sampling settings the API takes; an SDK whose ``create`` has no such keyword (anthropic 2.x)
+gets them in ``extra_body``."""
 _MERGED_DICTS = ("extra_body", "extra_headers", "extra_query")
 _EPHEMERAL = {"type": "ephemeral"}
 _create_params: frozenset[str] | None = None
@@ -40,8 +44,15 @@ def _allowed_settings() -> frozenset[str]:
         from anthropic.resources.messages import AsyncMessages
 
         names = inspect.signature(AsyncMessages.create).parameters
-        _create_params = (frozenset(names) - _ALWAYS_SET) | _TRANSLATED
+        _create_params = (frozenset(names) - _ALWAYS_SET) | _TRANSLATED | _SAMPLING
     return _create_params
+
+
+@functools.cache
+def _sdk_takes(name: str) -> bool:
+    from anthropic.resources.messages import AsyncMessages
+
+    return name in inspect.signature(AsyncMessages.create).parameters
 
 
 def check_settings(settings: Mapping[str, Any]) -> None:
@@ -187,13 +198,19 @@ def request_params(
         params["tools"] = [wire_tool(t) for t in request.tools]
     if thinking is not None:
         params["thinking"] = thinking
+    sampling: dict[str, Any] = {}
     for key, value in settings.items():
         if value is None or key in ("tool_choice", "parallel_tool_calls"):
             continue
         if key == "stop":
             params["stop_sequences"] = [value] if isinstance(value, str) else list(value)
             continue
+        if key in _SAMPLING and not _sdk_takes(key):
+            sampling[key] = value
+            continue
         params[key] = value
+    if sampling:
+        params["extra_body"] = {**sampling, **(params.get("extra_body") or {})}
     if request.tools:
         choice = wire_tool_choice(settings.get("tool_choice"), settings.get("parallel_tool_calls"))
         if choice is not None:
