@@ -391,3 +391,27 @@ async def test_the_cost_of_a_cached_case(
     by_hand = (fresh * prices["input"] + read * prices["cache_read"] + write * prices["cache_write"]
                + output * prices["output"]) / 1e6
     assert row.cost_total == pytest.approx(by_hand, rel=1e-9)
+
+
+# ----------------------------------------------------------------------------- the replay server's /v1/messages
+def test_the_replay_server_answers_messages_routes_in_anthropic_shape(server: Any) -> None:
+    import urllib.error
+    import urllib.request
+
+    def post(url: str) -> tuple[int, Any]:
+        req = urllib.request.Request(url, data=b'{"messages": []}', headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    status, body = post(server.url + "/case/nope/v1/messages")
+    assert status == 422 and body["type"] == "error" and body["error"]["type"] == "invalid_request_error"
+    status, body = post(server.anthropic_fault_base_url("status", arg="413,request_too_large") + "/v1/messages")
+    assert (status, body["error"]["type"]) == (413, "request_too_large")
+    status, body = post(server.fault_base_url("status", arg=413) + "/chat/completions")  # OpenAI shape there
+    assert status == 413 and body["error"]["type"] == "invalid_request_error" and "type" not in body
+    status, body = post(server.anthropic_base_url_for("anthropic_plain_text") + "/v1/messages")
+    assert status == 200 and body["type"] == "message"
+    assert server.messages_requests()[-1]["case"] == "anthropic_plain_text"
