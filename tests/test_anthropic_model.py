@@ -415,3 +415,23 @@ def test_the_replay_server_answers_messages_routes_in_anthropic_shape(server: An
     status, body = post(server.anthropic_base_url_for("anthropic_plain_text") + "/v1/messages")
     assert status == 200 and body["type"] == "message"
     assert server.messages_requests()[-1]["case"] == "anthropic_plain_text"
+
+
+async def test_a_stream_that_breaks_off_is_retried(server: Any) -> None:
+    model = model_at(server.anthropic_fault_base_url("drop-once", "anthropic_stream_text", arg=4))
+    before = len(server.messages_requests())
+    try:
+        events = [e async for e in Agent(model, retry=FAST).stream("hi")]
+    finally:
+        await model.aclose()
+    result = events[-1].result
+    assert result.status == "completed" and result.output == "- Captain\n- Scoop"
+    assert len(server.messages_requests()) - before == 2
+    model = model_at(server.anthropic_fault_base_url("drop-mid-stream", "anthropic_stream_text", arg=4))
+    try:
+        with pytest.raises(StreamInterruptedError) as info:
+            async for _ in model.request_stream(ModelRequest([UserMessage("hi")])):
+                pass
+    finally:
+        await model.aclose()
+    assert info.value.retryable and KEY not in str(info.value)
