@@ -254,6 +254,18 @@ async def test_caching_breakpoints_and_cache_false(server: Any) -> None:
     assert "cache_control" not in json.dumps(body)
 
 
+async def test_a_forced_tool_becomes_auto_with_thinking(server: Any) -> None:
+    """The API refuses tool_choice any / tool with extended thinking (an output_type agent asks for
+    "required"): such a request asks for auto instead, keeping disable_parallel_tool_use."""
+    tools = [{"name": "t", "description": "d", "parameters": {"type": "object", "properties": {}}}]
+    url = server.anthropic_base_url_for("anthropic_plain_text")
+    for choice in ("required", "t"):
+        settings = {"tool_choice": choice, "parallel_tool_calls": False}
+        request = ModelRequest([UserMessage("hi")], tools, settings)
+        body, _ = await sent_after(server, model_at(url, thinking=1024), request)
+        assert body["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+
+
 async def test_thinking_setting_and_max_tokens(server: Any) -> None:
     url = server.anthropic_base_url_for("anthropic_plain_text")
     body, _ = await sent_after(server, model_at(url, thinking=2048, max_tokens=8000), ModelRequest([UserMessage("hi")]))

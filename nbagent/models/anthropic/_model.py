@@ -66,7 +66,8 @@ class AnthropicModel(Model):
         thinking: extended thinking: a token budget (``2048``) or the API's dict
             (``{"type": "enabled", "budget_tokens": 2048}``); None for none. The thinking text
             streams as `ReasoningText`; its signed blocks are kept on the answer
-            (`AssistantMessage.thinking_blocks`) and sent back unchanged.
+            (`AssistantMessage.thinking_blocks`) and sent back unchanged. The API takes no forced
+            tool with thinking: a ``tool_choice`` of ``required`` or a tool's name is sent as auto.
         cache: prompt-caching breakpoints (``cache_control``) on the last tool, the system prompt
             and the latest message, so each step reads the history before it from the cache.
         settings: default settings (temperature, top_p, top_k, stop, tool_choice,

@@ -213,6 +213,9 @@ def request_params(
         params["extra_body"] = {**sampling, **(params.get("extra_body") or {})}
     if request.tools:
         choice = wire_tool_choice(settings.get("tool_choice"), settings.get("parallel_tool_calls"))
+        if choice is not None and _thinking_on(params.get("thinking")) and choice["type"] in ("any", "tool"):
+            # The API refuses a forced tool with extended thinking (400): ask for auto instead.
+            choice = {k: v for k, v in choice.items() if k != "name"} | {"type": "auto"}
         if choice is not None:
             params["tool_choice"] = choice
     if cache:
@@ -220,6 +223,10 @@ def request_params(
     if stream:
         params["stream"] = True
     return params
+
+
+def _thinking_on(thinking: Any) -> bool:
+    return isinstance(thinking, dict) and thinking.get("type") not in (None, "disabled")
 
 
 def _add_cache_breakpoints(params: dict[str, Any]) -> None:
