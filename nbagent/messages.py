@@ -408,6 +408,9 @@ class AssistantMessage:
     """The model's refusal message, when it refused (OpenAI ``message.refusal``)."""
     finish_reason: str | None = None
     model: str | None = None
+    thinking_blocks: list[dict[str, Any]] = field(default_factory=list)
+    """Provider blocks to send back unchanged on the next request: Anthropic's signed
+    ``thinking`` / ``redacted_thinking`` blocks (the API checks their signatures)."""
     kind: Literal["assistant"] = "assistant"
 
     def to_dict(self) -> dict[str, Any]:
@@ -418,6 +421,8 @@ class AssistantMessage:
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
+        if self.thinking_blocks:
+            data["thinking_blocks"] = [dict(b) for b in self.thinking_blocks]
         return data
 
 
@@ -472,6 +477,7 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             refusal=data.get("refusal"),
             finish_reason=data.get("finish_reason"),
             model=data.get("model"),
+            thinking_blocks=[dict(b) for b in data.get("thinking_blocks", ())],
         )
     if kind == "tool-result":
         return ToolResultMessage(

@@ -8,7 +8,7 @@ import sys
 
 import nbagent
 
-HEAVY = ("ipywidgets", "pandas", "openai", "anywidget", "numpy", "pyarrow", "matplotlib", "IPython")
+HEAVY = ("ipywidgets", "pandas", "openai", "anthropic", "anywidget", "numpy", "pyarrow", "matplotlib", "IPython")
 
 
 def imported_after(code: str) -> list[str]:
@@ -22,6 +22,11 @@ def imported_after(code: str) -> list[str]:
 
 def test_import_nbagent_imports_no_edge_libraries() -> None:
     assert imported_after("import nbagent") == []
+
+
+def test_import_nbagent_models_imports_no_provider_sdk() -> None:
+    assert imported_after("import nbagent.models") == []
+    assert imported_after("from nbagent.models import AnthropicModel") == ["anthropic"]
 
 
 def test_defining_and_running_an_agent_stays_light() -> None:

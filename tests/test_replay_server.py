@@ -183,7 +183,7 @@ def test_fault_url_builder(server: ReplayServer):
         server.fault_base_url("slow", "nope")
     assert set(FAULT_MODES) == {"drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay",
                                 "429-retry-after", "then", "drop-once", "error-mid-stream", "error-once",
-                                "bad-body", "bad-body-once", "keep-alive"}
+                                "bad-body", "bad-body-once", "keep-alive", "status"}
     status, _, body = post(server.url + "/fault/explode/v1/chat/completions")
     assert status == 422 and "explode" in json.loads(body)["error"]["message"]
 

@@ -1,9 +1,10 @@
 """Models: the `Model` protocol, the fakes that ship with nbagent, and the providers.
 
 ```python
-from nbagent.models import FunctionModel, ScriptedModel, TestModel, OpenAIModel, local
+from nbagent.models import FunctionModel, ScriptedModel, TestModel, OpenAIModel, AnthropicModel, local
 ```
-`OpenAIModel` (and the ``openai`` package) is imported only when first used.
+`OpenAIModel` (and the ``openai`` package) and `AnthropicModel` (and ``anthropic``) are imported
+only when first used.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from .function import FunctionModel, ScriptedModel
 from .test import TestModel
 
 if TYPE_CHECKING:
+    from .anthropic import AnthropicModel
     from .openai import OpenAIModel
 
 __all__ = [
+    "AnthropicModel",
     "FunctionModel",
     "Model",
     "ModelRequest",
@@ -44,6 +47,10 @@ def __getattr__(name: str) -> Any:
         from .openai import OpenAIModel
 
         return OpenAIModel
+    if name == "AnthropicModel":
+        from .anthropic import AnthropicModel
+
+        return AnthropicModel
     raise AttributeError(f"module 'nbagent.models' has no attribute {name!r}")
 
 
@@ -71,7 +78,8 @@ def auto(**kwargs: Any) -> Model:
 
 
 def infer_model(model: Model | str) -> Model:
-    """Turn ``"openai:gpt-4.1-mini"`` (or ``"test"``, ``"local"``) into a `Model`."""
+    """Turn ``"openai:gpt-4.1-mini"``, ``"anthropic:claude-sonnet-4-5"`` (or ``"test"``, ``"local"``)
+    into a `Model`."""
     if isinstance(model, Model):
         return model
     if not isinstance(model, str):
@@ -87,9 +95,13 @@ def infer_model(model: Model | str) -> Model:
         from .openai import OpenAIModel
 
         return OpenAIModel(name)
+    if provider == "anthropic" and name:
+        from .anthropic import AnthropicModel
+
+        return AnthropicModel(name)
     from ..exceptions import UserError
 
     raise UserError(
         f"unknown model {model!r}: use 'openai:<model name>' (any OpenAI-compatible server via "
-        "OPENAI_BASE_URL), 'local', 'test', or pass a Model instance"
+        "OPENAI_BASE_URL), 'anthropic:<model name>', 'local', 'test', or pass a Model instance"
     )

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Replay recorded OpenAI chat-completions traffic to nbagent's tests (standard library only).
+"""Replay recorded OpenAI chat-completions and Anthropic Messages traffic to nbagent's tests (standard
+library only).
 
-The recordings are the ``cases/*.json`` files next to this module (see ``cases/README.md``).
+The recordings are the ``cases/*.json`` files next to this module (see ``cases/README.md``) and,
+for the Anthropic Messages API, the ``anthropic_messages/*.json`` files (see its ``README.md``).
 Each one is a single real HTTP interaction: status, kept response headers and the body
 (``body_raw`` text, or ``body`` JSON, or ``sse`` event-stream text).
 
@@ -58,6 +60,17 @@ URL scheme (every route below ends in ``/v1/chat/completions``; use the part bef
                               S seconds (default 0.2): HOW ``comment`` (default) sends the SSE
                               comment ``: keep-alive``, ``delta`` a chunk with an empty content delta.
 
+    Anthropic Messages API: every route above works with ``/v1/messages`` in place of
+    ``/v1/chat/completions`` (the client's ``base_url`` is then the part before ``/v1``, see
+    ``anthropic_base_url_for`` / ``anthropic_fault_base_url``). Cases are looked up in both
+    corpora; errors of the server itself and of the 500/429 faults are Anthropic-shaped there
+    (``{"type": "error", "error": {"type": ..., "message": ...}}``), and the error-* modes'
+    default event is Anthropic's ``event: error`` with an ``overloaded_error`` (no ``[DONE]``).
+    One more fault mode for both:
+
+        status:CODE[,TYPE]    answer HTTP CODE with an error body of that type (default: a type
+                              matching the status), e.g. ``status:413,request_too_large``.
+
     GET  .../v1/models        a one-model list (some clients probe it).
     GET  /health              {"ok": true, "cases": N}
 
@@ -110,10 +123,12 @@ from typing import Any
 from urllib.parse import quote, unquote
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
+ANTHROPIC_CASES_DIR = Path(__file__).resolve().parent / "anthropic_messages"
 CASE_HEADER = "X-Replay-Case"
 SERVED_HEADER = "X-Replay-Case-Served"
 FAULT_MODES = ("drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay", "429-retry-after",
-               "then", "drop-once", "error-mid-stream", "error-once", "bad-body", "bad-body-once", "keep-alive")
+               "then", "drop-once", "error-mid-stream", "error-once", "bad-body", "bad-body-once", "keep-alive",
+               "status")
 DEFAULT_FAULT_CASE = {"drop-mid-stream": "openai_stream_text_usage", "drop-once": "openai_stream_text_usage",
                       "error-mid-stream": "openai_stream_text_usage", "error-once": "openai_stream_text_usage"}
 DEFAULT_STREAM_ERROR = json.dumps({"error": {
@@ -121,11 +136,21 @@ DEFAULT_STREAM_ERROR = json.dumps({"error": {
     "type": "server_error", "param": None, "code": None}})
 """What OpenAI sends inside a started stream when generation fails (the error-* fault modes' default)."""
 DEFAULT_CASE = "openai_plain_text"
+DEFAULT_ANTHROPIC_CASE = {"drop-mid-stream": "anthropic_stream_text", "drop-once": "anthropic_stream_text",
+                          "error-mid-stream": "anthropic_stream_text", "error-once": "anthropic_stream_text"}
+DEFAULT_ANTHROPIC_STREAM_ERROR = "event: error\ndata: " + json.dumps(
+    {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}})
+"""What Anthropic sends inside a started stream when it is overloaded (the error-* modes' default there)."""
+_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error", 402: "billing_error",
+                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
+                    429: "rate_limit_error", 500: "api_error", 504: "timeout_error", 529: "overloaded_error"}
 _DROPPED_REQUEST_HEADERS = {"authorization", "api-key", "proxy-authorization", "cookie"}
 _EVENT_END = re.compile(r"\r?\n\r?\n")
 _CHAT_SUFFIX = "/chat/completions"
+_MESSAGES_SUFFIX = "/messages"
 
 __all__ = [
+    "ANTHROPIC_CASES_DIR",
     "CASES_DIR",
     "FAULT_MODES",
     "ReplayServer",
@@ -179,18 +204,33 @@ def _error_body(message: str, type_: str, code: Any = None) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------- routing
+def _anthropic_error_body(message: str, type_: str) -> dict[str, Any]:
+    return {"type": "error", "error": {"type": type_, "message": message}}
+
+
 class _Route:
-    """What a chat-completions path asks for."""
+    """What a chat-completions (or Anthropic messages) path asks for."""
 
     def __init__(self, case: str | None, mode: str | None = None, arg: str | None = None, key: str = ""):
         self.case, self.mode, self.arg, self.key = case, mode, arg, key
+        self.anthropic = False
 
 
 def _parse_chat_path(path: str) -> _Route | None:
-    """Parse a path ending in /chat/completions; None if it is not one of ours."""
-    if not path.endswith(_CHAT_SUFFIX):
+    """Parse a path ending in /chat/completions or /v1/messages; None if it is not one of ours."""
+    if path.endswith(_CHAT_SUFFIX):
+        suffix = _CHAT_SUFFIX
+    elif path.endswith("/v1" + _MESSAGES_SUFFIX):
+        suffix = _MESSAGES_SUFFIX
+    else:
         return None
-    parts = [unquote(p) for p in path[: -len(_CHAT_SUFFIX)].split("/") if p]
+    route = _parse_parts([unquote(p) for p in path[: -len(suffix)].split("/") if p])
+    if route is not None:
+        route.anthropic = suffix == _MESSAGES_SUFFIX
+    return route
+
+
+def _parse_parts(parts: list[str]) -> _Route | None:
     # parts is e.g. ["v1"], ["case", NAME, "v1"], ["fault", "slow:2", NAME, "v1"], ["fault", "slow", "v1"]
     if parts and parts[-1] == "v1":
         parts = parts[:-1]
@@ -272,6 +312,15 @@ class _Handler(BaseHTTPRequestHandler):
         }
         self.server.owner._add_request(entry)
 
+    _anthropic = False
+
+    def _err(self, message: str, type_: str, code: Any = None) -> dict[str, Any]:
+        """An OpenAI-style error body, or an Anthropic-style one on a /v1/messages route."""
+        if not self._anthropic:
+            return _error_body(message, type_, code)
+        kind = {"server_error": "api_error", "requests": "rate_limit_error"}.get(type_, type_)
+        return _anthropic_error_body(message, kind if kind in _ANTHROPIC_TYPES.values() else "invalid_request_error")
+
     # ----------------------------------------------------------------- routes
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -290,23 +339,27 @@ class _Handler(BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0]
         raw = self._read_body()
         route = _parse_chat_path(path)
+        self._anthropic = route is not None and route.anthropic
         if route is None:
             self._record(raw, None, None)
-            self._send_json(404, _error_body(f"replay server: no route for POST {path}",
+            self._send_json(404, self._err(f"replay server: no route for POST {path}",
                                              "invalid_request_error"))
             return
         name = (self.headers.get(CASE_HEADER) or "").strip() or route.case
         if route.mode is not None:
             if route.mode not in FAULT_MODES:
                 self._record(raw, route, None)
-                self._send_json(422, _error_body(
+                self._send_json(422, self._err(
                     f"unknown fault mode {route.mode!r}; known: {', '.join(FAULT_MODES)}",
                     "invalid_request_error", "replay_no_match"))
                 return
-            name = name or DEFAULT_FAULT_CASE.get(route.mode, DEFAULT_CASE)
+            if route.anthropic:
+                name = name or DEFAULT_ANTHROPIC_CASE.get(route.mode, "anthropic_plain_text")
+            else:
+                name = name or DEFAULT_FAULT_CASE.get(route.mode, DEFAULT_CASE)
         if not name:
             self._record(raw, route, None)
-            self._send_json(422, _error_body(
+            self._send_json(422, self._err(
                 f"no case selected: POST /case/<name>/v1/chat/completions or send {CASE_HEADER}: <name>",
                 "invalid_request_error", "replay_no_match"))
             return
@@ -314,7 +367,7 @@ class _Handler(BaseHTTPRequestHandler):
             case = self.server.owner.case(name)
         except KeyError:
             self._record(raw, route, None)
-            self._send_json(422, _error_body(f"unknown replay case {name!r}", "invalid_request_error",
+            self._send_json(422, self._err(f"unknown replay case {name!r}", "invalid_request_error",
                                              "replay_no_match"))
             return
         self._record(raw, route, name)
@@ -332,12 +385,12 @@ class _Handler(BaseHTTPRequestHandler):
                 failures = int(route.arg or 1)
                 if owner._count(route.key) <= failures:
                     if mode == "500-then-200":
-                        self._send_json(500, _error_body(
+                        self._send_json(500, self._err(
                             "The server had an error while processing your request. Sorry about that! "
                             "(replay fault 500-then-200)", "server_error"),
                             {SERVED_HEADER: f"fault:{mode}"})
                     else:
-                        self._send_json(429, _error_body(
+                        self._send_json(429, self._err(
                             "Rate limit reached for requests (replay fault 429-then-200)", "requests",
                             "rate_limit_exceeded"),
                             {"retry-after": "0", SERVED_HEADER: f"fault:{mode}"})
@@ -365,6 +418,16 @@ class _Handler(BaseHTTPRequestHandler):
                     self._bad_body(route.arg or "")
                 else:
                     self._replay(case)
+            elif mode == "status":
+                code_text, _, kind = (route.arg or "").partition(",")
+                code = int(code_text)
+                if not 400 <= code <= 599:
+                    raise ValueError(code_text)
+                kind = kind or (_ANTHROPIC_TYPES.get(code, "api_error" if code >= 500 else "invalid_request_error")
+                                if route.anthropic else ("server_error" if code >= 500 else "invalid_request_error"))
+                message = f"replay fault status {code} ({kind})"
+                body = (_anthropic_error_body(message, kind) if route.anthropic else _error_body(message, kind))
+                self._send_json(code, body, {SERVED_HEADER: f"fault:{mode}"})
             elif mode == "keep-alive":
                 self._keep_alive(route.arg)
             elif mode == "429-retry-after":
@@ -374,7 +437,7 @@ class _Handler(BaseHTTPRequestHandler):
                         value = email.utils.formatdate(time.time() + float(arg[4:]), usegmt=True)
                     else:
                         value = str(float(arg)).removesuffix(".0")
-                    self._send_json(429, _error_body(
+                    self._send_json(429, self._err(
                         "Rate limit reached for requests (replay fault 429-retry-after)", "requests",
                         "rate_limit_exceeded"), {"retry-after": value, SERVED_HEADER: f"fault:{mode}"})
                     return
@@ -388,18 +451,18 @@ class _Handler(BaseHTTPRequestHandler):
                     try:
                         case = owner.case(later[min(n - 2, len(later) - 1)])
                     except KeyError:
-                        self._send_json(422, _error_body(f"unknown replay case in {route.arg!r}",
+                        self._send_json(422, self._err(f"unknown replay case in {route.arg!r}",
                                                          "invalid_request_error", "replay_no_match"))
                         return
                 self._replay(case)
         except ValueError:
-            self._send_json(422, _error_body(f"bad fault argument {route.arg!r} for {mode}",
+            self._send_json(422, self._err(f"bad fault argument {route.arg!r} for {mode}",
                                              "invalid_request_error", "replay_no_match"))
 
     def _drop_mid_stream(self, case: dict[str, Any], keep: int | None) -> None:
         resp = case["response"]
         if "sse" not in resp:
-            self._send_json(422, _error_body(f"drop-mid-stream needs a streamed case, {case['name']} is not",
+            self._send_json(422, self._err(f"drop-mid-stream needs a streamed case, {case['name']} is not",
                                              "invalid_request_error", "replay_no_match"))
             return
         events = split_sse_events(resp["sse"])
@@ -419,7 +482,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _error_mid_stream(self, case: dict[str, Any], arg: str | None) -> None:
         resp = case["response"]
         if "sse" not in resp:
-            self._send_json(422, _error_body(f"error-mid-stream needs a streamed case, {case['name']} is not",
+            self._send_json(422, self._err(f"error-mid-stream needs a streamed case, {case['name']} is not",
                                              "invalid_request_error", "replay_no_match"))
             return
         keep_text, _, event = (arg or "").partition(",")
@@ -427,7 +490,7 @@ class _Handler(BaseHTTPRequestHandler):
         keep = int(keep_text) if keep_text else max(1, len(events) // 2)
         if not 0 <= keep < len(events):
             raise ValueError(keep)
-        event = event or DEFAULT_STREAM_ERROR
+        event = event or (DEFAULT_ANTHROPIC_STREAM_ERROR if self._anthropic else DEFAULT_STREAM_ERROR)
         if event.lstrip().startswith("{"):
             json.loads(event)  # a typo in a test's payload is a 422, not a silently odd stream
             event = f"data: {event}"
@@ -436,7 +499,8 @@ class _Handler(BaseHTTPRequestHandler):
         for sent in events[:keep]:
             self._write_chunk(sent.encode("utf-8"))
         self._write_chunk(event.encode("utf-8"))
-        self._write_chunk(b"data: [DONE]\n\n")
+        if not self._anthropic:
+            self._write_chunk(b"data: [DONE]\n\n")
         self.wfile.write(b"0\r\n\r\n")
         self.wfile.flush()
 
@@ -556,9 +620,11 @@ class ReplayServer:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, cases_dir: Path | str = CASES_DIR,
+                 anthropic_cases_dir: Path | str = ANTHROPIC_CASES_DIR,
                  delay: float = 0.0, chunk_events: bool = True, verbose: bool = False):
         self.host, self.port = host, port
         self.cases_dir = Path(cases_dir)
+        self.anthropic_cases_dir = Path(anthropic_cases_dir)
         self.delay = delay
         self.chunk_events = chunk_events
         self.verbose = verbose
@@ -644,12 +710,26 @@ class ReplayServer:
         spec = mode if arg is None else f"{mode}:{quote(str(arg), safe=',:')}"
         return f"{self.url}/fault/{spec}" + (f"/{case}" if case else "") + "/v1"
 
+    def anthropic_base_url_for(self, case: str) -> str:
+        """``http://127.0.0.1:PORT/case/NAME``: an Anthropic client with this ``base_url`` (the SDK
+        adds ``/v1/messages``) gets ``case`` whatever it sends."""
+        self.case(case)
+        return f"{self.url}/case/{case}"
+
+    def anthropic_fault_base_url(self, mode: str, case: str | None = None,
+                                 arg: float | int | str | None = None) -> str:
+        """`fault_base_url` for an Anthropic client: without the trailing ``/v1``."""
+        return self.fault_base_url(mode, case, arg).removesuffix("/v1")
+
     # ----------------------------------------------------------------- state
     def case(self, name: str) -> dict[str, Any]:
         """The case dict (cached; treat as read-only, use load_case() for a copy). KeyError if unknown."""
         with self._lock:
             if name not in self._cases:
-                self._cases[name] = load_case(name, self.cases_dir)
+                try:
+                    self._cases[name] = load_case(name, self.cases_dir)
+                except KeyError:
+                    self._cases[name] = load_case(name, self.anthropic_cases_dir)
             return self._cases[name]
 
     @property
@@ -662,6 +742,11 @@ class ReplayServer:
         """Only the POSTs to .../chat/completions."""
         return [r for r in self.requests
                 if r["method"] == "POST" and r["path"].split("?")[0].endswith(_CHAT_SUFFIX)]
+
+    def messages_requests(self) -> list[dict[str, Any]]:
+        """Only the POSTs to .../v1/messages (Anthropic)."""
+        return [r for r in self.requests
+                if r["method"] == "POST" and r["path"].split("?")[0].endswith("/v1" + _MESSAGES_SUFFIX)]
 
     def reset(self) -> None:
         """Forget recorded requests and fault counters."""

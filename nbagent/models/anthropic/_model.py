@@ -1,0 +1,231 @@
+"""`AnthropicModel` itself: the SDK client of each event loop, and one request's orchestration.
+
+Owns the configuration (model name, base URL, key, max_tokens, thinking, prompt caching,
+settings, timeout), one ``AsyncAnthropic`` per event loop (closed when that loop shuts down),
+and the calls: `request` (the whole answer) and `request_stream` (text and reasoning deltas,
+then the answer). What a request sends is `_wire`'s, how an answer is read `_stream`'s, how a
+failure is named `_errors`'.
+
+May import: ``anthropic``, nbagent's exceptions and model base, and `_wire`, `_stream`, `_errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from typing import Any
+
+from anthropic import AsyncAnthropic
+
+from ...exceptions import ModelError, ModelResponseError, UserError
+from ..base import Model, ModelRequest, ModelResponse
+from . import _errors
+from ._errors import _safe_url, _Secret
+from ._stream import _StreamAssembler, message_response, stream_items
+from ._wire import check_settings, request_params
+
+DEFAULT_TIMEOUT = 300.0
+"""Seconds: the SDK's per-operation timeout (connect, each read)."""
+
+DEFAULT_MAX_TOKENS = 4096
+
+
+def _thinking_param(thinking: Any) -> dict[str, Any] | None:
+    if thinking is None or thinking is False:
+        return None
+    if isinstance(thinking, bool):
+        raise UserError("AnthropicModel(thinking=...) is a token budget (int >= 1024) or a dict, not True")
+    if isinstance(thinking, int):
+        return {"type": "enabled", "budget_tokens": thinking}
+    if isinstance(thinking, Mapping):
+        return dict(thinking)
+    raise UserError(f"AnthropicModel(thinking=...) is a token budget or a dict, got {thinking!r}")
+
+
+class AnthropicModel(Model):
+    """A Claude model through the official ``anthropic`` SDK (the Messages API).
+
+    ```python
+    model = AnthropicModel("claude-sonnet-4-5")                 # ANTHROPIC_API_KEY from the env
+    model = AnthropicModel("claude-sonnet-4-5", thinking=2048)  # extended thinking, 2048 tokens
+    agent = Agent(model, tools=[get_weather])
+    ```
+
+    Args:
+        model_name: the model to ask for (``claude-sonnet-4-5``, ``claude-haiku-4-5``...).
+        api_key: default ``$ANTHROPIC_API_KEY``. Never shown in reprs, messages, events, usage
+            rows or errors.
+        base_url: the server's root URL (the SDK adds ``/v1/messages``); default
+            ``$ANTHROPIC_BASE_URL``, else Anthropic's.
+        max_tokens: the answer's token limit (the Messages API needs one); a ``max_tokens``
+            setting overrides it. An answer cut off there has finish reason ``length``.
+        thinking: extended thinking: a token budget (``2048``) or the API's dict
+            (``{"type": "enabled", "budget_tokens": 2048}``); None for none. The thinking text
+            streams as `ReasoningText`; its signed blocks are kept on the answer
+            (`AssistantMessage.thinking_blocks`) and sent back unchanged. The API takes no forced
+            tool with thinking: a ``tool_choice`` of ``required`` or a tool's name is sent as auto.
+        cache: prompt-caching breakpoints (``cache_control``) on the last tool, the system prompt
+            and the latest message, so each step reads the history before it from the cache.
+        settings: default settings (temperature, top_p, top_k, stop, tool_choice,
+            parallel_tool_calls, metadata, extra_body, ...); the agent's are merged over them.
+        timeout: seconds for each network operation (connect, each read).
+        max_retries: the SDK's own retries; 0 because nbagent's run loop retries (and shows it).
+        client: an ``anthropic.AsyncAnthropic`` to use as is (then `base_url`, `api_key`,
+            `timeout` are ignored).
+    """
+
+    def __init__(
+        self,
+        model_name: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        thinking: int | Mapping[str, Any] | None = None,
+        cache: bool = True,
+        settings: Mapping[str, Any] | None = None,
+        timeout: float | Any = DEFAULT_TIMEOUT,
+        max_retries: int = 0,
+        client: AsyncAnthropic | None = None,
+    ) -> None:
+        if not model_name:
+            raise UserError("AnthropicModel needs a model name: AnthropicModel('claude-sonnet-4-5')")
+        self.model_name = model_name
+        self.provider = "anthropic"
+        self.max_tokens = max_tokens
+        self.thinking = _thinking_param(thinking)
+        self.cache = cache
+        self.settings: dict[str, Any] = dict(settings or {})
+        check_settings(self.settings)
+        self.timeout = timeout
+        self.max_retries = max_retries
+        self._client = client
+        if client is not None:
+            self.base_url: str | None = str(client.base_url)
+            key: str | None = client.api_key
+        else:
+            self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
+            key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
+            if not key:
+                raise UserError("no Anthropic API key: pass AnthropicModel(..., api_key=...) or set ANTHROPIC_API_KEY")
+        self._api_key = _Secret(key or "")
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncAnthropic, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._clients_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
+        return f"AnthropicModel({self.model_name!r}{url})"
+
+    # ------------------------------------------------------------------ client per event loop
+    async def client(self) -> AsyncAnthropic:
+        """The SDK client for the running event loop (made on first use in that loop, closed when
+        the loop shuts down)."""
+        if self._client is not None:
+            return self._client
+        loop = asyncio.get_running_loop()
+        entry = self._clients.get(loop)
+        if entry is not None:
+            return entry[0]
+        client = AsyncAnthropic(
+            api_key=self._api_key.get(), base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
+        )
+        closer = _close_at_loop_shutdown(client)
+        await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
+        with self._clients_lock:
+            for old in [lp for lp in self._clients if lp.is_closed()]:
+                del self._clients[old]
+            entry = self._clients.setdefault(loop, (client, closer))
+        if entry[0] is not client:
+            await closer.aclose()
+        return entry[0]
+
+    async def aclose(self) -> None:
+        """Close the SDK client of the running event loop (its pooled connections)."""
+        if self._client is not None:
+            return
+        with self._clients_lock:
+            entry = self._clients.pop(asyncio.get_running_loop(), None)
+        if entry is not None:
+            await entry[1].aclose()
+
+    # ------------------------------------------------------------------ request building, errors
+    def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        """The keyword arguments for ``messages.create`` (without the key)."""
+        return request_params(
+            request, model_name=self.model_name, settings=self.settings, max_tokens=self.max_tokens,
+            thinking=self.thinking, cache=self.cache, stream=stream,
+        )
+
+    def stream_error(self, error: Any) -> ModelError:
+        """The nbagent error for an ``error`` event inside a started stream (`_errors.stream_error`)."""
+        return _errors.stream_error(self, error)
+
+    def map_error(self, exc: BaseException, *, streaming: bool = False) -> ModelError | None:
+        """The nbagent error for an SDK / transport exception (None: not a model-call failure)."""
+        return _errors.map_error(self, exc, streaming=streaming)
+
+    # ------------------------------------------------------------------ requests
+    async def _create(self, params: dict[str, Any]) -> Any:
+        client = await self.client()
+        error: ModelError | None = None
+        try:
+            if params.get("stream"):
+                return await client.messages.create(**params)
+            raw = await client.messages.with_raw_response.create(**params)
+            parsed = await raw.parse()
+            return message_response(parsed, raw.headers.get("request-id"))
+        except Exception as exc:
+            error = self.map_error(exc)
+            if error is None:
+                raise
+        raise error  # outside the except block: no SDK cause (and no key) attached
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Ask for the whole answer (no streaming)."""
+        return await self._create(self.request_params(request, stream=False))  # type: ignore[no-any-return]
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+        """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`."""
+        stream = await self._create(self.request_params(request, stream=True))
+        state = _StreamAssembler()
+        state.request_id = stream.response.headers.get("request-id")
+
+        def empty() -> ModelError:
+            return ModelResponseError("the event stream ended without a message_start event", provider=self.provider)
+
+        async with (
+            contextlib.aclosing(self._reading(stream)) as events,
+            contextlib.aclosing(stream_items(events, state, self.stream_error, empty)) as items,
+        ):
+            async for item in items:
+                yield item
+
+    async def _reading(self, stream: Any) -> AsyncGenerator[Any, None]:
+        """The events of the SDK `stream`, then `stream` closed; a failure while reading becomes
+        nbagent's error, raised outside the ``except`` block (no SDK exception attached)."""
+        error: ModelError | None = None
+        try:
+            async for event in stream:
+                yield event
+        except Exception as exc:
+            error = self.map_error(exc, streaming=True)
+            if error is None:
+                raise
+        finally:
+            with contextlib.suppress(Exception):
+                await stream.close()
+        if error is not None:
+            raise error
+
+
+async def _close_at_loop_shutdown(client: AsyncAnthropic) -> AsyncGenerator[None, None]:
+    try:
+        yield
+    finally:
+        await client.close()
