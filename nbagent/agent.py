@@ -130,14 +130,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         output_retries: int = 2,
     ) -> None:
         self.model = infer_model(model)
-        self.tools: dict[str, Tool] = {}
-        for item in tools:
-            t = item if isinstance(item, Tool) else Tool.from_function(item)
-            if not isinstance(t, Tool):
-                raise ToolDefinitionError(f"not a tool: {item!r}")
-            if t.name in self.tools:
-                raise DuplicateToolError(f"two tools are named {t.name!r}; tool names must be unique")
-            self.tools[t.name] = t
+        self.tools: dict[str, Tool] = _tools_by_name(tools)
         if not isinstance(max_steps, int) or max_steps < 1:
             raise UserError(f"max_steps must be a positive integer, got {max_steps!r}")
         self.system = system
@@ -193,19 +186,9 @@ class Agent(ThreadMethods, Generic[OutputT]):
         of the agent is set, so a change affects the runs started after it."""
         config: RunConfig | None = self._config
         if config is None:
-            config = self._make_config()
+            config = _config_of(self)
             object.__setattr__(self, "_config", config)
         return config
-
-    def _make_config(self) -> RunConfig:
-        return RunConfig(
-            model=self.model, tools=self.tools, tool_definitions=self.tool_definitions,
-            request_settings=self.request_settings, store=self.store, retry=self.retry,
-            system=self.system, max_steps=self.max_steps, tools_in_order=self.tools_in_order,
-            token_budget=self.token_budget, cost_budget=self.cost_budget, stop_when=self.stop_when,
-            output=self.output, output_retries=self.output_retries, prices=self.prices,
-            state_type=self.state_type,
-        )
 
     def price(self, row: ModelCallUsage) -> None:
         """Fill the cost columns of a usage row (prices are looked up when the row is made)."""
@@ -370,6 +353,29 @@ class Agent(ThreadMethods, Generic[OutputT]):
         from .dataframe import batch
 
         return batch(self, inputs, **kwargs)
+
+
+def _tools_by_name(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+    out: dict[str, Tool] = {}
+    for item in tools:
+        t = item if isinstance(item, Tool) else Tool.from_function(item)
+        if not isinstance(t, Tool):
+            raise ToolDefinitionError(f"not a tool: {item!r}")
+        if t.name in out:
+            raise DuplicateToolError(f"two tools are named {t.name!r}; tool names must be unique")
+        out[t.name] = t
+    return out
+
+
+def _config_of(agent: Agent[Any]) -> RunConfig:
+    return RunConfig(
+        model=agent.model, tools=agent.tools, tool_definitions=agent.tool_definitions,
+        request_settings=agent.request_settings, store=agent.store, retry=agent.retry,
+        system=agent.system, max_steps=agent.max_steps, tools_in_order=agent.tools_in_order,
+        token_budget=agent.token_budget, cost_budget=agent.cost_budget, stop_when=agent.stop_when,
+        output=agent.output, output_retries=agent.output_retries, prices=agent.prices,
+        state_type=agent.state_type,
+    )
 
 
 def _events(config: RunConfig, prepare: Callable[[], Any], box: RunBox | None = None) -> AsyncIterator[Event]:
