@@ -8,13 +8,17 @@ rows surfacing as raw ``JSONDecodeError`` / ``KeyError`` (or being written over)
 
 from __future__ import annotations
 
+import asyncio
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
-from nbagent.exceptions import StoreCorruptError
+from nbagent.exceptions import StoreCorruptError, StoreError
+from nbagent.messages import UserMessage
 from nbagent.store import SQLiteStore
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,4 +70,120 @@ async def test_opening_while_another_process_writes_never_reports_corruption(tmp
     store = SQLiteStore(path)
     loaded = await store.load("w")
     assert loaded is not None and len(loaded.messages) > 10
+    await store.close()
+
+
+# ---------------------------------------------------------------------- many processes opening a new file
+_FIRST_OPENER = """
+import asyncio, json, sys, time
+from nbagent.store import SQLiteStore
+from nbagent.messages import UserMessage
+async def main(folder, me, rounds, start, every):
+    for r in range(rounds):
+        time.sleep(max(0.0, start + r * every - time.time()))  # every process starts round r at once
+        store, clock = SQLiteStore(f"{folder}/new-{r}.db"), time.monotonic()
+        try:
+            await store.append(f"p{me}", version=0, step=0, messages=[UserMessage(f"{me}/{r}")])
+        except Exception as exc:
+            print(json.dumps([r, type(exc).__name__, str(exc), round(time.monotonic() - clock, 3)]), flush=True)
+        await store.close()
+asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5])))
+"""
+
+
+@pytest.mark.slow
+async def test_many_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+    processes, rounds, every = 12, 100, 0.08
+    start = time.time() + 3.0  # after every process has imported nbagent
+    openers = [
+        python(_FIRST_OPENER, tmp_path, me, rounds, start, every, stdout=subprocess.PIPE)
+        for me in range(processes)
+    ]
+    failures = []
+    for opener in openers:
+        out, _ = opener.communicate(timeout=120)
+        assert opener.returncode == 0
+        failures += [json.loads(line) for line in out.splitlines()]
+    assert failures == [], f"{len(failures)} failed opens, first: {failures[0]}"
+    for r in range(rounds):
+        store = SQLiteStore(tmp_path / f"new-{r}.db")
+        assert len(await store.threads()) == processes
+        await store.close()
+
+
+# ---------------------------------------------------------------------- waiting for another process's lock
+_HOLDER = """
+import sqlite3, sys, time
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("BEGIN IMMEDIATE")
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+conn.execute("COMMIT")
+"""
+
+
+async def _max_gap_while(work: asyncio.Future[object] | object) -> tuple[object, float, float]:
+    """Await `work` while a ticker task runs; (its result, the longest gap between ticks, seconds)."""
+    gaps: list[float] = []
+    done = False
+
+    async def ticker() -> None:
+        last = time.monotonic()
+        while not done:
+            await asyncio.sleep(0.01)
+            now = time.monotonic()
+            gaps.append(now - last)
+            last = now
+
+    task = asyncio.create_task(ticker())
+    await asyncio.sleep(0)
+    clock = time.monotonic()
+    try:
+        result = await work  # type: ignore[misc]
+    finally:
+        seconds = time.monotonic() - clock
+        done = True
+        await task
+    return result, max(gaps), seconds
+
+
+@pytest.mark.slow
+async def test_the_event_loop_keeps_running_while_another_process_holds_the_lock(tmp_path: Path) -> None:
+    path = tmp_path / "locked.db"
+    store = SQLiteStore(path)
+    v = await store.append("t", version=0, step=0, messages=[UserMessage("one")])
+    holder = python(_HOLDER, path, 2.0, stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    v, gap, seconds = await _max_gap_while(
+        store.append("t", version=v, step=1, messages=[UserMessage("two")])
+    )
+    assert holder.wait(timeout=10) == 0
+    holder.stdout.close()
+    assert seconds > 1.0, "the append did not wait for the other process"
+    assert gap < 0.3, f"the event loop stood still for {gap:.2f} s"
+    assert v == 2
+    loaded = await store.load("t")
+    assert loaded is not None and [m.content for m in loaded.messages] == ["one", "two"]  # type: ignore[union-attr]
+    await store.close()
+
+
+@pytest.mark.slow
+async def test_a_lock_held_past_the_limit_fails_with_the_time_really_waited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import nbagent.store.sqlite._database as database
+
+    monkeypatch.setattr(database, "BUSY_TIMEOUT_S", 0.5)
+    path = tmp_path / "locked.db"
+    store = SQLiteStore(path)
+    v = await store.append("t", version=0, step=0, messages=[UserMessage("one")])
+    holder = python(_HOLDER, path, 2.0, stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+    with pytest.raises(StoreError, match=r"locked\.db stayed locked by another writer for more than 0\.5 s "
+                                         r"\(waited (0\.[5-9]|1\.[0-4]) s; database is locked\)") as info:
+        await _max_gap_while(store.append("t", version=v, step=1, messages=[UserMessage("two")]))
+    assert info.value.path == str(path)
+    assert holder.wait(timeout=10) == 0
+    holder.stdout.close()
+    assert await store.append("t", version=v, step=1, messages=[UserMessage("two")]) == 2  # nothing half-written
     await store.close()

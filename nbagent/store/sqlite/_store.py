@@ -75,6 +75,20 @@ def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     return row
 
 
+def _needs_packing(conn: sqlite3.Connection) -> bool:
+    gaps, tail = _uncovered(conn)
+    return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
+
+
+def _pack_one(conn: sqlite3.Connection) -> bool:
+    """Pack the first gap, else one chunk of the tail; False when there was nothing to pack."""
+    gaps, _ = _uncovered(conn)
+    if gaps:
+        _pack_range(conn, *gaps[0])
+        return True
+    return _pack_tail(conn, limit=1) > 0
+
+
 class SQLiteStore(Store):
     """Threads in one SQLite file: survives kernel restarts; several processes may share it.
 
@@ -105,7 +119,7 @@ class SQLiteStore(Store):
 
     async def load(self, thread: str) -> ThreadState | None:
         """The whole thread as one consistent snapshot, or None when it does not exist."""
-        with self._db.transaction(immediate=False) as conn:
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any], list[Any]] | None:
             head = conn.execute("SELECT version, meta FROM threads WHERE id = ?", (thread,)).fetchone()
             if head is None:
                 return None
@@ -119,6 +133,12 @@ class SQLiteStore(Store):
                 "SELECT call_id, tool, args_hash, status, time FROM ledger WHERE thread = ? "
                 "ORDER BY version, time", (thread,)
             ).fetchall()
+            return head, rows, usage, ledger
+
+        got = await self._db.run(read, write=False)
+        if got is None:
+            return None
+        head, rows, usage, ledger = got
         loads = json.loads
         messages = [message_from_dict(loads(data)) for _, data in rows]
         return ThreadState(
@@ -158,7 +178,8 @@ class SQLiteStore(Store):
         if title:
             title = " ".join(title.split())[:80]
         status = None if meta is None else meta.get("status")
-        with self._db.transaction(immediate=True) as conn:
+
+        def write(conn: sqlite3.Connection) -> int:
             if version == 0:
                 # A new thread: its row is created with this checkpoint's totals.
                 head = conn.execute(_INSERT_THREAD, (
@@ -181,7 +202,7 @@ class SQLiteStore(Store):
                 )).fetchall()
                 if not head:
                     self._conflict(conn, thread, version)
-            new_version, count, total_in, total_out, total_cost, status = head[0]
+            new_version, count, total_in, total_out, total_cost, new_status = head[0]
             if count_new:
                 first = count - count_new
                 if count_new == 1:
@@ -193,7 +214,7 @@ class SQLiteStore(Store):
                     )
                 conn.execute(_INSERT_CHECKPOINT, (
                     thread, new_version, step, now, count, summarize(messages[-1]), total_in,
-                    total_out, total_cost, status,
+                    total_out, total_cost, new_status,
                 ))
             if usage:
                 if len(usage) == 1:
@@ -217,7 +238,9 @@ class SQLiteStore(Store):
                         (thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version)
                         for e in ledger
                     ])
-        return int(new_version)
+            return int(new_version)
+
+        return await self._db.run(write, write=True)
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
         stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
@@ -236,29 +259,29 @@ class SQLiteStore(Store):
 
     async def threads(self) -> list[ThreadInfo]:
         """All stored threads, most recently updated first."""
-        with self._db.transaction(immediate=False) as conn:
-            rows = conn.execute(
-                "SELECT id, messages, updated, status, title FROM threads ORDER BY updated DESC"
-            ).fetchall()
+        rows = await self._db.run(lambda conn: conn.execute(
+            "SELECT id, messages, updated, status, title FROM threads ORDER BY updated DESC"
+        ).fetchall(), write=False)
         return [ThreadInfo(*r) for r in rows]
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
         """The checkpoints of a thread (one per append that wrote messages), oldest first."""
-        with self._db.transaction(immediate=False) as conn:
-            rows = conn.execute(
-                "SELECT thread, version, step, time, messages, last_message, input_tokens, "
-                "output_tokens, cost_total, status FROM checkpoints WHERE thread = ? ORDER BY version",
-                (thread,),
-            ).fetchall()
+        rows = await self._db.run(lambda conn: conn.execute(
+            "SELECT thread, version, step, time, messages, last_message, input_tokens, "
+            "output_tokens, cost_total, status FROM checkpoints WHERE thread = ? ORDER BY version",
+            (thread,),
+        ).fetchall(), write=False)
         return [Checkpoint(*r) for r in rows]
 
     async def delete(self, thread: str) -> bool:
         """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
-        with self._db.transaction(immediate=True) as conn:
+        def remove(conn: sqlite3.Connection) -> bool:
             existed = conn.execute("DELETE FROM threads WHERE id = ?", (thread,)).rowcount
             for table in ("messages", "usage", "ledger", "checkpoints"):
                 conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
-        return bool(existed)
+            return bool(existed)
+
+        return await self._db.run(remove, write=True)
 
     async def copy(
         self,
@@ -271,7 +294,8 @@ class SQLiteStore(Store):
     ) -> int:
         """Copy the start of a thread into a new thread in one transaction; see `Store.copy`."""
         now = time.time()
-        with self._db.transaction(immediate=True) as conn:
+
+        def write(conn: sqlite3.Connection) -> int:
             src = conn.execute("SELECT messages FROM threads WHERE id = ?", (source,)).fetchone()
             if src is None:
                 raise StoreError(f"thread {source!r} is not in {self.path}", path=str(self.path))
@@ -337,7 +361,9 @@ class SQLiteStore(Store):
                     "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (target, version, step, now, messages, summary, *totals, status),
                 )
-        return int(version)
+            return int(version)
+
+        return await self._db.run(write, write=True)
 
     async def usage_columns(
         self, thread: str | None = None, columns: Sequence[str] | None = None
@@ -352,26 +378,11 @@ class SQLiteStore(Store):
         short transaction, so other writers are never held up for long.
         """
         names = column_names(columns)
-        if thread is None and self._needs_packing():
-            self._pack_all()
-        with self._db.transaction(immediate=False) as conn:
-            blocks = _read_blocks(conn, names, thread)
+        if thread is None and await self._db.run(_needs_packing, write=False):
+            while await self._db.run(_pack_one, write=True):
+                pass
+        blocks = await self._db.run(lambda conn: _read_blocks(conn, names, thread), write=False)
         return UsageColumns(blocks, names)
-
-    def _needs_packing(self) -> bool:
-        with self._db.transaction(immediate=False) as conn:
-            gaps, tail = _uncovered(conn)
-            return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
-
-    def _pack_all(self) -> None:
-        packed = True
-        while packed:
-            with self._db.transaction(immediate=True) as conn:
-                gaps, _ = _uncovered(conn)
-                if gaps:
-                    _pack_range(conn, *gaps[0])
-                else:
-                    packed = _pack_tail(conn, limit=1) > 0
 
     async def close(self) -> None:
         """Close this process's connection (the store reopens it if used again)."""
