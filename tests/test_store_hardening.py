@@ -10,9 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import sqlite3
 import subprocess
 import sys
+import threading
 import time
+import traceback
+import warnings
 from pathlib import Path
 
 import pytest
@@ -187,3 +193,69 @@ async def test_a_lock_held_past_the_limit_fails_with_the_time_really_waited(
     holder.stdout.close()
     assert await store.append("t", version=v, step=1, messages=[UserMessage("two")]) == 2  # nothing half-written
     await store.close()
+
+
+# ---------------------------------------------------------------------- os.fork while the parent writes
+@pytest.mark.slow
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+def test_children_forked_while_the_parent_writes_use_the_store(tmp_path: Path) -> None:
+    store = SQLiteStore(tmp_path / "fork.db")
+    asyncio.run(store.append("parent", version=0, step=0, messages=[UserMessage("p")]))
+    stop = threading.Event()
+
+    def writer() -> None:  # keeps the store's lock taken most of the time
+        async def go() -> None:
+            v = 1
+            while not stop.is_set():
+                v = await store.append("parent", version=v, step=v, messages=[UserMessage("x" * 2000)])
+
+        asyncio.run(go())
+
+    parent_writer = threading.Thread(target=writer)
+    parent_writer.start()
+    children: dict[int, int] = {}
+    try:
+        for k in range(8):
+            time.sleep(0.02)
+            with warnings.catch_warnings():  # Python 3.12+ warns about forking a threaded process
+                warnings.simplefilter("ignore", DeprecationWarning)
+                pid = os.fork()
+            if pid == 0:  # the child: one append to its own thread, then leave without cleanup
+                code = 1
+                try:
+                    asyncio.run(store.append(f"child{k}", version=0, step=0, messages=[UserMessage(str(k))]))
+                    asyncio.run(store.close())
+                    code = 0
+                except BaseException:
+                    traceback.print_exc()
+                finally:
+                    os._exit(code)
+            children[pid] = k
+    finally:
+        stop.set()
+        parent_writer.join()
+    codes: dict[int, int] = {}
+    deadline = time.monotonic() + 15
+    while len(codes) < len(children) and time.monotonic() < deadline:
+        for pid, k in children.items():
+            if k not in codes:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    codes[k] = os.waitstatus_to_exitcode(status)
+        time.sleep(0.05)
+    hung = [k for k in children.values() if k not in codes]
+    for pid, k in children.items():
+        if k in hung:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+    assert hung == [], f"children {hung} of {len(children)} hung"
+    assert codes == {k: 0 for k in range(8)}
+    names = {info.thread for info in asyncio.run(store.threads())}
+    assert names == {"parent", *(f"child{k}" for k in range(8))}
+    loaded = asyncio.run(store.load("parent"))
+    assert loaded is not None
+    asyncio.run(store.append("parent", version=loaded.version, step=0, messages=[UserMessage("after")]))
+    asyncio.run(store.close())
+    with sqlite3.connect(store.path) as conn:
+        assert conn.execute("PRAGMA quick_check").fetchone() == ("ok",)
+    conn.close()

@@ -21,6 +21,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -51,6 +52,8 @@ class Database:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.lock = threading.RLock()
+        """Serialises this object's calls across OS threads. Made again in a forked child (the
+        parent's may have been held, at the fork, by a thread the child does not have)."""
         self._conn: sqlite3.Connection | None = None
         self._pid = 0
         self._inherited: list[sqlite3.Connection] = []
@@ -61,13 +64,24 @@ class Database:
         packing only happens later; reads are right either way (unpacked rows are read from the
         usage table). Forgotten with the connection."""
 
+        _databases.add(self)
+
+    def _after_fork(self) -> None:
+        """In a forked child: new per-process state. `_before_fork` held the lock across the
+        fork, so the parent's connection was idle (no statement, no transaction): closing it
+        in the child gives the child's SQLite its own locks (the parent's process keeps its
+        own: POSIX locks are per process), and the next call opens a fresh connection."""
+        self.lock = threading.RLock()
+        conn, self._conn = self._conn, None
+        self.tail_floor = None
+        if conn is not None:
+            conn.close()
+
     def connection(self) -> sqlite3.Connection:
         """This process's connection (opened now if needed); call with `lock` held."""
         if self._conn is not None and self._pid == os.getpid():
             return self._conn
-        if self._conn is not None:
-            # Opened before a fork: SQLite connections must not cross a fork. Keep the object
-            # alive (closing it here could release the parent's locks) and open a fresh one.
+        if self._conn is not None:  # opened before a fork that skipped `_after_fork`
             self._inherited.append(self._conn)
         self._conn = None
         self.tail_floor = None
@@ -158,3 +172,33 @@ class Database:
             conn, self._conn = self._conn, None
             if conn is not None and self._pid == os.getpid():
                 conn.close()
+
+
+_databases: weakref.WeakSet[Database] = weakref.WeakSet()
+"""Every `Database` of this process, for the fork hooks below."""
+_held: list[Database] = []
+
+
+def _before_fork() -> None:
+    """Take every store's lock, so no thread is inside SQLite with a store's connection (or in
+    a transaction) while the process is copied."""
+    for database in list(_databases):
+        database.lock.acquire()
+        _held.append(database)
+
+
+def _after_fork_in_parent() -> None:
+    while _held:
+        _held.pop().lock.release()
+
+
+def _after_fork_in_child() -> None:
+    _held.clear()
+    for database in list(_databases):
+        database._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(
+        before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+    )
