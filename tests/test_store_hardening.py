@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -23,9 +24,12 @@ from pathlib import Path
 
 import pytest
 
+from nbagent import Agent
 from nbagent.exceptions import StoreCorruptError, StoreError
-from nbagent.messages import UserMessage
+from nbagent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from nbagent.models import FunctionModel
 from nbagent.store import SQLiteStore
+from nbagent.usage import ModelCallUsage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,6 +45,7 @@ def python(code: str, *args: object, **kwargs: object) -> subprocess.Popen[str]:
 _BIG_WRITER = """
 import asyncio, sys, time
 from nbagent.store import SQLiteStore
+from nbagent.usage import ModelCallUsage
 from nbagent.messages import UserMessage
 async def main(path, seconds, size):
     s = SQLiteStore(path)
@@ -83,6 +88,7 @@ async def test_opening_while_another_process_writes_never_reports_corruption(tmp
 _FIRST_OPENER = """
 import asyncio, json, sys, time
 from nbagent.store import SQLiteStore
+from nbagent.usage import ModelCallUsage
 from nbagent.messages import UserMessage
 async def main(folder, me, rounds, start, every):
     for r in range(rounds):
@@ -259,3 +265,121 @@ def test_children_forked_while_the_parent_writes_use_the_store(tmp_path: Path) -
     with sqlite3.connect(store.path) as conn:
         assert conn.execute("PRAGMA quick_check").fetchone() == ("ok",)
     conn.close()
+
+
+# ---------------------------------------------------------------------- damaged rows and pages
+def _rows_of(path: Path, thread: str) -> list[object]:
+    with sqlite3.connect(path) as conn:
+        rows = [
+            conn.execute("SELECT * FROM threads WHERE id = ?", (thread,)).fetchall(),
+            conn.execute("SELECT * FROM messages WHERE thread = ? ORDER BY seq", (thread,)).fetchall(),
+            conn.execute("SELECT count(*) FROM checkpoints WHERE thread = ?", (thread,)).fetchall(),
+        ]
+    conn.close()
+    return rows
+
+
+async def _two_threads(path: Path) -> SQLiteStore:
+    store = SQLiteStore(path)
+    call = ToolCall.of("lookup", {"order": 7})
+    for name in ("good", "bad"):
+        v = await store.append(name, version=0, step=1, messages=[UserMessage(f"{name} question")],
+                               meta={"status": "running"})
+        v = await store.append(name, version=v, step=1, messages=[
+            AssistantMessage(None, [call], finish_reason="tool_calls"),
+            ToolResultMessage(call.id, "lookup", f"{name} result"),
+        ], meta={"status": "completed"})
+    await store.close()
+    return store
+
+
+_DAMAGE = {
+    "truncated JSON message": "UPDATE messages SET data = substr(data, 1, length(data) / 2) "
+                              "WHERE thread = 'bad' AND seq = 1",
+    "non-JSON meta": "UPDATE threads SET meta = 'status: completed' WHERE id = 'bad'",
+    "meta not an object": "UPDATE threads SET meta = '[1, 2]' WHERE id = 'bad'",
+    "unknown message kind": "UPDATE messages SET data = json_set(data, '$.kind', 'alien') "
+                            "WHERE thread = 'bad' AND seq = 0",
+    "missing field": "UPDATE messages SET data = json_remove(data, '$.content') WHERE thread = 'bad' AND seq = 2",
+    "message not an object": "UPDATE messages SET data = '\"hello\"' WHERE thread = 'bad' AND seq = 0",
+}
+
+
+@pytest.mark.parametrize("damage", list(_DAMAGE))
+async def test_a_damaged_thread_fails_with_store_corrupt_error_and_is_not_written_to(
+    tmp_path: Path, damage: str
+) -> None:
+    path = tmp_path / "damaged.db"
+    await _two_threads(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute(_DAMAGE[damage])
+    conn.close()
+    before = _rows_of(path, "bad")
+    store = SQLiteStore(path)
+    with pytest.raises(StoreCorruptError, match=r"damaged\.db.*thread 'bad' is damaged") as info:
+        await store.load("bad")
+    assert info.value.path == str(path)
+    agent = Agent(FunctionModel(lambda messages, info: "never asked"), store=store)
+    with pytest.raises(StoreCorruptError, match=r"damaged\.db.*thread 'bad'"):
+        await agent.run("go on", thread="bad")
+    version = (await store.checkpoints("bad"))[-1].version
+    with pytest.raises(StoreCorruptError, match=r"thread 'bad'"):
+        await store.append("bad", version=version, step=2, messages=[UserMessage("more")])
+    with pytest.raises(StoreCorruptError, match=r"thread 'bad'"):
+        await store.copy("bad", "bad-copy", messages=3)
+    assert _rows_of(path, "bad") == before  # nothing was written over the damage
+    good = await store.load("good")  # other threads stay usable
+    assert good is not None and len(good.messages) == 3
+    assert (await agent.run("and again", thread="good")).output == "never asked"
+    assert await store.delete("bad")  # the way out (besides a backup): the damaged thread goes
+    assert await store.load("bad") is None
+    await store.close()
+
+
+async def test_garbage_over_a_page_gives_store_corrupt_error_and_nothing_is_written_after(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "garbage.db"
+    store = SQLiteStore(path)
+    for name in ("good", "bad"):
+        v = 0
+        for i in range(40):
+            v = await store.append(name, version=v, step=i, messages=[UserMessage(f"{name} {i} " + "z" * 300)])
+    await store.close()
+    data = bytearray(path.read_bytes())
+    page = 4096
+    hit = data.index(b"\"content\":\"bad 20 ")  # a leaf page of the messages table, thread "bad"
+    start = hit - hit % page
+    rng = random.Random(7)
+    data[start : start + 200] = bytes(rng.randrange(256) for _ in range(200))  # garbage over its header
+    path.write_bytes(bytes(data))
+    before = path.read_bytes()
+    store = SQLiteStore(path)
+    with pytest.raises(StoreCorruptError, match=r"garbage\.db is corrupted") as info:
+        await store.load("bad")
+    assert info.value.path == str(path)
+    with pytest.raises(StoreCorruptError, match=r"garbage\.db"):
+        await store.append("good", version=40, step=40, messages=[UserMessage("more")])
+    with pytest.raises(StoreCorruptError, match=r"garbage\.db"):
+        await store.delete("good")
+    await store.close()
+    assert path.read_bytes() == before
+
+
+async def test_a_damaged_usage_chunk_is_read_from_its_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import nbagent.store.sqlite as sqlite_store
+
+    monkeypatch.setattr(sqlite_store, "CHUNK_ROWS", 8)
+    store = SQLiteStore(tmp_path / "chunks.db")
+    v = 0
+    for i in range(20):
+        v = await store.append("t", version=v, step=i, usage=[
+            ModelCallUsage("r", "t", i, 1.0 + i, "p", "m", input_tokens=i, output_tokens=1)
+        ])
+    with sqlite3.connect(store.path) as conn:  # a chunk format byte this version reads, then garbage
+        conn.execute("UPDATE usage_chunks SET data = ?", (b"\x01" + (2).to_bytes(4, "little") + b"{}",))
+    conn.close()
+    for thread in (None, "t"):
+        columns = await store.usage_columns(thread)
+        assert list(columns["input_tokens"]) == list(range(20))
+    await store.close()

@@ -55,6 +55,9 @@ class Database:
         """Serialises this object's calls across OS threads. Made again in a forked child (the
         parent's may have been held, at the fork, by a thread the child does not have)."""
         self._conn: sqlite3.Connection | None = None
+        self.corrupt: str | None = None
+        """SQLite's words when it found the file corrupted (None: it has not): from then on this
+        object refuses to write to the file, so nothing is written over the damage."""
         self._pid = 0
         self._inherited: list[sqlite3.Connection] = []
         self.tail_floor: int | None = None
@@ -115,6 +118,7 @@ class Database:
         code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
         path = str(self.path)
         if code in (sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB):
+            self.corrupt = self.corrupt or str(exc)
             return StoreCorruptError(
                 f"{path} is corrupted or not an nbagent store ({exc}). It was not changed; restore it "
                 "from a backup or move it away.", path=path)
@@ -150,6 +154,10 @@ class Database:
     def _attempt(self, work: Callable[[sqlite3.Connection], _T], write: bool) -> _T:
         """One try of `run`; raises `_Busy` (having done nothing) when the file is locked."""
         with self.lock:
+            if write and self.corrupt is not None:
+                raise StoreCorruptError(
+                    f"{self.path} is corrupted (SQLite said: {self.corrupt}); nbagent no longer writes "
+                    "to it. Restore it from a backup or move it away.", path=str(self.path))
             try:
                 conn = self.connection()
                 conn.execute("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ...exceptions import ConflictError, StoreError
+from ...exceptions import ConflictError, StoreCorruptError, StoreError
 from ...messages import Message, message_from_dict
 from ...usage import ModelCallUsage
 from .. import sqlite as _package
@@ -75,6 +75,19 @@ def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     return row
 
 
+_DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
+"""What decoding a damaged message row raises: JSONDecodeError is a ValueError, an unknown kind
+a ValueError, a missing field a KeyError, JSON that is not an object an AttributeError."""
+
+
+def _decodes(data: str) -> bool:
+    try:
+        message_from_dict(json.loads(data))
+    except _DECODE_ERRORS:
+        return False
+    return True
+
+
 def _needs_packing(conn: sqlite3.Connection) -> bool:
     gaps, tail = _uncovered(conn)
     return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
@@ -113,6 +126,8 @@ class SQLiteStore(Store):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).expanduser().absolute()
         self._db = Database(self.path)
+        self._damaged: dict[str, str] = {}
+        """Threads whose stored rows could not be decoded, with the error: never appended to."""
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
@@ -139,12 +154,33 @@ class SQLiteStore(Store):
         if got is None:
             return None
         head, rows, usage, ledger = got
-        loads = json.loads
-        messages = [message_from_dict(loads(data)) for _, data in rows]
+        try:
+            meta = json.loads(head[1])
+            if not isinstance(meta, dict):
+                raise TypeError(f"a JSON {type(meta).__name__}, not an object")
+        except (ValueError, TypeError) as exc:
+            raise self._damage(thread, "its meta record", exc) from exc
+        try:
+            loads = json.loads
+            messages = [message_from_dict(loads(data)) for _, data in rows]
+        except _DECODE_ERRORS as exc:
+            seq = next(i for i, (_, data) in enumerate(rows) if not _decodes(data))
+            raise self._damage(thread, f"message {seq}", exc) from exc
         return ThreadState(
-            thread, head[0], messages, [step for step, _ in rows], loads(head[1]),
+            thread, head[0], messages, [step for step, _ in rows], meta,
             {r[0]: LedgerEntry(*r) for r in ledger}, [_usage_row(r) for r in usage],
         )
+
+    def _damage(self, thread: str, what: str, exc: BaseException) -> StoreCorruptError:
+        """The error for a thread whose rows cannot be decoded; the thread is not written again."""
+        message = (
+            f"{self.path}: thread {thread!r} is damaged: {what} cannot be read "
+            f"({type(exc).__name__}: {exc}). It was not changed, and nbagent will not add to this "
+            "thread; the other threads are unaffected. Restore the file from a backup, or delete "
+            f"the thread (store.delete({thread!r}))."
+        )
+        self._damaged[thread] = message
+        return StoreCorruptError(message, path=str(self.path))
 
     async def append(
         self,
@@ -163,6 +199,8 @@ class SQLiteStore(Store):
         reads besides the ``RETURNING`` of the version check, and no extra look-ups to decide
         whether usage rows need packing (see `Database.tail_floor`).
         """
+        if self._damaged and thread in self._damaged:
+            raise StoreCorruptError(self._damaged[thread], path=str(self.path))
         now = time.time()
         count_new = len(messages)
         data = [_dumps(m.to_dict()) for m in messages]
@@ -281,7 +319,9 @@ class SQLiteStore(Store):
                 conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
             return bool(existed)
 
-        return await self._db.run(remove, write=True)
+        existed = await self._db.run(remove, write=True)
+        self._damaged.pop(thread, None)
+        return existed
 
     async def copy(
         self,
@@ -293,6 +333,8 @@ class SQLiteStore(Store):
         meta: dict[str, Any] | None = None,
     ) -> int:
         """Copy the start of a thread into a new thread in one transaction; see `Store.copy`."""
+        if source in self._damaged:
+            raise StoreCorruptError(self._damaged[source], path=str(self.path))
         now = time.time()
 
         def write(conn: sqlite3.Connection) -> int:
@@ -321,7 +363,10 @@ class SQLiteStore(Store):
                     data = _dumps(last.to_dict())
                     conn.execute("UPDATE messages SET data = ? WHERE thread = ? AND seq = ?",
                                  (data, target, messages - 1))
-                summary = summarize(message_from_dict(json.loads(data)))
+                try:
+                    summary = summarize(message_from_dict(json.loads(data)))
+                except _DECODE_ERRORS as exc:
+                    raise self._damage(source, f"message {messages - 1}", exc) from exc
             cols = ", ".join(c for c in USAGE_COLUMNS if c != "thread")
             conn.execute(
                 f"INSERT INTO usage (thread, {cols}) SELECT ?, {cols} FROM usage "
