@@ -117,7 +117,10 @@ class SQLiteStore(Store):
 
     Writers of the same thread are checked optimistically (`ConflictError` for the one that
     loses); different threads are written concurrently. One store object may be used from several
-    OS threads (calls are serialised by a lock); each process opens its own connection.
+    OS threads (calls are serialised by a lock); each process opens its own connection (a forked
+    child too). While another process holds the file's write lock, calls wait up to 15 s without
+    blocking the event loop. A thread whose stored rows do not decode raises `StoreCorruptError`
+    naming it, and is not written to again.
 
     Args:
         path: the database file (``str`` or `Path`); ``~`` is expanded.
