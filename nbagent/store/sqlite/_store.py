@@ -75,6 +75,90 @@ def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     return row
 
 
+def _copy_thread(
+    conn: sqlite3.Connection, path: Path, source: str, target: str, messages: int,
+    last: Message | None, meta: dict[str, Any] | None, now: float,
+) -> int:
+    """The rows of `SQLiteStore.copy`, in the caller's transaction; returns the new version."""
+    src = conn.execute("SELECT messages FROM threads WHERE id = ?", (source,)).fetchone()
+    if src is None:
+        raise StoreError(f"thread {source!r} is not in {path}", path=str(path))
+    if not 0 <= messages <= src[0]:
+        raise StoreError(f"thread {source!r} has {src[0]} messages; cannot copy {messages}",
+                         path=str(path))
+    created = conn.execute(
+        "INSERT INTO threads (id, version, created, updated) VALUES (?, 0, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING", (target, now, now),
+    ).rowcount
+    if not created:
+        raise ConflictError(f"thread {target!r} already exists in {path}", path=str(path))
+    conn.execute(
+        "INSERT INTO messages SELECT ?, seq, step, version, data FROM messages "
+        "WHERE thread = ? AND seq < ?", (target, source, messages),
+    )
+    step, summary = 0, ""
+    if messages:
+        step, data = conn.execute(
+            "SELECT step, data FROM messages WHERE thread = ? AND seq = ?", (target, messages - 1)
+        ).fetchone()
+        if last is not None:
+            data = _dumps(last.to_dict())
+            conn.execute("UPDATE messages SET data = ? WHERE thread = ? AND seq = ?",
+                         (data, target, messages - 1))
+        try:
+            summary = summarize(message_from_dict(json.loads(data)))
+        except _DECODE_ERRORS as exc:
+            raise _Undecodable(f"message {messages - 1}", exc) from exc
+    cols = ", ".join(c for c in USAGE_COLUMNS if c != "thread")
+    conn.execute(
+        f"INSERT INTO usage (thread, {cols}) SELECT ?, {cols} FROM usage "
+        "WHERE thread = ? AND step <= ? ORDER BY id", (target, source, step),
+    )
+    conn.execute(
+        "INSERT INTO ledger SELECT ?, call_id, tool, args_hash, status, time, version FROM ledger "
+        "WHERE thread = ? AND call_id IN (SELECT json_extract(c.value, '$.id') FROM messages, "
+        "json_each(messages.data, '$.tool_calls') AS c WHERE messages.thread = ?)",
+        (target, source, target),
+    )
+    conn.execute(
+        "INSERT INTO checkpoints SELECT ?, version, step, time, messages, last_message, "
+        "input_tokens, output_tokens, cost_total, status FROM checkpoints "
+        "WHERE thread = ? AND messages < ?", (target, source, messages),
+    )
+    version = conn.execute(
+        "SELECT coalesce(max(version), 0) + 1 FROM checkpoints WHERE thread = ?", (target,)
+    ).fetchone()[0]
+    totals = conn.execute(
+        "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
+        "FROM usage WHERE thread = ?", (target,),
+    ).fetchone()
+    title_row = conn.execute(
+        "SELECT json_extract(data, '$.content') FROM messages WHERE thread = ? "
+        "AND json_extract(data, '$.kind') = 'user' ORDER BY seq LIMIT 1", (target,),
+    ).fetchone()
+    title = " ".join((title_row[0] if title_row else "").split())[:80]
+    status = None if meta is None else meta.get("status")
+    conn.execute(
+        "UPDATE threads SET version = ?, step = ?, meta = ?, title = ?, status = ?, messages = ?, "
+        "input_tokens = ?, output_tokens = ?, cost_total = ? WHERE id = ?",
+        (version, step, _dumps(meta or {}), title, status, messages, *totals, target),
+    )
+    if messages:
+        conn.execute(
+            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (target, version, step, now, messages, summary, *totals, status),
+        )
+    return int(version)
+
+
+class _Undecodable(Exception):
+    """A stored row that does not decode (turned into `StoreCorruptError` by the store)."""
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        super().__init__(what)
+        self.what, self.cause = what, cause
+
+
 _DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
 """What decoding a damaged message row raises: JSONDecodeError is a ValueError, an unknown kind
 a ValueError, a missing field a KeyError, JSON that is not an object an AttributeError."""
@@ -339,79 +423,12 @@ class SQLiteStore(Store):
         if source in self._damaged:
             raise StoreCorruptError(self._damaged[source], path=str(self.path))
         now = time.time()
-
-        def write(conn: sqlite3.Connection) -> int:
-            src = conn.execute("SELECT messages FROM threads WHERE id = ?", (source,)).fetchone()
-            if src is None:
-                raise StoreError(f"thread {source!r} is not in {self.path}", path=str(self.path))
-            if not 0 <= messages <= src[0]:
-                raise StoreError(f"thread {source!r} has {src[0]} messages; cannot copy {messages}",
-                                 path=str(self.path))
-            created = conn.execute(
-                "INSERT INTO threads (id, version, created, updated) VALUES (?, 0, ?, ?) "
-                "ON CONFLICT (id) DO NOTHING", (target, now, now),
-            ).rowcount
-            if not created:
-                raise ConflictError(f"thread {target!r} already exists in {self.path}", path=str(self.path))
-            conn.execute(
-                "INSERT INTO messages SELECT ?, seq, step, version, data FROM messages "
-                "WHERE thread = ? AND seq < ?", (target, source, messages),
+        try:
+            return await self._db.run(
+                lambda conn: _copy_thread(conn, self.path, source, target, messages, last, meta, now), write=True
             )
-            step, summary = 0, ""
-            if messages:
-                step, data = conn.execute(
-                    "SELECT step, data FROM messages WHERE thread = ? AND seq = ?", (target, messages - 1)
-                ).fetchone()
-                if last is not None:
-                    data = _dumps(last.to_dict())
-                    conn.execute("UPDATE messages SET data = ? WHERE thread = ? AND seq = ?",
-                                 (data, target, messages - 1))
-                try:
-                    summary = summarize(message_from_dict(json.loads(data)))
-                except _DECODE_ERRORS as exc:
-                    raise self._damage(source, f"message {messages - 1}", exc) from exc
-            cols = ", ".join(c for c in USAGE_COLUMNS if c != "thread")
-            conn.execute(
-                f"INSERT INTO usage (thread, {cols}) SELECT ?, {cols} FROM usage "
-                "WHERE thread = ? AND step <= ? ORDER BY id", (target, source, step),
-            )
-            conn.execute(
-                "INSERT INTO ledger SELECT ?, call_id, tool, args_hash, status, time, version FROM ledger "
-                "WHERE thread = ? AND call_id IN (SELECT json_extract(c.value, '$.id') FROM messages, "
-                "json_each(messages.data, '$.tool_calls') AS c WHERE messages.thread = ?)",
-                (target, source, target),
-            )
-            conn.execute(
-                "INSERT INTO checkpoints SELECT ?, version, step, time, messages, last_message, "
-                "input_tokens, output_tokens, cost_total, status FROM checkpoints "
-                "WHERE thread = ? AND messages < ?", (target, source, messages),
-            )
-            version = conn.execute(
-                "SELECT coalesce(max(version), 0) + 1 FROM checkpoints WHERE thread = ?", (target,)
-            ).fetchone()[0]
-            totals = conn.execute(
-                "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
-                "FROM usage WHERE thread = ?", (target,),
-            ).fetchone()
-            title_row = conn.execute(
-                "SELECT json_extract(data, '$.content') FROM messages WHERE thread = ? "
-                "AND json_extract(data, '$.kind') = 'user' ORDER BY seq LIMIT 1", (target,),
-            ).fetchone()
-            title = " ".join((title_row[0] if title_row else "").split())[:80]
-            status = None if meta is None else meta.get("status")
-            conn.execute(
-                "UPDATE threads SET version = ?, step = ?, meta = ?, title = ?, status = ?, messages = ?, "
-                "input_tokens = ?, output_tokens = ?, cost_total = ? WHERE id = ?",
-                (version, step, _dumps(meta or {}), title, status, messages, *totals, target),
-            )
-            if messages:
-                conn.execute(
-                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (target, version, step, now, messages, summary, *totals, status),
-                )
-            return int(version)
-
-        return await self._db.run(write, write=True)
+        except _Undecodable as bad:
+            raise self._damage(source, bad.what, bad.cause) from bad.cause
 
     async def usage_columns(
         self, thread: str | None = None, columns: Sequence[str] | None = None
