@@ -42,6 +42,16 @@ _shared: dict[Path, SQLiteStore] = {}
 _shared_lock = threading.Lock()
 
 
+def _new_shared_lock() -> None:
+    # In a forked child: the parent's lock may have been held by a thread the child does not have.
+    global _shared_lock
+    _shared_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_shared_lock)
+
+
 def default_store() -> Store:
     """The store an `Agent` uses when none is given (see the module docstring).
 

@@ -116,8 +116,11 @@ def _read_blocks(conn: sqlite3.Connection, names: Sequence[str], thread: str | N
     for first, last, data in chunks:
         if first > cursor:
             blocks.append(_rows_block(conn, names, cursor, first - 1, thread))
-        block = decode_chunk(data, need)
-        if block is None:  # written by a newer nbagent: read its rows instead
+        try:
+            block = decode_chunk(data, need)
+        except (ValueError, KeyError, TypeError, IndexError):
+            block = None  # a damaged blob: the chunk is only a copy, the rows are the record
+        if block is None:  # written by a newer nbagent, or damaged: read its rows instead
             block = _rows_block(conn, names, first, last, thread)
         elif thread is not None:
             block = keep_matching(block, "thread", thread)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 from ...exceptions import StoreCorruptError, StoreError, StoreReadOnlyError, StoreVersionError
@@ -85,6 +86,7 @@ CREATE TABLE IF NOT EXISTS checkpoints (
 ) WITHOUT ROWID;
 """
 
+
 def _drop_chunk(row: str) -> str:
     # The chunk whose range holds the row (ranges never overlap): found through the primary key.
     return (
@@ -134,27 +136,10 @@ def _check_path(path: Path) -> None:
     if path.is_dir():
         raise StoreError(f"the nbagent store {path} is a folder; give a file path", path=str(path))
     if path.exists():
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            header = f.read(100)
-        if size and (len(header) < 100 or not header.startswith(_HEADER)):
-            raise StoreCorruptError(
-                f"{path} is not an nbagent store: it is not a SQLite database "
-                f"({'truncated to ' + str(size) + ' bytes' if size < 100 else 'wrong header'}). "
-                "It was not changed; move it away or pass another path.",
-                path=str(path),
-            )
-        if size:
-            page_size = int.from_bytes(header[16:18], "big")
-            page_size = 65536 if page_size == 1 else page_size
-            pages = int.from_bytes(header[28:32], "big")
-            valid = header[24:28] == header[92:96]
-            if valid and pages and size < pages * page_size:
-                raise StoreCorruptError(
-                    f"{path} is truncated: {size} bytes, its header says {pages * page_size}. "
-                    "It was not changed; restore it from a backup or move it away.",
-                    path=str(path),
-                )
+        if _header_problem(path) is not None:
+            problem = _confirmed_problem(path)
+            if problem is not None:
+                raise StoreCorruptError(problem[1], path=str(path))
         if not os.access(path, os.W_OK) or not os.access(path.parent, os.W_OK):
             raise StoreReadOnlyError(
                 f"the nbagent store {path} cannot be written (read-only file or folder); "
@@ -176,6 +161,59 @@ def _check_path(path: Path) -> None:
             "pass store=SQLiteStore(<writable path>) or set NBAGENT_STORE",
             path=str(path),
         )
+
+
+def _header_problem(path: Path) -> tuple[bool, str] | None:
+    """What the file's first 100 bytes and its size show to be wrong, as (is it a truncation,
+    the message); None when nothing is."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        header = f.read(100)
+    if not size:
+        return None
+    if len(header) < 100 or not header.startswith(_HEADER):
+        return False, (
+            f"{path} is not an nbagent store: it is not a SQLite database "
+            f"({'truncated to ' + str(size) + ' bytes' if size < 100 else 'wrong header'}). "
+            "It was not changed; move it away or pass another path."
+        )
+    page_size = int.from_bytes(header[16:18], "big")
+    page_size = 65536 if page_size == 1 else page_size
+    pages = int.from_bytes(header[28:32], "big")
+    valid = header[24:28] == header[92:96]
+    if valid and pages and size < pages * page_size:
+        return True, (
+            f"{path} is truncated: {size} bytes, its header says {pages * page_size}. "
+            "It was not changed; restore it from a backup or move it away."
+        )
+    return None
+
+
+_CONFIRM_DELAYS = (0.0, 0.02, 0.05, 0.1)
+"""Pauses before reading the header again to confirm a problem (only when one was seen)."""
+
+
+def _confirmed_problem(path: Path) -> tuple[bool, str] | None:
+    """The header's problem if it is still there when looked at again, else None.
+
+    The header and the size agree only at rest: while another connection writes, a WAL
+    checkpoint writes page 1 (with the new page count) before it extends the file, and a new
+    file's first commit writes its pages one by one. So a truncation is judged only when no
+    ``-wal``, ``-shm`` or ``-journal`` file shows a connection at work (otherwise SQLite judges
+    the file itself, under its locks: missing pages give SQLITE_CORRUPT), and every problem must
+    still be there in a few fresh reads over 0.2 s.
+    """
+    problem = None
+    for delay in _CONFIRM_DELAYS:
+        time.sleep(delay)
+        problem = _header_problem(path)
+        if problem is None or (problem[0] and _in_use(path)):
+            return None
+    return problem
+
+
+def _in_use(path: Path) -> bool:
+    return any(os.path.exists(f"{path}{suffix}") for suffix in ("-wal", "-shm", "-journal"))
 
 
 # ---------------------------------------------------------------------------------------- once open

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ...exceptions import ConflictError, StoreError
+from ...exceptions import ConflictError, StoreCorruptError, StoreError
 from ...messages import Message, message_from_dict
 from ...usage import ModelCallUsage
 from .. import sqlite as _package
@@ -76,6 +76,118 @@ def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     return row
 
 
+def _copy_thread(
+    conn: sqlite3.Connection, path: Path, source: str, target: str, messages: int,
+    last: Message | None, meta: ThreadMeta | Mapping[str, Any] | None, now: float,
+) -> int:
+    """The rows of `SQLiteStore.copy`, in the caller's transaction; returns the new version."""
+    src = conn.execute("SELECT messages FROM threads WHERE id = ?", (source,)).fetchone()
+    if src is None:
+        raise StoreError(f"thread {source!r} is not in {path}", path=str(path))
+    if not 0 <= messages <= src[0]:
+        raise StoreError(f"thread {source!r} has {src[0]} messages; cannot copy {messages}",
+                         path=str(path))
+    created = conn.execute(
+        "INSERT INTO threads (id, version, created, updated) VALUES (?, 0, ?, ?) "
+        "ON CONFLICT (id) DO NOTHING", (target, now, now),
+    ).rowcount
+    if not created:
+        raise ConflictError(f"thread {target!r} already exists in {path}", path=str(path))
+    conn.execute(
+        "INSERT INTO messages SELECT ?, seq, step, version, data FROM messages "
+        "WHERE thread = ? AND seq < ?", (target, source, messages),
+    )
+    step, summary = 0, ""
+    if messages:
+        step, data = conn.execute(
+            "SELECT step, data FROM messages WHERE thread = ? AND seq = ?", (target, messages - 1)
+        ).fetchone()
+        if last is not None:
+            data = _dumps(last.to_dict())
+            conn.execute("UPDATE messages SET data = ? WHERE thread = ? AND seq = ?",
+                         (data, target, messages - 1))
+        try:
+            summary = summarize(message_from_dict(json.loads(data)))
+        except _DECODE_ERRORS as exc:
+            raise _Undecodable(f"message {messages - 1}", exc) from exc
+    cols = ", ".join(c for c in USAGE_COLUMNS if c != "thread")
+    conn.execute(
+        f"INSERT INTO usage (thread, {cols}) SELECT ?, {cols} FROM usage "
+        "WHERE thread = ? AND step <= ? ORDER BY id", (target, source, step),
+    )
+    conn.execute(
+        "INSERT INTO ledger SELECT ?, call_id, tool, args_hash, status, time, version FROM ledger "
+        "WHERE thread = ? AND call_id IN (SELECT json_extract(c.value, '$.id') FROM messages, "
+        "json_each(messages.data, '$.tool_calls') AS c WHERE messages.thread = ?)",
+        (target, source, target),
+    )
+    conn.execute(
+        "INSERT INTO checkpoints SELECT ?, version, step, time, messages, last_message, "
+        "input_tokens, output_tokens, cost_total, status FROM checkpoints "
+        "WHERE thread = ? AND messages < ?", (target, source, messages),
+    )
+    version = conn.execute(
+        "SELECT coalesce(max(version), 0) + 1 FROM checkpoints WHERE thread = ?", (target,)
+    ).fetchone()[0]
+    totals = conn.execute(
+        "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
+        "FROM usage WHERE thread = ?", (target,),
+    ).fetchone()
+    title_row = conn.execute(
+        "SELECT json_extract(data, '$.content') FROM messages WHERE thread = ? "
+        "AND json_extract(data, '$.kind') = 'user' ORDER BY seq LIMIT 1", (target,),
+    ).fetchone()
+    title = " ".join((title_row[0] if title_row else "").split())[:80]
+    record = meta_record(meta) or {}
+    status = record.get("status")
+    conn.execute(
+        "UPDATE threads SET version = ?, step = ?, meta = ?, title = ?, status = ?, messages = ?, "
+        "input_tokens = ?, output_tokens = ?, cost_total = ? WHERE id = ?",
+        (version, step, _dumps(record), title, status, messages, *totals, target),
+    )
+    if messages:
+        conn.execute(
+            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (target, version, step, now, messages, summary, *totals, status),
+        )
+    return int(version)
+
+
+class _Undecodable(Exception):
+    """A stored row that does not decode (turned into `StoreCorruptError` by the store)."""
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        super().__init__(what)
+        self.what, self.cause = what, cause
+
+
+_DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError)
+"""What decoding a damaged message row raises: JSONDecodeError is a ValueError, an unknown kind
+a ValueError, a missing field a KeyError, JSON that is not an object an AttributeError."""
+
+
+def _decodes(data: str) -> bool:
+    try:
+        message_from_dict(json.loads(data))
+    except _DECODE_ERRORS:
+        return False
+    return True
+
+
+def _needs_packing(conn: sqlite3.Connection) -> bool:
+    gaps, tail = _uncovered(conn)
+    return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
+
+
+def _pack_one(conn: sqlite3.Connection) -> bool:
+    """Pack the first gap, else one chunk of the tail; False when there was nothing to pack."""
+    gaps, _ = _uncovered(conn)
+    if gaps:
+        _pack_range(conn, *gaps[0])
+        return True
+    return _pack_tail(conn, limit=1) > 0
+
+
 class SQLiteStore(Store):
     """Threads in one SQLite file: survives kernel restarts; several processes may share it.
 
@@ -91,7 +203,10 @@ class SQLiteStore(Store):
 
     Writers of the same thread are checked optimistically (`ConflictError` for the one that
     loses); different threads are written concurrently. One store object may be used from several
-    OS threads (calls are serialised by a lock); each process opens its own connection.
+    OS threads (calls are serialised by a lock); each process opens its own connection (a forked
+    child too). While another process holds the file's write lock, calls wait up to 15 s without
+    blocking the event loop. A thread whose stored rows do not decode raises `StoreCorruptError`
+    naming it, and is not written to again.
 
     Args:
         path: the database file (``str`` or `Path`); ``~`` is expanded.
@@ -100,13 +215,15 @@ class SQLiteStore(Store):
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path).expanduser().absolute()
         self._db = Database(self.path)
+        self._damaged: dict[str, str] = {}
+        """Threads whose stored rows could not be decoded, with the error: never appended to."""
 
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
     async def load(self, thread: str) -> ThreadState | None:
         """The whole thread as one consistent snapshot, or None when it does not exist."""
-        with self._db.transaction(immediate=False) as conn:
+        def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any], list[Any]] | None:
             head = conn.execute("SELECT version, meta FROM threads WHERE id = ?", (thread,)).fetchone()
             if head is None:
                 return None
@@ -120,12 +237,40 @@ class SQLiteStore(Store):
                 "SELECT call_id, tool, args_hash, status, time FROM ledger WHERE thread = ? "
                 "ORDER BY version, time", (thread,)
             ).fetchall()
-        loads = json.loads
-        messages = [message_from_dict(loads(data)) for _, data in rows]
+            return head, rows, usage, ledger
+
+        got = await self._db.run(read, write=False)
+        if got is None:
+            return None
+        head, rows, usage, ledger = got
+        try:
+            record = json.loads(head[1])
+            if not isinstance(record, dict):
+                raise TypeError(f"a JSON {type(record).__name__}, not an object")
+            meta = ThreadMeta.from_dict(record)
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise self._damage(thread, "its meta record", exc) from exc
+        try:
+            loads = json.loads
+            messages = [message_from_dict(loads(data)) for _, data in rows]
+        except _DECODE_ERRORS as exc:
+            seq = next(i for i, (_, data) in enumerate(rows) if not _decodes(data))
+            raise self._damage(thread, f"message {seq}", exc) from exc
         return ThreadState(
-            thread, head[0], messages, [step for step, _ in rows], ThreadMeta.from_dict(loads(head[1])),
+            thread, head[0], messages, [step for step, _ in rows], meta,
             {r[0]: LedgerEntry(*r) for r in ledger}, [_usage_row(r) for r in usage],
         )
+
+    def _damage(self, thread: str, what: str, exc: BaseException) -> StoreCorruptError:
+        """The error for a thread whose rows cannot be decoded; the thread is not written again."""
+        message = (
+            f"{self.path}: thread {thread!r} is damaged: {what} cannot be read "
+            f"({type(exc).__name__}: {exc}). It was not changed, and nbagent will not add to this "
+            "thread; the other threads are unaffected. Restore the file from a backup, or delete "
+            f"the thread (store.delete({thread!r}))."
+        )
+        self._damaged[thread] = message
+        return StoreCorruptError(message, path=str(self.path))
 
     async def append(
         self,
@@ -144,6 +289,8 @@ class SQLiteStore(Store):
         reads besides the ``RETURNING`` of the version check, and no extra look-ups to decide
         whether usage rows need packing (see `Database.tail_floor`).
         """
+        if self._damaged and thread in self._damaged:
+            raise StoreCorruptError(self._damaged[thread], path=str(self.path))
         now = time.time()
         count_new = len(messages)
         data = [_dumps(m.to_dict()) for m in messages]
@@ -160,7 +307,8 @@ class SQLiteStore(Store):
         if title:
             title = " ".join(title.split())[:80]
         status = None if record is None else record.get("status")
-        with self._db.transaction(immediate=True) as conn:
+
+        def write(conn: sqlite3.Connection) -> int:
             if version == 0:
                 # A new thread: its row is created with this checkpoint's totals.
                 head = conn.execute(_INSERT_THREAD, (
@@ -183,7 +331,7 @@ class SQLiteStore(Store):
                 )).fetchall()
                 if not head:
                     self._conflict(conn, thread, version)
-            new_version, count, total_in, total_out, total_cost, status = head[0]
+            new_version, count, total_in, total_out, total_cost, new_status = head[0]
             if count_new:
                 first = count - count_new
                 if count_new == 1:
@@ -195,7 +343,7 @@ class SQLiteStore(Store):
                     )
                 conn.execute(_INSERT_CHECKPOINT, (
                     thread, new_version, step, now, count, summarize(messages[-1]), total_in,
-                    total_out, total_cost, status,
+                    total_out, total_cost, new_status,
                 ))
             if usage:
                 if len(usage) == 1:
@@ -219,7 +367,9 @@ class SQLiteStore(Store):
                         (thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version)
                         for e in ledger
                     ])
-        return int(new_version)
+            return int(new_version)
+
+        return await self._db.run(write, write=True)
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
         stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
@@ -238,29 +388,31 @@ class SQLiteStore(Store):
 
     async def threads(self) -> list[ThreadInfo]:
         """All stored threads, most recently updated first."""
-        with self._db.transaction(immediate=False) as conn:
-            rows = conn.execute(
-                "SELECT id, messages, updated, status, title FROM threads ORDER BY updated DESC"
-            ).fetchall()
+        rows = await self._db.run(lambda conn: conn.execute(
+            "SELECT id, messages, updated, status, title FROM threads ORDER BY updated DESC"
+        ).fetchall(), write=False)
         return [ThreadInfo(*r) for r in rows]
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
         """The checkpoints of a thread (one per append that wrote messages), oldest first."""
-        with self._db.transaction(immediate=False) as conn:
-            rows = conn.execute(
-                "SELECT thread, version, step, time, messages, last_message, input_tokens, "
-                "output_tokens, cost_total, status FROM checkpoints WHERE thread = ? ORDER BY version",
-                (thread,),
-            ).fetchall()
+        rows = await self._db.run(lambda conn: conn.execute(
+            "SELECT thread, version, step, time, messages, last_message, input_tokens, "
+            "output_tokens, cost_total, status FROM checkpoints WHERE thread = ? ORDER BY version",
+            (thread,),
+        ).fetchall(), write=False)
         return [Checkpoint(*r) for r in rows]
 
     async def delete(self, thread: str) -> bool:
         """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
-        with self._db.transaction(immediate=True) as conn:
+        def remove(conn: sqlite3.Connection) -> bool:
             existed = conn.execute("DELETE FROM threads WHERE id = ?", (thread,)).rowcount
             for table in ("messages", "usage", "ledger", "checkpoints"):
                 conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
-        return bool(existed)
+            return bool(existed)
+
+        existed = await self._db.run(remove, write=True)
+        self._damaged.pop(thread, None)
+        return existed
 
     async def copy(
         self,
@@ -272,75 +424,15 @@ class SQLiteStore(Store):
         meta: ThreadMeta | Mapping[str, Any] | None = None,
     ) -> int:
         """Copy the start of a thread into a new thread in one transaction; see `Store.copy`."""
+        if source in self._damaged:
+            raise StoreCorruptError(self._damaged[source], path=str(self.path))
         now = time.time()
-        with self._db.transaction(immediate=True) as conn:
-            src = conn.execute("SELECT messages FROM threads WHERE id = ?", (source,)).fetchone()
-            if src is None:
-                raise StoreError(f"thread {source!r} is not in {self.path}", path=str(self.path))
-            if not 0 <= messages <= src[0]:
-                raise StoreError(f"thread {source!r} has {src[0]} messages; cannot copy {messages}",
-                                 path=str(self.path))
-            created = conn.execute(
-                "INSERT INTO threads (id, version, created, updated) VALUES (?, 0, ?, ?) "
-                "ON CONFLICT (id) DO NOTHING", (target, now, now),
-            ).rowcount
-            if not created:
-                raise ConflictError(f"thread {target!r} already exists in {self.path}", path=str(self.path))
-            conn.execute(
-                "INSERT INTO messages SELECT ?, seq, step, version, data FROM messages "
-                "WHERE thread = ? AND seq < ?", (target, source, messages),
+        try:
+            return await self._db.run(
+                lambda conn: _copy_thread(conn, self.path, source, target, messages, last, meta, now), write=True
             )
-            step, summary = 0, ""
-            if messages:
-                step, data = conn.execute(
-                    "SELECT step, data FROM messages WHERE thread = ? AND seq = ?", (target, messages - 1)
-                ).fetchone()
-                if last is not None:
-                    data = _dumps(last.to_dict())
-                    conn.execute("UPDATE messages SET data = ? WHERE thread = ? AND seq = ?",
-                                 (data, target, messages - 1))
-                summary = summarize(message_from_dict(json.loads(data)))
-            cols = ", ".join(c for c in USAGE_COLUMNS if c != "thread")
-            conn.execute(
-                f"INSERT INTO usage (thread, {cols}) SELECT ?, {cols} FROM usage "
-                "WHERE thread = ? AND step <= ? ORDER BY id", (target, source, step),
-            )
-            conn.execute(
-                "INSERT INTO ledger SELECT ?, call_id, tool, args_hash, status, time, version FROM ledger "
-                "WHERE thread = ? AND call_id IN (SELECT json_extract(c.value, '$.id') FROM messages, "
-                "json_each(messages.data, '$.tool_calls') AS c WHERE messages.thread = ?)",
-                (target, source, target),
-            )
-            conn.execute(
-                "INSERT INTO checkpoints SELECT ?, version, step, time, messages, last_message, "
-                "input_tokens, output_tokens, cost_total, status FROM checkpoints "
-                "WHERE thread = ? AND messages < ?", (target, source, messages),
-            )
-            version = conn.execute(
-                "SELECT coalesce(max(version), 0) + 1 FROM checkpoints WHERE thread = ?", (target,)
-            ).fetchone()[0]
-            totals = conn.execute(
-                "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
-                "FROM usage WHERE thread = ?", (target,),
-            ).fetchone()
-            title_row = conn.execute(
-                "SELECT json_extract(data, '$.content') FROM messages WHERE thread = ? "
-                "AND json_extract(data, '$.kind') = 'user' ORDER BY seq LIMIT 1", (target,),
-            ).fetchone()
-            title = " ".join((title_row[0] if title_row else "").split())[:80]
-            record = meta_record(meta) or {}
-            status = record.get("status")
-            conn.execute(
-                "UPDATE threads SET version = ?, step = ?, meta = ?, title = ?, status = ?, messages = ?, "
-                "input_tokens = ?, output_tokens = ?, cost_total = ? WHERE id = ?",
-                (version, step, _dumps(record), title, status, messages, *totals, target),
-            )
-            if messages:
-                conn.execute(
-                    "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (target, version, step, now, messages, summary, *totals, status),
-                )
-        return int(version)
+        except _Undecodable as bad:
+            raise self._damage(source, bad.what, bad.cause) from bad.cause
 
     async def usage_columns(
         self, thread: str | None = None, columns: Sequence[str] | None = None
@@ -355,26 +447,11 @@ class SQLiteStore(Store):
         short transaction, so other writers are never held up for long.
         """
         names = column_names(columns)
-        if thread is None and self._needs_packing():
-            self._pack_all()
-        with self._db.transaction(immediate=False) as conn:
-            blocks = _read_blocks(conn, names, thread)
+        if thread is None and await self._db.run(_needs_packing, write=False):
+            while await self._db.run(_pack_one, write=True):
+                pass
+        blocks = await self._db.run(lambda conn: _read_blocks(conn, names, thread), write=False)
         return UsageColumns(blocks, names)
-
-    def _needs_packing(self) -> bool:
-        with self._db.transaction(immediate=False) as conn:
-            gaps, tail = _uncovered(conn)
-            return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
-
-    def _pack_all(self) -> None:
-        packed = True
-        while packed:
-            with self._db.transaction(immediate=True) as conn:
-                gaps, _ = _uncovered(conn)
-                if gaps:
-                    _pack_range(conn, *gaps[0])
-                else:
-                    packed = _pack_tail(conn, limit=1) > 0
 
     async def close(self) -> None:
         """Close this process's connection (the store reopens it if used again)."""
