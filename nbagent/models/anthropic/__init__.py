@@ -16,7 +16,7 @@ The package, by responsibility (each module's docstring says what it owns and ma
 
 from __future__ import annotations
 
-from ._errors import parse_retry_after
+from .._keys import parse_retry_after
 from ._model import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT, AnthropicModel
 from ._stream import token_counts
 from ._wire import _allowed_settings as _allowed_settings  # private, re-exported for the tests

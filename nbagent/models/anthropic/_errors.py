@@ -17,12 +17,8 @@ reader. Not `_wire` or `_model`: the model is passed in as an `ErrorSource`.
 
 from __future__ import annotations
 
-import email.utils
 import sys
-import time
-from collections.abc import Mapping
-from typing import Any, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 import anthropic
 
@@ -35,85 +31,12 @@ from ...exceptions import (
     StreamInterruptedError,
     error_for_status,
 )
+from .._keys import ErrorSource, _safe_url, parse_retry_after, scrub
 from ._stream import _get
-
-
-class _Secret:
-    """An API key that does not show itself in reprs, vars() dumps or tracebacks' locals."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def get(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "<secret>"
-
-    __str__ = __repr__
-
-
-class ErrorSource(Protocol):
-    """What the error mapping reads from the model that made the call."""
-
-    provider: str
-    model_name: str
-    base_url: str | None
-    _api_key: _Secret
-
-
-def _safe_url(url: str | None) -> str | None:
-    """The URL without user:password."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
 def _where(model: ErrorSource) -> str:
     return _safe_url(model.base_url) or "api.anthropic.com"
-
-
-def scrub(secret: _Secret, value: Any) -> Any:
-    """`value` (text, or a body of dicts and lists) with the key replaced by ``***``."""
-    key = secret.get()
-    if len(key) < 8:
-        return value
-    if isinstance(value, str):
-        return value.replace(key, "***")
-    if isinstance(value, dict):
-        return {k: scrub(secret, v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [scrub(secret, v) for v in value]
-    return value
-
-
-def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:
-    """Seconds to wait from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP-date)."""
-    if not headers:
-        return None
-    value = headers.get("retry-after-ms")
-    if value:
-        try:
-            return max(0.0, float(value) / 1000.0)
-        except ValueError:
-            pass
-    value = (headers.get("retry-after") or "").strip()
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
-        return None
-    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 _ERROR_TYPES: dict[str, int] = {

@@ -22,9 +22,9 @@ from typing import Any
 from anthropic import AsyncAnthropic
 
 from ...exceptions import ModelError, ModelResponseError, UserError
+from .._keys import _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
-from ._errors import _safe_url, _Secret
 from ._stream import _StreamAssembler, message_response, stream_items
 from ._wire import check_settings, request_params
 

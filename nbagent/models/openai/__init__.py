@@ -35,7 +35,8 @@ The package, by responsibility (each module's docstring says what it owns and ma
 
 from __future__ import annotations
 
-from ._errors import parse_retry_after, stream_error_status
+from .._keys import parse_retry_after
+from ._errors import stream_error_status
 from ._model import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, OpenAIModel
 from ._stream import _StreamAssembler as _StreamAssembler  # private, re-exported for the tests
 from ._stream import token_counts

@@ -26,9 +26,9 @@ import openai
 from openai import AsyncOpenAI
 
 from ...exceptions import ModelError, ModelTimeoutError, UserError
+from .._keys import _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
-from ._errors import _safe_url, _Secret
 from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
 from ._wire import WireCache, check_settings, request_params
 
