@@ -149,3 +149,31 @@ def test_meta_of_a_store_written_by_nbagent_0_1_still_reads(tmp_path: Path) -> N
         warnings.simplefilter("error")
         result = agent.resume_sync(thread="t-paused", approve=["c2"], deny={"c3": "not today"})
     assert result.status == "completed" and pay_calls == [5.0]
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({"ANTHROPIC_API_KEY": "sk-ant-x", "OPENAI_API_KEY": "sk-x", "OLLAMA_MODEL": "llama3.1"},
+         ("AnthropicModel", "anthropic", "claude-sonnet-4-5")),
+        ({"ANTHROPIC_API_KEY": "sk-ant-x", "ANTHROPIC_MODEL": "claude-haiku-4-5"},
+         ("AnthropicModel", "anthropic", "claude-haiku-4-5")),
+        ({"OPENAI_API_KEY": "sk-x", "OLLAMA_MODEL": "llama3.1"}, ("OpenAIModel", "openai", "gpt-4.1-mini")),
+        ({"OLLAMA_MODEL": "llama3.1", "OLLAMA_HOST": "127.0.0.1:11500"}, ("OpenAIModel", "ollama", "llama3.1")),
+    ],
+)
+def test_auto_picks_the_model_the_environment_names_in_the_documented_order(
+    env: dict[str, str], expected: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_MODEL", "OPENAI_API_KEY", "OPENAI_MODEL", "OLLAMA_MODEL",
+                 "OLLAMA_HOST"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    from nbagent.models import auto
+
+    model = auto()
+    assert (type(model).__name__, model.provider, model.model_name) == expected
+    if model.provider == "ollama":
+        assert model.base_url == "http://127.0.0.1:11500/v1"  # type: ignore[attr-defined]
+    assert "sk-" not in repr(model)

@@ -65,15 +65,35 @@ def local(**kwargs: Any) -> Model:
 
 
 def auto(**kwargs: Any) -> Model:
-    """The notebooks' default model: OpenAI (or any compatible server) when ``OPENAI_API_KEY`` is
-    set — ``OPENAI_MODEL`` names it (default ``gpt-4.1-mini``), ``OPENAI_BASE_URL`` points
-    elsewhere — and otherwise the bundled local model (`local`), so everything runs offline."""
+    """The notebooks' default model, the first that the environment names, in this order:
+
+    1. ``ANTHROPIC_API_KEY`` set: Claude (`AnthropicModel`), ``ANTHROPIC_MODEL`` names it
+       (default ``claude-sonnet-4-5``);
+    2. ``OPENAI_API_KEY`` set: OpenAI or any compatible server (`OpenAIModel`), ``OPENAI_MODEL``
+       names it (default ``gpt-4.1-mini``), ``OPENAI_BASE_URL`` points elsewhere;
+    3. ``OLLAMA_MODEL`` set: that model on an Ollama server at ``OLLAMA_HOST`` (default
+       ``http://127.0.0.1:11434``), through its OpenAI-compatible API;
+    4. otherwise the bundled local model (`local`), so everything runs offline.
+    """
     import os
 
-    if os.environ.get("OPENAI_API_KEY"):
+    env = os.environ
+    if env.get("ANTHROPIC_API_KEY"):
+        from .anthropic import AnthropicModel
+
+        return AnthropicModel(env.get("ANTHROPIC_MODEL") or "claude-sonnet-4-5", **kwargs)
+    if env.get("OPENAI_API_KEY"):
         from .openai import OpenAIModel
 
-        return OpenAIModel(os.environ.get("OPENAI_MODEL") or "gpt-4.1-mini", **kwargs)
+        return OpenAIModel(env.get("OPENAI_MODEL") or "gpt-4.1-mini", **kwargs)
+    if env.get("OLLAMA_MODEL"):
+        from .openai import OpenAIModel
+
+        host = (env.get("OLLAMA_HOST") or "http://127.0.0.1:11434").rstrip("/")
+        if "://" not in host:
+            host = "http://" + host  # OLLAMA_HOST is often written as host:port
+        return OpenAIModel(env["OLLAMA_MODEL"], base_url=host + "/v1", api_key="ollama", provider="ollama",
+                           **kwargs)
     return local(**kwargs)
 
 
