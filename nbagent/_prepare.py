@@ -60,8 +60,7 @@ def _refuse_live(loaded: ThreadState) -> None:
 async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
     """The state of a run that sends `prompt` (None: continue a thread whose last run stopped)."""
     message = None if prompt is None else user_message(prompt)  # bad input fails before any I/O
-    if state is not None:
-        state_to_json(state)
+    # (a state that cannot be stored fails in run_state, after the read and before any write)
     # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
     loaded = await config.store.load(thread) if thread else None
     thread = thread or "thread_" + uuid.uuid4().hex[:16]

@@ -130,7 +130,7 @@ class RunState:
 
 _owner: dict[str, Any] | None = None
 live_runs: set[str] = set()
-"""The ids of the runs going on in this process (`_loop.drive` adds and removes them)."""
+"""The ids of the runs going on in this process (`_loop._Loop.events` adds and removes them)."""
 
 
 def _start_time(pid: int) -> str | None:

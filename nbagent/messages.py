@@ -39,7 +39,6 @@ __all__ = [
     "UserMessage",
     "call_results",
     "clean_text",
-    "has_lone_surrogate",
     "message_from_dict",
     "messages_from_dicts",
     "new_call_id",
@@ -55,11 +54,6 @@ the run, or started before a crash with no known outcome."""
 _UNSET: Any = object()
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
-
-
-def has_lone_surrogate(text: str) -> bool:
-    """True when `text` holds a surrogate code point (which UTF-8 cannot encode)."""
-    return _SURROGATE.search(text) is not None
 
 
 def clean_text(text: str) -> str:
@@ -350,8 +344,9 @@ converts), e.g. ``["What is in this plot?", fig]``, or a ready `UserMessage`."""
 
 
 def _check_text(text: str, where: str) -> None:
-    if has_lone_surrogate(text):
-        at = _SURROGATE.search(text).start()  # type: ignore[union-attr]
+    found = _SURROGATE.search(text)  # a surrogate code point, which UTF-8 cannot encode
+    if found is not None:
+        at = found.start()
         raise InvalidPromptError(
             f"{where} holds a lone surrogate ({text[at]!r} at character {at}), which is not text any "
             "model accepts; it often comes from os.fsdecode() of a file name that is not UTF-8: "

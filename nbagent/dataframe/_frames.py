@@ -125,11 +125,8 @@ class _ThreadView:
     run_of_step: dict[int, str]
     ledger: dict[str, LedgerEntry]
     pending: set[str]
-    always_allowed: set[str]
     first_index: int = 0
     """Only calls answered (or waiting) at or after this message index are rows."""
-    new_index: int | None = None
-    """For a RunResult: index of its first message (calls asked before it were decided by a person)."""
     run_id: str | None = None
     """For a RunResult: its run id, used for every row."""
 
@@ -159,9 +156,7 @@ def _view_of_result(result: RunResult) -> _ThreadView:
         {c.step: c.run_id for c in result.usage.calls},
         {},
         {p.id for p in result.pending},
-        set(),
         first_index=result.new_message_index,
-        new_index=result.new_message_index,
         run_id=result.run_id,
     )
 
@@ -170,15 +165,13 @@ def _view_of_thread(state: ThreadState) -> _ThreadView:
     steps: list[int | None] = list(state.message_steps)
     if len(steps) != len(state.messages):
         steps = [None] * len(state.messages)
-    meta = state.meta
     return _ThreadView(
         state.thread,
         state.messages,
         steps,
         {u.step: u.run_id for u in state.usage},
         dict(state.ledger),
-        {p.id for p in meta.pending},
-        set(meta.always_allowed),
+        {p.id for p in state.meta.pending},
     )
 
 
