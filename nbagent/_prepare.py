@@ -100,8 +100,6 @@ async def prepare_resume(
     """
     if result is not None and not isinstance(result, RunResult):
         raise UserError(f"resume() takes the RunResult to continue, got {type(result).__name__}")
-    if not isinstance(decisions, Decisions):
-        raise UserError(f"decisions= takes a nbagent.Decisions, got {type(decisions).__name__}")
     thread = thread or (result.thread if result is not None else None)
     if thread is None:
         raise UserError("resume() needs the paused RunResult or thread=...")

@@ -309,8 +309,9 @@ class Agent(ThreadMethods, Generic[OutputT]):
             if isinstance(resume, Mapping):  # nbagent 0.1 took resume's keywords as a dict
                 options = dict(resume)
                 result = options.pop("result", result)
-                resume = _decisions(None, **_resume_keywords(options))
-            chosen = resume
+                chosen = _decisions(None, **_resume_keywords(options))
+            else:
+                chosen = _decisions(resume)
             events = _events(config, lambda: prepare_resume(config, result, thread, chosen, state), box)
         else:
             events = _events(config, lambda: prepare_run(config, prompt, thread, state), box)
