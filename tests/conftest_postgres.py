@@ -66,7 +66,7 @@ class PgCluster:
     bin: Path
     folder: Path
     port: int
-    password: str
+    password: str = field(repr=False)
     as_user: dict[str, Any] = field(default_factory=dict)
     """``user=`` / ``group=`` for subprocess when running as root (else empty)."""
     bouncer: subprocess.Popen[bytes] | None = None
