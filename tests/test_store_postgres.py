@@ -78,7 +78,7 @@ async def test_the_password_never_shows_in_repr_errors_frames_or_the_view(
 
     # A server that is not there: a clean, quick error naming it.
     closed = PostgresStore("postgresql://nbagent:Wrong-Secret-4242@127.0.0.1:9/nbagent", wait_s=2)
-    with pytest.raises(StoreConnectionError, match="127.0.0.1:9/nbagent cannot be reached") as info:
+    with pytest.raises(StoreConnectionError, match=r"127\.0\.0\.1:9/nbagent cannot be reached") as info:
         await closed.threads()
     assert "Wrong-Secret-4242" not in everything_shown(info.value)
 
@@ -133,7 +133,7 @@ async def test_migrate_false_refuses_a_database_without_tables_until_migrated(
     with psycopg.connect(postgres_url, autocommit=True) as conn:
         conn.execute(f'INSERT INTO "{pg_schema}".schema_version (version, applied_by) VALUES (2, %s)', ("future",))
     newer = PostgresStore(postgres_url, schema=pg_schema)
-    with pytest.raises(StoreVersionError, match="made by a newer nbagent .*schema version 2"):
+    with pytest.raises(StoreVersionError, match=r"made by a newer nbagent .*schema version 2"):
         await newer.load("t")
     await newer.close()
 
