@@ -23,7 +23,7 @@ from nbagent.exceptions import StoreConnectionError, StoreError, StoreVersionErr
 from nbagent.messages import UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import PostgresStore, open_store
-from tests.conftest_postgres import PgCluster
+from tests.pgcluster import PgCluster
 
 pytestmark = pytest.mark.postgres
 ROOT = Path(__file__).resolve().parents[1]

@@ -255,8 +255,12 @@ class Database:
                     self._beater = None
                     return
             params = (self.lease_s, [p[0] for p in pairs], [p[1] for p in pairs])
+
+            def renew(conn: Any, _: int, params: tuple[Any, ...] = params) -> None:
+                conn.execute(self.renew_sql, params)
+
             try:
-                self.call(lambda conn, _, params=params: conn.execute(self.renew_sql, params))
+                self.call(renew)
             except StoreError:
                 pass  # the next beat tries again; a lapsed lease only lets others take over
 
