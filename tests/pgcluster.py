@@ -63,15 +63,17 @@ class PgCluster:
         return subprocess.run(list(args), capture_output=True, text=True, check=check, timeout=120,
                               cwd=self.folder, **self.as_user)
 
-    def start(self) -> None:
+    def start(self, durable: bool = False) -> None:
         pwfile = self.folder / "pw"
         pwfile.write_text(self.password + "\n")
         self._own(pwfile)
         self.run(str(self.bin / "initdb"), "-D", str(self.data), "-U", USER, "--pwfile", str(pwfile),
                  "-A", "scram-sha-256", "-E", "UTF8", "--no-locale", "--no-sync")
         pwfile.unlink()
-        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 -c fsync=off "
-                   "-c full_page_writes=off -c max_connections=200 -c shared_buffers=32MB")
+        # Tests never crash the server (only clients): fsync off makes their many commits cheap.
+        fast = "" if durable else "-c fsync=off -c full_page_writes=off "
+        options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 {fast}"
+                   "-c max_connections=200 -c shared_buffers=32MB")
         self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "server.log"),
                  "-w", "-t", "60", "-o", options, "start")
         self._createdb()
@@ -122,8 +124,9 @@ class PgCluster:
         raise RuntimeError(f"pgbouncer did not start: {log[-1000:]}")
 
     @classmethod
-    def create(cls, binaries: Path) -> PgCluster:
-        """A new cluster in a new temporary folder, started (as ``postgres`` when root).
+    def create(cls, binaries: Path, durable: bool = False) -> PgCluster:
+        """A new cluster in a new temporary folder, started (as ``postgres`` when root); `durable`
+        keeps the server's default fsync settings (the benchmark), else fsync is off (tests).
 
         Raises:
             RuntimeError: it did not start (with the server's log).
@@ -136,7 +139,7 @@ class PgCluster:
         folder.chmod(0o700)
         cluster = cls(binaries, folder, free_port(), "pw-" + secrets.token_hex(8), as_user)
         try:
-            cluster.start()
+            cluster.start(durable)
         except subprocess.CalledProcessError as exc:
             log = cluster.folder / "server.log"
             detail = (exc.stderr or "") + (log.read_text()[-2000:] if log.exists() else "")
