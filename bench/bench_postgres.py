@@ -21,7 +21,8 @@ nbagent runs ``Agent(FunctionModel, store=PostgresStore(url))`` (two commits per
 answer with the "started" ledger entry, then the result); LangGraph a `StateGraph` with a
 `ToolNode` compiled with ``AsyncPostgresSaver`` (``ainvoke``, a psycopg ``AsyncConnection`` as its
 docs show) with ``durability="sync"``, so that both commit each step before the next starts
-(LangGraph's default, ``"async"``, overlaps the write with the next step). Without LangGraph installed only nbagent is measured.
+(LangGraph's default, ``"async"``, overlaps the write with the next step). Without LangGraph
+installed only nbagent is measured.
 """
 
 from __future__ import annotations
