@@ -244,3 +244,31 @@ def test_nbagent_store_takes_a_postgres_url(postgres_url: str, monkeypatch: pyte
     assert agent.run_sync("refund 7", thread="env-url").status == "paused"
     assert store.schema == "nbagent"
     asyncio.run(store.close())
+
+
+def test_the_command_line_copies_threads_from_sqlite_into_postgres_and_back(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from nbagent.store import SQLiteStore
+
+    source, back = tmp_path / "mine.db", tmp_path / "back.db"
+    agent = Agent(paused_then_done(), tools=[refund], store=SQLiteStore(source))
+    assert agent.run_sync("refund 7", thread="cli-copy").status == "paused"
+    asyncio.run(agent.store.close())
+
+    def cli(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "nbagent.store", "copy", *args], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert cli(str(source), postgres_url, "--thread", "cli-copy") == "copied 1 thread: cli-copy"
+    assert cli(postgres_url, str(back), "--thread", "cli-copy") == "copied 1 thread: cli-copy"
+    refused = subprocess.run([sys.executable, "-m", "nbagent.store", "copy", str(source), str(back)],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert refused.returncode == 1 and "already exists" in refused.stderr
+    # The paused run, copied there and back, is resumed from the last copy.
+    again = Agent(paused_then_done(), tools=[refund], store=SQLiteStore(back))
+    done = again.resume_sync(thread="cli-copy", approve=again.pending_sync("cli-copy"))
+    assert done.status == "completed" and done.output == "Refunded."
+    asyncio.run(again.store.close())
