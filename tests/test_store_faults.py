@@ -564,7 +564,7 @@ async def test_a_run_on_another_machine_is_not_resumed_until_its_lease_lapses(
     takes over (the tool A was running is reported as interrupted, never run twice)."""
     monkeypatch.setenv("NBAGENT_TEST_SCHEMA", pg_schema)
     monkeypatch.setenv("NBAGENT_TEST_LEASE", "1.5")
-    env = child_env(tmp_path, delay=8)  # the first tool sleeps 3.2 s: three lease renewals
+    env = child_env(tmp_path, delay=60)  # the first tool would sleep 24 s: A is killed long before
     a = await spawn("run", postgres_url, "leased", env={**env, "NBAGENT_TEST_HOST": "machine-a"})
     assert a.stdout is not None
     while not (line := (await a.stdout.readline()).decode()).startswith("tool-start"):
