@@ -61,6 +61,7 @@ ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 OTHER_BENCHES = (
     "bench_store.py", "bench_provider.py", "bench_frames.py", "bench_widget_traffic.py", "bench_commit_floor.py",
+    "bench_postgres.py",
 )
 OTHER_QUICK_ARGS = {  # what --quick passes on to each (their own smoke settings)
     "bench_frames.py": ["--rows", "100000", "--batch", "200"],

@@ -29,7 +29,7 @@ from ._config import RunConfig
 from ._execute import execute
 from ._plan import Plan, error_result, text_answer
 from ._plan import plan as plan_calls
-from ._state import END_KINDS, RunState, live_runs
+from ._state import END_KINDS, RunState
 from .approvals import Decision
 from .events import (
     ApprovalRequestedEvent,
@@ -60,6 +60,7 @@ from .messages import (
 from .models.base import ModelRequest, ModelResponse, ReasoningText
 from .result import StopReason
 from .store.base import LedgerEntry, Store
+from .store.meta import live_runs
 from .tools import Tool
 from .usage import ModelCallUsage, Usage
 

@@ -49,7 +49,7 @@ def _refuse_live(loaded: ThreadState) -> None:
     """A thread another process (or task) is running now must not be continued here: this run
     would record its tool as "interrupted" and that run's real result would be lost."""
     meta = loaded.meta
-    if meta.status == "running" and owner_alive(meta.owner, meta.run_id):
+    if meta.status == "running" and owner_alive(meta.owner, meta.run_id, loaded.leased):
         owner = meta.owner or {}
         raise ConflictError(
             f"thread {loaded.thread!r} is being run right now (run {meta.run_id}, process "

@@ -23,7 +23,7 @@ from .exceptions import UserError
 from .messages import Message
 from .result import RunResult, RunStatus, StopReason
 from .store.base import LedgerEntry
-from .store.meta import ThreadMeta
+from .store.meta import ThreadMeta, live_runs
 from .usage import Usage
 
 __all__ = ["END_KINDS", "RunState", "new_run_id", "state_to_json"]
@@ -129,8 +129,6 @@ class RunState:
 
 
 _owner: dict[str, Any] | None = None
-live_runs: set[str] = set()
-"""The ids of the runs going on in this process (`_loop._Loop.events` adds and removes them)."""
 
 
 def _start_time(pid: int) -> str | None:
@@ -149,13 +147,17 @@ def process_owner() -> dict[str, Any]:
     return _owner
 
 
-def owner_alive(owner: dict[str, Any] | None, run_id: str | None) -> bool:
+def owner_alive(owner: dict[str, Any] | None, run_id: str | None, leased: bool | None = None) -> bool:
     """Whether the process named by a thread's `owner` is still running that thread's run.
 
-    Only a process on this machine can be checked; a run recorded by another machine (or by an
-    nbagent that recorded no owner) counts as not running, as before owners were recorded."""
-    if not owner or owner.get("host") != socket.gethostname():
+    A process on this machine is checked by its pid and start time. A run recorded by another
+    machine is judged by the store's lease (`ThreadState.leased`: the running process renews it
+    while the run goes on, so it lapses soon after that process dies); a store that keeps no
+    leases (None), or an nbagent that recorded no owner, counts it as not running."""
+    if not owner:
         return False
+    if owner.get("host") != socket.gethostname():
+        return bool(leased)
     pid = owner.get("pid")
     if not isinstance(pid, int):
         return False

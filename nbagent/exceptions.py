@@ -30,7 +30,9 @@ NbagentError
     ├── ConflictError              another writer changed the thread first (optimistic check)
     ├── StoreCorruptError          the file is not a readable store
     ├── StoreVersionError          the file was written by a newer nbagent
-    └── StoreReadOnlyError         the location cannot be written
+    ├── StoreReadOnlyError         the location cannot be written
+    └── StoreConnectionError       the database server cannot be reached, refused the login, or
+                                   the connection dropped and did not come back in time
 
 ModelRetry                         raised by tool code to ask the model to try again (a signal,
                                    caught by the run loop; not an error of nbagent)
@@ -65,6 +67,7 @@ __all__ = [
     "ResponseBodyError",
     "ResumeError",
     "ServerError",
+    "StoreConnectionError",
     "StoreCorruptError",
     "StoreError",
     "StoreReadOnlyError",
@@ -261,6 +264,15 @@ class StoreVersionError(StoreError):
 
 class StoreReadOnlyError(StoreError):
     """The store's location cannot be written."""
+
+
+class StoreConnectionError(StoreError):
+    """The store's database server cannot be reached, refused the login, or the connection
+    dropped and did not come back within the store's wait (a server store, e.g. `PostgresStore`).
+
+    Nothing half-written is left behind: each append is one transaction. The message names the
+    server (never its password) and gives the server's or the driver's words.
+    """
 
 
 class ModelRetry(Exception):  # a signal, named for what the tool asks for (not ...Error)

@@ -1,11 +1,12 @@
-"""Shared fixtures: the local model server (tests/conftest_local_llm.py), a temporary default
-store, and the test order."""
+"""Shared fixtures: the local model server (tests/conftest_local_llm.py), a private PostgreSQL
+cluster (tests/conftest_postgres.py), a temporary default store, and the test order."""
 
 import os
 
 import pytest
 
 from tests.conftest_local_llm import *  # noqa: F403
+from tests.conftest_postgres import *  # noqa: F403
 
 
 @pytest.hookimpl(trylast=True)

@@ -8,6 +8,8 @@ full, so a page can never show output the code does not give.
 
 Blocks that start the bundled local model need it (skipped with NBAGENT_SKIP_LOCAL_LLM=1); blocks
 naming an OpenAI model get a fake key and never reach the network (nothing is requested there).
+Blocks that read ``os.environ["DATABASE_URL"]`` get a fresh database of the tests' private
+PostgreSQL cluster there (skipped with NBAGENT_SKIP_POSTGRES=1).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import re
 import sys
 import types
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -70,7 +73,8 @@ def check_output(where: str, code: str, printed: str) -> None:
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
-def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                         request: pytest.FixtureRequest) -> None:
     found = blocks(path)
     if not found:
         pytest.skip(f"{path.name} has no python blocks")
@@ -79,11 +83,14 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("OPENAI_API_KEY", "sk-docs-example-not-a-key")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     skip_local = os.environ.get("NBAGENT_SKIP_LOCAL_LLM") == "1"
+    skip_postgres = os.environ.get("NBAGENT_SKIP_POSTGRES", "") not in ("", "0")
+    if not skip_postgres and any(DATABASE_URL in code for _, code in found):
+        monkeypatch.setenv("DATABASE_URL", _fresh_database(request.getfixturevalue("postgres_server")))
     module = types.ModuleType("nbagent_docs_example")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
     namespace = module.__dict__
     for line, code in found:
-        if skip_local and "local()" in code:
+        if (skip_local and "local()" in code) or (skip_postgres and DATABASE_URL in code):
             continue
         where = f"{path.name}, block at line {line}"
         try:
@@ -91,6 +98,21 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
         except Exception as exc:
             raise AssertionError(f"{where} failed: {exc!r}") from exc
         check_output(where, code, printed)
+
+
+DATABASE_URL = 'os.environ["DATABASE_URL"]'
+
+
+def _fresh_database(server: Any) -> str:
+    """A new, empty database on the session's cluster; its URL."""
+    import uuid
+
+    import psycopg
+
+    name = "docs_" + uuid.uuid4().hex[:10]
+    with psycopg.connect(server.url(), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return server.url().rsplit("/", 1)[0] + "/" + name
 
 
 def test_expected_output_lines_are_read_and_matched() -> None:

@@ -8,7 +8,8 @@ import sys
 
 import nbagent
 
-HEAVY = ("ipywidgets", "pandas", "openai", "anthropic", "anywidget", "numpy", "pyarrow", "matplotlib", "IPython")
+HEAVY = ("ipywidgets", "pandas", "openai", "anthropic", "anywidget", "numpy", "pyarrow", "matplotlib", "IPython",
+         "psycopg", "psycopg_pool")
 
 
 def imported_after(code: str) -> list[str]:

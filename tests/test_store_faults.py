@@ -1,7 +1,11 @@
-"""Faults with the SQLite store: kill -9 at random points, restart in a new process, two writers.
+"""Faults with the durable stores: kill -9 at random points, restart in a new process, two
+writers, two kernels on two machines resuming one paused thread at once, a run on another
+machine that must not be resumed while it goes on. Each against `SQLiteStore` and against
+`PostgresStore` on the private cluster of tests/conftest_postgres.py.
 
 The child process is this file run as a script (``python tests/test_store_faults.py MODE ...``):
-it runs an agent on a SQLite file and prints, flushed, every append it knows to be committed
+it runs an agent on a store (a SQLite file, or a PostgreSQL URL with the schema in
+``NBAGENT_TEST_SCHEMA``) and prints, flushed, every append it knows to be committed
 (``persisted <version> <messages> <last message JSON>``) and where it is (``stream``,
 ``tool-start``, ``paused``). The parent kills it with SIGKILL at a chosen point and checks what
 a user would: the thread loads, nothing reported as persisted is lost, it continues to a valid
@@ -30,7 +34,7 @@ from nbagent import Agent, RunContext, tool  # noqa: E402
 from nbagent.exceptions import ConflictError  # noqa: E402
 from nbagent.messages import Message, UserMessage  # noqa: E402
 from nbagent.models import FunctionModel, tool_call  # noqa: E402
-from nbagent.store import SQLiteStore  # noqa: E402
+from nbagent.store import PostgresStore, SQLiteStore, Store  # noqa: E402
 
 DELAY = float(os.environ.get("NBAGENT_TEST_DELAY", "1"))
 
@@ -84,13 +88,13 @@ async def script(messages: list[Message], info: Any) -> Any:
         yield "all done"
 
 
-class ReportingStore(SQLiteStore):
+class Reporting:
     """Prints each append once it is committed."""
 
     count = 0
 
-    async def append(self, thread: str, **kwargs: Any) -> int:  # type: ignore[override]
-        version = await super().append(thread, **kwargs)
+    async def append(self, thread: str, **kwargs: Any) -> int:
+        version: int = await super().append(thread, **kwargs)  # type: ignore[misc]
         messages = kwargs.get("messages", ())
         self.count += len(messages)
         last = json.dumps(messages[-1].to_dict()) if messages else "-"
@@ -98,14 +102,37 @@ class ReportingStore(SQLiteStore):
         return version
 
 
-def make_agent(store: SQLiteStore) -> Agent:
+class ReportingSQLite(Reporting, SQLiteStore):
+    pass
+
+
+class ReportingPostgres(Reporting, PostgresStore):
+    pass
+
+
+def open_spec(spec: str, reporting: bool = False) -> Any:
+    """The store a child or the parent opens: a SQLite file, or a PostgreSQL URL (schema and lease
+    length from NBAGENT_TEST_SCHEMA / NBAGENT_TEST_LEASE)."""
+    if spec.startswith("postgresql://"):
+        cls: Any = ReportingPostgres if reporting else PostgresStore
+        lease = float(os.environ.get("NBAGENT_TEST_LEASE", "30"))
+        return cls(spec, schema=os.environ["NBAGENT_TEST_SCHEMA"], lease_s=lease)
+    return (ReportingSQLite if reporting else SQLiteStore)(spec)
+
+
+def make_agent(store: Store) -> Agent:
     return Agent(FunctionModel(stream_function=script), tools=[slow, idem, risky], store=store)
 
 
 # ---------------------------------------------------------------------- the child
 async def child(mode: str, db: str, thread: str, *rest: str) -> None:
+    host = os.environ.get("NBAGENT_TEST_HOST")
+    if host:  # another machine, as far as this process can tell
+        import socket
+
+        socket.gethostname = lambda: host  # type: ignore[assignment]
     if mode == "run":
-        store = ReportingStore(db)
+        store = open_spec(db, reporting=True)
         agent = make_agent(store)
         result = None
         async for event in agent.stream("start", thread=thread):
@@ -117,7 +144,7 @@ async def child(mode: str, db: str, thread: str, *rest: str) -> None:
                 await asyncio.sleep(20)
         print(f"ended {result.status}", flush=True)
     elif mode == "resume":
-        agent = make_agent(SQLiteStore(db))
+        agent = make_agent(open_spec(db))
         result = await agent.resume(thread=thread, approve=list(rest))
         usage = await agent.thread_usage(thread)
         print(
@@ -125,8 +152,19 @@ async def child(mode: str, db: str, thread: str, *rest: str) -> None:
             f"input_tokens={usage.input_tokens}",
             flush=True,
         )
+    elif mode == "race-resume":
+        agent = make_agent(open_spec(db))
+        go = Path(rest[0])
+        print("ready", flush=True)
+        while not go.exists():
+            await asyncio.sleep(0.002)
+        try:
+            result = await agent.resume(thread=thread, approve=list(rest[1:]))
+            print(f"ended {result.status}", flush=True)
+        except ConflictError as exc:
+            print(f"conflict {exc}", flush=True)
     elif mode == "conflict-store":
-        store = SQLiteStore(db)
+        store = open_spec(db)
         loaded = await store.load(thread)
         assert loaded is not None
         print("loaded", flush=True)
@@ -139,7 +177,7 @@ async def child(mode: str, db: str, thread: str, *rest: str) -> None:
         except ConflictError as exc:
             print(f"conflict {exc}", flush=True)
     elif mode == "conflict-agent":
-        agent = make_agent(ReportingStore(db))
+        agent = make_agent(open_spec(db, reporting=True))
         go = Path(rest[0])
         print("ready", flush=True)
         while not go.exists():
@@ -160,6 +198,17 @@ if __name__ == "__main__":
 import pytest  # noqa: E402
 
 from nbagent.messages import unanswered_calls  # noqa: E402
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def where(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """``where(name)``: the store spec of one trial: a file in tmp_path, or the cluster's URL (each
+    test gets a schema of its own, passed to the children in NBAGENT_TEST_SCHEMA)."""
+    if request.param == "postgres":
+        url = request.getfixturevalue("postgres_url")
+        monkeypatch.setenv("NBAGENT_TEST_SCHEMA", request.getfixturevalue("pg_schema"))
+        return lambda name: url
+    return lambda name: str(tmp_path / f"{name}.db")
 
 
 def child_env(folder: Path, delay: float = 1.0) -> dict[str, str]:
@@ -225,11 +274,11 @@ def check_conversation(messages: list[Message], steps: list[int]) -> None:
 
 
 async def one_trial(
-    tmp: Path, scenario: str, rng: random.Random, index: int, after_append: int | None = None
+    tmp: Path, db: str, scenario: str, rng: random.Random, index: int, after_append: int | None = None
 ) -> dict[str, Any]:
-    db, thread = tmp / f"t{index}.db", f"support-{index}"
+    thread = f"support-{index}"
     marker = tmp / f"{thread}.marker"
-    proc = await spawn("run", str(db), thread, "wait", env=child_env(tmp))
+    proc = await spawn("run", db, thread, "wait", env=child_env(tmp))
     try:
         return await _trial(proc, db, marker, thread, scenario, rng, after_append)
     finally:
@@ -240,7 +289,7 @@ async def one_trial(
 
 async def _trial(
     proc: asyncio.subprocess.Process,
-    db: Path,
+    db: str,
     marker: Path,
     thread: str,
     scenario: str,
@@ -293,7 +342,7 @@ async def _trial(
     await proc.wait()
 
     # The thread loads, and everything the child saw committed is there.
-    store = SQLiteStore(db)
+    store = open_spec(db)
     agent = make_agent(store)
     loaded = await store.load(thread)
     if reported:
@@ -351,7 +400,7 @@ def complete_prefix(messages: list[Message]) -> int:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-async def test_kill_9_at_random_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_kill_9_at_random_points(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: Any) -> None:
     monkeypatch.setenv("NBAGENT_TEST_MARKERS", str(tmp_path))
     rng = random.Random(int(os.environ.get("NBAGENT_FAULT_SEED", "20240601")))
     # "between": after each of the 10 appends a run makes before it pauses, one trial each.
@@ -363,6 +412,7 @@ async def test_kill_9_at_random_points(tmp_path: Path, monkeypatch: pytest.Monke
             try:
                 return await one_trial(
                     tmp_path,
+                    where(f"t{i}"),
                     scenario,
                     random.Random(rng.random()),
                     i,
@@ -394,17 +444,17 @@ async def test_kill_9_at_random_points(tmp_path: Path, monkeypatch: pytest.Monke
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-async def test_resume_after_restart_in_a_new_process(tmp_path: Path) -> None:
-    db, marker = tmp_path / "threads.db", tmp_path / "support-42.marker"
+async def test_resume_after_restart_in_a_new_process(tmp_path: Path, where: Any) -> None:
+    db, marker = where("threads"), tmp_path / "support-42.marker"
     env = child_env(tmp_path, delay=0.1)
-    first = await spawn("run", str(db), "support-42", env=env)
+    first = await spawn("run", db, "support-42", env=env)
     out, err = await first.communicate()
     lines = out.decode().splitlines()
     assert first.returncode == 0, err.decode()
     paused = next(line for line in lines if line.startswith("paused"))
     ids = paused.split()[1:]
     assert len(ids) == 1 and lines[-1] == "ended paused"
-    second = await spawn("resume", str(db), "support-42", *ids, env=env)
+    second = await spawn("resume", db, "support-42", *ids, env=env)
     out, err = await second.communicate()
     assert second.returncode == 0, err.decode()
     assert (
@@ -414,7 +464,7 @@ async def test_resume_after_restart_in_a_new_process(tmp_path: Path) -> None:
     )
     assert sorted(markers(marker).values()) == [1, 1, 1, 1]  # slow, slow, idem, risky: each once
     # And the parent (a third process) sees the same thread and its usage.
-    agent = make_agent(SQLiteStore(db))
+    agent = make_agent(open_spec(db))
     assert (await agent.thread_usage("support-42")).requests == 4
     [info] = await agent.threads()
     assert (info.thread, info.status, info.title) == ("support-42", "completed", "start")
@@ -422,13 +472,13 @@ async def test_resume_after_restart_in_a_new_process(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(120)
-async def test_two_processes_one_thread_exactly_one_conflict(tmp_path: Path) -> None:
-    db = tmp_path / "threads.db"
-    store = SQLiteStore(db)
+async def test_two_processes_one_thread_exactly_one_conflict(tmp_path: Path, where: Any) -> None:
+    db = where("threads")
+    store = open_spec(db)
     await store.append("shared", version=0, step=0, messages=[UserMessage("hello")])
     env = child_env(tmp_path)
     go = tmp_path / "go"
-    procs = [await spawn("conflict-store", str(db), "shared", str(go), f"from {k}", env=env) for k in "AB"]
+    procs = [await spawn("conflict-store", db, "shared", str(go), f"from {k}", env=env) for k in "AB"]
     for p in procs:
         assert (await p.stdout.readline()).decode().strip() == "loaded"  # type: ignore[union-attr]
     go.touch()
@@ -444,14 +494,14 @@ async def test_two_processes_one_thread_exactly_one_conflict(tmp_path: Path) -> 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-async def test_two_agents_running_one_thread(tmp_path: Path) -> None:
+async def test_two_agents_running_one_thread(tmp_path: Path, where: Any) -> None:
     """Two kernels run the same thread at once: one gets ConflictError, nothing committed is lost."""
-    db = tmp_path / "threads.db"
-    store = SQLiteStore(db)
+    db = where("threads")
+    store = open_spec(db)
     await store.append("shared", version=0, step=0, messages=[UserMessage("hello")])
     env = child_env(tmp_path, delay=2)
     go = tmp_path / "go"
-    procs = [await spawn("conflict-agent", str(db), "shared", str(go), f"prompt {k}", env=env) for k in "AB"]
+    procs = [await spawn("conflict-agent", db, "shared", str(go), f"prompt {k}", env=env) for k in "AB"]
     for p in procs:
         assert (await p.stdout.readline()).decode().strip() == "ready"  # type: ignore[union-attr]
     go.touch()
@@ -466,3 +516,80 @@ async def test_two_agents_running_one_thread(tmp_path: Path) -> None:
                 last = line.split(" ", 3)[3]
                 assert json.loads(last) in [m.to_dict() for m in loaded.messages]
     await store.close()
+
+
+async def _paused_thread(db: str, thread: str, env: dict[str, str]) -> list[str]:
+    """Run `thread` until it pauses for the approval of `risky`; the ids waiting."""
+    first = await spawn("run", db, thread, env=env)
+    out, err = await first.communicate()
+    assert first.returncode == 0, err.decode()
+    paused = next(line for line in out.decode().splitlines() if line.startswith("paused"))
+    return paused.split()[1:]
+
+
+@pytest.mark.timeout(120)
+async def test_two_kernels_on_two_machines_resume_one_paused_thread_at_once(tmp_path: Path, where: Any) -> None:
+    """Both approve the same waiting call at the same moment: exactly one runs the tool, the other
+    gets ConflictError, and nothing runs twice."""
+    db, thread = where("threads"), "race"
+    env = child_env(tmp_path, delay=0.1)
+    ids = await _paused_thread(db, thread, env)
+    risky_before = markers(tmp_path / f"{thread}.marker")
+    go = tmp_path / "go"
+    procs = [await spawn("race-resume", db, thread, str(go), *ids, env={**env, "NBAGENT_TEST_HOST": f"machine-{k}"})
+             for k in "AB"]
+    for p in procs:
+        assert (await p.stdout.readline()).decode().strip() == "ready"  # type: ignore[union-attr]
+    go.touch()
+    outs = [(await p.communicate())[0].decode().strip().splitlines()[-1] for p in procs]
+    assert sorted(o.split(" ", 1)[0] for o in outs) == ["conflict", "ended"], outs
+    assert "ended completed" in outs
+    after = markers(tmp_path / f"{thread}.marker")
+    assert after[ids[0]] == 1 and risky_before[ids[0]] == 0, "the approved tool ran exactly once"
+    assert all(count == 1 for count in after.values())
+    store = open_spec(db)
+    loaded = await store.load(thread)
+    assert loaded is not None and loaded.meta.status == "completed"
+    check_conversation(loaded.messages, loaded.message_steps)
+    await store.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(120)
+async def test_a_run_on_another_machine_is_not_resumed_until_its_lease_lapses(
+    tmp_path: Path, postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel on machine B cannot tell by pid whether machine A's run goes on: the lease says
+    so. While A runs a tool, B's resume is refused; once A is killed, its lease lapses and B
+    takes over (the tool A was running is reported as interrupted, never run twice)."""
+    monkeypatch.setenv("NBAGENT_TEST_SCHEMA", pg_schema)
+    monkeypatch.setenv("NBAGENT_TEST_LEASE", "1.5")
+    env = child_env(tmp_path, delay=60)  # the first tool would sleep 24 s: A is killed long before
+    a = await spawn("run", postgres_url, "leased", env={**env, "NBAGENT_TEST_HOST": "machine-a"})
+    assert a.stdout is not None
+    while not (line := (await a.stdout.readline()).decode()).startswith("tool-start"):
+        assert line, (await a.stderr.read()).decode()  # type: ignore[union-attr]
+    await asyncio.sleep(2.0)  # past the first lease length: only renewals keep it
+    b_env = {**env, "NBAGENT_TEST_HOST": "machine-b", "NBAGENT_TEST_DELAY": "0.1"}
+    refused = await spawn("resume", postgres_url, "leased", env=b_env)
+    out, err = await refused.communicate()
+    assert refused.returncode != 0 and "is being run right now" in err.decode(), (out + err).decode()
+    a.send_signal(signal.SIGKILL)
+    await a.wait()
+    await asyncio.sleep(2.0)  # the lease lapses (1.5 s) with nobody renewing it
+    ids: list[str] = []
+    for _ in range(3):  # resume: the interrupted tool, then the approvals of what pauses
+        b = await spawn("resume", postgres_url, "leased", *ids, env=b_env)
+        out, err = await b.communicate()
+        assert b.returncode == 0, err.decode()
+        store = open_spec(postgres_url)
+        loaded = await store.load("leased")
+        await store.close()
+        assert loaded is not None
+        if loaded.meta.status == "completed":
+            break
+        ids = [p.id for p in loaded.open_pending()]
+    assert loaded.meta.status == "completed"
+    results = [m for m in loaded.messages if m.kind == "tool-result"]
+    assert results[0].status == "interrupted"  # type: ignore[union-attr]
+    assert all(count == 1 for count in markers(tmp_path / "leased.marker").values())

@@ -10,7 +10,6 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -83,80 +82,14 @@ async def store(db: Path):  # type: ignore[no-untyped-def]
 
 
 # ---------------------------------------------------------------------- the protocol
-async def test_append_load_round_trip(store: SQLiteStore, db: Path) -> None:
+async def test_nothing_is_created_before_first_use_and_errors_name_the_file(store: SQLiteStore, db: Path) -> None:
+    """(The protocol itself is asserted for every store in tests/test_store_contract.py.)"""
     assert not db.exists(), "nothing is created before the first use"
-    calls = [ToolCall("c1", "add", '{"a": 1, "b": 2}')]
-    v = await store.append(
-        "t", version=0, step=0, messages=[UserMessage("héllo")], meta={"status": "running"}
-    )
-    v = await store.append(
-        "t",
-        version=v,
-        step=1,
-        messages=[AssistantMessage(None, calls, reasoning="r")],
-        usage=[row("t", 1)],
-        ledger=[LedgerEntry("c1", "add", "h", "started", 5.0)],
-    )
-    v = await store.append(
-        "t",
-        version=v,
-        step=1,
-        messages=[ToolResultMessage("c1", "add", "3")],
-        ledger=[LedgerEntry("c1", "add", "h", "finished", 6.0)],
-        meta={"status": "done"},
-    )
-    assert v == 3 and db.exists()
-    loaded = await store.load("t")
-    assert loaded is not None
-    assert loaded.version == 3
-    assert loaded.messages == [
-        UserMessage("héllo"),
-        AssistantMessage(None, calls, reasoning="r"),
-        ToolResultMessage("c1", "add", "3"),
-    ]
-    assert loaded.message_steps == [0, 1, 1]
-    assert loaded.meta.status == "done"
-    assert loaded.ledger == {"c1": LedgerEntry("c1", "add", "h", "finished", 6.0)}
-    assert loaded.usage == [row("t", 1)]
-    assert await store.load("missing") is None
-
-
-async def test_conflict_names_thread_and_both_versions(store: SQLiteStore) -> None:
-    v = await store.append("t", version=0, step=0, messages=[UserMessage("a")])
-    await store.append("t", version=v, step=0, messages=[UserMessage("b")])
-    with pytest.raises(ConflictError, match=r"thread 't'.*version 2.*expected version 1") as info:
-        await store.append("t", version=v, step=0, messages=[UserMessage("lost?")])
-    assert info.value.path == str(store.path)
-    with pytest.raises(ConflictError, match="already exists"):
+    v = await store.append("t", version=0, step=0, messages=[UserMessage("héllo")])
+    assert v == 1 and db.exists()
+    with pytest.raises(ConflictError, match="already exists") as info:
         await store.append("t", version=0, step=0, messages=[UserMessage("new?")])
-    loaded = await store.load("t")
-    assert loaded is not None and [m.content for m in loaded.messages] == ["a", "b"]  # type: ignore[union-attr]
-
-
-async def test_threads_checkpoints_delete(store: SQLiteStore) -> None:
-    v = await store.append(
-        "one", version=0, step=0, messages=[UserMessage("First   question\nhere")], meta={"status": "running"}
-    )
-    v = await store.append(
-        "one", version=v, step=1, messages=[AssistantMessage("answer")], usage=[row("one", 1, 0.5)]
-    )
-    await store.append("one", version=v, step=1, usage=[row("one", 2, None)], meta={"status": "completed"})
-    await asyncio.sleep(0.01)
-    await store.append("two", version=0, step=0, messages=[UserMessage("Second")])
-    infos = await store.threads()
-    assert [(i.thread, i.messages, i.status, i.title) for i in infos] == [
-        ("two", 1, None, "Second"),
-        ("one", 2, "completed", "First question here"),
-    ]
-    cps = await store.checkpoints("one")
-    assert [
-        (c.version, c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens, c.cost_total)
-        for c in cps
-    ] == [(1, 0, 1, "user: First question here", 0, 0, None), (2, 1, 2, "assistant: answer", 10, 1, 0.5)]
-    assert await store.delete("one") is True
-    assert await store.delete("one") is False
-    assert await store.load("one") is None and await store.checkpoints("one") == []
-    assert (await store.usage_columns())["thread"] == []
+    assert info.value.path == str(store.path)
 
 
 async def test_usage_columns_cover_every_usage_field(store: SQLiteStore) -> None:
@@ -459,101 +392,7 @@ async def test_append_cost_does_not_grow_with_the_thread(store: SQLiteStore) -> 
     assert big < small * 2 + 100e-6
 
 
-# ---------------------------------------------------------------------- concurrency
-async def test_many_threads_written_from_os_threads(store: SQLiteStore) -> None:
-    errors: list[BaseException] = []
-
-    def writer(k: int) -> None:
-        async def go() -> None:
-            v = 0
-            for i in range(50):
-                v = await store.append(f"t{k}", version=v, step=i, messages=[UserMessage(f"{k}:{i}")])
-
-        try:
-            asyncio.run(go())
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-
-    workers = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
-    assert errors == []
-    for k in range(6):
-        loaded = await store.load(f"t{k}")
-        assert loaded is not None and [m.content for m in loaded.messages] == [  # type: ignore[union-attr]
-            f"{k}:{i}" for i in range(50)
-        ]
-
-
-_WRITER = """
-import asyncio, sys
-from nbagent.store import SQLiteStore
-from nbagent.messages import UserMessage
-async def main(path, name):
-    s = SQLiteStore(path)
-    v = 0
-    for i in range(40):
-        v = await s.append(name, version=v, step=i, messages=[UserMessage(f"{name}:{i}")])
-    await s.close()
-asyncio.run(main(sys.argv[1], sys.argv[2]))
-"""
-
-
-async def test_many_threads_written_from_processes(db: Path) -> None:
-    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(db), f"p{k}"], cwd=ROOT) for k in range(4)]
-    assert [p.wait(timeout=120) for p in procs] == [0] * 4
-    store = SQLiteStore(db)
-    for k in range(4):
-        loaded = await store.load(f"p{k}")
-        assert loaded is not None and len(loaded.messages) == 40
-    assert len(await store.threads()) == 4
-    await store.close()
-
-
 # ---------------------------------------------------------------------- agent: fork, usage
-async def test_thread_usage_survives_a_new_store_object(db: Path) -> None:
-    agent = Agent(FunctionModel(add_then_answer), tools=[add], store=SQLiteStore(db))
-    await agent.run("one", thread="u")
-    await agent.run("two", thread="u")
-    await agent.store.close()
-    later = Agent(FunctionModel(add_then_answer), tools=[add], store=SQLiteStore(db))
-    usage = await later.thread_usage("u")
-    assert usage.requests == 4 and usage.input_tokens > 0 and usage.tool_calls == 2
-    assert [c.step for c in usage.calls] == [1, 2, 3, 4]
-    await later.store.close()
-
-
-@pytest.mark.parametrize("make", [SQLiteStore, lambda _: MemoryStore()], ids=["sqlite", "memory"])
-async def test_fork_edits_a_tool_result_and_continues(db: Path, make) -> None:  # type: ignore[no-untyped-def]
-    model = FunctionModel(add_then_answer)
-    agent = Agent(model, tools=[add], store=make(db))
-    first = await agent.run("add please", thread="src")
-    assert first.output == "the sum is 2"
-    await agent.run("again", thread="src")
-    history = await agent.checkpoints("src")
-    assert [c.step for c in history] == [0, 1, 1, 2, 2, 3, 3, 4]
-    fork = await agent.fork("src", at_step=1, edit={"content": "41"})
-    assert fork.startswith("src-fork-")
-    copied = await agent.store.load(fork)
-    assert copied is not None
-    assert [m.kind for m in copied.messages] == ["user", "assistant", "tool-result"]
-    assert copied.messages[-1].content == "41" and copied.messages[1] == first.messages[1]  # type: ignore[union-attr]
-    assert [u.step for u in copied.usage] == [1] and set(copied.ledger) == {
-        first.messages[1].tool_calls[0].id
-    }  # type: ignore[union-attr]
-    assert copied.meta.status == "forked" and copied.meta.forked_from["thread"] == "src"
-    result = await agent.resume(thread=fork)
-    assert result.output == "the sum is 41"
-    assert [c.step for c in result.usage.calls] == [2]
-    assert (await agent.thread_usage(fork)).requests == 2
-    source = await agent.store.load("src")
-    assert source is not None and len(source.messages) == 8, "the source thread is unchanged"
-    infos = {i.thread: i for i in await agent.threads()}
-    assert infos[fork].title == "add please" and infos[fork].status == "completed"
-
-
 async def test_fork_edit_forms_and_prompt_edit(store: SQLiteStore) -> None:
     agent = Agent(FunctionModel(add_then_answer), tools=[add], store=store)
     await agent.run("first", thread="s")
@@ -581,23 +420,6 @@ async def test_fork_edit_forms_and_prompt_edit(store: SQLiteStore) -> None:
         await agent.fork("s", at_step=-1)
 
 
-async def test_fork_of_a_paused_step_never_leaves_a_call_without_result(store: SQLiteStore) -> None:
-    def model(messages, info):  # type: ignore[no-untyped-def]
-        if messages[-1].kind == "user":
-            return [tool_call("add", a=1, b=2), tool_call("refund", order=7)]
-        return "done"
-
-    agent = Agent(FunctionModel(model), tools=[add, refund], store=store)
-    paused = await agent.run("go", thread="p")
-    assert paused.status == "paused"  # add ran, refund waits for approval
-    f = await agent.fork("p", at_step=1)
-    loaded = await store.load(f)
-    assert loaded is not None and [m.kind for m in loaded.messages] == ["user"]
-    assert loaded.usage == [] and loaded.ledger == {}
-    result = await agent.resume(thread=f)
-    assert result.status == "paused" and [p.name for p in result.pending] == ["refund"]
-
-
 async def test_fork_sync_and_thread_usage_sync(db: Path) -> None:
     agent = Agent(FunctionModel(add_then_answer), tools=[add], store=SQLiteStore(db))
     await agent.run("x", thread="s")
@@ -608,45 +430,6 @@ async def test_fork_sync_and_thread_usage_sync(db: Path) -> None:
 
     new, requests = await asyncio.to_thread(in_thread)
     assert requests == 1 and new in {i.thread for i in await agent.threads()}
-    await agent.store.close()
-
-
-async def test_crash_right_after_an_answer_keeps_step_numbers(db: Path) -> None:
-    """Killed after the model's answer was stored but before its tools started: on resume the
-    results and the next model call carry the right step numbers (usage rows are not doubled)."""
-
-    class CrashBeforeSecondTool(SQLiteStore):
-        started = 0
-
-        async def append(self, thread, **kwargs):  # type: ignore[no-untyped-def,override]
-            if any(e.status == "started" for e in kwargs.get("ledger", ())):
-                self.started += 1
-                if self.started == 2:
-                    raise KeyboardInterrupt  # stands for the process dying here
-            return await super().append(thread, **kwargs)
-
-    def model(messages, info):  # type: ignore[no-untyped-def]
-        answers = sum(m.kind == "assistant" for m in messages)
-        return tool_call("add", a=answers, b=1) if answers < 2 else "done"
-
-    crashing = CrashBeforeSecondTool(db)
-    with pytest.raises(KeyboardInterrupt):
-        await Agent(FunctionModel(model), tools=[add], store=crashing).run("go", thread="t")
-    await crashing.close()
-    agent = Agent(FunctionModel(model), tools=[add], store=SQLiteStore(db))
-    result = await agent.resume(thread="t")
-    assert result.output == "done"
-    loaded = await agent.store.load("t")
-    assert loaded is not None
-    assert [(m.kind, s) for m, s in zip(loaded.messages, loaded.message_steps, strict=True)] == [
-        ("user", 0),
-        ("assistant", 1),
-        ("tool-result", 1),
-        ("assistant", 2),
-        ("tool-result", 2),
-        ("assistant", 3),
-    ]
-    assert [u.step for u in loaded.usage] == [1, 2, 3]
     await agent.store.close()
 
 

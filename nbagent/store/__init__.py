@@ -1,24 +1,34 @@
 """Checkpoint stores: where threads (conversations), pending approvals and usage are kept.
 
 `open_store(value)` turns what a user may give for a store into a `Store`: a `Store` as it is,
-``"memory"`` (`MemoryStore`), or a file path (`SQLiteStore`; agents of one process that name the
-same file share one); None gives `default_store()`, which picks the store an `Agent` uses when it
-is given none:
+``"memory"`` (`MemoryStore`), a PostgreSQL URL (`PostgresStore`), or a file path (`SQLiteStore`);
+agents of one process that name the same file or URL share one store. None gives
+`default_store()`, which picks the store an `Agent` uses when it is given none:
 
 - ``NBAGENT_STORE`` unset: `SQLiteStore` at ``./.nbagent/threads.db`` (relative to the working
   directory when the agent first touches its store; the folder is created on first use);
 - ``NBAGENT_STORE=/some/file.db``: `SQLiteStore` at that path;
+- ``NBAGENT_STORE=postgresql://user@host/db``: `PostgresStore` (``pip install "nbagent[postgres]"``);
 - ``NBAGENT_STORE=memory``: `MemoryStore` (nothing survives the process).
+
+`copy(source, target, threads=...)` copies whole threads between any two stores (SQLite ↔
+PostgreSQL); ``python -m nbagent.store`` migrates a PostgreSQL database and copies threads from
+the command line.
 """
 
 from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterable
 from pathlib import Path
 
+from .._sync import run_sync
+from ._transfer import copy_threads
 from .base import FORMAT_VERSION, Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState
 from .memory import MemoryStore
+from .postgres import PostgresStore
+from .postgres._conninfo import is_postgres_url
 from .sqlite import SQLiteStore
 
 __all__ = [
@@ -27,10 +37,13 @@ __all__ = [
     "Checkpoint",
     "LedgerEntry",
     "MemoryStore",
+    "PostgresStore",
     "SQLiteStore",
     "Store",
     "ThreadInfo",
     "ThreadState",
+    "copy",
+    "copy_sync",
     "default_store",
     "open_store",
 ]
@@ -38,7 +51,7 @@ __all__ = [
 DEFAULT_PATH = Path(".nbagent") / "threads.db"
 """Where the default store lives, relative to the working directory."""
 
-_shared: dict[Path, SQLiteStore] = {}
+_shared: dict[Path | str, Store] = {}
 _shared_lock = threading.Lock()
 
 
@@ -61,7 +74,8 @@ def default_store() -> Store:
 
 
 def open_store(value: Store | str | os.PathLike[str] | None) -> Store:
-    """A `Store` from what ``Agent(store=...)`` and ``NBAGENT_STORE`` accept (module docstring).
+    """A `Store` from what ``Agent(store=...)`` and ``NBAGENT_STORE`` accept (module docstring):
+    a `Store`, ``"memory"``, a ``postgresql://`` URL or a file path.
 
     Raises:
         UserError: `value` is none of those.
@@ -76,9 +90,58 @@ def open_store(value: Store | str | os.PathLike[str] | None) -> Store:
         raise UserError(f"store must be a Store, a file path or 'memory', got {type(value).__name__}")
     if isinstance(value, str) and value.strip().lower() == "memory":
         return MemoryStore()
+    if isinstance(value, str) and is_postgres_url(value):
+        with _shared_lock:
+            key = value.strip()
+            store = _shared.get(key)
+            if store is None:
+                store = _shared[key] = PostgresStore(key)
+            return store
     path = Path(value).expanduser().absolute()
     with _shared_lock:
         store = _shared.get(path)
         if store is None:
             store = _shared[path] = SQLiteStore(path)
         return store
+
+
+async def copy(
+    source: Store | str | os.PathLike[str],
+    target: Store | str | os.PathLike[str],
+    threads: Iterable[str] | None = None,
+    *,
+    replace: bool = False,
+) -> list[str]:
+    """Copy whole threads from one store to another, e.g. from SQLite into PostgreSQL and back.
+
+    ```python
+    await copy("threads.db", "postgresql://alice@db/agents", threads=["support-42"])
+    ```
+
+    Args:
+        source, target: stores, or what `open_store` takes (a file path, a URL, ``"memory"``).
+        threads: the thread ids to copy (default: every thread of `source`, oldest first).
+        replace: replace a thread that `target` already has (default: refuse).
+
+    Returns:
+        The ids copied. Messages and their steps, checkpoints, usage, the ledger and the meta
+        record (pending calls, decisions, state) come along, so a paused run can be resumed from
+        the copy; version numbers and checkpoint times are the target's own.
+
+    Raises:
+        StoreError: a thread is not in `source`.
+        ConflictError: a thread is already in `target` and `replace` is False (nothing of that
+            thread is written).
+    """
+    return await copy_threads(open_store(source), open_store(target), threads, replace=replace)
+
+
+def copy_sync(
+    source: Store | str | os.PathLike[str],
+    target: Store | str | os.PathLike[str],
+    threads: Iterable[str] | None = None,
+    *,
+    replace: bool = False,
+) -> list[str]:
+    """Blocking twin of `copy`."""
+    return run_sync(lambda: copy(source, target, threads, replace=replace))

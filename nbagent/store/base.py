@@ -16,6 +16,7 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from ..approvals import PendingCall
@@ -76,6 +77,10 @@ class ThreadState:
     meta: ThreadMeta
     ledger: dict[str, LedgerEntry]
     usage: list[ModelCallUsage]
+    leased: bool | None = None
+    """Whether the store holds a live lease on the thread for a run going on now (renewed by the
+    running process, lapsing soon after it dies): how a run on another machine is known to be
+    alive. None for stores that keep no leases (`MemoryStore`, `SQLiteStore`: one machine)."""
 
     def open_calls(self) -> list[ToolCall]:
         """The tool calls of the last answer that have no result yet."""
@@ -163,8 +168,43 @@ class Store:
         raise NotImplementedError
 
     async def delete(self, thread: str) -> bool:
-        """Remove a thread; True if it existed."""
+        """Remove a thread; True if it existed (the same as `delete_thread`)."""
         raise NotImplementedError
+
+    async def delete_thread(self, thread: str) -> bool:
+        """Remove a thread with everything stored for it (messages, usage, ledger, checkpoints,
+        pending calls); True if it existed."""
+        return await self.delete(thread)
+
+    async def prune(self, older_than: float | timedelta | datetime) -> list[str]:
+        """Delete the threads last written before a time (retention); returns their ids, sorted.
+
+        Args:
+            older_than: an age (a `timedelta`, or seconds as a number) or a point in time (a
+                `datetime`; a naive one is local time). A thread written since is kept.
+
+        A thread whose run holds a live lease (`PostgresStore`: a run going on now, anywhere) is
+        kept whatever its age.
+        """
+        if isinstance(older_than, datetime):
+            cutoff = older_than.timestamp()
+        elif isinstance(older_than, timedelta):
+            cutoff = time.time() - older_than.total_seconds()
+        elif isinstance(older_than, (int, float)) and not isinstance(older_than, bool):
+            cutoff = time.time() - float(older_than)
+        else:
+            from ..exceptions import UserError
+
+            raise UserError(f"older_than must be a timedelta, seconds or a datetime, got {type(older_than).__name__}")
+        return await self._prune(cutoff)
+
+    async def _prune(self, cutoff: float) -> list[str]:
+        """Delete the threads with ``updated < cutoff`` (stores override it with one statement)."""
+        gone = []
+        for info in await self.threads():
+            if info.updated < cutoff and await self.delete(info.thread):
+                gone.append(info.thread)
+        return sorted(gone)
 
     async def copy(
         self,

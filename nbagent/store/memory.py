@@ -58,11 +58,15 @@ class MemoryStore(Store):
         t = self._threads.get(thread)
         if t is None:
             if version != 0:
-                raise ConflictError(f"thread {thread!r} does not exist (expected version {version})")
+                raise ConflictError(f"thread {thread!r} no longer exists (this writer expected version {version})")
             t = self._threads[thread] = _Thread()
+        elif version == 0:
+            raise ConflictError(f"thread {thread!r} already exists (version {t.version}); this writer "
+                                "expected a new thread (version 0)")
         elif t.version != version:
             raise ConflictError(
-                f"thread {thread!r} was changed by another writer (version {t.version}, expected {version})"
+                f"thread {thread!r} was changed by another writer: the store has version {t.version}, "
+                f"this writer expected version {version}"
             )
         t.messages.extend(messages)
         t.steps.extend([step] * len(messages))
@@ -91,7 +95,7 @@ class MemoryStore(Store):
         infos = []
         for name, t in self._threads.items():
             title = next((m.content for m in t.messages if m.kind == "user"), "")  # type: ignore[union-attr]
-            infos.append(ThreadInfo(name, len(t.messages), t.updated, t.meta.status, title[:80]))
+            infos.append(ThreadInfo(name, len(t.messages), t.updated, t.meta.status, " ".join(title.split())[:80]))
         return sorted(infos, key=lambda i: i.updated, reverse=True)
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:

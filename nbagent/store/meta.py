@@ -18,10 +18,15 @@ from typing import Any, Literal
 from ..approvals import Decision, PendingCall
 from ..messages import Message, unanswered_calls
 
-__all__ = ["META_VERSION", "ThreadMeta", "ThreadStatus", "meta_record"]
+__all__ = ["META_VERSION", "ThreadMeta", "ThreadStatus", "live_runs", "meta_record"]
 
 META_VERSION = 1
 """Version of the meta record's JSON form."""
+
+live_runs: set[str] = set()
+"""The ids of the runs going on in this process (the run loop adds and removes them). Kept here,
+beside the owner record, so that a store holding leases for this process's runs (`PostgresStore`)
+renews only the leases of runs that still go on."""
 
 ThreadStatus = Literal["running", "completed", "paused", "stopped", "failed", "cancelled", "forked"]
 """How the thread's last run ended (``running`` while one goes on or after a crash; ``forked`` for

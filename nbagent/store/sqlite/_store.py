@@ -174,6 +174,17 @@ def _decodes(data: str) -> bool:
     return True
 
 
+def _prune_rows(conn: sqlite3.Connection, cutoff: float) -> list[str]:
+    """The rows of `SQLiteStore.prune`, in the caller's transaction: the threads not written since
+    `cutoff`, with everything stored for them; returns their ids, sorted."""
+    gone = [r[0] for r in conn.execute("SELECT id FROM threads WHERE updated < ? ORDER BY id", (cutoff,))]
+    for thread in gone:
+        conn.execute("DELETE FROM threads WHERE id = ?", (thread,))
+        for table in ("messages", "usage", "ledger", "checkpoints"):
+            conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
+    return gone
+
+
 def _needs_packing(conn: sqlite3.Connection) -> bool:
     gaps, tail = _uncovered(conn)
     return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
@@ -413,6 +424,12 @@ class SQLiteStore(Store):
         existed = await self._db.run(remove, write=True)
         self._damaged.pop(thread, None)
         return existed
+
+    async def _prune(self, cutoff: float) -> list[str]:
+        gone = await self._db.run(lambda conn: _prune_rows(conn, cutoff), write=True)
+        for thread in gone:
+            self._damaged.pop(thread, None)
+        return gone
 
     async def copy(
         self,

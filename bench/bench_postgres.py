@@ -1,0 +1,251 @@
+"""PostgreSQL benchmark: nbagent's PostgresStore vs LangGraph with AsyncPostgresSaver, one server.
+
+Run in the peers venv (LangGraph must not enter the project's venv; `make bench` runs it)::
+
+    bench/.venv-peers/bin/python bench/bench_postgres.py [--quick]
+
+Starts its own private PostgreSQL cluster (tests/pgcluster.py: ``initdb`` + ``pg_ctl`` on a
+temporary folder and a free 127.0.0.1 port, as the ``postgres`` user when run as root; default
+server settings, fsync on) and stops it at the end. Both frameworks get the same instant fake
+model and the same tool and persist every step to that server; everything is measured twice,
+with the server's defaults (each commit waits for the disk) and with ``synchronous_commit=off``
+(what remains is the frameworks' own work and round trips):
+
+1. per tool round trip: prompt -> tool call -> tool -> answer, a new thread per run (wall time);
+2. per durable step: a 50-step tool loop, time per step;
+3. flat: the time per step inside a run of 20 more steps (first to last tool result; the run's
+   start, which reads the thread once, is left out) on a thread that already holds 10 messages
+   vs one that holds 1,000 (the goal: at most 1.2x).
+
+nbagent runs ``Agent(FunctionModel, store=PostgresStore(url))`` (two commits per tool step: the
+answer with the "started" ledger entry, then the result); LangGraph a `StateGraph` with a
+`ToolNode` compiled with ``AsyncPostgresSaver`` (``ainvoke``, a psycopg ``AsyncConnection`` as its
+docs show) with ``durability="sync"``, so that both commit each step before the next starts
+(LangGraph's default, ``"async"``, overlaps the write with the next step). Without LangGraph
+installed only nbagent is measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from nbagent import Agent, tool  # noqa: E402
+from nbagent.models import FunctionModel, tool_call  # noqa: E402
+from nbagent.store import PostgresStore  # noqa: E402
+from tests.pgcluster import PgCluster, bin_dir  # noqa: E402
+
+LOOP = 50
+
+
+def steps_wanted(messages: list[Any], human: type | str) -> int:
+    """Tool results since the last prompt (so one model serves every scenario)."""
+    done = 0
+    for m in reversed(messages):
+        if (m.kind == "user") if human == "user" else isinstance(m, human):  # type: ignore[arg-type]
+            break
+        if (m.kind == "tool-result") if human == "user" else getattr(m, "type", "") == "tool":
+            done += 1
+    return done
+
+
+# ---------------------------------------------------------------------- nbagent
+@tool
+def lookup(order: int) -> str:
+    """Look an order up."""
+    return '{"status": "shipped"}'
+
+
+class NbagentRunner:
+    def __init__(self, url: str, tag: str) -> None:
+        self.store = PostgresStore(url, schema=f"bench_nbagent_{tag.lower()}")
+        self.want = 1
+
+        def model(messages: list[Any], info: Any) -> Any:
+            done = steps_wanted(messages, "user")
+            return tool_call("lookup", order=done) if done < self.want else "done"
+
+        self.agent = Agent(FunctionModel(model), tools=[lookup], store=self.store, max_steps=10_000)
+
+    async def run(self, thread: str, steps: int, prompt: str = "Check the orders.") -> None:
+        self.want = steps
+        result = await self.agent.run(prompt, thread=thread)
+        assert result.status == "completed", result.error
+
+    async def inner_steps(self, thread: str, steps: int, prompt: str) -> float:
+        """Seconds per step between the first and the last tool result of a run (the run's start,
+        which reads the thread, is left out)."""
+        self.want = steps
+        marks = []
+        async for event in self.agent.stream(prompt, thread=thread):
+            if event.kind == "tool-call-finished":
+                marks.append(time.perf_counter())
+        return (marks[-1] - marks[0]) / (len(marks) - 1)
+
+    async def close(self) -> None:
+        await self.store.close()
+
+
+# ---------------------------------------------------------------------- LangGraph
+class LangGraphRunner:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.want = 1
+        self.durability = "sync"
+        """Each step's checkpoint committed before the next step starts: nbagent's guarantee.
+        (LangGraph's default, "async", writes it while the next step already runs.)"""
+
+    async def open(self) -> None:
+        from langchain_core.messages import AIMessage, HumanMessage
+        from langchain_core.tools import tool as lc_tool
+        from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+        from langgraph.graph import START, MessagesState, StateGraph
+        from langgraph.prebuilt import ToolNode, tools_condition
+        from psycopg import AsyncConnection
+        from psycopg.rows import dict_row
+
+        self.human = HumanMessage
+
+        @lc_tool
+        def lookup_lc(order: int) -> str:
+            """Look an order up."""
+            return '{"status": "shipped"}'
+
+        def model(state: MessagesState) -> dict[str, Any]:
+            done = steps_wanted(state["messages"], HumanMessage)
+            if done < self.want:
+                call = {"name": "lookup_lc", "args": {"order": done}, "id": f"call_{time.perf_counter_ns()}",
+                        "type": "tool_call"}
+                return {"messages": [AIMessage("", tool_calls=[call])]}
+            return {"messages": [AIMessage("done")]}
+
+        self.conn = await AsyncConnection.connect(self.url, autocommit=True, prepare_threshold=0,
+                                                  row_factory=dict_row)
+        saver = AsyncPostgresSaver(self.conn)  # type: ignore[arg-type]
+        await saver.setup()
+        graph = StateGraph(MessagesState)
+        graph.add_node("agent", model)
+        graph.add_node("tools", ToolNode([lookup_lc]))
+        graph.add_edge(START, "agent")
+        graph.add_conditional_edges("agent", tools_condition)
+        graph.add_edge("tools", "agent")
+        self.app = graph.compile(checkpointer=saver)
+
+    async def run(self, thread: str, steps: int, prompt: str = "Check the orders.") -> None:
+        self.want = steps
+        config = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * steps + 10}
+        out = await self.app.ainvoke({"messages": [self.human(prompt)]}, config, durability=self.durability)
+        assert out["messages"][-1].content == "done"
+
+    async def inner_steps(self, thread: str, steps: int, prompt: str) -> float:
+        """Seconds per step between the first and the last tool update of a run."""
+        self.want = steps
+        config = {"configurable": {"thread_id": thread}, "recursion_limit": 4 * steps + 10}
+        marks = []
+        async for update in self.app.astream({"messages": [self.human(prompt)]}, config, stream_mode="updates",
+                                             durability=self.durability):
+            if "tools" in update:
+                marks.append(time.perf_counter())
+        return (marks[-1] - marks[0]) / (len(marks) - 1)
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+
+# ---------------------------------------------------------------------- measuring
+async def timed(runner: Any, thread: str, steps: int, prompt: str = "Check the orders.") -> float:
+    gc.collect()
+    start = time.perf_counter()
+    await runner.run(thread, steps, prompt)
+    return time.perf_counter() - start
+
+
+async def measure(runner: Any, name: str, runs: int, loops: int) -> dict[str, float]:
+    await runner.run(f"{name}-warm", 3)
+    round_trips = [await timed(runner, f"{name}-rt-{k}", 1) for k in range(runs)]
+    per_step = [await timed(runner, f"{name}-loop-{k}", LOOP) / LOOP for k in range(loops)]
+    # Flat: 20 more steps on a thread of 10 messages vs one of 1,000 (prefilled by the framework).
+    await runner.run(f"{name}-short", 4)  # prompt + 4 x (answer, result) + answer = 10 messages
+    await runner.run(f"{name}-long", 499)  # prompt + 499 x 2 + answer = 1,000 messages
+    short, long = [], []
+    for k in range(loops):  # interleaved: noise hits both alike
+        gc.collect()
+        short.append(await runner.inner_steps(f"{name}-short", 20, f"more {k}"))
+        gc.collect()
+        long.append(await runner.inner_steps(f"{name}-long", 20, f"more {k}"))
+    return {
+        "round_trip": statistics.median(round_trips),
+        "per_step": statistics.median(per_step),
+        "step_at_10": min(short),
+        "step_at_1000": min(long),
+    }
+
+
+def ms(value: float) -> str:
+    return f"{value * 1000:.2f} ms"
+
+
+async def main_async(url: str, quick: bool, label: str) -> None:
+    runs, loops = (10, 2) if quick else (30, 4)
+    results: dict[str, dict[str, float]] = {}
+    print(f"\n{label}")
+    nb = NbagentRunner(url, label[0])
+    results["nbagent PostgresStore"] = await measure(nb, "nb", runs, loops)
+    await nb.close()
+    try:
+        lg = LangGraphRunner(url)
+        await lg.open()
+    except ImportError:
+        lg = None
+        print("(LangGraph or langgraph-checkpoint-postgres is not installed: run in bench/.venv-peers)")
+    if lg is not None:
+        results["LangGraph AsyncPostgresSaver"] = await measure(lg, f"lg{label[0]}", runs, loops)
+        await lg.close()
+    print(f"{'framework':<30} | {'round trip':>11} | {'per step (50)':>13} | {'step @10 msgs':>13} | "
+          f"{'step @1,000':>12} | {'1,000 / 10':>10}")
+    for name, r in results.items():
+        print(f"{name:<30} | {ms(r['round_trip']):>11} | {ms(r['per_step']):>13} | {ms(r['step_at_10']):>13} | "
+              f"{ms(r['step_at_1000']):>12} | {r['step_at_1000'] / r['step_at_10']:>9.2f}x")
+    if len(results) == 2:
+        nbr, lgr = results["nbagent PostgresStore"], results["LangGraph AsyncPostgresSaver"]
+        print(f"nbagent / LangGraph: round trip {nbr['round_trip'] / lgr['round_trip']:.2f}x, "
+              f"per step {nbr['per_step'] / lgr['per_step']:.2f}x (goal <= 0.3x); "
+              f"nbagent flat 10 -> 1,000 messages: {nbr['step_at_1000'] / nbr['step_at_10']:.2f}x (goal <= 1.2x)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    args = parser.parse_args()
+    binaries = bin_dir()
+    if binaries is None:
+        print("PostgreSQL is not installed (bash scripts/install_system_deps.sh): skipped")
+        return
+    cluster = PgCluster.create(binaries, durable=True)
+    try:
+        print(f"python {sys.version.split()[0]}, PostgreSQL from {binaries}, "
+              f"private cluster on 127.0.0.1:{cluster.port}")
+        asyncio.run(main_async(cluster.url(), args.quick,
+                               "A. server defaults (every commit waits for its WAL fsync: this disk's cost)"))
+        # libpq passes PGOPTIONS to every new connection: both frameworks' commits stop waiting
+        # for the disk (a server crash could lose the last commits, never corrupt), so what is
+        # left is each framework's own work and its round trips.
+        os.environ["PGOPTIONS"] = "-c synchronous_commit=off"
+        asyncio.run(main_async(cluster.url(), args.quick,
+                               "B. synchronous_commit=off (the frameworks' own cost, without the disk)"))
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

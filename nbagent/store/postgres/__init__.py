@@ -1,0 +1,62 @@
+"""`PostgresStore`: threads kept in a PostgreSQL database (psycopg 3 and psycopg_pool).
+
+For teams and clusters: every kernel and machine that reaches the database shares the threads,
+pending approvals, the tool-call ledger and usage, with the guarantees `SQLiteStore` gives on one
+machine. ``pip install "nbagent[postgres]"``; the driver is imported on first use only, so
+``import nbagent`` stays light.
+
+The work is split by responsibility into private modules, each importing only the ones below it:
+
+- `_conninfo`: the URL or ``key=value`` string, split into what can be shown and the password;
+- `_schema`: the DDL, the version table, migrations;
+- `_sql`: the statements (one per store call wherever possible);
+- `_copy`: the rows of a fork (`PostgresStore.copy`);
+- `_database`: this process's pool, worker threads, retries, leases, errors;
+- `_store`: the `PostgresStore` class.
+
+Schema version 1 (table ``<schema>.schema_version`` holds one row per migration applied; every
+JSON record has the same shape as in SQLite's format 1, so threads copy across as they are)::
+
+    schema_version  version, applied_at, applied_by
+    threads         id, version, step, meta JSONB, created, updated, title, status, messages,
+                    input_tokens, output_tokens, cost_total           (running totals)
+                    lease_run, lease_until                            (the running run's lease)
+                    last_write                                        (the last append's mark)
+    messages        thread, seq, step, version, data JSONB (``Message.to_dict()``)
+    usage           id, run_id, thread, step, time, provider, model, input_tokens, ...
+                    one column per `ModelCallUsage` field
+    ledger          thread, call_id, tool, args_hash, status, time, version
+    checkpoints     thread, version, step, time, messages, last_message, input_tokens,
+                    output_tokens, cost_total, status
+
+Times are seconds since the epoch (``double precision``), as in SQLite; leases use the server's
+clock, so the machines' clocks need not agree.
+"""
+
+from __future__ import annotations
+
+from ._schema import SCHEMA_VERSION
+from ._store import PostgresStore
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "migrate"]
+
+
+async def migrate(url: str, *, schema: str = "nbagent") -> tuple[int, int]:
+    """Create or upgrade nbagent's tables in a database; returns (version before, version after).
+
+    What ``python -m nbagent.store migrate URL`` runs, for teams whose DBA runs migrations (and
+    whose kernels use ``PostgresStore(url, migrate=False)``). Safe to run while kernels use the
+    database: migrations take an advisory lock and run in one transaction.
+    """
+    from . import _schema
+
+    store = PostgresStore(url, schema=schema, migrate=False)
+    db = store._db
+
+    def work(conn: object, _: int) -> tuple[int, int]:
+        return _schema.migrate(conn, schema, "python -m nbagent.store migrate")
+
+    try:
+        return await db.run_direct(work)
+    finally:
+        await store.close()

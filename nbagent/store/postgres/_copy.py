@@ -1,0 +1,107 @@
+"""The rows of `PostgresStore.copy` (a fork): the start of a thread copied into a new one.
+
+Owns `copy_rows`, which runs in the caller's transaction on the caller's connection, the same
+steps as SQLite's fork copy: the new thread's row, its messages (the last one possibly
+replaced), the usage rows of the steps copied, the ledger entries of the copied tool calls, the
+checkpoints, then the totals. Imports the exceptions, messages and the store's summaries.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ...exceptions import ConflictError, StoreError
+from ...messages import Message, message_from_dict
+from ..base import summarize
+from ._schema import USAGE_TYPES
+
+_COLS = ", ".join(c for c in USAGE_TYPES if c != "thread")
+
+
+class _Undecodable(Exception):
+    """A stored message that does not decode (the store turns it into `StoreCorruptError`)."""
+
+    def __init__(self, what: str, cause: BaseException) -> None:
+        super().__init__(what)
+        self.what, self.cause = what, cause
+
+
+def copy_rows(
+    conn: Any, s: str, where: str, source: str, target: str, messages: int, last: Message | None,
+    record: dict[str, Any], now: float, write_id: str,
+) -> int:
+    """Copy, in the caller's transaction; returns the new thread's version.
+
+    Raises:
+        StoreError: `source` does not exist or has fewer messages.
+        ConflictError: `target` exists.
+    """
+    src = conn.execute(f"SELECT messages FROM {s}.threads WHERE id = %s", (source,)).fetchone()
+    if src is None:
+        raise StoreError(f"thread {source!r} is not in {where}", path=where)
+    if not 0 <= messages <= src[0]:
+        raise StoreError(f"thread {source!r} has {src[0]} messages; cannot copy {messages}", path=where)
+    created = conn.execute(
+        f"INSERT INTO {s}.threads (id, version, created, updated) VALUES (%s, 0, %s, %s) "
+        "ON CONFLICT (id) DO NOTHING RETURNING id", (target, now, now),
+    ).fetchone()
+    if created is None:
+        raise ConflictError(f"thread {target!r} already exists in {where}", path=where)
+    conn.execute(
+        f"INSERT INTO {s}.messages SELECT %s, seq, step, version, data FROM {s}.messages "
+        "WHERE thread = %s AND seq < %s", (target, source, messages),
+    )
+    step, summary = 0, ""
+    if messages:
+        step, data = conn.execute(
+            f"SELECT step, data::text FROM {s}.messages WHERE thread = %s AND seq = %s", (target, messages - 1)
+        ).fetchone()
+        if last is not None:
+            data = json.dumps(last.to_dict(), ensure_ascii=False)
+            conn.execute(f"UPDATE {s}.messages SET data = %s::jsonb WHERE thread = %s AND seq = %s",
+                         (data, target, messages - 1))
+        try:
+            summary = summarize(message_from_dict(json.loads(data)))
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise _Undecodable(f"message {messages - 1}", exc) from exc
+    conn.execute(
+        f"INSERT INTO {s}.usage (thread, {_COLS}) SELECT %s, {_COLS} FROM {s}.usage "
+        "WHERE thread = %s AND step <= %s ORDER BY id", (target, source, step),
+    )
+    conn.execute(
+        f"INSERT INTO {s}.ledger SELECT %s, call_id, tool, args_hash, status, time, version FROM {s}.ledger "
+        f"WHERE thread = %s AND call_id IN (SELECT c->>'id' FROM {s}.messages m, jsonb_array_elements("
+        "CASE WHEN jsonb_typeof(m.data->'tool_calls') = 'array' THEN m.data->'tool_calls' ELSE '[]' END) c "
+        "WHERE m.thread = %s)",
+        (target, source, target),
+    )
+    conn.execute(
+        f"INSERT INTO {s}.checkpoints SELECT %s, version, step, time, messages, last_message, input_tokens, "
+        f"output_tokens, cost_total, status FROM {s}.checkpoints WHERE thread = %s AND messages < %s",
+        (target, source, messages),
+    )
+    version = conn.execute(
+        f"SELECT coalesce(max(version), 0) + 1 FROM {s}.checkpoints WHERE thread = %s", (target,)
+    ).fetchone()[0]
+    totals = conn.execute(
+        f"SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
+        f"FROM {s}.usage WHERE thread = %s", (target,),
+    ).fetchone()
+    title_row = conn.execute(
+        f"SELECT data->>'content' FROM {s}.messages WHERE thread = %s AND data->>'kind' = 'user' "
+        "ORDER BY seq LIMIT 1", (target,),
+    ).fetchone()
+    title = " ".join((title_row[0] if title_row and title_row[0] else "").split())[:80]
+    status = record.get("status")
+    conn.execute(
+        f"UPDATE {s}.threads SET version = %s, step = %s, meta = %s::jsonb, title = %s, status = %s, "
+        "messages = %s, input_tokens = %s, output_tokens = %s, cost_total = %s, last_write = %s WHERE id = %s",
+        (version, step, json.dumps(record, ensure_ascii=False), title, status, messages, *totals, write_id, target),
+    )
+    if messages:
+        conn.execute(
+            f"INSERT INTO {s}.checkpoints VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            (target, version, step, now, messages, summary, *totals, status),
+        )
+    return int(version)

@@ -1,0 +1,73 @@
+"""The SQL of `PostgresStore`, one statement per store call wherever that is possible.
+
+Owns the statements (templates with ``{s}`` for the quoted schema) and `Statements`, which fills
+them in once per store. Imports `_schema` (the usage columns) only.
+
+Why single statements: in autocommit mode one statement is one transaction, which costs one
+round trip, sees one snapshot (a `load` is consistent without ``BEGIN``), and is what PgBouncer's
+transaction mode needs. An append is one call of the schema's ``append_step`` function
+(`_schema`), whose statements the server plans once per session.
+"""
+
+from __future__ import annotations
+
+from ._schema import USAGE_TYPES
+
+__all__ = ["Statements"]
+
+_LOAD = f"""
+SELECT t.version, t.meta::text, coalesce(t.lease_run IS NOT NULL AND t.lease_until > clock_timestamp(), false),
+    (SELECT coalesce(json_agg(json_build_array(m.step, m.data) ORDER BY m.seq), '[]')::text
+     FROM {{s}}.messages m WHERE m.thread = t.id),
+    (SELECT coalesce(json_agg(json_build_array({", ".join("u." + n for n in USAGE_TYPES)}) ORDER BY u.id), '[]')::text
+     FROM {{s}}.usage u WHERE u.thread = t.id),
+    (SELECT coalesce(json_agg(json_build_array(l.call_id, l.tool, l.args_hash, l.status, l.time)
+                              ORDER BY l.version, l.time), '[]')::text
+     FROM {{s}}.ledger l WHERE l.thread = t.id)
+FROM {{s}}.threads t WHERE t.id = %s"""
+
+_DELETE = """
+WITH t AS (DELETE FROM {s}.threads WHERE {where} RETURNING id),
+m AS (DELETE FROM {s}.messages WHERE thread IN (SELECT id FROM t)),
+u AS (DELETE FROM {s}.usage WHERE thread IN (SELECT id FROM t)),
+l AS (DELETE FROM {s}.ledger WHERE thread IN (SELECT id FROM t)),
+c AS (DELETE FROM {s}.checkpoints WHERE thread IN (SELECT id FROM t))
+SELECT id FROM t ORDER BY id"""
+
+_RENEW = """
+UPDATE {s}.threads AS t SET lease_until = clock_timestamp() + make_interval(secs => %s)
+FROM unnest(%s::text[], %s::text[]) AS l(id, run)
+WHERE t.id = l.id AND t.lease_run = l.run"""
+
+
+class Statements:
+    """The statements of one store, for its schema."""
+
+    def __init__(self, schema: str) -> None:
+        def fill(template: str) -> str:
+            return template.replace("{s}", schema)
+
+        self.schema = schema
+        self.load = fill(_LOAD)
+        self.delete = fill(_DELETE.replace("{where}", "id = %s"))
+        self.prune = fill(_DELETE.replace(
+            "{where}",
+            "updated < %s AND NOT coalesce(lease_run IS NOT NULL AND lease_until > clock_timestamp(), false)",
+        ))
+        self.renew = fill(_RENEW)
+        self.threads = fill("SELECT id, messages, updated, status, title FROM {s}.threads ORDER BY updated DESC")
+        self.checkpoints = fill(
+            "SELECT thread, version, step, time, messages, last_message, input_tokens, output_tokens, "
+            "cost_total, status FROM {s}.checkpoints WHERE thread = %s ORDER BY version"
+        )
+        self.head = fill("SELECT version, last_write FROM {s}.threads WHERE id = %s")
+
+    def append_call(self) -> str:
+        """The call of the schema's ``append_step`` function (see `_schema`)."""
+        return (f"SELECT {self.schema}.append_step(%(thread)s, %(version)s, %(step)s, %(now)s, %(n)s, "
+                "%(tin)s, %(tout)s, %(cost)s, %(meta)s::jsonb, %(status)s, %(title)s, %(lease_run)s, "
+                "%(lease_s)s, %(write_id)s, %(msgs)s::jsonb, %(summary)s, %(usage)s::jsonb, %(ledger)s::jsonb)")
+
+    def usage_columns(self, names: tuple[str, ...], one_thread: bool) -> str:
+        where = " WHERE thread = %s" if one_thread else ""
+        return f"SELECT {', '.join(names)} FROM {self.schema}.usage{where} ORDER BY id"

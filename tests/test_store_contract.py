@@ -1,0 +1,404 @@
+"""The store contract: one suite run against `MemoryStore`, `SQLiteStore` and `PostgresStore`.
+
+Every behaviour the run loop relies on (appends and loads, optimistic versions, listings,
+checkpoints, usage columns, the ledger, paused runs and decisions with who made them, fork,
+delete and prune, concurrent writers) is asserted the same way for each store. The PostgreSQL
+variant runs against the private cluster of tests/conftest_postgres.py (marker ``postgres``;
+``NBAGENT_SKIP_POSTGRES=1`` skips it); durable-only tests skip `MemoryStore`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbagent import Agent, tool
+from nbagent.exceptions import ConflictError, StoreError, UserError
+from nbagent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from nbagent.models import FunctionModel, ScriptedModel, tool_call
+from nbagent.store import LedgerEntry, MemoryStore, PostgresStore, SQLiteStore, Store
+from nbagent.usage import ModelCallUsage
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+DURABLE = KINDS[1:]
+
+
+class Stores:
+    """Opens stores of one kind on one storage: `new()` is another store object (another kernel)
+    on the same threads; `spec` is what a child process needs to open it."""
+
+    def __init__(self, kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+        self.kind = kind
+        self.opened: list[Store] = []
+        self.memory = MemoryStore()
+        if kind == "postgres":
+            self.spec = request.getfixturevalue("postgres_url")
+            self.schema = request.getfixturevalue("pg_schema")
+        else:
+            self.spec, self.schema = str(tmp_path / "store" / "threads.db"), ""
+
+    def new(self) -> Store:
+        store: Store
+        if self.kind == "memory":
+            return self.memory
+        store = SQLiteStore(self.spec) if self.kind == "sqlite" else PostgresStore(self.spec, schema=self.schema)
+        self.opened.append(store)
+        return store
+
+    async def close(self) -> None:
+        for store in self.opened:
+            await store.close()
+
+
+@pytest.fixture(params=KINDS)
+async def stores(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    made = Stores(request.param, request, tmp_path)
+    yield made
+    await made.close()
+
+
+@pytest.fixture(params=DURABLE)
+async def durable(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    made = Stores(request.param, request, tmp_path)
+    yield made
+    await made.close()
+
+
+@pytest.fixture
+def store(stores: Stores) -> Store:
+    return stores.new()
+
+
+def row(thread: str, step: int, cost: float | None = 0.001) -> ModelCallUsage:
+    return ModelCallUsage("run_1", thread, step, 1.0 + step, "function", "f", input_tokens=10 * step,
+                          output_tokens=step, cost_total=cost)
+
+
+@tool
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+@tool(requires_approval=True)
+def refund(order: int) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+
+
+def add_then_answer(messages, info):  # type: ignore[no-untyped-def]
+    if messages[-1].kind == "user":
+        return tool_call("add", a=len(messages), b=1)
+    return f"the sum is {messages[-1].content}"
+
+
+# ---------------------------------------------------------------------- the protocol
+async def test_append_load_round_trip(store: Store) -> None:
+    calls = [ToolCall("c1", "add", '{"a": 1, "b": 2}')]
+    v = await store.append("t", version=0, step=0, messages=[UserMessage("héllo ✓")], meta={"status": "running"})
+    v = await store.append(
+        "t", version=v, step=1, messages=[AssistantMessage(None, calls, reasoning="r")],
+        usage=[row("t", 1)], ledger=[LedgerEntry("c1", "add", "h", "started", 5.0)],
+    )
+    v = await store.append(
+        "t", version=v, step=1, messages=[ToolResultMessage("c1", "add", "3")],
+        ledger=[LedgerEntry("c1", "add", "h", "finished", 6.0)], meta={"status": "done"},
+    )
+    assert v == 3
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.version == 3
+    assert loaded.messages == [UserMessage("héllo ✓"), AssistantMessage(None, calls, reasoning="r"),
+                               ToolResultMessage("c1", "add", "3")]
+    assert loaded.message_steps == [0, 1, 1]
+    assert loaded.meta.status == "done"
+    assert loaded.ledger == {"c1": LedgerEntry("c1", "add", "h", "finished", 6.0)}
+    assert loaded.usage == [row("t", 1)]
+    assert await store.load("missing") is None
+
+
+async def test_conflict_names_thread_and_both_versions(store: Store) -> None:
+    v = await store.append("t", version=0, step=0, messages=[UserMessage("a")])
+    await store.append("t", version=v, step=0, messages=[UserMessage("b")])
+    with pytest.raises(ConflictError, match=r"thread 't'.*version 2.*expected version 1"):
+        await store.append("t", version=v, step=0, messages=[UserMessage("lost?")], usage=[row("t", 1)],
+                           ledger=[LedgerEntry("x", "add", "h", "started")])
+    with pytest.raises(ConflictError, match="already exists"):
+        await store.append("t", version=0, step=0, messages=[UserMessage("new?")])
+    loaded = await store.load("t")
+    assert loaded is not None and [m.content for m in loaded.messages] == ["a", "b"]  # type: ignore[union-attr]
+    assert loaded.usage == [] and loaded.ledger == {}, "the losing append wrote nothing at all"
+
+
+async def test_threads_checkpoints_delete_thread(store: Store) -> None:
+    v = await store.append("one", version=0, step=0, messages=[UserMessage("First   question\nhere")],
+                           meta={"status": "running"})
+    v = await store.append("one", version=v, step=1, messages=[AssistantMessage("answer")], usage=[row("one", 1, 0.5)])
+    await store.append("one", version=v, step=1, usage=[row("one", 2, None)], meta={"status": "completed"})
+    await asyncio.sleep(0.01)
+    await store.append("two", version=0, step=0, messages=[UserMessage("Second")])
+    infos = await store.threads()
+    assert [(i.thread, i.messages, i.status, i.title) for i in infos] == [
+        ("two", 1, None, "Second"), ("one", 2, "completed", "First question here")]
+    cps = await store.checkpoints("one")
+    assert [(c.version, c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens, c.cost_total)
+            for c in cps] == [(1, 0, 1, "user: First question here", 0, 0, None),
+                              (2, 1, 2, "assistant: answer", 10, 1, 0.5)]
+    assert await store.delete_thread("one") is True
+    assert await store.delete_thread("one") is False
+    assert await store.load("one") is None and await store.checkpoints("one") == []
+    assert (await store.usage_columns())["thread"] == []
+    assert [i.thread for i in await store.threads()] == ["two"]
+
+
+async def test_usage_columns(store: Store) -> None:
+    v = await store.append("a", version=0, step=1, usage=[row("a", 1), row("a", 2, None)])
+    await store.append("b", version=0, step=1, usage=[row("b", 3)])
+    await store.append("a", version=v, step=2, usage=[row("a", 4)])
+    cols = await store.usage_columns("a")
+    assert cols["input_tokens"] == [10, 20, 40] and cols["cost_total"] == [0.001, None, 0.001]
+    assert cols["usage_reported"] == [True] * 3
+    everything = await store.usage_columns(columns=["thread", "step"])
+    assert sorted(zip(everything["thread"], everything["step"], strict=True)) == [
+        ("a", 1), ("a", 2), ("a", 4), ("b", 3)]
+    assert (await store.usage_columns("nobody")).length == 0
+    with pytest.raises(UserError, match="unknown usage columns"):
+        await store.usage_columns(columns=["tokens"])
+
+
+async def test_prune_deletes_what_was_not_written_since(store: Store) -> None:
+    await store.append("old", version=0, step=0, messages=[UserMessage("old")], usage=[row("old", 1)])
+    await asyncio.sleep(0.05)
+    cut = time.time()
+    await asyncio.sleep(0.05)
+    await store.append("new", version=0, step=0, messages=[UserMessage("new")])
+    from datetime import datetime, timedelta
+
+    assert await store.prune(older_than=timedelta(days=1)) == []
+    assert await store.prune(older_than=datetime.fromtimestamp(cut)) == ["old"]
+    assert await store.load("old") is None and (await store.usage_columns("old")).length == 0
+    assert [i.thread for i in await store.threads()] == ["new"]
+    assert await store.prune(older_than=0) == ["new"]
+    with pytest.raises(UserError, match="older_than"):
+        await store.prune(older_than="yesterday")  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------------- the agent on the store
+async def test_paused_run_decisions_and_who_decided_survive_a_new_store_object(stores: Stores) -> None:
+    model = ScriptedModel([[tool_call("add", a=1, b=2), tool_call("refund", order=7), tool_call("refund", order=8)],
+                           "done"])
+    agent = Agent(model, tools=[add, refund], store=stores.new())
+    paused = await agent.run("go", thread="p")
+    assert paused.status == "paused" and [p.name for p in paused.pending] == ["refund", "refund"]
+    other = Agent(model, tools=[add, refund], store=stores.new())  # another kernel
+    waiting = await other.pending("p")
+    assert [p.args for p in waiting] == [{"order": 7}, {"order": 8}]
+    done = await other.resume(thread="p", approve=[waiting[0]], deny={waiting[1].id: "too big"}, decided_by="ada")
+    assert done.status == "completed" and done.output == "done"
+    stored = await stores.new().load("p")
+    assert stored is not None and stored.meta.status == "completed"
+    results = {m.call_id: m for m in stored.messages if m.kind == "tool-result"}  # type: ignore[union-attr]
+    assert [(results[p.id].decision, results[p.id].decided_by) for p in waiting] == [
+        ("approved", "ada"), ("denied", "ada")]
+    assert results[waiting[1].id].content == "denied by the user: too big"
+    assert {e.status for e in stored.ledger.values()} == {"finished", "denied"}
+    assert [u.step for u in stored.usage] == [1, 2]
+
+
+async def test_thread_usage_and_history_survive_a_new_store_object(durable: Stores) -> None:
+    agent = Agent(FunctionModel(add_then_answer), tools=[add], store=durable.new())
+    await agent.run("one", thread="u")
+    await agent.run("two", thread="u")
+    later = Agent(FunctionModel(add_then_answer), tools=[add], store=durable.new())
+    usage = await later.thread_usage("u")
+    assert usage.requests == 4 and usage.input_tokens > 0 and usage.tool_calls == 2
+    assert [c.step for c in usage.calls] == [1, 2, 3, 4]
+    assert [c.step for c in await later.checkpoints("u")] == [0, 1, 1, 2, 2, 3, 3, 4]
+
+
+async def test_fork_edits_a_tool_result_and_continues(store: Store) -> None:
+    agent = Agent(FunctionModel(add_then_answer), tools=[add], store=store)
+    first = await agent.run("add please", thread="src")
+    assert first.output == "the sum is 2"
+    await agent.run("again", thread="src")
+    fork = await agent.fork("src", at_step=1, edit={"content": "41"})
+    copied = await store.load(fork)
+    assert copied is not None and [m.kind for m in copied.messages] == ["user", "assistant", "tool-result"]
+    assert copied.messages[-1].content == "41" and copied.messages[1] == first.messages[1]  # type: ignore[union-attr]
+    assert [u.step for u in copied.usage] == [1]
+    assert set(copied.ledger) == {first.messages[1].tool_calls[0].id}  # type: ignore[union-attr]
+    assert copied.meta.status == "forked" and copied.meta.forked_from["thread"] == "src"  # type: ignore[index]
+    result = await agent.resume(thread=fork)
+    assert result.output == "the sum is 41"
+    assert (await agent.thread_usage(fork)).requests == 2
+    source = await store.load("src")
+    assert source is not None and len(source.messages) == 8, "the source thread is unchanged"
+    infos = {i.thread: i for i in await agent.threads()}
+    assert infos[fork].title == "add please" and infos[fork].status == "completed"
+    with pytest.raises(ConflictError, match="already exists"):
+        await agent.fork("src", at_step=1, new_thread=fork)
+    with pytest.raises((UserError, StoreError), match="not in the store"):
+        await agent.fork("nope")
+
+
+async def test_fork_of_a_paused_step_never_leaves_a_call_without_result(store: Store) -> None:
+    def model(messages, info):  # type: ignore[no-untyped-def]
+        if messages[-1].kind == "user":
+            return [tool_call("add", a=1, b=2), tool_call("refund", order=7)]
+        return "done"
+
+    agent = Agent(FunctionModel(model), tools=[add, refund], store=store)
+    assert (await agent.run("go", thread="p")).status == "paused"
+    f = await agent.fork("p", at_step=1)
+    loaded = await store.load(f)
+    assert loaded is not None and [m.kind for m in loaded.messages] == ["user"]
+    assert loaded.usage == [] and loaded.ledger == {}
+    result = await agent.resume(thread=f)
+    assert result.status == "paused" and [p.name for p in result.pending] == ["refund"]
+
+
+async def test_crash_right_after_an_answer_keeps_step_numbers(durable: Stores) -> None:
+    """Killed after the model's answer was stored but before its tools started: on resume the
+    results and the next model call carry the right step numbers (usage rows are not doubled)."""
+    inner = durable.new()
+
+    class CrashBeforeSecondTool(Store):
+        started = 0
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(inner, name)
+
+        async def load(self, thread):  # type: ignore[no-untyped-def,override]
+            return await inner.load(thread)
+
+        async def append(self, thread, **kwargs):  # type: ignore[no-untyped-def,override]
+            if any(e.status == "started" for e in kwargs.get("ledger", ())):
+                self.started += 1
+                if self.started == 2:
+                    raise KeyboardInterrupt  # stands for the process dying here
+            return await inner.append(thread, **kwargs)
+
+    def model(messages, info):  # type: ignore[no-untyped-def]
+        answers = sum(m.kind == "assistant" for m in messages)
+        return tool_call("add", a=answers, b=1) if answers < 2 else "done"
+
+    with pytest.raises(KeyboardInterrupt):
+        await Agent(FunctionModel(model), tools=[add], store=CrashBeforeSecondTool()).run("go", thread="t")
+    agent = Agent(FunctionModel(model), tools=[add], store=durable.new())
+    result = await agent.resume(thread="t")
+    assert result.output == "done"
+    loaded = await agent.store.load("t")
+    assert loaded is not None
+    assert [(m.kind, s) for m, s in zip(loaded.messages, loaded.message_steps, strict=True)] == [
+        ("user", 0), ("assistant", 1), ("tool-result", 1), ("assistant", 2), ("tool-result", 2), ("assistant", 3)]
+    assert [u.step for u in loaded.usage] == [1, 2, 3]
+
+
+# ---------------------------------------------------------------------- concurrency
+async def test_many_threads_written_from_os_threads(store: Store) -> None:
+    errors: list[BaseException] = []
+
+    def writer(k: int) -> None:
+        async def go() -> None:
+            v = 0
+            for i in range(30):
+                v = await store.append(f"t{k}", version=v, step=i, messages=[UserMessage(f"{k}:{i}")],
+                                       usage=[row(f"t{k}", i)])
+
+        try:
+            asyncio.run(go())
+        except BaseException as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    workers = [threading.Thread(target=writer, args=(k,)) for k in range(6)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    for k in range(6):
+        loaded = await store.load(f"t{k}")
+        assert loaded is not None and [m.content for m in loaded.messages] == [  # type: ignore[union-attr]
+            f"{k}:{i}" for i in range(30)]
+        assert len(loaded.usage) == 30
+
+
+_WRITER = """
+import asyncio, sys
+from nbagent.store import open_store, PostgresStore
+from nbagent.messages import UserMessage
+from nbagent.exceptions import ConflictError
+async def main(spec, schema, name):
+    s = PostgresStore(spec, schema=schema) if schema else open_store(spec)
+    v = 0
+    for i in range(25):
+        v = await s.append(name, version=v, step=i, messages=[UserMessage(f"{name}:{i}")])
+    # and all of them increment one shared thread: conflicts are retried, no update is lost
+    done = 0
+    while done < 10:
+        loaded = await s.load("shared")
+        try:
+            await s.append("shared", version=loaded.version, step=0, messages=[UserMessage(f"{name}+{done}")])
+            done += 1
+        except ConflictError:
+            pass
+    await s.close()
+asyncio.run(main(*sys.argv[1:]))
+"""
+
+
+async def test_many_writers_in_processes_never_lose_an_update(durable: Stores) -> None:
+    first = durable.new()
+    await first.append("shared", version=0, step=0, messages=[UserMessage("start")])
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, durable.spec, durable.schema, f"p{k}"], cwd=ROOT)
+             for k in range(4)]
+    assert [await asyncio.to_thread(p.wait, 120) for p in procs] == [0] * 4
+    for k in range(4):
+        loaded = await first.load(f"p{k}")
+        assert loaded is not None and len(loaded.messages) == 25
+    shared = await first.load("shared")
+    assert shared is not None and len(shared.messages) == 41 and shared.version == 41
+    assert sorted(m.content for m in shared.messages[1:]) == sorted(  # type: ignore[union-attr]
+        f"p{k}+{i}" for k in range(4) for i in range(10))
+
+
+# ---------------------------------------------------------------------- copy between stores
+async def test_copy_between_stores_keeps_what_a_resume_needs(stores: Stores, tmp_path: Path) -> None:
+    """A thread copied out of this store into another (SQLite) and back is the same thread: a
+    paused run copied over can be approved and completed from the copy."""
+    from nbagent.store import copy
+
+    model = ScriptedModel([tool_call("add", a=1, b=2), [tool_call("refund", order=7)], "done"])
+    agent = Agent(model, tools=[add, refund], store=stores.new())
+    paused = await agent.run("go", thread="p")
+    assert paused.status == "paused"
+    original = await agent.store.load("p")
+    other = SQLiteStore(tmp_path / "other.db")
+    assert await copy(agent.store, other, threads=["p"]) == ["p"]
+    with pytest.raises(ConflictError, match="already exists"):
+        await copy(agent.store, other, threads=["p"])
+    await agent.store.delete_thread("p")
+    assert await copy(other, agent.store) == ["p"]
+    back = await agent.store.load("p")
+    assert original is not None and back is not None
+    for name in ("messages", "message_steps", "meta", "ledger", "usage"):
+        assert getattr(back, name) == getattr(original, name), name
+    cps = [(c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens) for c in await agent.checkpoints("p")]
+    assert cps == [(c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens)
+                   for c in await other.checkpoints("p")]
+    done = await agent.resume(thread="p", approve=(await agent.pending("p")))
+    assert done.status == "completed" and done.output == "done"
+    with pytest.raises(StoreError, match="not in"):
+        await copy(other, agent.store, threads=["nope"])
+    await other.close()

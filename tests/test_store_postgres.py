@@ -1,0 +1,274 @@
+"""PostgresStore on a real server: credentials never shown, schema versions and migrations,
+PgBouncer in transaction mode, lost connections, pickling, and the store picked by URL.
+
+The protocol itself is asserted in tests/test_store_contract.py; crashes and two kernels at once
+in tests/test_store_faults.py. All of these use the private cluster of tests/conftest_postgres.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import subprocess
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from nbagent import Agent, tool
+from nbagent.exceptions import StoreConnectionError, StoreError, StoreVersionError
+from nbagent.messages import UserMessage
+from nbagent.models import FunctionModel, ScriptedModel, tool_call
+from nbagent.store import PostgresStore, open_store
+from tests.pgcluster import PgCluster
+
+pytestmark = pytest.mark.postgres
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@tool(requires_approval=True)
+def refund(order: int) -> str:
+    """Refund an order."""
+    return f"refunded {order}"
+
+
+def paused_then_done() -> FunctionModel:
+    return FunctionModel(lambda messages, info: tool_call("refund", order=7) if messages[-1].kind == "user"
+                         else "Refunded.")
+
+
+def bad_password_url(server: PgCluster) -> str:
+    return f"postgresql://nbagent:Wrong-Secret-4242@127.0.0.1:{server.port}/nbagent"
+
+
+def everything_shown(exc: BaseException) -> str:
+    """The text of an error as a user could ever see it: message, repr, the whole chained
+    traceback, and the traceback with every frame's local variables (nbagent's frames: the
+    test's own frame, which holds the URL, is left out)."""
+    assert exc.__traceback__ is not None
+    exc.__traceback__ = exc.__traceback__.tb_next
+    return "\n".join([
+        str(exc), repr(exc), "".join(traceback.format_exception(exc)),
+        "".join(traceback.TracebackException.from_exception(exc, capture_locals=True).format()),
+    ])
+
+
+# ---------------------------------------------------------------------- credentials
+async def test_the_password_never_shows_in_repr_errors_frames_or_the_view(
+    postgres_server: PgCluster, pg_schema: str
+) -> None:
+    good = PostgresStore(postgres_server.url(), schema=pg_schema)
+    assert postgres_server.password not in repr(good) and postgres_server.password not in str(good.__dict__)
+    assert repr(good) == f"PostgresStore('postgresql://nbagent@127.0.0.1:{postgres_server.port}/nbagent', " \
+                         f"schema={pg_schema!r})"
+    agent = Agent(paused_then_done(), tools=[refund], store=good)
+    assert postgres_server.password not in repr(agent)
+
+    bad = PostgresStore(bad_password_url(postgres_server), schema=pg_schema, wait_s=2)
+    with pytest.raises(StoreConnectionError) as info:
+        await bad.load("t")
+    shown = everything_shown(info.value)
+    assert "password authentication failed" in str(info.value)
+    assert f"127.0.0.1:{postgres_server.port}" in str(info.value)
+    assert "Wrong-Secret-4242" not in shown and postgres_server.password not in shown
+    assert info.value.__cause__ is None and info.value.__context__ is None
+
+    # A server that is not there: a clean, quick error naming it.
+    closed = PostgresStore("postgresql://nbagent:Wrong-Secret-4242@127.0.0.1:9/nbagent", wait_s=2)
+    with pytest.raises(StoreConnectionError, match=r"127\.0\.0\.1:9/nbagent cannot be reached") as info:
+        await closed.threads()
+    assert "Wrong-Secret-4242" not in everything_shown(info.value)
+
+    # The view: a thread that cannot be loaded says so, without the password.
+    view = Agent(paused_then_done(), tools=[refund], store=bad).chat(thread="t")
+    for _ in range(200):
+        if "could not load" in view.status_line.value:
+            break
+        await asyncio.sleep(0.02)
+    assert "could not load thread" in view.status_line.value and "StoreConnectionError" in view.status_line.value
+    assert "password authentication failed" in view.status_line.value
+    assert "Wrong-Secret-4242" not in view.status_line.value
+    await good.close()
+
+
+def test_a_store_pickles_as_its_url_and_reopens_in_another_process(postgres_url: str, pg_schema: str) -> None:
+    """What a cluster worker (Ray, Dask) gets: the URL and options, never a live connection."""
+    store = PostgresStore(postgres_url, schema=pg_schema, pool_size=2)
+    asyncio.run(store.append("t", version=0, step=0, messages=[UserMessage("from the parent")]))
+    asyncio.run(store.close())
+    data = pickle.dumps(store)
+    code = (
+        "import asyncio, pickle, sys\n"
+        "store = pickle.loads(sys.stdin.buffer.read())\n"
+        "loaded = asyncio.run(store.load('t'))\n"
+        "print(repr(store), loaded.messages[0].content)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=data, capture_output=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.decode().strip().endswith("from the parent")
+    assert "pw-" not in out.stdout.decode()
+
+
+# ---------------------------------------------------------------------- schema
+async def test_migrate_false_refuses_a_database_without_tables_until_migrated(
+    postgres_url: str, pg_schema: str
+) -> None:
+    store = PostgresStore(postgres_url, schema=pg_schema, migrate=False)
+    with pytest.raises(StoreError, match=r"has no nbagent tables .*python -m nbagent.store migrate <URL> --schema"):
+        await store.load("t")
+    cli = [sys.executable, "-m", "nbagent.store", "migrate", postgres_url, "--schema", pg_schema]
+    first = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip().endswith(f"schema {pg_schema!r}: version 1 (migrated from version 0)")
+    assert "pw-" not in first.stdout
+    again = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert again.stdout.strip().endswith("version 1 (already up to date)")
+    await store.append("t", version=0, step=0, messages=[UserMessage("now it works")])
+    assert (await store.load("t")).messages == [UserMessage("now it works")]  # type: ignore[union-attr]
+    await store.close()
+    # A schema made by a newer nbagent is refused, and left as it is.
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute(f'INSERT INTO "{pg_schema}".schema_version (version, applied_by) VALUES (2, %s)', ("future",))
+    newer = PostgresStore(postgres_url, schema=pg_schema)
+    with pytest.raises(StoreVersionError, match=r"made by a newer nbagent .*schema version 2"):
+        await newer.load("t")
+    await newer.close()
+
+
+async def test_many_processes_opening_a_new_schema_at_once_all_succeed(postgres_url: str, pg_schema: str) -> None:
+    code = (
+        "import asyncio, sys\n"
+        "from nbagent.store import PostgresStore\n"
+        "from nbagent.messages import UserMessage\n"
+        "s = PostgresStore(sys.argv[1], schema=sys.argv[2])\n"
+        "asyncio.run(s.append(sys.argv[3], version=0, step=0, messages=[UserMessage('hi')]))\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, postgres_url, pg_schema, f"t{k}"], cwd=ROOT)
+             for k in range(5)]
+    assert [await asyncio.to_thread(p.wait, 60) for p in procs] == [0] * 5
+    store = PostgresStore(postgres_url, schema=pg_schema)
+    assert sorted(i.thread for i in await store.threads()) == [f"t{k}" for k in range(5)]
+    await store.close()
+
+
+# ---------------------------------------------------------------------- PgBouncer, lost connections
+async def test_a_paused_run_is_resumed_through_pgbouncer_in_transaction_mode(
+    pgbouncer_url: str, pg_schema: str
+) -> None:
+    """No server-side prepared statements by default, so every call works whichever server
+    connection PgBouncer hands out (psycopg would prepare after 5 uses otherwise)."""
+    agents = [Agent(paused_then_done(), tools=[refund], store=PostgresStore(pgbouncer_url, schema=pg_schema))
+              for _ in range(2)]
+    for k in range(8):  # more calls than psycopg's default prepare threshold, from two pools
+        paused = await agents[k % 2].run("refund 7", thread=f"b{k}")
+        assert paused.status == "paused"
+        done = await agents[(k + 1) % 2].resume(thread=f"b{k}", approve=paused.pending)
+        assert done.status == "completed" and done.output == "Refunded."
+    assert len(await agents[0].threads()) == 8
+    for agent in agents:
+        await agent.store.close()
+
+
+def _terminate_backends(url: str) -> int:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE application_name = 'nbagent' AND pid <> pg_backend_pid()"
+        ).fetchall()
+    return len(rows)
+
+
+async def test_connections_cut_between_steps_are_replaced_and_the_run_goes_on(
+    postgres_url: str, pg_schema: str
+) -> None:
+    @tool
+    def cut(order: int) -> str:
+        """A tool during which every connection of the store is cut (a server restart, a network cut)."""
+        assert _terminate_backends(postgres_url) >= 1
+        return f"looked up {order}"
+
+    store = PostgresStore(postgres_url, schema=pg_schema)
+    agent = Agent(ScriptedModel([tool_call("cut", order=1), tool_call("cut", order=2), "done"]), tools=[cut],
+                  store=store)
+    result = await agent.run("go", thread="c")
+    assert result.status == "completed" and result.output == "done"
+    loaded = await store.load("c")
+    assert loaded is not None and [m.kind for m in loaded.messages] == [
+        "user", "assistant", "tool-result", "assistant", "tool-result", "assistant"]
+    await store.close()
+
+
+async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The connection drops after the server committed an append but before the answer arrived:
+    the retry finds the append's mark and returns its version instead of writing it again (or
+    failing with a ConflictError against itself)."""
+    store = PostgresStore(postgres_url, schema=pg_schema)
+    v = await store.append("t", version=0, step=0, messages=[UserMessage("one")])
+    call = store._db.call
+    lost: list[int] = []
+
+    def losing_the_answer(work: Any) -> Any:
+        def once(conn: Any, attempt: int) -> Any:
+            result = work(conn, attempt)
+            if not lost:
+                lost.append(attempt)
+                conn.close()
+                raise psycopg.OperationalError("server closed the connection unexpectedly")
+            return result
+
+        return call(once)
+
+    monkeypatch.setattr(store._db, "call", losing_the_answer)
+    assert await store.append("t", version=v, step=0, messages=[UserMessage("two")]) == 2
+    monkeypatch.undo()
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.version == 2
+    assert [m.content for m in loaded.messages] == ["one", "two"]  # type: ignore[union-attr]
+    await store.close()
+
+
+# ---------------------------------------------------------------------- choosing the store
+def test_nbagent_store_takes_a_postgres_url(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbagent.store import default_store
+
+    monkeypatch.setenv("NBAGENT_STORE", postgres_url)
+    store = default_store()
+    assert isinstance(store, PostgresStore) and store is open_store(postgres_url)
+    agent = Agent(paused_then_done(), tools=[refund])
+    assert agent.store is store
+    assert agent.run_sync("refund 7", thread="env-url").status == "paused"
+    assert store.schema == "nbagent"
+    asyncio.run(store.close())
+
+
+def test_the_command_line_copies_threads_from_sqlite_into_postgres_and_back(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    from nbagent.store import SQLiteStore
+
+    source, back = tmp_path / "mine.db", tmp_path / "back.db"
+    agent = Agent(paused_then_done(), tools=[refund], store=SQLiteStore(source))
+    assert agent.run_sync("refund 7", thread="cli-copy").status == "paused"
+    asyncio.run(agent.store.close())
+
+    def cli(*args: str) -> str:
+        out = subprocess.run([sys.executable, "-m", "nbagent.store", "copy", *args], capture_output=True,
+                             text=True, timeout=60, cwd=ROOT)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert cli(str(source), postgres_url, "--thread", "cli-copy") == "copied 1 thread: cli-copy"
+    assert cli(postgres_url, str(back), "--thread", "cli-copy") == "copied 1 thread: cli-copy"
+    refused = subprocess.run([sys.executable, "-m", "nbagent.store", "copy", str(source), str(back)],
+                             capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert refused.returncode == 1 and "already exists" in refused.stderr
+    # The paused run, copied there and back, is resumed from the last copy.
+    again = Agent(paused_then_done(), tools=[refund], store=SQLiteStore(back))
+    done = again.resume_sync(thread="cli-copy", approve=again.pending_sync("cli-copy"))
+    assert done.status == "completed" and done.output == "Refunded."
+    asyncio.run(again.store.close())
