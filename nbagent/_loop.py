@@ -190,6 +190,8 @@ class _Loop:
     # ------------------------------------------------------------------ model
     async def model_step(self) -> AsyncIterator[Event]:
         run, config = self.run, self.config
+        if config.sources is not None:  # a source's list may have changed since the last step
+            config = self.config = await config.sources.current(config, strict=False)
         model = config.model
         step = run.thread_step + 1
         messages: list[Message] = run.messages
