@@ -7,7 +7,8 @@ Its tools cover what nbagent must get right: read-only and destructive tools (an
 and structured results, an error, an image, a slow tool, a tool that kills the server, a tool
 that adds a tool (tools/list_changed), the environment it was given, untrusted text. Destructive
 calls append a line to the file named by ``KITCHEN_LOG`` (when set), so a test can count how
-many times a call really ran, across processes.
+many times a call really ran, across processes; ``KITCHEN_PIDS`` names a file it adds its process
+id to when it starts.
 """
 
 from __future__ import annotations
@@ -126,6 +127,9 @@ async def grow(name: str, ctx: Context) -> str:
 
 
 if __name__ == "__main__":
+    if os.environ.get("KITCHEN_PIDS"):  # so that a test can stop a server whose client was killed
+        with open(os.environ["KITCHEN_PIDS"], "a", encoding="utf-8") as f:
+            f.write(f"{os.getpid()}\n")
     if len(sys.argv) == 3 and sys.argv[1] == "--http":
         import anyio
 
