@@ -26,12 +26,10 @@ from typing import Any
 import pytest
 
 from nbagent import Agent, ToolSourceError, UserError
+from nbagent.mcp import MCPTools
 from nbagent.messages import ToolResultMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import MemoryStore
-
-pytest.importorskip("mcp")
-from nbagent.mcp import MCPTools  # noqa: E402
 
 SERVER = Path(__file__).parent / "mcp_servers" / "kitchen.py"
 SECRET = "sk-test-0123456789abcdef"
@@ -74,7 +72,7 @@ def http_url() -> Iterator[str]:
     deadline = time.monotonic() + 60
     while True:
         try:
-            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)  # noqa: S310 - loopback
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=1)
         except urllib.error.HTTPError:
             break  # it answers (404 at /)
         except OSError:

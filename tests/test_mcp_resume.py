@@ -18,11 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from nbagent.store import SQLiteStore
-
-pytest.importorskip("mcp")
 
 HERE = Path(__file__).parent
 SCRIPT = HERE / "mcp_servers" / "resume_agent.py"
