@@ -25,13 +25,14 @@ pytestmark = [
 ]
 
 
-def test_there_are_five_notebooks() -> None:
+def test_there_are_six_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb",
         "02_approve_tools.ipynb",
         "03_token_costs.ipynb",
         "04_state_and_history.ipynb",
         "05_structured_output.ipynb",
+        "06_mcp_tools.ipynb",
     ]
 
 
