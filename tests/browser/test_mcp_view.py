@@ -26,7 +26,9 @@ kitchen = MCPTools.stdio(sys.executable, [{str(SERVER)!r}], requires_approval={{
 def answer(messages, request):
     last = messages[-1]
     if last.kind == "user":
-        return tool_call("write_note", text="a note from the browser") if "note" in last.content else tool_call("untrusted")
+        if "note" in last.content:
+            return tool_call("write_note", text="a note from the browser")
+        return tool_call("untrusted")
     return "The server said: " + last.content + " " + last.name.upper() + "DONE"
 
 agent = Agent(FunctionModel(answer), tools=[kitchen], store=MemoryStore())
