@@ -155,6 +155,30 @@ async def test_text_structured_and_error_results(server: MCPTools) -> None:
     assert result.status == "completed"
 
 
+async def test_an_image_result_reaches_the_model_and_is_stored(server: MCPTools, tmp_path: Path) -> None:
+    from nbagent import Image
+    from nbagent.store import SQLiteStore
+
+    seen: list[Any] = []
+
+    def answer(messages: list[Any], request: Any) -> Any:
+        if messages[-1].kind == "user":
+            return tool_call("picture")
+        seen.extend(messages[-1].images)
+        return "a red square"
+
+    store = SQLiteStore(tmp_path / "threads.db")
+    result = await Agent(FunctionModel(answer), tools=[server], store=store).run("draw", thread="t-image")
+    [picture] = results(result.messages)
+    assert not picture.is_error and picture.content == "[image: image/png, 1 kB]"
+    [image] = picture.images
+    assert isinstance(image, Image) and image.media_type == "image/png" and image.data.startswith(b"\x89PNG")
+    assert seen == [image]  # the model was given the image with the result
+    stored = await store.load("t-image")
+    assert stored is not None
+    assert [m.images for m in stored.messages if m.kind == "tool-result"] == [[image]]
+
+
 async def test_a_read_only_tool_runs_and_a_destructive_one_waits_for_approval(kitchen: MCPTools) -> None:
     log: Path = kitchen.log  # type: ignore[attr-defined]
     before = log.read_text().count("\n") if log.exists() else 0
@@ -334,3 +358,35 @@ def test_servers_are_stopped_at_interpreter_exit(tmp_path: Path) -> None:
         time.sleep(0.1)
     os.kill(pid, signal.SIGKILL)
     pytest.fail("the server outlived the interpreter")
+
+
+# ----------------------------------------------------------------------------------- result shapes
+def test_every_kind_of_content_block_becomes_text_or_an_image() -> None:
+    import base64
+    from types import SimpleNamespace as NS
+
+    from nbagent import Image, ModelRetry
+    from nbagent.mcp._adapt import result_value
+    from tests.mcp_servers.kitchen import PNG as data
+    blocks = [
+        NS(type="text", text="hello"),
+        NS(type="image", data=base64.b64encode(data).decode(), mime_type="image/png"),
+        NS(type="image", data=base64.b64encode(b"<svg/>").decode(), mime_type="image/svg+xml"),
+        NS(type="audio", data="", mime_type="audio/wav"),
+        NS(type="resource_link", uri="file:///a.txt", name="a"),
+        NS(type="resource", resource=NS(uri="file:///b.txt", text="inside b")),
+        NS(type="resource", resource=NS(uri="file:///c.bin", blob="AAAA", mime_type="application/zip")),
+    ]
+    value = result_value(NS(content=blocks, structured_content=None, is_error=False), [])
+    text, image = value
+    assert text.splitlines() == ["hello", "[image: image/svg+xml, not passed on]", "[audio: audio/wav, not passed on]",
+                                 "[resource: file:///a.txt a]", "inside b",
+                                 "[resource file:///c.bin: application/zip, not passed on]"]
+    assert isinstance(image, Image) and image.data == data
+    structured = result_value(NS(content=blocks[:2], structured_content={"n": 1}, is_error=False), [])
+    assert structured[0] == '{"n": 1}' and isinstance(structured[1], Image)
+    with pytest.raises(ModelRetry, match="the server gave no message"):
+        result_value(NS(content=[], structured_content=None, is_error=True), [])
+    with pytest.raises(ModelRetry, match=r"^token \*\*\*$"):
+        result_value(NS(content=[NS(type="text", text=f"token {SECRET}")], structured_content=None, is_error=True),
+                     [SECRET])

@@ -12,11 +12,13 @@ server you do not trust, decide yourself (``requires_approval=True``).
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
-from ..exceptions import ModelRetry, ToolDefinitionError, UserError
+from ..exceptions import InvalidPromptError, ModelRetry, ToolDefinitionError, UserError
+from ..messages import Image
 from ..tools import Tool
 from ._session import scrub
 
@@ -112,33 +114,49 @@ def adapt(mcp_tool: Any, *, prefix: str | None, setting: ApprovalSetting, source
 
 # ---------------------------------------------------------------------- results
 def result_value(result: Any, secrets: Sequence[str]) -> Any:
-    """What the model sees of a ``CallToolResult``.
+    """What a tool returns for a ``CallToolResult`` (the run turns it into the model's result).
 
     ``structuredContent`` -> its JSON; otherwise the text blocks joined by newlines (resources
-    and audio as short notes). Header and env values are replaced by ``***``.
+    and audio as short notes). Image blocks become `nbagent.Image`s: the value is then a list of
+    the text and the images, which the model is sent with the result (by providers that take
+    images in tool results) and the result keeps (`ToolResultMessage.images`). Header and env
+    values are replaced by ``***``.
 
     Raises:
         ModelRetry: ``isError``: the model gets an error result with the server's text.
     """
+    blocks = list(getattr(result, "content", None) or ())
     if getattr(result, "is_error", False):
-        text = _text_of(result.content) or "the tool failed (the server gave no message)"
+        text = "\n".join(_block_text(b) for b in blocks) or "the tool failed (the server gave no message)"
         raise ModelRetry(scrub(text, secrets))
+    images = [image for image in map(_image, blocks) if image is not None]
     structured = getattr(result, "structured_content", None)
     if structured is not None:
-        return scrub(json.dumps(structured, ensure_ascii=False, default=str), secrets)
-    return scrub(_text_of(result.content), secrets)
+        text = json.dumps(structured, ensure_ascii=False, default=str)
+    else:
+        text = "\n".join(_block_text(b) for b in blocks if _image(b) is None)
+    text = scrub(text, secrets)
+    if not images:
+        return text
+    return [text, *images] if text else images
 
 
-def _text_of(blocks: Sequence[Any]) -> str:
-    return "\n".join(_block_text(b) for b in blocks)
+def _image(block: Any) -> Image | None:
+    """An image block as an `Image` (None for other blocks, and images models do not take)."""
+    if getattr(block, "type", None) != "image":
+        return None
+    try:
+        return Image(base64.b64decode(block.data), block.mime_type)
+    except (InvalidPromptError, ValueError, TypeError):  # not PNG/JPEG/GIF/WebP, or not base64
+        return None
 
 
 def _block_text(block: Any) -> str:
     kind = getattr(block, "type", None)
     if kind == "text":
         return str(block.text)
-    if kind == "image":
-        return f"[image: {block.mime_type}]"
+    if kind == "image":  # one models cannot take (an SVG, ...)
+        return f"[image: {block.mime_type}, not passed on]"
     if kind == "audio":
         return f"[audio: {block.mime_type}, not passed on]"
     if kind == "resource_link":
