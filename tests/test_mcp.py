@@ -131,6 +131,7 @@ async def test_a_prefix_keeps_two_servers_apart_and_a_clash_is_a_clear_error(kit
     with pytest.raises(UserError, match=r"'echo'.*prefix"):
         await clash.run("go")
     prefixed = stdio(prefix="k")
+    prefixed._session, prefixed._lock = kitchen._session, kitchen._lock  # the same server process
     try:
         agent = Agent(call_then_echo(tool_call("k_echo", text="hi"), tool_call("echo", text="py")),
                       tools=[echo, prefixed], store=MemoryStore())
@@ -138,7 +139,7 @@ async def test_a_prefix_keeps_two_servers_apart_and_a_clash_is_a_clear_error(kit
         assert result.output == "hi | py"
         assert [t.name for t in await prefixed.list_tools()][:2] == ["k_add", "k_echo"]
     finally:
-        await prefixed.close()
+        prefixed._session = None  # the server is the module's
 
 
 # ----------------------------------------------------------------------------------- calls
@@ -337,6 +338,24 @@ async def test_async_with_closes_and_a_later_run_connects_again() -> None:
     assert not tools.connected
     assert await tools.call_tool("pid") != pid  # connected again, a new server process
     await tools.close()
+
+
+def test_a_forked_child_starts_its_own_server(kitchen: MCPTools) -> None:
+    parent = asyncio.run(kitchen.call_tool("pid"))
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - the child reports through the pipe
+        try:
+            os.write(write, asyncio.run(kitchen.call_tool("pid")).encode())
+            asyncio.run(kitchen.close())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as pipe:
+        theirs = pipe.read()
+    os.waitpid(child, 0)
+    assert theirs.isdigit() and theirs != parent
+    assert asyncio.run(kitchen.call_tool("pid")) == parent  # the parent's server is untouched
 
 
 def test_servers_are_stopped_at_interpreter_exit(tmp_path: Path) -> None:

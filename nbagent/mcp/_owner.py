@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import os
 from collections.abc import Coroutine
 from typing import Any, Protocol, TypeVar
 
@@ -64,6 +65,10 @@ def register(source: _Closable) -> None:
 def unregister(source: _Closable) -> None:
     """`source` was closed."""
     _open.pop(id(source), None)
+
+
+# A forked child has none of its parent's connections (they belong to the parent's loop thread).
+os.register_at_fork(after_in_child=_open.clear)
 
 
 def _close_all_at_exit() -> None:

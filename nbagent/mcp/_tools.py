@@ -73,6 +73,7 @@ class MCPTools:
         self._secrets = spec.secrets
         self._changes = 0
         self._restarts = 0
+        self._pid = os.getpid()
 
     # ------------------------------------------------------------------ constructors
     @classmethod
@@ -193,6 +194,8 @@ class MCPTools:
     # ------------------------------------------------------------------ on the owner loop
     async def _ready(self) -> Session:
         """The live session, opening one (again) when there is none or the server died."""
+        if self._pid != os.getpid():  # a forked child: the parent's connection is not ours to use
+            self._pid, self._session, self._lock = os.getpid(), None, None
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
