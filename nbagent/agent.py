@@ -218,7 +218,9 @@ class Agent(ThreadMethods, Generic[OutputT]):
         Raises:
             InvalidPromptError: the prompt is neither text nor images models accept.
         """
-        config = await _with_sources(self.config())
+        config = self.config()
+        if config.sources is not None:  # tool sources: their tools as they are now (else no call at all)
+            config = await config.sources.current(config)
         run = await prepare_run(config, prompt, thread, state)
         return await consume(drive(config, run, stream=False), run)
 
