@@ -74,7 +74,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
     Args:
         model: a `Model`, or a string: ``"openai:gpt-4.1-mini"``, ``"local"``, ``"test"``.
         tools: `Tool`s, typed functions (wrapped with `tool`), and tool sources whose tools are
-            listed when a run first needs them (`nbagent.mcp.MCPTools`, any `ToolSource`).
+            listed when a run first needs them (`nbagent.mcp.MCPTools`, any `ToolSource`; kept
+            in ``agent.tool_sources``, the others in ``agent.tools`` by name).
         system: the system prompt, sent with every request (not stored in the thread).
         max_steps: model calls per run before it stops (``status="stopped"``,
             ``stop_reason="max_steps"``).
@@ -132,10 +133,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         output_retries: int = 2,
     ) -> None:
         self.model = infer_model(model)
-        self.tools: dict[str, Tool]
-        self.tool_sources: tuple[ToolSource, ...]
-        """The tool sources among `tools` (their tools are listed when a run needs them)."""
-        self.tools, self.tool_sources = _tools_by_name(tools)
+        self.tools, self.tool_sources = _tools_by_name(tools)  # Python tools by name; the sources apart
         if not isinstance(max_steps, int) or max_steps < 1:
             raise UserError(f"max_steps must be a positive integer, got {max_steps!r}")
         self.system = system
