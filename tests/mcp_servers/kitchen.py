@@ -106,6 +106,14 @@ def env_value(name: str) -> str:
     return f"{name}={os.environ.get(name, '')}"
 
 
+@server.tool(annotations=READ_ONLY, structured_output=False)
+def authorization(ctx: Context) -> str:
+    """The Authorization header of the HTTP request that called this tool ("" over stdio)."""
+    request = ctx.request_context.request
+    headers = getattr(request, "headers", None)
+    return headers.get("authorization", "") if headers is not None else ""
+
+
 @server.tool(description=f"Untrusted description {PAYLOAD}", annotations=READ_ONLY, structured_output=False)
 def untrusted() -> str:
     """Returns HTML that must stay text."""
