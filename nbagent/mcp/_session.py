@@ -133,6 +133,8 @@ class Session:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
         except asyncio.TimeoutError:
             await self.close()
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: the timeout is the error reported
             raise self.error(f"did not start or answer within {timeout:g} s") from None
         except ToolSourceError:
             await self.close()
@@ -199,15 +201,21 @@ class Session:
             self.dead = True
 
     async def _listen(self, client: Any) -> None:
-        """2026-07-28 servers announce changes on a ``subscriptions/listen`` stream."""
+        """2026-07-28 servers announce changes on a ``subscriptions/listen`` stream. The stream
+        also tells when the server is gone: it ends, and the next call opens a new session
+        (a stdio server that died while idle is started again before the call, not after it)."""
+        listening = False
         try:
             async with client.listen(tools_list_changed=True) as events:
+                listening = True
                 async for _ in events:
                     self.on_tools_changed()
         except asyncio.CancelledError:
             raise
-        except Exception:  # no stream (refused, lost): changes then come as notifications, if at all
-            return
+        except Exception:  # refused: changes then come as notifications, if at all
+            pass
+        if listening and not self._stop.is_set():
+            self.dead = True
 
     async def close(self) -> None:
         """Close the session (a stdio server is stopped); never raises."""

@@ -67,6 +67,7 @@ class MCPTools:
         self.connect_timeout = float(connect_timeout)
         self._session: Session | None = None
         self._lock: asyncio.Lock | None = None
+        self._list_lock: asyncio.Lock | None = None
         self._tools: tuple[Tool, ...] | None = None
         self._signatures: tuple[Any, ...] = ()
         self._last: tuple[Tool, ...] | None = None
@@ -222,6 +223,14 @@ class MCPTools:
     async def _list_on_owner(self) -> tuple[Tool, ...]:
         if self._tools is not None:
             return self._tools
+        if self._list_lock is None or self._pid != os.getpid():
+            self._list_lock = asyncio.Lock()
+        async with self._list_lock:  # runs starting together (agent.map) list once
+            if self._tools is not None:
+                return self._tools
+            return await self._list_now()
+
+    async def _list_now(self) -> tuple[Tool, ...]:
         for attempt in (1, 2):  # a server that died while idle is noticed here: start it again once
             session = await self._ready()
             changes = self._changes
