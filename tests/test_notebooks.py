@@ -36,6 +36,7 @@ def test_there_are_six_notebooks() -> None:
     ]
 
 
+@pytest.mark.timeout(600)  # a notebook of several local-model runs can pass 300 s on 2 busy cores
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_offline(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                local_llm_base_url: str) -> None:
