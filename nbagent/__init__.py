@@ -52,6 +52,7 @@ from .exceptions import (
     NotResumableError,
     PendingCallsError,
     ToolDefinitionError,
+    ToolSourceError,
     UnknownCallError,
     UserError,
 )
@@ -70,7 +71,7 @@ from .result import RunResult
 from .retry import Retry
 
 # Tools
-from .tools import RunContext, Tool, tool
+from .tools import RunContext, Tool, ToolSource, tool
 
 # Usage
 from .usage import ModelCallUsage, Usage
@@ -118,6 +119,8 @@ __all__ = [
     "ToolCallStartedEvent",
     "ToolDefinitionError",
     "ToolResultMessage",
+    "ToolSource",
+    "ToolSourceError",
     "UnknownCallError",
     "Usage",
     "UsageEvent",

@@ -2,7 +2,8 @@
 
 `Agent` builds one per run (`Agent.config`); the loop (`_loop`), the run preparation
 (`_prepare`) and the tool phase (`_plan`, `_execute`) read only this, never the `Agent`, so the
-loop does not import `agent`. Imports models, tools, output, retry, store and usage.
+loop does not import `agent`. Imports models, tools, output, retry, store, usage and the
+agent's tool sources (`_sources`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ._sources import SourceSet
 from .models.base import Model
 from .output import OutputSpec
 from .retry import Retry
@@ -46,6 +48,9 @@ class RunConfig:
     output_retries: int = 2
     prices: Mapping[str, Any] | None = None
     state_type: type | None = None
+    sources: SourceSet | None = None
+    """The agent's tool sources (None: Python tools only). A run starts with
+    ``await sources.current(config)``: `tools` and `tool_definitions` with the sources' tools."""
 
     def price(self, row: ModelCallUsage) -> None:
         """Fill the cost columns of a usage row (prices are looked up when the row is made)."""

@@ -18,6 +18,7 @@ from ._config import RunConfig
 from ._handle import EventCallback, RunBox, RunHandle, consume
 from ._loop import drive
 from ._prepare import prepare_resume, prepare_run
+from ._sources import SourceSet
 from ._sync import run_sync
 from ._threads import ThreadMethods
 from .approvals import CallRef, Decisions
@@ -30,14 +31,14 @@ from .output import OUTPUT_TOOL, OutputSpec
 from .result import RunResult
 from .retry import Retry
 from .store import Store, open_store
-from .tools import Tool
+from .tools import Tool, ToolSource
 from .usage import ModelCallUsage
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict, Unpack
 
     class _Options(TypedDict, total=False):
-        tools: Iterable[Tool | Callable[..., Any]]
+        tools: Iterable[Tool | Callable[..., Any] | ToolSource]
         system: str | None
         max_steps: int
         tools_in_order: bool
@@ -72,7 +73,9 @@ class Agent(ThreadMethods, Generic[OutputT]):
 
     Args:
         model: a `Model`, or a string: ``"openai:gpt-4.1-mini"``, ``"local"``, ``"test"``.
-        tools: `Tool`s or typed functions (wrapped with `tool`).
+        tools: `Tool`s, typed functions (wrapped with `tool`), and tool sources whose tools are
+            listed when a run first needs them (`nbagent.mcp.MCPTools`, any `ToolSource`; kept
+            in ``agent.tool_sources``, the others in ``agent.tools`` by name).
         system: the system prompt, sent with every request (not stored in the thread).
         max_steps: model calls per run before it stops (``status="stopped"``,
             ``stop_reason="max_steps"``).
@@ -113,7 +116,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         self,
         model: Model | str,
         *,
-        tools: Iterable[Tool | Callable[..., Any]] = (),
+        tools: Iterable[Tool | Callable[..., Any] | ToolSource] = (),
         system: str | None = None,
         max_steps: int = 20,
         tools_in_order: bool = False,
@@ -130,7 +133,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         output_retries: int = 2,
     ) -> None:
         self.model = infer_model(model)
-        self.tools: dict[str, Tool] = _tools_by_name(tools)
+        self.tools, self.tool_sources = _tools_by_name(tools)  # Python tools by name; the sources apart
         if not isinstance(max_steps, int) or max_steps < 1:
             raise UserError(f"max_steps must be a positive integer, got {max_steps!r}")
         self.system = system
@@ -195,7 +198,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
         self.config().price(row)
 
     def __repr__(self) -> str:
-        return f"Agent({self.model!r}, tools={list(self.tools)})"
+        sources = f", sources={list(self.tool_sources)!r}" if self.tool_sources else ""
+        return f"Agent({self.model!r}, tools={list(self.tools)}{sources})"
 
     # ------------------------------------------------------------------ runs
     async def run(self, prompt: Prompt | None = None, *, thread: str | None = None,
@@ -213,6 +217,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
             InvalidPromptError: the prompt is neither text nor images models accept.
         """
         config = self.config()
+        if config.sources is not None:  # tool sources: their tools as they are now (else no call at all)
+            config = await config.sources.current(config)
         run = await prepare_run(config, prompt, thread, state)
         return await consume(drive(config, run, stream=False), run)
 
@@ -221,8 +227,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
     ) -> AsyncIterator[Event]:
         """Run and yield typed events as they happen (text deltas, tool calls, ...); the last
         event is ``run-completed`` / ``run-paused`` / ... carrying the `RunResult`."""
-        config = self.config()
-        return _events(config, lambda: prepare_run(config, prompt, thread, state))
+        return _events(self.config(), lambda config: prepare_run(config, prompt, thread, state))
 
     async def resume(
         self,
@@ -263,7 +268,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         to other arguments (`ArgumentsMismatchError`). Calls left undecided stay pending.
         """
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
-        config = self.config()
+        config = await _with_sources(self.config())
         run = await prepare_resume(config, result, thread, chosen, state)
         return await consume(drive(config, run, stream=False), run)
 
@@ -283,8 +288,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
     ) -> AsyncIterator[Event]:
         """`resume`, yielding events like `stream`."""
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
-        config = self.config()
-        return _events(config, lambda: prepare_resume(config, result, thread, chosen, state))
+        return _events(self.config(), lambda config: prepare_resume(config, result, thread, chosen, state))
 
     def start(
         self,
@@ -312,9 +316,9 @@ class Agent(ThreadMethods, Generic[OutputT]):
                 chosen = _decisions(None, **_resume_keywords(options))
             else:
                 chosen = _decisions(resume)
-            events = _events(config, lambda: prepare_resume(config, result, thread, chosen, state), box)
+            events = _events(config, lambda config: prepare_resume(config, result, thread, chosen, state), box)
         else:
-            events = _events(config, lambda: prepare_run(config, prompt, thread, state), box)
+            events = _events(config, lambda config: prepare_run(config, prompt, thread, state), box)
         return RunHandle(events, on_event, box)
 
     def run_sync(self, prompt: Prompt | None = None, *, thread: str | None = None,
@@ -356,16 +360,23 @@ class Agent(ThreadMethods, Generic[OutputT]):
         return batch(self, inputs, **kwargs)
 
 
-def _tools_by_name(tools: Iterable[Tool | Callable[..., Any]]) -> dict[str, Tool]:
+def _tools_by_name(tools: Iterable[Tool | Callable[..., Any] | ToolSource]) -> tuple[dict[str, Tool],
+                                                                                    tuple[ToolSource, ...]]:
     out: dict[str, Tool] = {}
+    sources: list[ToolSource] = []
     for item in tools:
+        if not isinstance(item, Tool) and isinstance(item, ToolSource):
+            if any(s is item for s in sources):
+                raise DuplicateToolError(f"the tool source {item!r} is given twice")
+            sources.append(item)
+            continue
         t = item if isinstance(item, Tool) else Tool.from_function(item)
         if not isinstance(t, Tool):
             raise ToolDefinitionError(f"not a tool: {item!r}")
         if t.name in out:
             raise DuplicateToolError(f"two tools are named {t.name!r}; tool names must be unique")
         out[t.name] = t
-    return out
+    return out, tuple(sources)
 
 
 def _config_of(agent: Agent[Any]) -> RunConfig:
@@ -376,15 +387,23 @@ def _config_of(agent: Agent[Any]) -> RunConfig:
         token_budget=agent.token_budget, cost_budget=agent.cost_budget, stop_when=agent.stop_when,
         output=agent.output, output_retries=agent.output_retries, prices=agent.prices,
         state_type=agent.state_type,
+        sources=SourceSet(agent.tool_sources, agent.tools, agent.tool_definitions,
+                          (OUTPUT_TOOL,) if agent.output is not None else ()) if agent.tool_sources else None,
     )
 
 
-def _events(config: RunConfig, prepare: Callable[[], Any], box: RunBox | None = None) -> AsyncIterator[Event]:
+async def _with_sources(config: RunConfig) -> RunConfig:
+    """The run's config: with the tool sources' tools, when the agent has sources."""
+    return config if config.sources is None else await config.sources.current(config)
+
+
+def _events(config: RunConfig, prepare: Callable[[RunConfig], Any], box: RunBox | None = None) -> AsyncIterator[Event]:
     async def events() -> AsyncIterator[Event]:
-        run = await prepare()
+        ready = await _with_sources(config)
+        run = await prepare(ready)
         if box is not None:
             box.run = run
-        inner = drive(config, run, stream=True)
+        inner = drive(ready, run, stream=True)
         try:
             async for event in inner:
                 yield event

@@ -26,6 +26,8 @@ NbagentError
 │   └── ModelResponseError         the answer cannot be used (e.g. cut off inside a tool call)
 │       └── ResponseBodyError      a 2xx whose body is no completion: an HTML page, empty, not
 │                                  UTF-8 (retried, except bytes that are not UTF-8)
+├── ToolSourceError                a tool source (an MCP server) cannot start, connect or list
+│                                  its tools
 └── StoreError                     the checkpoint store cannot do what was asked
     ├── ConflictError              another writer changed the thread first (optimistic check)
     ├── StoreCorruptError          the file is not a readable store
@@ -75,6 +77,7 @@ __all__ = [
     "StreamInterruptedError",
     "SyncInAsyncError",
     "ToolDefinitionError",
+    "ToolSourceError",
     "UnknownCallError",
     "UserError",
     "error_for_status",
@@ -236,6 +239,23 @@ class ResponseBodyError(ModelResponseError):
     def __init__(self, message: str, *, content_type: str | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.content_type = content_type
+
+
+class ToolSourceError(NbagentError):
+    """A tool source could not do what a run needed: an MCP server that cannot be started or
+    reached, refuses the connection, or cannot list its tools. The text names the server (never
+    a header or environment value) and what it said.
+
+    A run that cannot list a source's tools when it starts raises it (nothing was stored); a
+    tool call that fails this way during a run becomes an error result the model sees.
+
+    Attributes:
+        source: the server, as its ``repr`` shows it (secrets left out).
+    """
+
+    def __init__(self, message: str, *, source: str | None = None) -> None:
+        super().__init__(message)
+        self.source = source
 
 
 class StoreError(NbagentError):

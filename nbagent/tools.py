@@ -1,6 +1,7 @@
 """Tools: Python functions (or client-side declarations) the model can call.
 
-Owns `Tool`, the `tool` decorator and `RunContext`; imports exceptions only. The JSON schema of a
+Owns `Tool`, the `tool` decorator, `RunContext` and the `ToolSource` protocol (tools known only
+when a run needs them, such as an MCP server's); imports exceptions only. The JSON schema of a
 tool's parameters comes from pydantic (imported lazily, when the first tool is defined), and its
 description and parameter docs from the docstring (Google ``Args:`` or Sphinx ``:param x:``).
 
@@ -15,13 +16,13 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar, overload
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 from .exceptions import InvalidArgumentsError, ToolDefinitionError
 
-__all__ = ["ApprovalPolicy", "RunContext", "Tool", "tool"]
+__all__ = ["ApprovalPolicy", "RunContext", "Tool", "ToolSource", "tool"]
 
 StateT = TypeVar("StateT")
 
@@ -243,6 +244,25 @@ class Tool:
         kind = "client" if self.function is None else ("async" if self.is_async else "sync")
         extra = ", requires_approval" if self.requires_approval else ""
         return f"Tool({self.name!r}, {kind}{extra})"
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Tools that are known only when a run needs them: an MCP server's (`nbagent.mcp.MCPTools`),
+    or any object with these two methods. Give it to ``Agent(tools=[...])`` next to Python tools.
+
+    A run asks `cached_tools` before it starts and before each model call; when that returns
+    None (never listed, or the list changed), it awaits `list_tools`. A source's tools are
+    `Tool`s like any other: approvals, the ledger and the view treat them alike.
+    """
+
+    def cached_tools(self) -> Sequence[Tool] | None:
+        """The tools as last listed, or None when they must be listed (first use, or the source
+        learnt that its list changed). The same object as long as the list did not change."""
+
+    async def list_tools(self) -> Sequence[Tool]:
+        """List the tools (connecting on first use); the answer is what `cached_tools` returns
+        until the list changes."""
 
 
 class _Args:

@@ -256,6 +256,57 @@ print(looked.status, looked.output or looked.error)'''),
     ],
 }
 
+# Notebook 06 is its own entry (MCP servers as tool sources); 01-05 are above.
+NOTEBOOKS["06_mcp_tools.ipynb"] = [
+    ("md", """# Tools from an MCP server
+
+An agent whose tools live in a [Model Context Protocol](https://modelcontextprotocol.io) server. nbagent
+ships a small notes server on SQLite (`python -m nbagent.mcp.examples.notes`); `MCPTools.stdio` starts
+it, lists its tools when a run first needs them, and keeps the connection for the whole kernel. The
+server's own annotations decide what needs approval: reading notes runs at once, writing (`add_note`)
+and deleting (`delete_note`, marked destructive) wait for you. Offline, the model is the bundled SmolLM2-135M: we ask it to use a tool *by name*."""),
+    ("code", SETUP),
+    ("md", "## The server and its tools\nThe server gets only the environment you pass (`env=`) and the few variables the `mcp` SDK considers safe."),
+    ("code", '''import sys
+from nbagent.mcp import MCPTools
+
+notes = MCPTools.stdio(sys.executable, ["-m", "nbagent.mcp.examples.notes"], env={"NOTES_DB": "notes.db"})
+for t in await notes.list_tools():      # connects now (otherwise: when a run first needs the tools)
+    print(f"{t.name:12} needs approval: {str(t.requires_approval):5}  {t.description}")
+notes'''),
+    ("code", '''agent = Agent(model, tools=[notes], settings={"max_tokens": 60})
+view = agent.chat(thread="notes")
+view'''),
+    ("md", """## A write waits for you
+`add_note` is not marked read-only, so the run pauses with the call and the arguments the model chose;
+in the view above its row has **Approve / Deny / Edit**. (The tiny local model invents its own title
+and text: this is why you see the arguments before anything is written.)"""),
+    ("code", '''handle = view.ask("Use the add_note tool to save a note titled milk with the text buy 2 litres.")
+paused = await handle
+print(paused.status, [(p.name, p.args) for p in paused.pending])
+assert paused.status == "paused" and [p.name for p in paused.pending] == ["add_note"]'''),
+    ("md", "Approve it (the same as clicking **Approve**): the call runs on the server, once."),
+    ("code", '''done = await agent.resume(paused, approve=paused.pending)
+saved = [m.content for m in done.messages if m.kind == "tool-result"]
+print(saved)
+assert saved[-1].startswith("saved note")
+title = paused.pending[0].args["title"]'''),
+    ("md", "## Reading runs at once\n`list_notes` is marked read-only: no pause."),
+    ("code", '''listed = await agent.run("Use the list_notes tool.", thread="reading")
+print(listed.status, [m.content for m in listed.messages if m.kind == "tool-result"])
+assert listed.status == "completed" and not listed.pending'''),
+    ("md", "You can call a server's tool yourself too; the result is what a model would see."),
+    ("code", '''print(await notes.call_tool("list_notes"))
+print(await notes.call_tool("read_note", {"title": title}))
+assert title in await notes.call_tool("list_notes")'''),
+    ("md", """## The connection
+One server process serves every run of this kernel (`await`, `run_sync`, the view, `agent.map`); it is
+stopped when the kernel exits, or now with `close()`. A later run would start it again."""),
+    ("code", '''print("connected:", notes.connected)
+await notes.close()
+print("connected:", notes.connected)'''),
+]
+
 
 def main() -> None:
     ROOT.mkdir(exist_ok=True)

@@ -9,7 +9,7 @@ import sys
 import nbagent
 
 HEAVY = ("ipywidgets", "pandas", "openai", "anthropic", "anywidget", "numpy", "pyarrow", "matplotlib", "IPython",
-         "psycopg", "psycopg_pool")
+         "psycopg", "psycopg_pool", "mcp")
 
 
 def imported_after(code: str) -> list[str]:
@@ -28,6 +28,10 @@ def test_import_nbagent_imports_no_edge_libraries() -> None:
 def test_import_nbagent_models_imports_no_provider_sdk() -> None:
     assert imported_after("import nbagent.models") == []
     assert imported_after("from nbagent.models import AnthropicModel") == ["anthropic"]
+
+
+def test_import_nbagent_mcp_loads_the_sdk_only_when_a_server_is_reached() -> None:
+    assert imported_after("from nbagent.mcp import MCPTools\nMCPTools.stdio('python', ['-m', 'x'])") == []
 
 
 def test_defining_and_running_an_agent_stays_light() -> None:

@@ -25,16 +25,18 @@ pytestmark = [
 ]
 
 
-def test_there_are_five_notebooks() -> None:
+def test_there_are_six_notebooks() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb",
         "02_approve_tools.ipynb",
         "03_token_costs.ipynb",
         "04_state_and_history.ipynb",
         "05_structured_output.ipynb",
+        "06_mcp_tools.ipynb",
     ]
 
 
+@pytest.mark.timeout(600)  # a notebook of several local-model runs can pass 300 s on 2 busy cores
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_offline(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                local_llm_base_url: str) -> None:

@@ -56,6 +56,8 @@ def _fingerprint(agent: Agent) -> str:
     ]
     if agent.output is not None:  # another output type is another batch (text agents' ids unchanged)
         spec.append(agent.output.tool.parameters)
+    if agent.tool_sources:  # MCP servers & co. (their tools are not known before a run)
+        spec.append([repr(source) for source in agent.tool_sources])
     return hashlib.sha256(json.dumps(spec, default=str).encode()).hexdigest()[:8]
 
 
@@ -69,8 +71,8 @@ def batch_thread_ids(
     """The thread id of each row: ``{prefix}-{key}-{hash of the input}``.
 
     `keys` are the row positions (or the Series' index labels). The default prefix is
-    ``batch-`` plus a hash of the agent's name, model, system prompt, tool names and output type's
-    schema, so the same cell run again finds its threads, and a changed agent or a changed input
+    ``batch-`` plus a hash of the agent's name, model, system prompt, tool names, tool sources and
+    output type's schema, so the same cell run again finds its threads, and a changed agent or a changed input
     gets new ones.
     """
     prefix = thread_prefix if thread_prefix is not None else f"batch-{_fingerprint(agent)}"

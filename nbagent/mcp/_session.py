@@ -1,0 +1,307 @@
+"""One connection to an MCP server, on the owner loop: open, list, call, notice changes, close.
+
+Owns `ServerSpec` (how to reach a server: a command to start, or a URL, with the secrets it
+needs), `Session` (one live connection: the official SDK's ``mcp.Client`` held open by a task of
+its own, since its context must be entered and left in one task) and `scrub` (secrets out of any
+text nbagent shows). Every method of `Session` runs on the owner loop (`_owner`). The ``mcp``
+SDK is imported here, when a session opens, never when nbagent is imported. Imports nbagent's
+exceptions only.
+
+A session is dead once its server is gone (a stdio server that exited or was killed, an HTTP
+server that stopped answering): its calls fail with `ToolSourceError` and `MCPTools` opens a new
+session (starting a stdio server again) for the next call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ..exceptions import ToolSourceError
+
+__all__ = ["ServerSpec", "Session", "scrub"]
+
+SECRET_MIN_CHARS = 6
+"""Header and environment values at least this long are replaced by ``***`` in any text shown
+(shorter ones, like ``DEBUG=1``, are too common to be secrets and would garble the text)."""
+CLOSE_S = 8.0
+"""How long closing a session may take (the SDK stops a stdio server within about 6 s)."""
+
+
+def scrub(text: str, secrets: Sequence[str]) -> str:
+    """`text` with every secret value replaced by ``***``."""
+    for secret in secrets:
+        if secret in text:
+            text = text.replace(secret, "***")
+    return text
+
+
+@dataclass(frozen=True, repr=False)
+class ServerSpec:
+    """How to reach one server. Its ``repr`` is what `MCPTools` shows: no header or env value."""
+
+    kind: str  # "stdio" or "http"
+    command: str = ""
+    args: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    url: str = ""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    errlog: IO[str] | None = None
+
+    @property
+    def secrets(self) -> list[str]:
+        """The values that must never be shown: env and header values, a URL's password."""
+        values = [*self.env.values(), *self.headers.values()]
+        values += [v.split(" ", 1)[1] for v in self.headers.values() if " " in v]  # "Bearer <token>"
+        if self.kind == "http":
+            from urllib.parse import urlsplit
+
+            parts = urlsplit(self.url)
+            values += [p for p in (parts.password, parts.username) if p]
+        return sorted({v for v in values if len(v) >= SECRET_MIN_CHARS}, key=len, reverse=True)
+
+    def describe(self) -> str:
+        """The server in a few words, for error messages (no secrets)."""
+        if self.kind == "stdio":
+            return " ".join([self.command, *self.args])
+        return safe_url(self.url)
+
+
+def safe_url(url: str) -> str:
+    """`url` without its user name, password and query values (they often carry keys)."""
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    query = urlencode([(k, "***") for k, _ in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
+    return urlunsplit((parts.scheme, host, parts.path, query, ""))
+
+
+def _flatten(exc: BaseException) -> BaseException:
+    """The first real error inside (nested) exception groups, as the SDK's task groups raise them."""
+    while getattr(exc, "exceptions", None):  # BaseExceptionGroup (a backport's on Python 3.10)
+        exc = exc.exceptions[0]  # type: ignore[attr-defined]
+    return exc
+
+
+def is_connection_lost(exc: BaseException) -> bool:
+    """Whether `exc` means the server is gone (not just that one request failed)."""
+    exc = _flatten(exc)
+    from mcp.shared.exceptions import MCPError
+
+    if isinstance(exc, MCPError):
+        return exc.code == -32000  # CONNECTION_CLOSED
+    return isinstance(exc, (OSError, EOFError)) or type(exc).__module__.startswith(("httpx", "httpcore", "anyio"))
+
+
+class Session:
+    """A live connection to one server (on the owner loop).
+
+    Args:
+        spec: the server.
+        on_tools_changed: called (on the owner loop) when the server says its tool list changed.
+    """
+
+    def __init__(self, spec: ServerSpec, on_tools_changed: Callable[[], None]) -> None:
+        self.spec = spec
+        self.on_tools_changed = on_tools_changed
+        self.client: Any = None
+        self.dead = False
+        self._task: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._stderr: IO[str] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+    async def open(self, timeout: float) -> None:
+        """Start (or reach) the server and initialise the session.
+
+        Raises:
+            ToolSourceError: it cannot be started or reached within `timeout` seconds, or refused
+                the session (the message holds the last lines the server wrote to stderr).
+        """
+        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._task = asyncio.ensure_future(self._serve(ready))
+        try:
+            await asyncio.wait_for(asyncio.shield(ready), timeout)
+        except asyncio.TimeoutError:
+            await self.close()
+            if ready.done() and not ready.cancelled():
+                ready.exception()  # retrieved: the timeout is the error reported
+            raise self.error(f"did not start or answer within {timeout:g} s") from None
+        except ToolSourceError:
+            await self.close()
+            raise
+
+    async def _serve(self, ready: asyncio.Future[None]) -> None:
+        try:
+            import mcp
+        except ImportError:
+            ready.set_exception(ToolSourceError(
+                "MCP servers need the mcp package: pip install 'nbagent[mcp]'", source=self.spec.describe()))
+            return
+        listen: asyncio.Task[None] | None = None
+        try:
+            async with contextlib.AsyncExitStack() as stack:
+                target = await self._target(stack)
+                client = await stack.enter_async_context(
+                    mcp.Client(target, message_handler=self._on_message, cache=None))
+                self.client = client
+                caps = client.server_capabilities.tools
+                if caps is not None and caps.list_changed and client.protocol_version >= "2026":
+                    listen = asyncio.ensure_future(self._listen(client))
+                ready.set_result(None)
+                await self._stop.wait()
+                if listen is not None:
+                    listen.cancel()
+                    await asyncio.gather(listen, return_exceptions=True)
+        except asyncio.CancelledError:
+            if not ready.done():
+                ready.set_exception(self.error("was stopped while starting"))
+            raise
+        except BaseException as exc:
+            if not ready.done():
+                ready.set_exception(self.error(f"could not be started or reached: {_words(exc)}"))
+        finally:
+            self.dead = True
+            self.client = None
+            if listen is not None and not listen.done():
+                listen.cancel()
+
+    async def _target(self, stack: contextlib.AsyncExitStack) -> Any:
+        spec = self.spec
+        if spec.kind == "stdio":
+            from mcp import StdioServerParameters
+            from mcp.client.stdio import stdio_client
+
+            errlog = spec.errlog
+            if errlog is None:  # kept for error messages (closed with the session); a cell shows none of it
+                errlog = self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None,
+                                           cwd=spec.cwd)
+            return stdio_client(params, errlog=errlog)  # type: ignore[arg-type]
+        import httpx2
+        from mcp.client.streamable_http import streamable_http_client
+
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0)))
+        return streamable_http_client(spec.url, http_client=http)
+
+    async def _on_message(self, message: Any) -> None:
+        if getattr(message, "method", None) == "notifications/tools/list_changed":
+            self.on_tools_changed()
+        elif isinstance(message, Exception) and is_connection_lost(message):
+            self.dead = True
+
+    async def _listen(self, client: Any) -> None:
+        """2026-07-28 servers announce changes on a ``subscriptions/listen`` stream. The stream
+        also tells when the server is gone: it ends, and the next call opens a new session
+        (a stdio server that died while idle is started again before the call, not after it)."""
+        listening = False
+        try:
+            async with client.listen(tools_list_changed=True) as events:
+                listening = True
+                async for _ in events:
+                    self.on_tools_changed()
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # refused: changes then come as notifications, if at all
+            pass
+        if listening and not self._stop.is_set():
+            self.dead = True
+
+    async def close(self) -> None:
+        """Close the session (a stdio server is stopped); never raises."""
+        self._stop.set()
+        task = self._task
+        if task is not None and not task.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(task), CLOSE_S)
+            except BaseException:
+                task.cancel()
+        self.dead = True
+        if self._stderr is not None:
+            self._stderr.close()
+
+    # ------------------------------------------------------------------ requests
+    async def list_tools(self, timeout: float) -> list[Any]:
+        """Every tool the server lists (all pages)."""
+        tools: list[Any] = []
+        cursor = None
+        for _ in range(1000):  # a server whose pages never end cannot hang a run
+            page = await self._request(functools.partial(self.client.list_tools, cursor=cursor), timeout,
+                                       "listing its tools")
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
+        """The server's ``CallToolResult`` for one call.
+
+        Raises:
+            TimeoutError: no answer within `timeout` seconds.
+            ToolSourceError: the server is gone, or answered with a protocol error.
+        """
+        return await self._request(
+            lambda: self.client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout,
+            f"calling {name!r}")
+
+    async def _request(self, make: Callable[[], Any], timeout: float, what: str) -> Any:
+        if self.dead or self.client is None:
+            raise self.error(f"has stopped ({what})")
+        from mcp.shared.exceptions import MCPError
+
+        try:
+            # The SDK's own timeout cancels the request on the server; this one is the backstop.
+            return await asyncio.wait_for(make(), timeout + 5.0)
+        except asyncio.TimeoutError:
+            raise TimeoutError(f"the MCP server did not answer within {timeout:g} s ({what})") from None
+        except MCPError as exc:
+            if exc.code == -32001:  # REQUEST_TIMEOUT
+                raise TimeoutError(f"the MCP server did not answer within {timeout:g} s ({what})") from None
+            if exc.code == -32000:  # CONNECTION_CLOSED
+                self.dead = True
+                raise self.error(f"stopped while {what}; it is started again for the next call") from None
+            raise self.error(f"refused {what}: {_words(exc)}") from None
+        except Exception as exc:
+            if is_connection_lost(exc):
+                self.dead = True
+                raise self.error(f"could not be reached while {what}: {_words(exc)}") from None
+            raise self.error(f"failed while {what}: {_words(exc)}") from None
+
+    # ------------------------------------------------------------------ errors
+    def error(self, what: str) -> ToolSourceError:
+        """A `ToolSourceError` naming the server, with its last stderr lines (scrubbed)."""
+        text = f"the MCP server {self.spec.describe()!r} {what}"
+        tail = self.stderr_tail()
+        if tail:
+            text += f"; it wrote:\n{tail}"
+        return ToolSourceError(scrub(text, self.spec.secrets), source=self.spec.describe())
+
+    def stderr_tail(self, lines: int = 8) -> str:
+        """The last lines a stdio server wrote to stderr (when nbagent keeps them)."""
+        err = self._stderr
+        if err is None or err.closed:
+            return ""
+        try:
+            err.flush()
+            err.seek(0)
+            text = err.read()[-4000:]
+        except (OSError, ValueError):
+            return ""
+        return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _words(exc: BaseException) -> str:
+    exc = _flatten(exc)
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
