@@ -3,11 +3,14 @@
 Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a stream of raw
 events (`stream_items` with `_StreamAssembler`: text deltas, tool input from
 ``input_json_delta``, reasoning from ``thinking_delta``, signatures from ``signature_delta``,
-``ping`` ignored), stop reasons (`finish_reason`) and token counts (`token_counts`). Sans-IO:
-nothing here sends or reads a socket; an ``error`` event is handed to the caller's callback.
+``ping`` ignored), stop reasons (`finish_reason`; ``refusal`` as a `ContentFilterError` on the
+response), token counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its
+content as sent (`paused_content`) and its parts joined into one answer (`joined`). A
+``redacted_thinking`` block shows in the reasoning as `REDACTED_THINKING`. Sans-IO: nothing here
+sends or reads a socket; an ``error`` event is handed to the caller's callback.
 
-May import: nbagent's messages, usage and model base. Not the SDK client, not `_wire`,
-`_errors` or `_model`.
+May import: nbagent's exceptions, messages, usage and model base. Not the SDK client, not
+`_wire`, `_errors` or `_model`.
 """
 
 from __future__ import annotations
@@ -16,13 +19,20 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+from ...exceptions import ContentFilterError, ModelResponseError
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
 from ..base import ModelResponse, ReasoningText
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
-           "model_context_window_exceeded": "length", "refusal": "content_filter"}
-"""Anthropic ``stop_reason`` -> nbagent's finish reason (others, e.g. ``pause_turn``, kept as they are)."""
+           "model_context_window_exceeded": "context_window", "refusal": "content_filter"}
+"""Anthropic ``stop_reason`` -> nbagent's finish reason (others, e.g. ``pause_turn``, kept as they are).
+``context_window``: the answer was cut off because the conversation filled the model's context
+window (a truncated answer, like ``length``, with another remedy)."""
+
+REDACTED_THINKING = "[redacted thinking: encrypted by Anthropic's safety systems, sent back unchanged]"
+"""What a ``redacted_thinking`` block shows as in the reasoning text (the view's Thinking section):
+its content is encrypted, so there is nothing to read; the block itself is kept and sent back."""
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -70,6 +80,36 @@ def _block_dict(block: Any) -> dict[str, Any]:
     return {"type": "redacted_thinking", "data": block.data}
 
 
+def refusal_error(stop_details: Any, text: str) -> ContentFilterError:
+    """The error of an answer Claude's streaming classifiers stopped (stop reason ``refusal``)."""
+    category, explanation = _get(stop_details, "category"), _get(stop_details, "explanation")
+    why = "; ".join(x for x in (category and f"category {category}", explanation) if x)
+    return ContentFilterError(
+        f"Claude's safety system stopped the answer (stop_reason refusal{': ' + why if why else ''}); "
+        "Anthropic asks that the turn that caused it be removed or rephrased: continue in a new thread",
+        category=category, explanation=explanation, text=text, provider="anthropic",
+    )
+
+
+def _answer(texts: list[str], reasoning: list[str], thinking_blocks: list[dict[str, Any]], calls: list[ToolCall],
+            stop_reason: str | None, stop_details: Any, model: str | None, usage: Any,
+            request_id: str | None) -> ModelResponse:
+    unique_call_ids(calls)
+    text = "".join(texts)
+    message = AssistantMessage(
+        text=None if (calls and not text) or not texts else text,
+        tool_calls=calls,
+        reasoning="".join(reasoning) or None,
+        thinking_blocks=thinking_blocks,
+        finish_reason=finish_reason(stop_reason),
+        model=model,
+    )
+    response = ModelResponse(message, token_counts(usage), model, request_id)
+    if stop_reason == "refusal":
+        response.error = refusal_error(stop_details, text)
+    return response
+
+
 def message_response(raw: Any, request_id: str | None = None) -> ModelResponse:
     """Map a whole ``Message`` to a `ModelResponse`."""
     texts: list[str] = []
@@ -84,45 +124,61 @@ def message_response(raw: Any, request_id: str | None = None) -> ModelResponse:
             reasoning.append(block.thinking)
             thinking_blocks.append(_block_dict(block))
         elif kind == "redacted_thinking":
+            reasoning.append(REDACTED_THINKING)
             thinking_blocks.append(_block_dict(block))
         elif kind == "tool_use":
             calls.append(ToolCall(block.id or "", block.name or "", json.dumps(block.input)))
         # server tools (web search...) run on Anthropic's side: their blocks are not nbagent's to run
-    unique_call_ids(calls)
-    text = "".join(texts)
-    model = raw.model or None
-    message = AssistantMessage(
-        text=None if (calls and not text) or not texts else text,
-        tool_calls=calls,
-        reasoning="".join(reasoning) or None,
-        thinking_blocks=thinking_blocks,
-        finish_reason=finish_reason(raw.stop_reason),
-        model=model,
-    )
-    return ModelResponse(message, token_counts(raw.usage), model, request_id or raw.id or None)
+    return _answer(texts, reasoning, thinking_blocks, calls, raw.stop_reason, getattr(raw, "stop_details", None),
+                   raw.model or None, raw.usage, request_id or raw.id or None)
 
 
 # ------------------------------------------------------------------------------- stream assembly
 class _Block:
-    __slots__ = ("data", "id", "kind", "name", "parts", "signature")
+    __slots__ = ("citations", "data", "id", "kind", "name", "parts", "signature", "start")
 
-    def __init__(self, kind: str, id: str = "", name: str = "", data: str = "") -> None:
+    def __init__(self, kind: str, id: str = "", name: str = "", data: str = "", start: Any = None) -> None:
         self.kind = kind
         self.id = id
         self.name = name
         self.data = data
+        self.start = start
+        """The SDK's block from ``content_block_start`` (what `paused_content` sends back)."""
         self.parts: list[str] = []
         self.signature: list[str] = []
+        self.citations: list[Any] = []
+
+    def as_sent(self) -> dict[str, Any]:
+        """The whole block as the server sent it (its start with the deltas applied)."""
+        block: dict[str, Any] = _as_dict(self.start) if self.start is not None else {"type": self.kind}
+        kind = self.kind
+        if kind == "text":
+            block["text"] = "".join(self.parts)
+            if self.citations:
+                block["citations"] = [*(block.get("citations") or ()), *map(_as_dict, self.citations)]
+        elif kind == "thinking":
+            block["thinking"] = "".join(self.parts)
+            block["signature"] = "".join(self.signature)
+        elif self.parts:  # tool_use, server_tool_use, mcp_tool_use...: input from input_json_delta
+            args = "".join(self.parts)
+            block["input"] = json.loads(args) if args.strip() else {}
+        return block
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    to_dict = getattr(obj, "to_dict", None)
+    return dict(to_dict(mode="json")) if to_dict is not None else dict(obj)
 
 
 class _StreamAssembler:
     """Collects the content blocks, stop reason, usage and model name of a stream of raw events."""
 
-    __slots__ = ("blocks", "model", "request_id", "stop_reason", "usage")
+    __slots__ = ("blocks", "model", "request_id", "stop_details", "stop_reason", "usage")
 
     def __init__(self) -> None:
         self.blocks: dict[int, _Block] = {}
         self.stop_reason: str | None = None
+        self.stop_details: Any = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.request_id: str | None = None
@@ -155,21 +211,64 @@ class _StreamAssembler:
                 thinking_blocks.append({"type": "thinking", "thinking": "".join(b.parts),
                                         "signature": "".join(b.signature)})
             elif b.kind == "redacted_thinking":
+                reasoning.append(REDACTED_THINKING)
                 thinking_blocks.append({"type": "redacted_thinking", "data": b.data})
             elif b.kind == "tool_use":
                 args = "".join(b.parts)
                 calls.append(ToolCall(b.id, b.name, args if args.strip() else "{}"))
-        unique_call_ids(calls)
-        text = "".join(texts)
-        message = AssistantMessage(
-            text=text or None,
-            tool_calls=calls,
-            reasoning="".join(reasoning) or None,
-            thinking_blocks=thinking_blocks,
-            finish_reason=finish_reason(self.stop_reason),
-            model=self.model,
-        )
-        return ModelResponse(message, token_counts(self.usage), self.model, self.request_id)
+        return _answer(texts, reasoning, thinking_blocks, calls, self.stop_reason, self.stop_details, self.model,
+                       self.usage, self.request_id)
+
+    def paused_content(self) -> list[dict[str, Any]]:
+        """The content of a paused turn (stop reason ``pause_turn``) as the server sent it, to be
+        sent back as the last (assistant) message so that the turn goes on."""
+        return [self.blocks[i].as_sent() for i in sorted(self.blocks)]
+
+
+def paused_content(raw: Any) -> list[dict[str, Any]]:
+    """`_StreamAssembler.paused_content` for a whole ``Message``."""
+    return [_as_dict(block) for block in raw.content or ()]
+
+
+def joined(parts: list[ModelResponse]) -> ModelResponse:
+    """One answer from the parts of a turn the server paused and nbagent continued: texts,
+    reasoning, thinking blocks and tool calls in order, token counts summed (each part is a
+    billed request), the last part's stop reason, model, request id and error."""
+    if len(parts) == 1:
+        return parts[0]
+    last = parts[-1]
+    messages = [p.message for p in parts]
+    texts = [m.text for m in messages if m.text]
+    calls = [c for m in messages for c in m.tool_calls]
+    unique_call_ids(calls)
+    message = AssistantMessage(
+        text="".join(texts) if texts else None,
+        tool_calls=calls,
+        reasoning="".join(m.reasoning for m in messages if m.reasoning) or None,
+        thinking_blocks=[b for m in messages for b in m.thinking_blocks],
+        finish_reason=last.message.finish_reason,
+        model=last.message.model,
+    )
+    counts = [p.usage for p in parts]
+    usage = TokenCounts(
+        input_tokens=sum(c.input_tokens for c in counts),
+        cache_read_tokens=sum(c.cache_read_tokens for c in counts),
+        cache_write_tokens=sum(c.cache_write_tokens for c in counts),
+        output_tokens=sum(c.output_tokens for c in counts),
+        reasoning_tokens=sum(c.reasoning_tokens for c in counts),
+        reported=any(c.reported for c in counts),
+    )
+    return ModelResponse(message, usage, last.model, last.request_id, last.error)
+
+
+def too_many_pauses(response: ModelResponse, continuations: int) -> None:
+    """Mark `response` (a turn still paused after `continuations` continuations) as unusable."""
+    response.error = ModelResponseError(
+        f"the server paused its turn (stop_reason pause_turn: a long-running server tool such as web "
+        f"search) and was still paused after {continuations} continuation(s); allow more with "
+        "AnthropicModel(max_continuations=...) or ask for less server-side work",
+        provider="anthropic",
+    )
 
 
 async def stream_items(
@@ -203,30 +302,33 @@ async def stream_items(
                     yield ReasoningText(delta.thinking)
             elif dkind == "signature_delta":
                 block.signature.append(delta.signature)
-            # citations_delta and others carry nothing nbagent keeps
+            elif dkind == "citations_delta":
+                block.citations.append(delta.citation)  # kept only to send a paused turn back
+            # other deltas carry nothing nbagent keeps
         elif kind == "content_block_start":
             cb = event.content_block
             ckind = cb.type
             if ckind == "tool_use":
-                block = _Block("tool_use", cb.id or "", cb.name or "")
+                block = _Block("tool_use", cb.id or "", cb.name or "", start=cb)
                 if cb.input:  # a whole input in the start event (no deltas follow then)
                     block.parts.append(json.dumps(cb.input))
             elif ckind == "text":
-                block = _Block("text")
+                block = _Block("text", start=cb)
                 if cb.text:
                     block.parts.append(cb.text)
                     yield cb.text
             elif ckind == "thinking":
-                block = _Block("thinking")
+                block = _Block("thinking", start=cb)
                 if cb.thinking:
                     block.parts.append(cb.thinking)
                     yield ReasoningText(cb.thinking)
                 if cb.signature:
                     block.signature.append(cb.signature)
             elif ckind == "redacted_thinking":
-                block = _Block("redacted_thinking", data=cb.data)
+                block = _Block("redacted_thinking", data=cb.data, start=cb)
+                yield ReasoningText(REDACTED_THINKING)
             else:
-                block = _Block(ckind)  # server tool blocks: not nbagent's to run
+                block = _Block(ckind, start=cb)  # server tool blocks: not nbagent's to run
             blocks[event.index] = block
         elif kind == "message_start":
             started = True
@@ -235,7 +337,9 @@ async def stream_items(
             state.request_id = state.request_id or message.id or None
             state.merge_usage(message.usage)
         elif kind == "message_delta":
-            state.stop_reason = event.delta.stop_reason or state.stop_reason
+            delta = event.delta
+            state.stop_reason = delta.stop_reason or state.stop_reason
+            state.stop_details = getattr(delta, "stop_details", None) or state.stop_details
             state.merge_usage(event.usage)
         elif kind == "error":
             raise fail(_get(event, "error"))
