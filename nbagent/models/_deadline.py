@@ -139,9 +139,15 @@ async def within(deadline: Deadline, request: Callable[[], Awaitable[T]], map_er
 
 
 async def read_within(
-    deadline: Deadline, stream: Any, source: AsyncIterator[T], map_error: MapError
+    deadline: Deadline, stream: Any, source: AsyncIterator[Any], map_error: MapError,
+    split: Callable[[Any], list[T]] | None = None,
 ) -> AsyncGenerator[T, None]:
     """The items of `source` (an SDK stream, or its response's bytes), then `stream` closed.
+
+    With `split`, what ``split(piece)`` makes of each piece of `source`, in order (e.g. the text
+    deltas a chunk of event-stream bytes carries): one generator between the socket and the
+    consumer instead of two, a little less work for every delta. An exception `split` raises ends
+    the reading like a failed read.
 
     A failure while reading becomes ``map_error(exc, streaming=True)``, raised outside the
     ``except`` block; so does the `deadline` passing (`ModelTimeoutError`). `stream` is closed
@@ -151,12 +157,21 @@ async def read_within(
     try:
         try:
             deadline.enter()
-            async for item in source:  # `async for`, not `await anext()`: ~0.5 µs less a delta
-                deadline._task = None  # the consumer's turn (as `leave`, inlined: once a delta)
-                yield item
-                if deadline.expired:
-                    raise deadline.error()
-                deadline._task = _current_task()  # reading again (as `enter`)
+            if split is None:
+                async for item in source:  # `async for`, not `await anext()`: ~0.5 µs less a delta
+                    deadline._task = None  # the consumer's turn (as `leave`, inlined: once a delta)
+                    yield item
+                    if deadline.expired:
+                        raise deadline.error()
+                    deadline._task = _current_task()  # reading again (as `enter`)
+            else:
+                async for piece in source:
+                    deadline._task = None
+                    for item in split(piece):
+                        yield item
+                        if deadline.expired:
+                            raise deadline.error()
+                    deadline._task = _current_task()
         except asyncio.CancelledError:
             if not deadline.absorb():
                 raise

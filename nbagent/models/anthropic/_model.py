@@ -29,7 +29,7 @@ from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_withi
 from .._keys import _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
-from ._stream import _StreamAssembler, joined, message_response, paused_content, stream_items, too_many_pauses
+from ._stream import _StreamAssembler, joined, message_response, paused_content, too_many_pauses
 from ._wire import check_settings, request_params
 
 DEFAULT_TIMEOUT = 300.0
@@ -236,27 +236,21 @@ class AnthropicModel(Model):
         params = self.request_params(request, stream=True)
         parts: list[ModelResponse] = []
         while True:
-            state = _StreamAssembler()
+            state = _StreamAssembler(self.stream_error, self._empty_stream)
             deadline = Deadline(self, _errors._where)
             try:
                 stream = await self._create(params, deadline)
                 state.request_id = stream.response.headers.get("request-id")
-
-                def empty() -> ModelError:
-                    return ModelResponseError("the event stream ended without a message_start event",
-                                              provider=self.provider)
-
-                async with (
-                    contextlib.aclosing(read_within(deadline, stream, stream, self.map_error)) as events,
-                    contextlib.aclosing(stream_items(events, state, self.stream_error, empty)) as items,
-                ):
-                    async for item in items:
-                        if item.__class__ is ModelResponse:
-                            parts.append(item)
-                        else:
-                            yield item
+                reading = read_within(deadline, stream, stream.response.aiter_bytes(), self.map_error, state.feed)
+                async with contextlib.aclosing(reading) as deltas:
+                    async for delta in deltas:
+                        yield delta
             finally:
                 deadline.close()
+            last, response = state.finish()
+            for delta in last:
+                yield delta
+            parts.append(response)
             if state.stop_reason != "pause_turn":
                 yield joined(parts)
                 return
@@ -264,6 +258,9 @@ class AnthropicModel(Model):
                 yield _unfinished(parts, self.max_continuations)
                 return
             params = _continued(params, state.paused_content())
+
+    def _empty_stream(self) -> ModelError:
+        return ModelResponseError("the event stream ended without a message_start event", provider=self.provider)
 
 
 def _continued(params: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
