@@ -503,3 +503,37 @@ async def test_the_event_stream_reader_names_an_unreadable_event() -> None:
         await _items([b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error"}}\n\n'])
     with pytest.raises(RuntimeError, match="empty"):
         await _items([b": nothing but a comment\n\n"])
+
+
+async def test_a_compressed_event_stream_is_decoded() -> None:
+    """The body is read from the HTTP client's raw stream when it is not compressed (less work a
+    delta); a gzip-encoded stream goes through the client's decoder instead."""
+    import gzip
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = gzip.compress(case("anthropic_stream_text")["response"]["sse"].encode())
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}")
+    try:
+        items = [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
+    finally:
+        await model.aclose()
+        srv.shutdown()
+        srv.server_close()
+    assert "".join(items[:-1]) == "- Captain\n- Scoop" and items[-1].message.finish_reason == "stop"

@@ -241,7 +241,7 @@ class AnthropicModel(Model):
             try:
                 stream = await self._create(params, deadline)
                 state.request_id = stream.response.headers.get("request-id")
-                reading = read_within(deadline, stream, stream.response.aiter_bytes(), self.map_error, state.feed)
+                reading = read_within(deadline, stream, _body(stream.response), self.map_error, state.feed)
                 async with contextlib.aclosing(reading) as deltas:
                     async for delta in deltas:
                         yield delta
@@ -261,6 +261,16 @@ class AnthropicModel(Model):
 
     def _empty_stream(self) -> ModelError:
         return ModelResponseError("the event stream ended without a message_start event", provider=self.provider)
+
+
+def _body(response: Any) -> AsyncIterator[bytes]:
+    """The streamed body's bytes: the HTTP client's own stream when the body is not compressed
+    (``aiter_bytes`` adds two generators and a decoder to every chunk, ~1 µs), else decoded."""
+    raw: Any = getattr(response, "stream", None)
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding in ("", "identity") and hasattr(raw, "__aiter__"):
+        return raw  # type: ignore[no-any-return]
+    return response.aiter_bytes()  # type: ignore[no-any-return]
 
 
 def _continued(params: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
