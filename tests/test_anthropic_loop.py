@@ -343,9 +343,12 @@ async def test_redacted_thinking_shows_as_a_placeholder_in_the_reasoning(server:
         await model.aclose()
     reasoning = "".join(e.delta for e in events if e.kind == "reasoning-delta")
     assert REDACTED_THINKING in reasoning  # what the view's Thinking section shows
-    answer = events[-1].result.messages[-1]
+    result = events[-1].result
+    answer = result.messages[-1]
     assert REDACTED_THINKING in (answer.reasoning or "")
     assert [b["type"] for b in answer.thinking_blocks].count("redacted_thinking") >= 1
+    page = result._repr_html_()  # the static view of a stored thread: the answer's Thinking section
+    assert "Thinking</summary>" in page and "[redacted thinking: encrypted by Anthropic" in page
 
 
 def test_the_deadline_has_the_openai_default_and_is_checked() -> None:
@@ -438,3 +441,21 @@ async def test_output_type_with_thinking_takes_a_json_text_answer(server: Any) -
     finally:
         await model.aclose()
     assert result.status == "completed" and result.output == Weather(city="Paris", sky="sunny")
+
+
+async def test_an_unreadable_event_is_named_without_the_key(server: Any) -> None:
+    """A server (or proxy) that echoes the request's key into a broken event: the error quotes
+    the event, the key replaced by ``***``."""
+    sse = ('event: message_start\ndata: {"type": "message_start", "message": {"id": "m", "model": "x", '
+           '"usage": {"input_tokens": 1, "output_tokens": 1}}}\n\n'
+           f"event: content_block_start\ndata: {{oops, x-api-key: {KEY}\n\n")
+    name = server.add_case("scripted_unreadable", {**json_case(message([], "end_turn")),
+                                                  "response": {"status": 200, "sse": sse}})
+    model = model_at(server.anthropic_base_url_for(name))
+    try:
+        result = await run_agent(Agent(model, retry=FAST, store=MemoryStore()), True)
+    finally:
+        await model.aclose()
+    assert result.status == "failed" and isinstance(result.exception, ModelResponseError)
+    assert "unreadable event" in (result.error or "") and "oops, x-api-key: ***" in (result.error or "")
+    assert KEY not in (result.error or "") and KEY not in str(result.exception)
