@@ -1,4 +1,5 @@
-"""The answer side of the Messages API wire: SDK objects in, nbagent's `ModelResponse` out.
+"""The answer side of the Messages API wire: a whole answer (the SDK's ``Message``) or an event
+stream's raw bytes in, nbagent's `ModelResponse` out.
 
 Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a stream of raw
 events (`_StreamAssembler`, fed the event stream's raw bytes: text deltas, tool input from
@@ -7,7 +8,8 @@ events (`_StreamAssembler`, fed the event stream's raw bytes: text deltas, tool 
 response), token counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its
 content as sent (`paused_content`) and its parts joined into one answer (`joined`). A
 ``redacted_thinking`` block shows in the reasoning as `REDACTED_THINKING`. Sans-IO: nothing here
-sends or reads a socket; an ``error`` event is handed to the caller's callback.
+sends or reads a socket (the bytes are handed in, `_SSEBuffer` cuts them into events); an
+``error`` event is handed to the caller's callback.
 
 May import: nbagent's exceptions, messages, usage and model base. Not the SDK client, not
 `_wire`, `_errors` or `_model`.
