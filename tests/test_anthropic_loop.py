@@ -262,7 +262,10 @@ async def test_a_turn_still_paused_after_max_continuations_fails(server: Any) ->
         result = await Agent(model, retry=FAST, store=MemoryStore()).run("search")
     finally:
         await model.aclose()
-    assert len(server.messages_requests()) - before == 3  # the request and two continuations
+    sent = [r["body"]["messages"] for r in server.messages_requests()[before:]]
+    assert len(sent) == 3  # the request and two continuations
+    paused = recorded_message(case(PAUSED))["content"]
+    assert sent[2][-1] == {"role": "assistant", "content": paused + paused}  # the turn so far, in one message
     assert result.status == "failed" and isinstance(result.exception, ModelResponseError)
     assert "pause_turn" in (result.error or "") and "max_continuations" in (result.error or "")
     assert [m.kind for m in result.messages] == ["user"]  # no half turn in the thread

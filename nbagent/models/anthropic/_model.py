@@ -275,8 +275,13 @@ def _body(response: Any) -> AsyncIterator[bytes]:
 
 def _continued(params: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
     """The request that continues a paused turn: the same one, the paused content (as the server
-    sent it) appended as the last, assistant, message."""
-    return {**params, "messages": [*params["messages"], {"role": "assistant", "content": content}]}
+    sent it) appended as the last, assistant, message (after the parts of earlier pauses)."""
+    messages = params["messages"]
+    if messages and messages[-1]["role"] == "assistant":  # paused again: the turn so far, then this part
+        messages = [*messages[:-1], {"role": "assistant", "content": [*messages[-1]["content"], *content]}]
+    else:
+        messages = [*messages, {"role": "assistant", "content": content}]
+    return {**params, "messages": messages}
 
 
 def _unfinished(parts: list[ModelResponse], continuations: int) -> ModelResponse:
