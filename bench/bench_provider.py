@@ -154,7 +154,12 @@ def memory_client(events: list[bytes]) -> httpx2.AsyncClient:
     return httpx2.AsyncClient(transport=httpx2.MockTransport(handler))
 
 
-def http_server(events: list[bytes]) -> tuple[ThreadingHTTPServer, str]:
+def http_server(
+    events: list[bytes] | Callable[[bytes], list[bytes]],
+) -> tuple[ThreadingHTTPServer, str]:
+    """A threaded HTTP server on 127.0.0.1 answering every POST with `events` (or
+    ``events(request_body)``), one chunk per event; returns it and its ``.../v1`` URL."""
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
@@ -162,13 +167,14 @@ def http_server(events: list[bytes]) -> tuple[ThreadingHTTPServer, str]:
             pass
 
         def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            answer = events(body) if callable(events) else events
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
             write = self.wfile.write
-            for e in events:
+            for e in answer:
                 write(b"%x\r\n%s\r\n" % (len(e), e))
             write(b"0\r\n\r\n")
             self.wfile.flush()

@@ -24,9 +24,9 @@ Runs of all frameworks are interleaved in shuffled blocks (the machine is shared
 one run; CPU time is steadier than wall time). The summary gives nbagent / best peer per scenario
 against the project's targets. Results: a markdown report on stdout and JSON in bench/results/.
 
-Afterwards the project's other benches (bench_store.py, bench_provider.py, bench_frames.py,
-bench_widget_traffic.py, bench_commit_floor.py, bench_mcp.py) run as subprocesses when present
-(``--no-other`` skips them).
+Afterwards the project's other benches (bench_store.py, bench_provider.py, bench_anthropic.py,
+bench_frames.py, bench_widget_traffic.py, bench_commit_floor.py, bench_postgres.py, bench_mcp.py) run as
+subprocesses when present (``--no-other`` skips them).
 
     python bench/run.py                         # everything (~10 min on 2 cores)
     python bench/run.py --quick                 # smoke run (~2 min)
@@ -61,13 +61,13 @@ BENCH = Path(__file__).resolve().parent
 ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 OTHER_BENCHES = (
-    "bench_store.py", "bench_provider.py", "bench_frames.py", "bench_widget_traffic.py", "bench_commit_floor.py",
-    "bench_postgres.py",
-    "bench_mcp.py",
+    "bench_store.py", "bench_provider.py", "bench_anthropic.py", "bench_frames.py", "bench_widget_traffic.py",
+    "bench_commit_floor.py", "bench_postgres.py", "bench_mcp.py",
 )
 OTHER_QUICK_ARGS = {  # what --quick passes on to each (their own smoke settings)
     "bench_frames.py": ["--rows", "100000", "--batch", "200"],
     "bench_provider.py": ["--runs", "3"],
+    "bench_anthropic.py": ["--deltas", "1000", "--runs", "3", "--round-trips", "10"],
 }
 
 os.environ.setdefault("PYDANTIC_AI_NO_BANNER", "1")

@@ -27,7 +27,7 @@ from typing import Any
 
 from ._config import RunConfig
 from ._execute import execute
-from ._plan import Plan, error_result, text_answer
+from ._plan import CUT_OFF, Plan, error_result, text_answer, unusable_answer
 from ._plan import plan as plan_calls
 from ._state import END_KINDS, RunState
 from .approvals import Decision
@@ -199,7 +199,8 @@ class _Loop:
         if config.system:
             messages = [SystemMessage(config.system), *messages]
         request = ModelRequest(messages, config.tool_definitions, config.request_settings, step,
-                               config.output.name if config.output is not None else None)
+                               config.output.name if config.output is not None else None,
+                               not config.tools_in_order)
         attempt = 0
         while True:
             attempt += 1
@@ -249,20 +250,17 @@ class _Loop:
         run.usage.add(row)
         run.thread_step = step
         run.steps += 1
-        if message.finish_reason == "length" and message.tool_calls:
-            # A call cut off mid-arguments can never be answered validly: keep it out of the history.
+        problem = response.error or unusable_answer(message, model.provider)
+        if problem is not None:
+            # Billed but unusable (a call cut off mid-arguments can never be answered validly; a
+            # refused turn must not be sent again): its usage row is kept, the answer is not.
             run.status = "failed"
-            cut = ModelResponseError(
-                "the answer was cut off at the output token limit inside a tool call; raise "
-                "max_tokens in the model settings or ask for less",
-                provider=model.provider,
-            )
-            run.error, run.exception = f"{type(cut).__name__}: {cut}", cut
+            run.error, run.exception = f"{type(problem).__name__}: {problem}", problem
             await self.save(usage=[row])
             yield UsageEvent(row, _usage_snapshot(run.usage))
             return
         run.messages.append(message)
-        if message.finish_reason == "length":
+        if message.finish_reason in CUT_OFF:
             run.truncated = True
         if message.tool_calls:
             # One commit for the answer, its usage row, the calls' immediate results (invalid,

@@ -3,7 +3,8 @@ judgement of a structured answer.
 
 Owns `plan` (each open call: an error result, a pause for a person, or run; with the ledger
 entries to commit before anything runs), `plan_final` (the ``final_result`` calls of an agent
-with an ``output_type``), `text_answer` and `finish`. Pure functions of the `RunConfig` and the
+with an ``output_type``), `unusable_answer` (an answer that fails the run instead of joining the
+thread), `text_answer` and `finish`. Pure functions of the `RunConfig` and the
 `RunState` they update in memory; the loop commits what they decide. Imports approvals,
 exceptions, messages, store (the ledger shape), tools and the run state.
 """
@@ -17,12 +18,17 @@ from ._config import RunConfig
 from ._execute import tool_output
 from ._state import RunState
 from .approvals import Decision, PendingCall, args_hash
-from .exceptions import InvalidArgumentsError, ModelResponseError
+from .exceptions import ContentFilterError, InvalidArgumentsError, ModelError, ModelResponseError
 from .messages import AssistantMessage, ToolCall, ToolCallStatus, ToolResultMessage, UserMessage
 from .store.base import LedgerEntry
 from .tools import Tool
 
-__all__ = ["Plan", "error_result", "finish", "plan", "plan_final", "text_answer"]
+__all__ = ["CUT_OFF", "Plan", "error_result", "finish", "plan", "plan_final", "text_answer", "unusable_answer"]
+
+CUT_OFF = {"length": "the output token limit", "context_window": "the model's context window"}
+"""Finish reasons of an answer that was cut off (`RunResult.truncated`), and where it was cut:
+``length`` at ``max_tokens``; ``context_window`` where the conversation filled the model's context
+window (Anthropic's stop reason ``model_context_window_exceeded``)."""
 
 
 def error_result(call: ToolCall, content: str, status: ToolCallStatus = "failed") -> ToolResultMessage:
@@ -50,6 +56,25 @@ def finish(config: RunConfig, run: RunState, value: Any) -> None:
     assert spec is not None
     run.status, run.output, run.output_data = "completed", value, spec.dump(value)
     run.meta_dirty = True
+
+
+def unusable_answer(message: AssistantMessage, provider: str) -> ModelError | None:
+    """The error that fails the run when an answer cannot go into the thread, else None: the
+    provider's content filter stopped it (finish reason ``content_filter``), or it was cut off
+    inside a tool call (`CUT_OFF`), whose arguments can never be answered validly."""
+    finish = message.finish_reason
+    if finish == "content_filter":
+        return ContentFilterError(
+            "the provider's content filter stopped the answer (finish_reason content_filter); the "
+            "same request is stopped again: rephrase the prompt, in a new thread",
+            text=message.text or "", provider=provider,
+        )
+    if finish in CUT_OFF and message.tool_calls:
+        hint = ("raise max_tokens in the model settings or ask for less" if finish == "length" else
+                "the conversation no longer fits the model: continue in a new thread or with a shorter history")
+        return ModelResponseError(f"the answer was cut off at {CUT_OFF[finish]} inside a tool call; {hint}",
+                                  provider=provider)
+    return None
 
 
 def text_answer(config: RunConfig, run: RunState, message: AssistantMessage) -> None:

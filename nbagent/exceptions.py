@@ -24,8 +24,10 @@ NbagentError
 │   ├── ModelTimeoutError          the request timed out (retried)
 │   ├── StreamInterruptedError     a stream broke after it started (retried)
 │   └── ModelResponseError         the answer cannot be used (e.g. cut off inside a tool call)
-│       └── ResponseBodyError      a 2xx whose body is no completion: an HTML page, empty, not
-│                                  UTF-8 (retried, except bytes that are not UTF-8)
+│       ├── ResponseBodyError      a 2xx whose body is no completion: an HTML page, empty, not
+│       │                          UTF-8 (retried, except bytes that are not UTF-8)
+│       └── ContentFilterError     the provider's safety system stopped the answer (Anthropic's
+│                                  stop reason refusal, finish reason content_filter)
 ├── ToolSourceError                a tool source (an MCP server) cannot start, connect or list
 │                                  its tools
 └── StoreError                     the checkpoint store cannot do what was asked
@@ -52,6 +54,7 @@ __all__ = [
     "AuthenticationError",
     "BadRequestError",
     "ConflictError",
+    "ContentFilterError",
     "DuplicateToolError",
     "InvalidArgumentsError",
     "InvalidPromptError",
@@ -239,6 +242,37 @@ class ResponseBodyError(ModelResponseError):
     def __init__(self, message: str, *, content_type: str | None = None, **kwargs: Any) -> None:
         super().__init__(message, **kwargs)
         self.content_type = content_type
+
+
+class ContentFilterError(ModelResponseError):
+    """The provider's safety system stopped the answer: Anthropic's stop reason ``refusal`` (a
+    streaming classifier intervened), the finish reason ``content_filter`` of OpenAI, Azure and
+    other OpenAI-compatible servers. Not retried: the same request is stopped again.
+
+    The stopped answer is billed (its usage row is kept) but is not added to the thread: Anthropic
+    asks that the turn that triggered it be removed or rephrased before the conversation goes on,
+    so continue in a new thread, or from a copy of this one made before that prompt.
+
+    Attributes:
+        category: the policy category the provider named (Anthropic's ``stop_details.category``:
+            ``cyber``, ``bio``, ...); None when it named none.
+        explanation: the provider's explanation of the refusal, when it gave one.
+        text: what the model had written before it was stopped ("" when nothing).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        category: str | None = None,
+        explanation: str | None = None,
+        text: str = "",
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(message, **kwargs)
+        self.category = category
+        self.explanation = explanation
+        self.text = text
 
 
 class ToolSourceError(NbagentError):

@@ -49,7 +49,8 @@ class RunResult(Generic[OutputT]):
     error: str | None = None
     """What went wrong for a failed run (with the HTTP status and the provider's message)."""
     truncated: bool = False
-    """The final answer was cut off at the output token limit (finish_reason ``length``)."""
+    """The final answer was cut off: at the output token limit (finish reason ``length``), or
+    where the conversation filled the model's context window (``context_window``, Claude)."""
     steps: int = 0
     """Model calls made by this run."""
     state: Any = None

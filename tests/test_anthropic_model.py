@@ -447,3 +447,93 @@ async def test_a_stream_that_breaks_off_is_retried(server: Any) -> None:
     finally:
         await model.aclose()
     assert info.value.retryable and KEY not in str(info.value)
+
+
+# ----------------------------------------------------------------------------- the event-stream reader
+def _split(text: str, sizes: list[int]) -> list[bytes]:
+    data, out, at = text.encode(), [], 0
+    for size in sizes:
+        out.append(data[at:at + size])
+        at += size
+    return [*out, data[at:]] if at < len(data) else out
+
+
+async def _items(chunks: list[bytes]) -> list[Any]:
+    """What `AnthropicModel.request_stream` makes of an event stream's chunks: the deltas of each
+    chunk, those of the end, the answer."""
+    from nbagent.models.anthropic._stream import _StreamAssembler
+
+    def fail(error: Any) -> Exception:
+        return RuntimeError(f"error event: {error}")
+
+    state = _StreamAssembler(fail, lambda: RuntimeError("empty"))
+    items = [delta for chunk in chunks for delta in state.feed(chunk)]
+    last, response = state.finish()
+    return [*items, *last, response]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
+@pytest.mark.parametrize("sizes", [[], [1] * 40, [7, 13, 2, 1, 1, 50], [200]], ids=["whole", "bytes", "odd", "big"])
+async def test_the_event_stream_reader_takes_any_chunking_and_line_end(newline: str, sizes: list[int]) -> None:
+    """nbagent reads the Messages API's event stream itself (the SDK's per-event objects cost
+    more than all its own work): events split anywhere, CRLF / CR line ends, a comment, an event
+    whose data spans two lines, a character split across chunks, a last event without its blank line."""
+    sse = case("anthropic_stream_text")["response"]["sse"]
+    text = sse.replace("\n", newline) + f": keep-alive{newline}{newline}"
+    text = text.replace('"text":"oop"', '"text":"\u00f6p"')  # a two-byte character, which "bytes" splits
+    items = await _items(_split(text, sizes))
+    *deltas, response = items
+    assert "".join(deltas) == "- Captain\n- Sc\u00f6p"
+    assert response.message.finish_reason == "stop" and response.usage.output_tokens == 10
+    two_lines = ('event: message_start\ndata: {"type": "message_start", "message": {"id": "m", "model": "x",\n'
+                 'data:  "usage": {"input_tokens": 3, "output_tokens": 1}}}\n\n'
+                 'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
+                 '"content_block":{"type":"text","text":"hi"}}')  # no blank line at the end
+    *deltas, response = await _items([two_lines.encode()])
+    assert deltas == ["hi"] and response.usage.input_tokens == 3
+
+
+async def test_the_event_stream_reader_names_an_unreadable_event() -> None:
+    from nbagent.exceptions import ModelResponseError
+
+    with pytest.raises(ModelResponseError, match="unreadable event") as info:
+        await _items([b"event: message_start\ndata: {not json\n\n"])
+    assert info.value.__cause__ is None and info.value.__context__ is None
+    with pytest.raises(RuntimeError, match="error event"):
+        await _items([b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error"}}\n\n'])
+    with pytest.raises(RuntimeError, match="empty"):
+        await _items([b": nothing but a comment\n\n"])
+
+
+async def test_a_compressed_event_stream_is_decoded() -> None:
+    """The body is read from the HTTP client's raw stream when it is not compressed (less work a
+    delta); a gzip-encoded stream goes through the client's decoder instead."""
+    import gzip
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    body = gzip.compress(case("anthropic_stream_text")["response"]["sse"].encode())
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}")
+    try:
+        items = [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
+    finally:
+        await model.aclose()
+        srv.shutdown()
+        srv.server_close()
+    assert "".join(items[:-1]) == "- Captain\n- Scoop" and items[-1].message.finish_reason == "stop"

@@ -25,7 +25,7 @@ from nbagent.exceptions import (
     ServerError,
 )
 from nbagent.messages import UserMessage
-from nbagent.models.anthropic import AnthropicModel
+from nbagent.models.anthropic import REDACTED_THINKING, AnthropicModel
 from nbagent.models.base import ModelRequest, ModelResponse, ReasoningText
 from nbagent.retry import Retry
 from nbagent.tools import Tool
@@ -34,7 +34,11 @@ from tests.wire.replay_server import ANTHROPIC_CASES_DIR, ReplayServer, all_case
 CASES = all_cases(ANTHROPIC_CASES_DIR)
 NAMES = sorted(CASES)
 KEY = "sk-ant-wire-test-0123456789abcdef"
-STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length"}
+STOP = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
+        "model_context_window_exceeded": "context_window", "refusal": "content_filter"}
+PAUSED = "anthropic_pause_turn_web_search"
+"""The one recorded paused turn: replayed again for every request, so the model is told to continue
+it 0 times here (tests/test_anthropic_loop.py continues it with a recorded answer)."""
 ERRORS = {400: BadRequestError, 401: AuthenticationError, 404: NotFoundError, 429: RateLimitError,
           500: ServerError, 529: ServerError}
 FAST = Retry(attempts=2, initial_delay=0, max_delay=0, jitter=0)
@@ -110,7 +114,8 @@ def expected(case: dict[str, Any]) -> Expect:
     content = msg["content"]
     texts = [b["text"] for b in content if b["type"] == "text"]
     calls = [(b["id"], b["name"], b["input"]) for b in content if b["type"] == "tool_use"]
-    thinking = "".join(b["thinking"] for b in content if b["type"] == "thinking")
+    thinking = "".join(b["thinking"] if b["type"] == "thinking" else REDACTED_THINKING
+                       for b in content if b["type"] in ("thinking", "redacted_thinking"))
     u = msg["usage"]
     read, write = u.get("cache_read_input_tokens") or 0, u.get("cache_creation_input_tokens") or 0
     text = "".join(texts)
@@ -192,7 +197,7 @@ async def _call(model: AnthropicModel, stream: bool) -> tuple[ModelResponse, lis
 async def test_case_through_anthropic_model(server: Any, name: str) -> None:
     case = CASES[name]
     stream = is_stream(case)
-    model = model_for(server.anthropic_base_url_for(name))
+    model = model_for(server.anthropic_base_url_for(name), max_continuations=0 if name == PAUSED else 5)
     try:
         status = error_status(case)
         if status is not None:
@@ -221,6 +226,10 @@ async def test_case_through_anthropic_model(server: Any, name: str) -> None:
     assert u.reported
     assert response.model == msg.model == exp.model
     assert response.request_id
+    if name == PAUSED:  # not continued (max_continuations=0): the answer is marked unusable
+        assert isinstance(response.error, ModelError) and "pause_turn" in str(response.error)
+    else:
+        assert response.error is None
     if "reasoning" in FACTS.get(name, {}):
         assert u.reasoning_tokens == FACTS[name]["reasoning"]
     if stream:
@@ -257,6 +266,7 @@ def recorded_tools(case: dict[str, Any], executed: list[tuple[str, dict[str, Any
 
 
 FOLLOW_UP = {True: "anthropic_stream_tool_result_answer", False: "anthropic_tool_result_is_error"}
+CONTINUED = "anthropic_web_search"
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -267,7 +277,9 @@ async def test_case_through_an_agent(server: Any, name: str) -> None:
     exp = None if status is not None else expected(case)
     calls = exp.calls if exp is not None else []
     follow_up = FOLLOW_UP[stream]
-    if calls:
+    if name == PAUSED:  # the paused turn is continued: the recorded web-search answer ends it
+        base = server.anthropic_fault_base_url("then", name, arg=CONTINUED)
+    elif calls:
         base = server.anthropic_fault_base_url("then", name, arg=follow_up)
     else:
         base = server.anthropic_base_url_for(name)
@@ -295,6 +307,15 @@ async def test_case_through_an_agent(server: Any, name: str) -> None:
     assert exp is not None
     assert result.status == "completed", result.error
     rows = result.usage.calls
+    if name == PAUSED:
+        end = expected(CASES[CONTINUED])
+        assert result.output == (exp.text or "") + (end.text or "")
+        assert len(sent) == 2 and len(rows) == 1  # two requests, one model call
+        assert (rows[0].input_tokens, rows[0].output_tokens) == (
+            exp.usage[0] + end.usage[0], exp.usage[3] + end.usage[3])
+        assert sent[1]["body"]["messages"][-1] == {
+            "role": "assistant", "content": recorded_message(case)["content"]}  # sent back as it came
+        return
     first = rows[0]
     assert (first.input_tokens, first.cache_read_tokens, first.cache_write_tokens, first.output_tokens) == exp.usage
     assert first.provider == "anthropic" and first.finish_reason == exp.finish_reason

@@ -151,6 +151,19 @@ def test_meta_of_a_store_written_by_nbagent_0_1_still_reads(tmp_path: Path) -> N
     assert result.status == "completed" and pay_calls == [5.0]
 
 
+def test_every_example_notebook_picks_its_model_with_auto() -> None:
+    """What README and docs/providers.md promise: the notebooks run on Claude with ANTHROPIC_API_KEY
+    set (on OpenAI with OPENAI_API_KEY...), because each takes the model `auto()` picks."""
+    import nbformat
+
+    notebooks = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
+    assert notebooks
+    for path in notebooks:
+        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        assert "model = auto()" in code, path.name
+        assert not any(name in code for name in ("OpenAIModel(", "AnthropicModel(", "local(")), path.name
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [

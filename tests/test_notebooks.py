@@ -43,7 +43,8 @@ def test_notebook_runs_offline(path: Path, tmp_path: Path, monkeypatch: pytest.M
     work = tmp_path / "nb"
     work.mkdir()
     shutil.copy(path, work / path.name)
-    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OLLAMA_MODEL"):  # offline: auto() picks the local model
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("NBAGENT_STORE", str(work / "threads.db"))
     monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(work / path.name, as_version=4)

@@ -19,6 +19,7 @@ from nbagent import Agent
 from nbagent.exceptions import (
     AuthenticationError,
     BadRequestError,
+    ContentFilterError,
     ModelHTTPError,
     NotFoundError,
     RateLimitError,
@@ -681,10 +682,15 @@ async def test_agent_content_filter_answer(server: Any) -> None:
         result = await Agent(model).run("something filtered")
     finally:
         await model.aclose()
-    assert result.status == "completed"
-    assert result.output == ""
-    assert result.messages[-1].finish_reason == "content_filter"
-    assert result.usage.calls[0].provider == "azure"
+    # The content filter stopped the answer: a failed run with a typed, not retried, error; the
+    # stopped answer stays out of the thread, its (billed) usage row is kept.
+    assert result.status == "failed" and result.output is None
+    err = result.exception
+    assert isinstance(err, ContentFilterError) and not err.retryable and err.text == ""
+    assert "content_filter" in (result.error or "") and result.error.startswith("ContentFilterError: ")
+    assert [m.kind for m in result.messages] == ["user"]
+    row = result.usage.calls[0]
+    assert (row.provider, row.finish_reason, row.input_tokens) == ("azure", "content_filter", 15)
 
 
 # ----------------------------------------------------------------------------- shapes not recorded

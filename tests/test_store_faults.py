@@ -536,7 +536,11 @@ async def test_two_kernels_on_two_machines_resume_one_paused_thread_at_once(tmp_
     ids = await _paused_thread(db, thread, env)
     risky_before = markers(tmp_path / f"{thread}.marker")
     go = tmp_path / "go"
-    procs = [await spawn("race-resume", db, thread, str(go), *ids, env={**env, "NBAGENT_TEST_HOST": f"machine-{k}"})
+    # The winner's resume (the approved tool, then the last answer) lasts about 2 s, so the other
+    # process, even descheduled for a while on a loaded machine, resumes while it goes on: a race,
+    # not a resume of a thread that has already completed.
+    race = {**env, "NBAGENT_TEST_DELAY": "20"}
+    procs = [await spawn("race-resume", db, thread, str(go), *ids, env={**race, "NBAGENT_TEST_HOST": f"machine-{k}"})
              for k in "AB"]
     for p in procs:
         assert (await p.stdout.readline()).decode().strip() == "ready"  # type: ignore[union-attr]

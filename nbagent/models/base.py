@@ -1,6 +1,6 @@
 """The `Model` protocol every provider implements, and the request/response shapes.
 
-Imports messages and usage only. A model answers one request either whole (`request`) or as a
+Imports messages, usage and exceptions only. A model answers one request either whole (`request`) or as a
 stream (`request_stream`) of text deltas (``str``), `ReasoningText` deltas, and finally the whole
 `ModelResponse`. The run loop asks for a stream only when someone consumes events.
 """
@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..exceptions import ModelError
 from ..messages import AssistantMessage, Message
 from ..usage import TokenCounts
 
@@ -30,6 +31,11 @@ class ModelRequest:
     output_tool: str | None = None
     """The name of the tool (among `tools`) that carries a structured final answer, when the
     agent has an ``output_type`` (fakes use it to answer through it)."""
+    parallel_tools: bool = True
+    """False when the agent runs the calls of one answer in order (``tools_in_order``): a
+    provider may then ask for one call per answer unless the ``parallel_tool_calls`` setting says
+    otherwise (`AnthropicModel` sends ``disable_parallel_tool_use``; `OpenAIModel` sends
+    ``parallel_tool_calls`` only when it is set, since some compatible servers refuse it)."""
 
 
 @dataclass(slots=True)
@@ -41,6 +47,10 @@ class ModelResponse:
     model: str | None = None
     """The model name the server reported (may differ from the one asked for)."""
     request_id: str | None = None
+    error: ModelError | None = None
+    """Set when the answer arrived (and is billed) but cannot be used: the run loop records its
+    usage row, keeps the answer out of the thread and fails the run with this error (e.g. a
+    `ContentFilterError` for Anthropic's stop reason ``refusal``, with the provider's details)."""
 
 
 class ReasoningText(str):

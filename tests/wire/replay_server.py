@@ -58,7 +58,8 @@ URL scheme (every route below ends in ``/v1/chat/completions``; use the part bef
         keep-alive[:S[,HOW]]  answer a streamed request with the event-stream head, then forever
                               (until the client hangs up or the server stops) one keep-alive every
                               S seconds (default 0.2): HOW ``comment`` (default) sends the SSE
-                              comment ``: keep-alive``, ``delta`` a chunk with an empty content delta.
+                              comment ``: keep-alive``, ``delta`` a chunk with an empty content delta,
+                              ``ping`` Anthropic's ``event: ping``.
 
     Anthropic Messages API: every route above works with ``/v1/messages`` in place of
     ``/v1/chat/completions`` (the client's ``base_url`` is then the part before ``/v1``, see
@@ -98,6 +99,7 @@ Python::
         flaky = srv.fault_base_url("500-then-200", "openai_plain_text", arg=2)
         ...
         srv.requests[-1]["body"]["stream_options"]    # what the client sent
+        srv.add_case("scripted", {...})               # serve a case a test built (in memory)
 
 Command line::
 
@@ -528,9 +530,11 @@ class _Handler(BaseHTTPRequestHandler):
     def _keep_alive(self, arg: str | None) -> None:
         every_text, _, how = (arg or "").partition(",")
         every = float(every_text or 0.2)
-        if how not in ("", "comment", "delta"):
+        if how not in ("", "comment", "delta", "ping"):
             raise ValueError(how)
-        if how == "delta":
+        if how == "ping":  # Anthropic's keep-alive event
+            beat = b'event: ping\ndata: {"type": "ping"}\n\n'
+        elif how == "delta":
             beat = ("data: " + json.dumps({"id": "chatcmpl-keepalive", "object": "chat.completion.chunk",
                                            "created": 0, "model": "m", "choices": [
                                                {"index": 0, "delta": {"content": ""}, "finish_reason": None}]})
@@ -731,6 +735,15 @@ class ReplayServer:
                 except KeyError:
                     self._cases[name] = load_case(name, self.anthropic_cases_dir)
             return self._cases[name]
+
+    def add_case(self, name: str, case: dict[str, Any]) -> str:
+        """Serve `case` (a dict shaped like a case file) as ``name`` from now on, e.g. an answer a
+        test scripts from a recorded one; returns ``name``."""
+        if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+            raise ValueError(f"bad case name {name!r}")
+        with self._lock:
+            self._cases[name] = {**copy.deepcopy(case), "name": name}
+        return name
 
     @property
     def requests(self) -> list[dict[str, Any]]:

@@ -16,9 +16,19 @@ The package, by responsibility (each module's docstring says what it owns and ma
 
 from __future__ import annotations
 
+from .._deadline import DEFAULT_DEADLINE
 from .._keys import parse_retry_after
-from ._model import DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT, AnthropicModel
-from ._stream import token_counts
+from ._model import DEFAULT_MAX_CONTINUATIONS, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT, AnthropicModel
+from ._stream import REDACTED_THINKING, token_counts
 from ._wire import _allowed_settings as _allowed_settings  # private, re-exported for the tests
 
-__all__ = ["DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "AnthropicModel", "parse_retry_after", "token_counts"]
+__all__ = [
+    "DEFAULT_DEADLINE",
+    "DEFAULT_MAX_CONTINUATIONS",
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_TIMEOUT",
+    "REDACTED_THINKING",
+    "AnthropicModel",
+    "parse_retry_after",
+    "token_counts",
+]

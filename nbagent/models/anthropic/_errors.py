@@ -105,7 +105,10 @@ def map_error(model: ErrorSource, exc: BaseException, *, streaming: bool = False
     """The nbagent error for an SDK / transport exception (None: not a model-call failure)."""
     provider = model.provider
     secret = model._api_key
-    if isinstance(exc, ModelError):
+    if isinstance(exc, ModelError):  # nbagent's own (e.g. an unreadable event, quoting the server)
+        if len(secret.get()) >= 8 and secret.get() in exc.message:
+            exc.message = scrub(secret, exc.message)
+            exc.args = (exc.message,)
         return exc
     if isinstance(exc, anthropic.APIStatusError):
         body = exc.body

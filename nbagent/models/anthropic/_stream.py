@@ -1,28 +1,40 @@
-"""The answer side of the Messages API wire: SDK objects in, nbagent's `ModelResponse` out.
+"""The answer side of the Messages API wire: a whole answer (the SDK's ``Message``) or an event
+stream's raw bytes in, nbagent's `ModelResponse` out.
 
 Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a stream of raw
-events (`stream_items` with `_StreamAssembler`: text deltas, tool input from
+events (`_StreamAssembler`, fed the event stream's raw bytes: text deltas, tool input from
 ``input_json_delta``, reasoning from ``thinking_delta``, signatures from ``signature_delta``,
-``ping`` ignored), stop reasons (`finish_reason`) and token counts (`token_counts`). Sans-IO:
-nothing here sends or reads a socket; an ``error`` event is handed to the caller's callback.
+``ping`` ignored), stop reasons (`finish_reason`; ``refusal`` as a `ContentFilterError` on the
+response), token counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its
+content as sent (`paused_content`) and its parts joined into one answer (`joined`). A
+``redacted_thinking`` block shows in the reasoning as `REDACTED_THINKING`. Sans-IO: nothing here
+sends or reads a socket (the bytes are handed in, `_SSEBuffer` cuts them into events); an
+``error`` event is handed to the caller's callback.
 
-May import: nbagent's messages, usage and model base. Not the SDK client, not `_wire`,
-`_errors` or `_model`.
+May import: nbagent's exceptions, messages, usage and model base. Not the SDK client, not
+`_wire`, `_errors` or `_model`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
+from ...exceptions import ContentFilterError, ModelResponseError
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
 from ..base import ModelResponse, ReasoningText
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
-           "model_context_window_exceeded": "length", "refusal": "content_filter"}
-"""Anthropic ``stop_reason`` -> nbagent's finish reason (others, e.g. ``pause_turn``, kept as they are)."""
+           "model_context_window_exceeded": "context_window", "refusal": "content_filter"}
+"""Anthropic ``stop_reason`` -> nbagent's finish reason (others, e.g. ``pause_turn``, kept as they are).
+``context_window``: the answer was cut off because the conversation filled the model's context
+window (a truncated answer, like ``length``, with another remedy)."""
+
+REDACTED_THINKING = "[redacted thinking: encrypted by Anthropic's safety systems, sent back unchanged]"
+"""What a ``redacted_thinking`` block shows as in the reasoning text (the view's Thinking section):
+its content is encrypted, so there is nothing to read; the block itself is kept and sent back."""
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -70,6 +82,36 @@ def _block_dict(block: Any) -> dict[str, Any]:
     return {"type": "redacted_thinking", "data": block.data}
 
 
+def refusal_error(stop_details: Any, text: str) -> ContentFilterError:
+    """The error of an answer Claude's streaming classifiers stopped (stop reason ``refusal``)."""
+    category, explanation = _get(stop_details, "category"), _get(stop_details, "explanation")
+    why = "; ".join(x for x in (category and f"category {category}", explanation) if x)
+    return ContentFilterError(
+        f"Claude's safety system stopped the answer (stop_reason refusal{': ' + why if why else ''}); "
+        "Anthropic asks that the turn that caused it be removed or rephrased: continue in a new thread",
+        category=category, explanation=explanation, text=text, provider="anthropic",
+    )
+
+
+def _answer(texts: list[str], reasoning: list[str], thinking_blocks: list[dict[str, Any]], calls: list[ToolCall],
+            stop_reason: str | None, stop_details: Any, model: str | None, usage: Any,
+            request_id: str | None) -> ModelResponse:
+    unique_call_ids(calls)
+    text = "".join(texts)
+    message = AssistantMessage(
+        text=None if (calls and not text) or not texts else text,
+        tool_calls=calls,
+        reasoning="".join(reasoning) or None,
+        thinking_blocks=thinking_blocks,
+        finish_reason=finish_reason(stop_reason),
+        model=model,
+    )
+    response = ModelResponse(message, token_counts(usage), model, request_id)
+    if stop_reason == "refusal":
+        response.error = refusal_error(stop_details, text)
+    return response
+
+
 def message_response(raw: Any, request_id: str | None = None) -> ModelResponse:
     """Map a whole ``Message`` to a `ModelResponse`."""
     texts: list[str] = []
@@ -84,45 +126,71 @@ def message_response(raw: Any, request_id: str | None = None) -> ModelResponse:
             reasoning.append(block.thinking)
             thinking_blocks.append(_block_dict(block))
         elif kind == "redacted_thinking":
+            reasoning.append(REDACTED_THINKING)
             thinking_blocks.append(_block_dict(block))
         elif kind == "tool_use":
             calls.append(ToolCall(block.id or "", block.name or "", json.dumps(block.input)))
         # server tools (web search...) run on Anthropic's side: their blocks are not nbagent's to run
-    unique_call_ids(calls)
-    text = "".join(texts)
-    model = raw.model or None
-    message = AssistantMessage(
-        text=None if (calls and not text) or not texts else text,
-        tool_calls=calls,
-        reasoning="".join(reasoning) or None,
-        thinking_blocks=thinking_blocks,
-        finish_reason=finish_reason(raw.stop_reason),
-        model=model,
-    )
-    return ModelResponse(message, token_counts(raw.usage), model, request_id or raw.id or None)
+    return _answer(texts, reasoning, thinking_blocks, calls, raw.stop_reason, getattr(raw, "stop_details", None),
+                   raw.model or None, raw.usage, request_id or raw.id or None)
 
 
 # ------------------------------------------------------------------------------- stream assembly
 class _Block:
-    __slots__ = ("data", "id", "kind", "name", "parts", "signature")
+    __slots__ = ("citations", "data", "id", "kind", "name", "parts", "signature", "start")
 
-    def __init__(self, kind: str, id: str = "", name: str = "", data: str = "") -> None:
+    def __init__(self, kind: str, id: str = "", name: str = "", data: str = "", start: Any = None) -> None:
         self.kind = kind
         self.id = id
         self.name = name
         self.data = data
+        self.start = start
+        """The SDK's block from ``content_block_start`` (what `paused_content` sends back)."""
         self.parts: list[str] = []
         self.signature: list[str] = []
+        self.citations: list[Any] = []
+
+    def as_sent(self) -> dict[str, Any]:
+        """The whole block as the server sent it (its start with the deltas applied)."""
+        block: dict[str, Any] = _as_dict(self.start) if self.start is not None else {"type": self.kind}
+        kind = self.kind
+        if kind == "text":
+            block["text"] = "".join(self.parts)
+            if self.citations:
+                block["citations"] = [*(block.get("citations") or ()), *map(_as_dict, self.citations)]
+        elif kind == "thinking":
+            block["thinking"] = "".join(self.parts)
+            block["signature"] = "".join(self.signature)
+        elif self.parts:  # tool_use, server_tool_use, mcp_tool_use...: input from input_json_delta
+            args = "".join(self.parts)
+            block["input"] = json.loads(args) if args.strip() else {}
+        return block
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    """A block as the server sent it: a streamed event's dict (copied), or an SDK object's fields."""
+    if isinstance(obj, dict):
+        return dict(obj)
+    return dict(obj.to_dict(mode="json"))
 
 
 class _StreamAssembler:
     """Collects the content blocks, stop reason, usage and model name of a stream of raw events."""
 
-    __slots__ = ("blocks", "model", "request_id", "stop_reason", "usage")
+    __slots__ = ("_empty", "_fail", "_sse", "blocks", "model", "request_id", "started", "stop_details",
+                 "stop_reason", "usage")
 
-    def __init__(self) -> None:
+    def __init__(self, fail: Callable[[Any], Exception], empty: Callable[[], Exception]) -> None:
+        self._fail = fail
+        """Makes the error to raise for an ``error`` event (given its error object)."""
+        self._empty = empty
+        """Makes the error to raise for a stream without ``message_start``."""
+        self._sse = _SSEBuffer()
+        self.started = False
+        """A ``message_start`` event came."""
         self.blocks: dict[int, _Block] = {}
         self.stop_reason: str | None = None
+        self.stop_details: Any = None
         self.usage: dict[str, Any] | None = None
         self.model: str | None = None
         self.request_id: str | None = None
@@ -141,6 +209,115 @@ class _StreamAssembler:
         if details is not None:
             self.usage["output_tokens_details"] = {"thinking_tokens": _get(details, "thinking_tokens")}
 
+    def feed(self, chunk: bytes) -> list[str]:
+        """Take a chunk of the event stream's raw bytes; returns the text and `ReasoningText`
+        deltas of the events it completes. An ``error`` event raises ``fail(error)``, an event
+        that is not JSON a `ModelResponseError`.
+
+        The events are read here, not by the SDK: parsing each into the SDK's pydantic objects
+        costs some 15 µs, several times all of nbagent's own work for a delta. Hence the fast
+        path for the usual chunk (one whole event) and the usual delta event."""
+        sse = self._sse
+        if sse.buffer or sse.held or chunk[-2:] != b"\n\n" or chunk.find(b"\n\n") != len(chunk) - 2 \
+                or b"\r" in chunk:
+            parts: Any = sse.feed(chunk)
+        else:
+            parts = (chunk[:-2],)
+        deltas = []
+        handle = self.handle
+        for part in parts:
+            if part.startswith(_DELTA_HEAD) and part.find(b"\n", 33) < 0:
+                event: dict[str, Any] | None = _json(part[33:])  # a content_block_delta as the API frames it
+            else:
+                event = _event(part)
+            if event is None:
+                continue
+            delta = handle(event)
+            if delta is not None:
+                deltas.append(delta)
+        return deltas
+
+    def finish(self) -> tuple[list[str], ModelResponse]:
+        """At the end of the stream: the deltas of a last event without its blank line (read
+        rather than lost), and the answer. Raises ``empty()`` when no ``message_start`` came."""
+        deltas = self.feed(b"\n\n") if self._sse.buffer.strip() else []
+        if not self.started:
+            raise self._empty()
+        return deltas, self.response()
+
+    def handle(self, event: dict[str, Any]) -> str | None:
+        """Take one event; returns the text or `ReasoningText` delta it carries, if any. An
+        ``error`` event raises ``fail(error)``."""
+        kind = event.get("type")
+        if kind == "content_block_delta":
+            delta = event["delta"]
+            dkind = delta.get("type")
+            index: int = event.get("index")  # type: ignore[assignment]
+            block = self.blocks.get(index)
+            if block is None:
+                block = self.blocks[index] = _Block("text" if dkind == "text_delta" else "unknown")
+            if dkind == "text_delta":
+                text = delta.get("text")
+                if text:
+                    block.parts.append(text)
+                    return text  # type: ignore[no-any-return]
+            elif dkind == "input_json_delta":
+                block.parts.append(delta.get("partial_json") or "")
+            elif dkind == "thinking_delta":
+                thinking = delta.get("thinking")
+                if thinking:
+                    block.parts.append(thinking)
+                    return ReasoningText(thinking)
+            elif dkind == "signature_delta":
+                block.signature.append(delta.get("signature") or "")
+            elif dkind == "citations_delta":
+                block.citations.append(delta.get("citation"))  # kept only to send a paused turn back
+            # other deltas carry nothing nbagent keeps
+        elif kind == "content_block_start":
+            return self._start(event.get("index"), event.get("content_block") or {})  # type: ignore[arg-type]
+        elif kind == "message_start":
+            self.started = True
+            message = event.get("message") or {}
+            self.model = message.get("model") or None
+            self.request_id = self.request_id or message.get("id") or None
+            self.merge_usage(message.get("usage"))
+        elif kind == "message_delta":
+            delta = event.get("delta") or {}
+            self.stop_reason = delta.get("stop_reason") or self.stop_reason
+            self.stop_details = delta.get("stop_details") or self.stop_details
+            self.merge_usage(event.get("usage"))
+        elif kind == "error":
+            raise self._fail(event.get("error"))
+        # ping, content_block_stop, message_stop: nothing to do
+        return None
+
+    def _start(self, index: int, cb: dict[str, Any]) -> str | None:
+        ckind = cb.get("type")
+        delta: str | None = None
+        if ckind == "tool_use":
+            block = _Block("tool_use", cb.get("id") or "", cb.get("name") or "", start=cb)
+            if cb.get("input"):  # a whole input in the start event (no deltas follow then)
+                block.parts.append(json.dumps(cb["input"]))
+        elif ckind == "text":
+            block = _Block("text", start=cb)
+            if cb.get("text"):
+                block.parts.append(cb["text"])
+                delta = cb["text"]
+        elif ckind == "thinking":
+            block = _Block("thinking", start=cb)
+            if cb.get("thinking"):
+                block.parts.append(cb["thinking"])
+                delta = ReasoningText(cb["thinking"])
+            if cb.get("signature"):
+                block.signature.append(cb["signature"])
+        elif ckind == "redacted_thinking":
+            block = _Block("redacted_thinking", data=cb.get("data") or "", start=cb)
+            delta = ReasoningText(REDACTED_THINKING)
+        else:
+            block = _Block(str(ckind), start=cb)  # server tool blocks: not nbagent's to run
+        self.blocks[index] = block
+        return delta
+
     def response(self) -> ModelResponse:
         texts: list[str] = []
         reasoning: list[str] = []
@@ -155,91 +332,132 @@ class _StreamAssembler:
                 thinking_blocks.append({"type": "thinking", "thinking": "".join(b.parts),
                                         "signature": "".join(b.signature)})
             elif b.kind == "redacted_thinking":
+                reasoning.append(REDACTED_THINKING)
                 thinking_blocks.append({"type": "redacted_thinking", "data": b.data})
             elif b.kind == "tool_use":
                 args = "".join(b.parts)
                 calls.append(ToolCall(b.id, b.name, args if args.strip() else "{}"))
-        unique_call_ids(calls)
-        text = "".join(texts)
-        message = AssistantMessage(
-            text=text or None,
-            tool_calls=calls,
-            reasoning="".join(reasoning) or None,
-            thinking_blocks=thinking_blocks,
-            finish_reason=finish_reason(self.stop_reason),
-            model=self.model,
-        )
-        return ModelResponse(message, token_counts(self.usage), self.model, self.request_id)
+        return _answer(texts, reasoning, thinking_blocks, calls, self.stop_reason, self.stop_details, self.model,
+                       self.usage, self.request_id)
+
+    def paused_content(self) -> list[dict[str, Any]]:
+        """The content of a paused turn (stop reason ``pause_turn``) as the server sent it, to be
+        sent back as the last (assistant) message so that the turn goes on."""
+        return [self.blocks[i].as_sent() for i in sorted(self.blocks)]
 
 
-async def stream_items(
-    events: AsyncIterator[Any],
-    state: _StreamAssembler,
-    fail: Callable[[Any], Exception],
-    empty: Callable[[], Exception],
-) -> AsyncGenerator[Any, None]:
-    """The text deltas (``str``) and `ReasoningText` deltas of raw stream events, then the
-    `ModelResponse` `state` assembled from them. An ``error`` event raises ``fail(error)``; a stream
-    without ``message_start`` raises ``empty()``."""
-    started = False
-    blocks = state.blocks
-    async for event in events:
-        kind = event.type
-        if kind == "content_block_delta":
-            delta = event.delta
-            dkind = delta.type
-            block = blocks.get(event.index)
-            if block is None:
-                block = blocks[event.index] = _Block("text" if dkind == "text_delta" else "unknown")
-            if dkind == "text_delta":
-                if delta.text:
-                    block.parts.append(delta.text)
-                    yield delta.text
-            elif dkind == "input_json_delta":
-                block.parts.append(delta.partial_json)
-            elif dkind == "thinking_delta":
-                if delta.thinking:
-                    block.parts.append(delta.thinking)
-                    yield ReasoningText(delta.thinking)
-            elif dkind == "signature_delta":
-                block.signature.append(delta.signature)
-            # citations_delta and others carry nothing nbagent keeps
-        elif kind == "content_block_start":
-            cb = event.content_block
-            ckind = cb.type
-            if ckind == "tool_use":
-                block = _Block("tool_use", cb.id or "", cb.name or "")
-                if cb.input:  # a whole input in the start event (no deltas follow then)
-                    block.parts.append(json.dumps(cb.input))
-            elif ckind == "text":
-                block = _Block("text")
-                if cb.text:
-                    block.parts.append(cb.text)
-                    yield cb.text
-            elif ckind == "thinking":
-                block = _Block("thinking")
-                if cb.thinking:
-                    block.parts.append(cb.thinking)
-                    yield ReasoningText(cb.thinking)
-                if cb.signature:
-                    block.signature.append(cb.signature)
-            elif ckind == "redacted_thinking":
-                block = _Block("redacted_thinking", data=cb.data)
-            else:
-                block = _Block(ckind)  # server tool blocks: not nbagent's to run
-            blocks[event.index] = block
-        elif kind == "message_start":
-            started = True
-            message = event.message
-            state.model = message.model or None
-            state.request_id = state.request_id or message.id or None
-            state.merge_usage(message.usage)
-        elif kind == "message_delta":
-            state.stop_reason = event.delta.stop_reason or state.stop_reason
-            state.merge_usage(event.usage)
-        elif kind == "error":
-            raise fail(_get(event, "error"))
-        # ping, content_block_stop, message_stop: nothing to do
-    if not started:
-        raise empty()
-    yield state.response()
+def paused_content(raw: Any) -> list[dict[str, Any]]:
+    """`_StreamAssembler.paused_content` for a whole ``Message``."""
+    return [_as_dict(block) for block in raw.content or ()]
+
+
+def joined(parts: list[ModelResponse]) -> ModelResponse:
+    """One answer from the parts of a turn the server paused and nbagent continued: texts,
+    reasoning, thinking blocks and tool calls in order, token counts summed (each part is a
+    billed request), the last part's stop reason, model, request id and error."""
+    if len(parts) == 1:
+        return parts[0]
+    last = parts[-1]
+    messages = [p.message for p in parts]
+    texts = [m.text for m in messages if m.text]
+    calls = [c for m in messages for c in m.tool_calls]
+    unique_call_ids(calls)
+    message = AssistantMessage(
+        text="".join(texts) if texts else None,
+        tool_calls=calls,
+        reasoning="".join(m.reasoning for m in messages if m.reasoning) or None,
+        thinking_blocks=[b for m in messages for b in m.thinking_blocks],
+        finish_reason=last.message.finish_reason,
+        model=last.message.model,
+    )
+    counts = [p.usage for p in parts]
+    usage = TokenCounts(
+        input_tokens=sum(c.input_tokens for c in counts),
+        cache_read_tokens=sum(c.cache_read_tokens for c in counts),
+        cache_write_tokens=sum(c.cache_write_tokens for c in counts),
+        output_tokens=sum(c.output_tokens for c in counts),
+        reasoning_tokens=sum(c.reasoning_tokens for c in counts),
+        reported=any(c.reported for c in counts),
+    )
+    return ModelResponse(message, usage, last.model, last.request_id, last.error)
+
+
+def too_many_pauses(response: ModelResponse, continuations: int) -> None:
+    """Mark `response` (a turn still paused after `continuations` continuations) as unusable."""
+    response.error = ModelResponseError(
+        f"the server paused its turn (stop_reason pause_turn: a long-running server tool such as web "
+        f"search) and was still paused after {continuations} continuation(s); allow more with "
+        "AnthropicModel(max_continuations=...) or ask for less server-side work",
+        provider="anthropic",
+    )
+
+
+def _sse_data(part: bytes) -> bytes | None:
+    """The data of one server-sent event (its ``data:`` lines joined), None for a comment or an
+    event without data."""
+    if part.startswith(b"event: "):  # the API's shape: an event line, then one data line
+        at = part.find(b"\ndata: ")
+        if at > 0 and part.find(b"\n", at + 1) < 0:
+            return part[at + 7 :]
+    lines = [line[5:] for line in part.split(b"\n") if line.startswith(b"data:")]
+    if not lines:
+        return None
+    return b"\n".join(line[1:] if line[:1] == b" " else line for line in lines)
+
+
+_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
+"""The C scanner behind ``json.loads``, called directly: a little less work for every event."""
+
+
+_DELTA_HEAD = b"event: content_block_delta\ndata: "  # 33 bytes
+
+
+def _event(part: bytes) -> dict[str, Any] | None:
+    """The event (its JSON data) of one server-sent event, None when it has no data."""
+    data = _sse_data(part)
+    return None if data is None else _json(data)
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    """An event's JSON data as a dict; `ModelResponseError` when it is not UTF-8 JSON of an object."""
+    problem = None
+    try:
+        text = data.decode("utf-8")
+        try:
+            event, end = _scan(text, 0)
+            if end != len(text) and text[end:].strip():
+                raise ValueError(end)
+        except (StopIteration, ValueError):  # whitespace around the value, or no JSON at all
+            event = json.loads(text)  # takes the first, names the problem of the second
+    except ValueError as exc:  # not UTF-8, not JSON
+        problem = str(exc)
+    if problem is not None:  # raised outside the except block: nothing chained
+        raise ModelResponseError(f"the stream sent an unreadable event: {problem}: {data[:200]!r}",
+                                 provider="anthropic")
+    if not isinstance(event, dict):
+        raise ModelResponseError(f"the stream sent an event that is no JSON object: {data[:200]!r}",
+                                 provider="anthropic")
+    return event
+
+
+class _SSEBuffer:
+    """Cuts an event stream's bytes into events (without their blank line), whatever the chunking;
+    lines may end in LF, CRLF or CR."""
+
+    __slots__ = ("buffer", "held")
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.held = b""  # a chunk's last "\r", which may begin a "\r\n" split across chunks
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        if self.held or b"\r" in chunk:
+            chunk = self.held + chunk
+            self.held = b"\r" if chunk.endswith(b"\r") else b""
+            chunk = (chunk[:-1] if self.held else chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
+        buffer = self.buffer + chunk if self.buffer else chunk
+        if b"\n\n" not in buffer:
+            self.buffer = buffer
+            return []
+        *parts, self.buffer = buffer.split(b"\n\n")
+        return parts

@@ -5,7 +5,8 @@ URL; assistant text, thinking blocks and ``tool_use`` blocks; every tool result 
 ``tool_result`` blocks of ONE user turn, ``is_error`` for error results, the images a tool
 returned as image blocks inside its ``tool_result``), tool definitions
 (``input_schema``), ``tool_choice`` (``auto`` / ``required`` -> ``any`` / a tool's name / ``none``,
-``parallel_tool_calls=False`` -> ``disable_parallel_tool_use``), prompt-caching breakpoints
+``parallel_tool_calls=False``, or an agent running its calls in order, ->
+``disable_parallel_tool_use``), prompt-caching breakpoints
 (``cache_control`` on the last tool, the last system block and the latest message) and the check
 of settings against the installed SDK's ``messages.create`` signature.
 
@@ -225,7 +226,10 @@ def request_params(
     if sampling:
         params["extra_body"] = {**sampling, **(params.get("extra_body") or {})}
     if request.tools:
-        choice = wire_tool_choice(settings.get("tool_choice"), settings.get("parallel_tool_calls"))
+        parallel = settings.get("parallel_tool_calls")
+        if parallel is None and not request.parallel_tools:
+            parallel = False  # the agent runs its calls in order: ask for one at a time
+        choice = wire_tool_choice(settings.get("tool_choice"), parallel)
         if choice is not None and _thinking_on(params.get("thinking")) and choice["type"] in ("any", "tool"):
             # The API refuses a forced tool with extended thinking (400): ask for auto instead.
             choice = {k: v for k, v in choice.items() if k != "name"} | {"type": "auto"}

@@ -1,15 +1,16 @@
 """`OpenAIModel` itself: the SDK client of each event loop, and one request's orchestration.
 
 Owns the configuration (model name, base URL, key, provider, settings, timeout, deadline), one
-``AsyncOpenAI`` per event loop (closed when that loop shuts down), each call's time limit
-(`_Deadline`: one timer for the whole call), and the calls: `request` (the whole answer) and
+``AsyncOpenAI`` per event loop (closed when that loop shuts down), and the calls (each within its
+time limit, `models._deadline`, shared with `models.anthropic`): `request` (the whole answer) and
 `request_stream` (text and reasoning deltas, then the answer), including the answers in another
 shape than asked (a whole completion to a streamed request, event-stream text
 unlabelled or labelled as JSON, an event stream to a whole request) and the 200s whose body is no
 answer at all (`ResponseBodyError`). What a request sends is `_wire`'s, how an answer is read
 `_stream`'s, how a failure is named `_errors`'.
 
-May import: ``openai``, nbagent's exceptions and model base, and `_wire`, `_stream`, `_errors`.
+May import: ``openai``, nbagent's exceptions, model base and `models._deadline` / `models._keys`, and
+`_wire`, `_stream`, `_errors`.
 """
 
 from __future__ import annotations
@@ -25,27 +26,17 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
-from ...exceptions import ModelError, ModelTimeoutError, UserError
+from ...exceptions import ModelError, UserError
+from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
 from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
 from ._wire import WireCache, check_settings, request_params
 
-_current_task = asyncio.current_task
-
 DEFAULT_TIMEOUT = 300.0
 """Seconds: the SDK's per-operation timeout (connect, each read). Long, because a reasoning model
 can think for minutes before its first byte."""
-
-DEFAULT_DEADLINE = 600.0
-"""Seconds: the time limit of a whole model call (`OpenAIModel.deadline`): the request, the wait
-for the first byte and the whole stream. The per-read `DEFAULT_TIMEOUT` cannot end a stream the
-server keeps alive with SSE comments or empty deltas; this does. Ten minutes: it must leave a
-reasoning model its `DEFAULT_TIMEOUT` of thinking before the first byte and then a long answer
-(some 10,000 tokens at 40 tokens/s), and it bounds a stuck call (times the run's `Retry`
-attempts) to what someone watching a notebook would still wait for."""
-
 
 class OpenAIModel(Model):
     """A chat-completions model on any OpenAI-compatible server, via the official ``openai`` SDK.
@@ -120,9 +111,7 @@ class OpenAIModel(Model):
         self.max_retries = max_retries
         self.send_reasoning = send_reasoning
         self.tool_images = tool_images
-        if deadline is not None and not deadline > 0:
-            raise UserError(f"OpenAIModel(deadline=...) is seconds > 0, or None for no limit; got {deadline!r}")
-        self.deadline = deadline
+        self.deadline = checked_deadline("OpenAIModel", deadline)
         self._client = client
         self._http_client = http_client
         if client is not None:
@@ -209,34 +198,20 @@ class OpenAIModel(Model):
         return _errors.map_error(self, exc, streaming=streaming)
 
     # ------------------------------------------------------------------ requests
-    async def _create(self, params: dict[str, Any], deadline: _Deadline) -> Any:
+    async def _create(self, params: dict[str, Any], deadline: Deadline) -> Any:
         """``chat.completions.create`` with the SDK's errors mapped to nbagent's: the SDK's stream
         for a streamed request, else the ``ChatCompletion`` (or the chunks of an event stream
         answering it, `_whole_answer`)."""
         client = await self.client()
-        error: ModelError | None = None
-        deadline.enter()
-        try:
-            if params.get("stream"):
-                return await client.chat.completions.create(**params)
-            raw = await client.chat.completions.with_raw_response.create(**params)
-        except asyncio.CancelledError:
-            if not deadline.absorb():
-                raise
-            error = deadline.error()
-        except Exception as exc:
-            error = self.map_error(exc)
-            if error is None:
-                raise
-        else:
-            return _whole_answer(self, raw)
-        finally:
-            deadline.leave()
-        raise error  # outside the except block: no SDK cause (and no key) attached
+        if params.get("stream"):
+            return await within(deadline, lambda: client.chat.completions.create(**params), self.map_error)
+        raw = await within(deadline, lambda: client.chat.completions.with_raw_response.create(**params),
+                           self.map_error)
+        return _whole_answer(self, raw)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Ask for the whole answer (no streaming), within the call's `deadline`."""
-        deadline = _Deadline(self)
+        deadline = Deadline(self, _errors._where)
         try:
             answer = await self._create(self.request_params(request, stream=False), deadline)
         finally:
@@ -257,7 +232,7 @@ class OpenAIModel(Model):
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
         """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`,
         all within the call's `deadline`."""
-        deadline = _Deadline(self)
+        deadline = Deadline(self, _errors._where)
         try:
             stream = await self._create(self.request_params(request, stream=True), deadline)
             source: Any = stream
@@ -288,42 +263,14 @@ class OpenAIModel(Model):
         finally:
             deadline.close()
 
-    async def _reading(self, stream: Any, source: AsyncIterator[Any], deadline: _Deadline) -> AsyncGenerator[Any, None]:
-        """The items of `source` (the SDK stream, or its response's bytes), then `stream` closed.
+    def _reading(self, stream: Any, source: AsyncIterator[Any], deadline: Deadline) -> AsyncGenerator[Any, None]:
+        """The items of `source` (the SDK stream, or its response's bytes), then `stream` closed
+        (`_deadline.read_within`): a failure while reading becomes nbagent's error (`map_error`
+        with ``streaming=True``), raised without the SDK exception attached, whose request carries
+        the ``Authorization`` header; so does the `deadline` passing (`ModelTimeoutError`)."""
+        return read_within(deadline, stream, source, self.map_error)
 
-        A failure while reading becomes nbagent's error (`map_error` with ``streaming=True``),
-        raised outside the ``except`` block so that neither ``__cause__`` nor ``__context__`` holds
-        the SDK exception, whose request carries the ``Authorization`` header; so does the
-        `deadline` passing (`ModelTimeoutError`). `stream` is closed however the reading ends:
-        finished, failed, timed out, or the consumer closing this generator.
-        """
-        error: ModelError | None = None
-        try:
-            try:
-                deadline.enter()
-                async for item in source:  # `async for`, not `await anext()`: ~0.5 µs less a delta
-                    deadline._task = None  # the consumer's turn (as `leave`, inlined: once a delta)
-                    yield item
-                    if deadline.expired:
-                        raise deadline.error()
-                    deadline._task = _current_task()  # reading again (as `enter`)
-            except asyncio.CancelledError:
-                if not deadline.absorb():
-                    raise
-                error = deadline.error()
-            finally:
-                deadline.leave()
-        except Exception as exc:
-            error = self.map_error(exc, streaming=True)
-            if error is None:
-                raise
-        finally:
-            with contextlib.suppress(Exception):  # a broken connection may fail to close too
-                await stream.close()
-        if error is not None:
-            raise error
-
-    async def _read_whole(self, stream: Any, content_type: str, deadline: _Deadline) -> ModelResponse | list[Any]:
+    async def _read_whole(self, stream: Any, content_type: str, deadline: Deadline) -> ModelResponse | list[Any]:
         """Read a streamed request's answer that is not labelled as an event stream: a whole
         completion (as a `ModelResponse`), event-stream text (as the list of its chunks), an error
         object sent with status 200 (raised as `stream_error` sorts it), or else a body that is
@@ -376,68 +323,6 @@ def _whole_answer(model: OpenAIModel, raw: Any) -> Any:
 
 def _no_chunks() -> ModelError:
     return ModelError("an event stream without chunks")  # unreachable: `_whole_answer` returns chunks only
-
-
-class _Deadline:
-    """The time limit of one model call (`OpenAIModel.deadline`; None: no limit).
-
-    One timer per call, not one per read: an ``asyncio.timeout`` around each read costs about
-    6 µs a delta, more than all of nbagent's own work. The call marks the stretches where it
-    awaits the server (`enter` / `leave`). When the timer fires inside one, it cancels the task
-    there, and `absorb` tells that cancellation from any other; when it fires while the consumer
-    holds the stream (between deltas), nothing is cancelled and the next `enter` raises: the
-    consumer's own awaits are never interrupted.
-    """
-
-    __slots__ = ("_cancelled", "_handle", "_model", "_task", "expired", "seconds")
-
-    def __init__(self, model: OpenAIModel) -> None:
-        self._model = model
-        self.seconds = seconds = model.deadline
-        self.expired = False
-        self._task: asyncio.Task[Any] | None = None  # the task awaiting the server, while it does
-        self._cancelled = False
-        loop = asyncio.get_running_loop()
-        self._handle = None if seconds is None else loop.call_later(seconds, self._expire)
-
-    def _expire(self) -> None:
-        self.expired = True
-        if self._task is not None:
-            self._cancelled = True
-            self._task.cancel()
-
-    def enter(self) -> None:
-        """Before awaiting the server. Raises the timeout error once the deadline passed."""
-        if self.expired:
-            raise self.error()
-        self._task = asyncio.current_task()
-
-    def leave(self) -> None:
-        self._task = None
-
-    def absorb(self) -> bool:
-        """On a ``CancelledError`` while awaiting the server: True when the deadline caused it
-        (the cancellation is then taken back), False when it is someone else's (re-raise it)."""
-        if not self._cancelled:
-            return False
-        self._cancelled = False
-        task = asyncio.current_task()
-        uncancel = getattr(task, "uncancel", None)  # Python 3.11+
-        return not (uncancel is not None and uncancel() > 0)  # > 0: cancelled by someone else too
-
-    def error(self) -> ModelTimeoutError:
-        model = self._model
-        return ModelTimeoutError(
-            f"no complete answer from {_errors._where(model)} within the call's deadline of "
-            f"{self.seconds:g} s (OpenAIModel(deadline=...); the per-read timeout does not end a "
-            "stream the server keeps alive)",
-            provider=model.provider,
-        )
-
-    def close(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-        self._task = None
 
 
 async def _aiter(items: list[Any]) -> AsyncIterator[Any]:
