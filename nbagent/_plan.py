@@ -110,16 +110,16 @@ def plan(config: RunConfig, run: RunState, calls: list[ToolCall], decided: dict[
             immediate.append(result)
             ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
             continue
-        if tool is None:
-            names = ", ".join(sorted(config.tools)) or "none"
-            immediate.append(error_result(call, f"unknown tool {call.name!r}; available tools: {names}"))
-            continue
         decision = run.decisions.get(call.id)
-        if decision is not None and decision.action == "deny":
+        if decision is not None and decision.action == "deny":  # a denial needs no tool (it may be gone)
             del run.decisions[call.id]
             reason = f": {decision.reason}" if decision.reason else ""
             immediate.append(decision.stamp(error_result(call, f"denied by the user{reason}", "denied")))
             ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "denied"))
+            continue
+        if tool is None:
+            names = ", ".join(sorted(config.tools)) or "none"
+            immediate.append(error_result(call, f"unknown tool {call.name!r}; available tools: {names}"))
             continue
         args = call.args
         note = None
