@@ -366,8 +366,8 @@ async def test_a_second_view_follows_a_decision_made_in_the_first_and_a_late_cli
     assert screen.rows[first.id]["status"] == "denied"  # the other view followed, without a click
     assert [c.id for c in other.board.waiting] == [second.id]
     other.decide(first.id, "approve")  # a late click on the decided call
-    assert not screen.error and screen.status.startswith("refund was already denied by ")
-    assert "nothing more was sent" in screen.status and other.handle is None
+    assert not screen.error and screen.note.startswith("refund was already denied by ")
+    assert "your decision was not sent" in screen.note and other.handle is None
     assert screen.rows[second.id]["status"] == "waits" and refunds == []
     other.decide(second.id, "approve")
     result = await other.wait()

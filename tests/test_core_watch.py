@@ -205,3 +205,22 @@ async def test_a_denial_of_a_tool_the_agent_no_longer_has_is_a_denial() -> None:
     [denied] = [m for m in result.messages if m.kind == "tool-result"]
     assert denied.status == "denied" and denied.content == "denied by the user: not now"
     assert denied.decided_by == "ada" and denied.decided_at is not None and denied.decided_at >= clock - 1
+
+
+async def test_an_undecided_call_of_a_tool_the_agent_no_longer_has_waits_on() -> None:
+    def two(messages: list[Any], request: Any) -> Any:
+        if messages[-1].kind == "user":
+            return [tool_call("refund", order=1), tool_call("refund", order=2)]
+        return "done"
+
+    store = MemoryStore()
+    paused = await Agent(FunctionModel(two), tools=[refund], store=store).run("go", thread="u")
+    first, second = paused.pending
+    after_restart = Agent(FunctionModel(two), store=store)  # refund not registered (yet)
+    result = await after_restart.resume(thread="u", deny=[first.id])
+    # only the decided call is answered; the other is not turned into an "unknown tool" error
+    assert result.status == "paused" and [p.id for p in result.pending] == [second.id]
+    assert [m.status for m in result.messages if m.kind == "tool-result"] == ["denied"]
+    done = await Agent(FunctionModel(two), tools=[refund], store=store).resume(thread="u", approve=[second.id])
+    assert done.status == "completed"
+    assert [m.content for m in done.messages if m.kind == "tool-result"][-1] == "refunded 2"

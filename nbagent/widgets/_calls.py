@@ -305,8 +305,8 @@ def decided_text(call: CallState) -> str:
     result = call.outcome
     if result is None or result.decision is None:
         return (f"{call.name} was already decided elsewhere (in code or another view): it is {call.status} "
-                "now; nothing more was sent")
+                "now; your decision was not sent")
     who = f" by {result.decided_by}" if result.decided_by else ""
     when = time.strftime(" at %H:%M:%S", time.localtime(result.decided_at)) if result.decided_at else ""
     return (f"{call.name} was already {_HOW.get(result.decision, result.decision)}{who}{when} (in code or "
-            f"another view): it is {call.status} now; nothing more was sent")
+            f"another view): it is {call.status} now; your decision was not sent")

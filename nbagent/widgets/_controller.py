@@ -170,6 +170,7 @@ class ChatController:
         self.tally = UsageTally()
         self._state: Any = None
         self._status: tuple[str, bool] = ("", False)
+        self._kept = ""  # what happened elsewhere: stays until the person acts again
         self._sent: tuple[UserMessage | None, Decisions | None] = (None, None)
         self.follower = ThreadFollower(self)
 
@@ -233,16 +234,21 @@ class ChatController:
         return (self.handle is not None or self.follower.foreign is not None or bool(self.board.decisions)
                 or bool(self.board.waiting))
 
-    def say(self, text: str, *, error: bool = False) -> None:
-        """Put `text` on the status line (with the queue's note under it)."""
-        self._status = (text, error)
+    def say(self, text: str, *, error: bool = False, keep: bool = False) -> None:
+        """Put `text` on the status line (with the queue's note under it). ``keep=True``: a note
+        under the status line that stays until the person sends or decides again (what happened
+        elsewhere, a late outcome), while the status line goes on."""
+        if keep:
+            self._kept = text
+        else:
+            self._status = (text, error)
         self._render_status()
 
     def _render_status(self) -> None:
         text, error = self._status
         note = self.queue.note(running=self.handle is not None or self.follower.foreign is not None,
                                undecided=bool(self.board.waiting))
-        self.layout.show_status(text, error, note)
+        self.layout.show_status(text, error, "\n".join(t for t in (self._kept, note) if t))
 
     def render_usage(self) -> None:
         """Show the footer as the tally has it."""
@@ -269,6 +275,7 @@ class ChatController:
         Raises:
             Exception: `Agent.start` refused `message` (it is neither sent nor queued).
         """
+        self._kept = ""
         if message is not None and not self.queue and not self.busy:
             self.queue.submit()
             self._start(prompt=message)
@@ -388,7 +395,8 @@ class ChatController:
         for call in message.tool_calls:
             self.board.track(call.id, call.name, call_args(call), step)
         if message.tool_calls:
-            self.say("running tools…")
+            self.say("running tools…" if self.follower.foreign is None else
+                     "running tools (started in code or in another view)…")
 
     def run_ended(self, kind: str, result: RunResult, *, own: bool) -> None:
         """A run on the thread ended (this view's, or elsewhere)."""
@@ -411,13 +419,14 @@ class ChatController:
         """Record a person's decision on a waiting call (approve, deny, edit, result, always) and
         start the resume, or keep it until the run going on ends. A call decided elsewhere
         meanwhile is not decided again: the status line says who decided what."""
+        self._kept = ""
         if self.board.decide(call_id, action, payload):
             if kick:
                 self.kick()
             return
         call = self.board.calls.get(call_id)
         if call is not None and call.outcome is not None:
-            self.say(decided_text(call))
+            self.say(decided_text(call), keep=True)
 
     def decide_all(self, action: str, payload: Any = None) -> None:
         """The same decision on every call waiting for approval (``Approve all`` / ``Deny all``),

@@ -171,7 +171,7 @@ class ThreadFollower:
             if call is not None:
                 ended = "failed" if item.status == "failed" else "finished"
                 c.say(f"{call.name} {ended} after the stop; the model was told it is not known whether it "
-                      "completed (the row shows what it returned)", error=item.status == "failed")
+                      "completed (the row shows what it returned)", keep=True)
                 self.read_later(self.show_stored())
             return
         if kind == "thread-changed":
@@ -198,7 +198,7 @@ class ThreadFollower:
         """Say which decisions made here were overtaken by a decision elsewhere (and forget them)."""
         board = self.controller.board
         if board.overtaken:
-            self.controller.say("; ".join(decided_text(call) for call in board.overtaken))
+            self.controller.say("; ".join(decided_text(call) for call in board.overtaken), keep=True)
             board.overtaken.clear()
 
     async def after_failure(self, exc: BaseException, message: UserMessage | None,
@@ -238,7 +238,11 @@ class ThreadFollower:
         if again:
             lines.append(f"your decision{'s' if again != 1 else ''} on the call{'s' if again != 1 else ''} "
                          "that still wait went out again")
-        c.say("; ".join(lines), error=isinstance(exc, ConflictError))
+        if isinstance(exc, ConflictError):
+            c.say("; ".join(lines), error=True)
+        else:
+            c.say(c.board.waiting_text())
+            c.say("; ".join(lines), keep=True)
         c.kick()
 
     def _decide_again(self, decisions: Decisions, waiting: dict[str, Any]) -> int:
