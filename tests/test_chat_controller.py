@@ -17,6 +17,7 @@ from nbagent import Agent, Decisions, PendingCall, Tool, tool
 from nbagent.messages import Message, UserMessage
 from nbagent.models import FunctionModel, tool_call
 from nbagent.store.memory import MemoryStore
+from nbagent.widgets._calls import validate_args
 from nbagent.widgets._controller import ChatController
 
 refunds: list[tuple[int, float]] = []
@@ -333,8 +334,8 @@ async def test_edited_arguments_are_validated_then_run() -> None:
     await controller.wait()
     [call] = controller.board.waiting
     with pytest.raises(InvalidArgumentsError):
-        controller.validate("refund", {"order": 42, "amount": "lots"})
-    controller.validate("refund", {"order": 42, "amount": 1.25})
+        validate_args(controller.agent.tools, "refund", {"order": 42, "amount": "lots"})
+    validate_args(controller.agent.tools, "refund", {"order": 42, "amount": 1.25})
     controller.decide(call.id, "edit", {"order": 42, "amount": 1.25})
     result = await controller.wait()
     assert refunds == [(42, 1.25)] and "refunded 1.25" in result.output

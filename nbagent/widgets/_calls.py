@@ -16,14 +16,14 @@ Pure Python: imports only the core's approvals (no ipywidgets, no asyncio).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..approvals import Decisions, PendingCall
 
 __all__ = ["CALL_EVENTS", "STILL_RUNNING", "TICKING", "WAITING", "CallBoard", "CallRows", "CallState",
-           "DecisionBatch", "call_args", "decided_text"]
+           "DecisionBatch", "call_args", "decided_text", "validate_args"]
 
 WAITING = ("needs approval", "needs answer")
 """The statuses of a call that waits for a person."""
@@ -297,6 +297,13 @@ class CallBoard:
         self.set_status(call, "failed after stop" if failed else "done after stop", notice.content,
                         is_error=failed, duration_s=notice.duration_s)
         return call
+
+
+def validate_args(tools: Mapping[str, Any], name: str, args: dict[str, Any]) -> Any:
+    """Check edited arguments against tool `name`'s schema (raises when they do not fit; no
+    check for a tool that is not registered)."""
+    tool = tools.get(name)
+    return None if tool is None else tool.validate(args)
 
 
 def decided_text(call: CallState) -> str:

@@ -304,13 +304,6 @@ class ChatController:
         self.layout.show_queue(self.queue.messages)
         return True
 
-    def requeue(self, message: UserMessage) -> None:
-        """`message` could not start its run: out of the conversation, back at the head of the
-        queue (sent by itself once nothing stands in the way)."""
-        self.layout.unsend(message)
-        self.queue.not_sent(message, hold=False)
-        self.layout.show_queue(self.queue.messages)
-
     def clear_queue(self) -> list[str]:
         """Drop the queued messages without sending them; returns their texts. The status line
         says how many were dropped."""
@@ -346,11 +339,6 @@ class ChatController:
         if self.handle is not None:
             self.say("stopping…")
             self.handle.cancel()
-
-    def validate(self, name: str, args: dict[str, Any]) -> Any:
-        """Check edited arguments against tool `name`'s schema (raises when they do not fit)."""
-        tool = self.agent.tools.get(name)
-        return None if tool is None else tool.validate(args)
 
     def _on_done(self, handle: RunHandle, task: asyncio.Future[Any]) -> None:
         if self.handle is handle:

@@ -227,7 +227,9 @@ class ThreadFollower:
         elif isinstance(exc, ConflictError):
             lines.append(f"not sent: {exc}")
         elif isinstance(exc, PendingCallsError) and message is not None:
-            c.requeue(message)
+            c.layout.unsend(message)  # out of the conversation, back at the head of the queue (no hold)
+            c.queue.not_sent(message, hold=False)
+            c.layout.show_queue(c.queue.messages)
             lines.append("this thread has tool calls waiting (from another process, or after a restart): decide "
                          "them first; your message is queued and sent after")
         elif not lines:

@@ -33,6 +33,7 @@ import ipywidgets as widgets
 from .._html import FONT, MUTED, assistant_html, messages_html, user_html
 from .._sanitize import escape
 from ..messages import Prompt, UserMessage
+from ._calls import validate_args
 from ._controller import ChatController
 from ._tally import UsageTally, footer_html
 from ._transcript import SavedCopy
@@ -207,7 +208,7 @@ class ChatView(widgets.VBox):
         # it shows its runs in this log).
         self._log = RunLog(interval=interval, schedule=lambda fn, *args: self.controller.schedule(fn, *args),
                            decide=lambda call_id, action, payload: self.controller.decide(call_id, action, payload),
-                           validate=lambda name, args: self.controller.validate(name, args))
+                           validate=lambda name, args: validate_args(self.agent.tools, name, args))
         self._queued: list[tuple[UserMessage, widgets.HTML]] = []
         """The queued messages and their bubbles, oldest first."""
         self._history = widgets.HTML()
