@@ -206,9 +206,9 @@ class ChatController:
         await self.follower.read()
 
     async def wait(self) -> RunResult | None:
-        """Wait until no run of this view goes on and nothing queued will start one by itself
-        (decisions, and queued messages unless they wait for a decision or are on hold); returns
-        the last result."""
+        """Wait until no run of this view goes on, what runs elsewhere told it is shown, and nothing
+        queued will start a run by itself (decisions, and queued messages unless they wait for a
+        decision or are on hold); returns the last result of this view."""
         await self.wait_loaded()
         while True:
             handle = self.handle
@@ -217,7 +217,7 @@ class ChatController:
                     await asyncio.shield(handle.task)
                 except BaseException:
                     pass
-            elif (self.board.decisions and self.follower.foreign is None) or self.follower.reading:
+            elif (self.board.decisions and self.follower.foreign is None) or self.follower.catching_up:
                 pass
             elif self.queue.ready(busy=self.busy):
                 if not self._send_next():  # cannot start (no loop): nothing will change by itself

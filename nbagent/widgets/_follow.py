@@ -86,7 +86,14 @@ class ThreadFollower:
         self.own: set[str] = set()
         self.foreign: str | None = None
         self._reading: asyncio.Future[None] | None = None
+        self._mail = [0, 0]  # notices handed to the loop, and shown (the first counts on the run's thread)
         self._unwatch = watch(controller.thread, self._heard)
+
+    @property
+    def catching_up(self) -> bool:
+        """The view will change by itself: the thread is being read again, or notices were
+        handed to the loop and are not shown yet."""
+        return self.reading or self._mail[0] != self._mail[1]
 
     @property
     def reading(self) -> bool:
@@ -161,10 +168,12 @@ class ThreadFollower:
         """A notice, on the thread of the run that sent it: hand it to the view's loop."""
         if run_id is not None and run_id in self.own:
             return  # the controller's own run: its events come by `on_event`
+        self._mail[0] += 1
         self.controller.schedule(self.on_notice, run_id, item)
 
     def on_notice(self, run_id: str | None, item: Any) -> None:
         """What happened to the thread elsewhere (on the controller's loop)."""
+        self._mail[1] += 1
         c, kind = self.controller, item.kind
         if kind == "tool-outcome":
             call = c.board.late_outcome(item)
