@@ -465,7 +465,8 @@ async def test_schedule_from_another_thread_runs_on_the_loop() -> None:
 
 
 def test_the_queue_the_calls_and_the_controller_never_import_ipywidgets() -> None:
-    code = ("import sys, nbagent.widgets._queue, nbagent.widgets._calls, nbagent.widgets._controller; "
+    code = ("import sys, nbagent.widgets._queue, nbagent.widgets._calls, nbagent.widgets._controller, "
+            "nbagent.widgets._follow, nbagent.widgets._tally, nbagent.widgets._transcript; "
             "assert 'ipywidgets' not in sys.modules, 'ipywidgets was imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
 

@@ -193,17 +193,17 @@ class ChatController:
     def load(self) -> None:
         """Show the stored thread: in a task on the loop, or at once when there is no loop."""
         if self._loop is not None:
-            self.follower.read_later(self.follower.load())
+            self.follower.read_later(self.follower.load(), load=True)
         else:  # a script with no loop: load synchronously (nothing can run then)
             run_sync(self.follower.load)
 
     def after_load(self, fn: Callable[[], Any]) -> bool:
-        """If the stored thread is still being read, call `fn` once it is shown and return True."""
-        return self.follower.after_reading(fn)
+        """If the stored thread is still loading, call `fn` once it is shown and return True."""
+        return self.follower.after_load(fn)
 
     async def wait_loaded(self) -> None:
         """Wait until the stored thread is shown."""
-        await self.follower.read()
+        await self.follower.loaded()
 
     async def wait(self) -> RunResult | None:
         """Wait until no run of this view goes on, what runs elsewhere told it is shown, and nothing

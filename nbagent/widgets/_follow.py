@@ -85,37 +85,37 @@ class ThreadFollower:
         self.controller = controller
         self.own: set[str] = set()
         self.foreign: str | None = None
-        self._reading: asyncio.Future[None] | None = None
+        self._loading: asyncio.Future[None] | None = None
+        self._reads: set[asyncio.Future[None]] = set()
         self._mail = [0, 0]  # notices handed to the loop, and shown (the first counts on the run's thread)
         self._unwatch = watch(controller.thread, self._heard)
 
     @property
     def catching_up(self) -> bool:
-        """The view will change by itself: the thread is being read again, or notices were
-        handed to the loop and are not shown yet."""
-        return self.reading or self._mail[0] != self._mail[1]
+        """The view will change by itself: the thread is being read, or notices were handed to
+        the loop and are not shown yet."""
+        return bool(self._reads) or self._mail[0] != self._mail[1]
 
-    @property
-    def reading(self) -> bool:
-        """The thread is being read again (the view will change when it is done)."""
-        return self._reading is not None and not self._reading.done()
+    def read_later(self, work: Coroutine[Any, Any, None], *, load: bool = False) -> None:
+        """Run `work` (reading the store) in a task on the controller's loop (`load`: the first
+        read, which `after_load` and `loaded` wait for)."""
+        task = asyncio.ensure_future(work)
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+        if load:
+            self._loading = task
 
-    def read_later(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` (reading the store) in a task on the controller's loop."""
-        self._reading = asyncio.ensure_future(work)
-
-    def after_reading(self, fn: Callable[[], Any]) -> bool:
-        """If the thread is being read, call `fn` when that is done and return True."""
-        if not self.reading:
+    def after_load(self, fn: Callable[[], Any]) -> bool:
+        """If the thread is still being loaded, call `fn` when that is done and return True."""
+        if self._loading is None or self._loading.done():
             return False
-        assert self._reading is not None
-        self._reading.add_done_callback(lambda _: fn())
+        self._loading.add_done_callback(lambda _: fn())
         return True
 
-    async def read(self) -> None:
-        """Wait until the thread has been read (and shown)."""
-        if self._reading is not None:
-            await asyncio.shield(self._reading)
+    async def loaded(self) -> None:
+        """Wait until the thread has been loaded (and shown)."""
+        if self._loading is not None:
+            await asyncio.shield(self._loading)
 
     def close(self) -> None:
         """Stop following the thread."""
