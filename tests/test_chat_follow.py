@@ -161,6 +161,24 @@ async def test_a_message_refused_because_another_process_left_calls_waiting_is_q
     assert result is not None and result.output == "You said: hello" and screen.sent == ["hello"]
 
 
+async def test_a_message_to_a_thread_another_process_is_running_goes_back_to_the_queue_on_hold() -> None:
+    import socket
+
+    from nbagent.store.meta import ThreadMeta
+
+    store = MemoryStore()
+    await make_agent(store).run("hello", thread="f-running")
+    view, screen = await controller_for(make_agent(store), "f-running")
+    loaded = await store.load("f-running")
+    assert loaded is not None
+    other = ThreadMeta(status="running", run_id="run_elsewhere", owner={"host": socket.gethostname(), "pid": 1})
+    await store.append("f-running", version=loaded.version, step=loaded.step, meta=other)  # pid 1 is alive
+    view.send(UserMessage("again"))
+    await view.wait()
+    assert screen.error and screen.status.startswith("not sent: thread 'f-running' is being run right now")
+    assert screen.sent == [] and screen.queue == ["again"] and view.queue.on_hold
+
+
 # ----------------------------------------------------------------------------------- point 6
 async def test_stop_during_a_blocking_tool_says_it_still_runs_then_shows_how_it_ended() -> None:
     started, release = threading.Event(), threading.Event()

@@ -157,13 +157,6 @@ class ThreadFollower:
             c.layout.show_conversation(loaded.messages)
         c.kick()
 
-    async def show_stored(self) -> None:
-        """The saved notebook's copy of the conversation, as stored now."""
-        c = self.controller
-        loaded = await c.agent.store.load(c.thread)
-        if loaded is not None:
-            c.layout.show_conversation(loaded.messages)
-
     def _heard(self, run_id: str | None, item: Any) -> None:
         """A notice, on the thread of the run that sent it: hand it to the view's loop."""
         if run_id is not None and run_id in self.own:
@@ -181,7 +174,6 @@ class ThreadFollower:
                 ended = "failed" if item.status == "failed" else "finished"
                 c.say(f"{call.name} {ended} after the stop; the model was told it is not known whether it "
                       "completed (the row shows what it returned)", keep=True)
-                self.read_later(self.show_stored())
             return
         if kind == "thread-changed":
             self.read_later(self.catch_up())
@@ -236,13 +228,14 @@ class ThreadFollower:
         elif isinstance(exc, ConflictError):
             lines.append(f"not sent: {exc}")
         elif isinstance(exc, PendingCallsError) and message is not None:
-            c.layout.unsend(message)  # out of the conversation, back at the head of the queue (no hold)
-            c.queue.not_sent(message, hold=False)
-            c.layout.show_queue(c.queue.messages)
             lines.append("this thread has tool calls waiting (from another process, or after a restart): decide "
                          "them first; your message is queued and sent after")
         elif not lines:
             lines.append(plain)
+        if message is not None:  # not sent: out of the conversation, back at the head of the queue
+            c.layout.unsend(message)
+            c.queue.not_sent(message, hold=not isinstance(exc, PendingCallsError))
+            c.layout.show_queue(c.queue.messages)
         again = 0
         if decisions is not None and not isinstance(exc, (ArgumentsMismatchError, ConflictError)):
             again = self._decide_again(decisions, {p.id: p for p in pending})
