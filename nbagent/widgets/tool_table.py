@@ -92,7 +92,7 @@ class ToolRow(widgets.VBox):
         self.html.value = tool_row_html(
             self.name, self.pending.args if (waiting and self.pending) else self.args, self.status,
             self.result, is_error=self.is_error, duration_s=self.duration_s, full_args=waiting,
-            elapsed_s=time.perf_counter() - self._started if ticking and self._started is not None else None,
+            elapsed_s=time.perf_counter() - self._started if ticking else None,  # type: ignore[operator]
         )
 
     def set_status(self, status: str, result: str | None = None, *, is_error: bool = False,
