@@ -53,6 +53,11 @@ STATUS_STYLE: dict[str, tuple[str, str]] = {
     "denied": ("denied", "#7b1fa2"),
     "cancelled": ("cancelled", "#616161"),
     "interrupted": ("interrupted", "#8d6e63"),
+    # a blocking tool whose run was stopped goes on in its thread; then it really ends
+    "still running": ("still running", "#8d6e63"),
+    "done after stop": ("done after stop", "#2e7d32"),
+    "failed after stop": ("failed after stop", "#c62828"),
+    "waiting": ("waiting", "#e67e00"),
 }
 
 PREVIEW_CHARS = 120
@@ -144,16 +149,24 @@ def tool_row_html(
     is_error: bool = False,
     duration_s: float | None = None,
     full_args: bool = False,
+    elapsed_s: float | None = None,
 ) -> str:
-    """One tool call as a one-row table (tool, arguments, status, result or error, duration)."""
+    """One tool call as a one-row table (tool, arguments, status, result or error, duration).
+    `elapsed_s`: the call is still going and has run this long; its time is a
+    ``<span class="nbagent-tick" data-elapsed>`` that the live view's front end counts up."""
     td = f'style="padding:3px 6px;vertical-align:top;border-bottom:{BORDER};overflow-wrap:anywhere"'
+    if elapsed_s is not None:
+        time_cell = (f'<span class="nbagent-tick" data-elapsed="{elapsed_s:.3f}" style="{MUTED}">'
+                     f"{escape(_duration(elapsed_s))}</span>")
+    else:
+        time_cell = f'<span style="{MUTED}">{escape(_duration(duration_s))}</span>'
     return (
         f'<table style="{FONT};width:100%;table-layout:fixed;border-collapse:collapse">{_colgroup()}<tr>'
         f'<td {td}><code style="{MONO}">{escape(name)}</code></td>'
         f"<td {td}>{expandable(pretty_args(args), full=full_args)}</td>"
         f"<td {td}>{status_badge(status)}</td>"
         f"<td {td}>{expandable(result, error=is_error)}</td>"
-        f'<td {td}><span style="{MUTED}">{escape(_duration(duration_s))}</span></td>'
+        f"<td {td}>{time_cell}</td>"
         "</tr></table>"
     )
 

@@ -26,10 +26,11 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from ._config import RunConfig
-from ._execute import execute
+from ._execute import execute, tool_result_text
 from ._plan import CUT_OFF, Plan, error_result, text_answer, unusable_answer
 from ._plan import plan as plan_calls
 from ._state import END_KINDS, RunState
+from ._watch import ThreadChangedNotice, ToolOutcomeNotice, publish
 from .approvals import Decision
 from .events import (
     ApprovalRequestedEvent,
@@ -80,6 +81,23 @@ def _usage_snapshot(usage: Usage) -> Usage:
     return dataclasses.replace(usage, calls=list(usage.calls))
 
 
+def _stop_reason(config: RunConfig, run: RunState) -> StopReason | None:
+    """Why the run must stop before its next model call (a limit of `config`), or None."""
+    if run.steps >= config.max_steps:
+        return "max_steps"
+    if config.token_budget is not None and run.usage.total_tokens >= config.token_budget:
+        return "token_budget"
+    if (
+        config.cost_budget is not None
+        and run.usage.cost_total is not None
+        and run.usage.cost_total >= config.cost_budget
+    ):
+        return "cost_budget"
+    if config.stop_when is not None and config.stop_when(run.to_result()):
+        return "stop_when"
+    return None
+
+
 class _Loop:
     """One run of the loop; `events()` is the async generator."""
 
@@ -92,6 +110,15 @@ class _Loop:
         """Decisions of calls about to run, stamped on their results."""
         self.final_saved = False  # the completing answer's save carried the final meta
         self.planned: Plan | None = None  # the plan committed with the last model answer
+        self.told_end = False  # the thread's observers heard how the run ended
+
+    def tell(self, event: Event) -> Event:
+        """Tell the thread's observers (`_watch`: the views of this process) about `event`;
+        never called for text or reasoning deltas."""
+        if isinstance(event, RunEndedEvent):
+            self.told_end = True
+        publish(self.run.thread, self.run.run_id, event)
+        return event
 
     async def save(
         self,
@@ -115,21 +142,23 @@ class _Loop:
         run, config = self.run, self.config
         live_runs.add(run.run_id)  # so that this process refuses to resume the thread meanwhile
         try:
-            yield RunStartedEvent(run.run_id, run.thread)
+            first = run.messages[run.new_message_index] if len(run.messages) > run.new_message_index else None
+            prompt = first if first is not None and first.kind == "user" else None
+            yield self.tell(RunStartedEvent(run.run_id, run.thread, prompt))
             try:
                 while True:
                     plan, self.planned = self.planned, None
                     calls = plan.calls if plan is not None else unanswered_calls(run.messages)
                     if calls:
                         async for event in self.tool_phase(calls, plan):
-                            yield event
+                            yield self.tell(event)
                         if run.status == "completed":  # the model gave its structured answer
                             break
                         if run.pending:
                             run.status = "paused"
                             for p in run.pending:
                                 client = p.reason == "client"
-                                yield ClientCallRequestedEvent(p) if client else ApprovalRequestedEvent(p)
+                                yield self.tell(ClientCallRequestedEvent(p) if client else ApprovalRequestedEvent(p))
                             break
                         continue
                     last = run.messages[-1] if run.messages else None
@@ -144,7 +173,7 @@ class _Loop:
                             break
                         await self.save(messages=run.messages[-1:], meta=True)
                         continue
-                    stop = self.stop_reason()
+                    stop = _stop_reason(config, run)
                     if stop is not None:
                         run.status, run.stop_reason = "stopped", stop
                         break
@@ -163,30 +192,17 @@ class _Loop:
                 else:
                     await self.cancel_cleanup()
                 run.result = run.to_result()
+                self.tell(RunEndedEvent(END_KINDS[run.status], run.result))  # type: ignore[arg-type]
                 raise
             if not (self.final_saved and run.status == "completed" and not run.meta_dirty):
                 run.ended_at = time.time()
                 await self.save(meta=True)
             result = run.result = run.to_result()
-            yield RunEndedEvent(END_KINDS[run.status], result)  # type: ignore[arg-type]
+            yield self.tell(RunEndedEvent(END_KINDS[run.status], result))  # type: ignore[arg-type]
         finally:
             live_runs.discard(run.run_id)
-
-    def stop_reason(self) -> StopReason | None:
-        run, config = self.run, self.config
-        if run.steps >= config.max_steps:
-            return "max_steps"
-        if config.token_budget is not None and run.usage.total_tokens >= config.token_budget:
-            return "token_budget"
-        if (
-            config.cost_budget is not None
-            and run.usage.cost_total is not None
-            and run.usage.cost_total >= config.cost_budget
-        ):
-            return "cost_budget"
-        if config.stop_when is not None and config.stop_when(run.to_result()):
-            return "stop_when"
-        return None
+            if not self.told_end:  # an error escaped the run: its observers read the thread again
+                publish(run.thread, run.run_id, ThreadChangedNotice(run.thread))
 
     # ------------------------------------------------------------------ model
     async def model_step(self) -> AsyncIterator[Event]:
@@ -228,7 +244,7 @@ class _Loop:
             except Exception as exc:
                 if config.retry.should_retry(exc, attempt):
                     delay = config.retry.delay(exc, attempt)
-                    yield ModelRetryEvent(attempt, str(exc), delay, step)
+                    yield self.tell(ModelRetryEvent(attempt, str(exc), delay, step))
                     await asyncio.sleep(delay)
                     continue
                 run.status = "failed"
@@ -257,7 +273,7 @@ class _Loop:
             run.status = "failed"
             run.error, run.exception = f"{type(problem).__name__}: {problem}", problem
             await self.save(usage=[row])
-            yield UsageEvent(row, _usage_snapshot(run.usage))
+            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
             return
         run.messages.append(message)
         if message.finish_reason in CUT_OFF:
@@ -283,8 +299,8 @@ class _Loop:
                 self.final_saved = True
             await self.save(messages=run.messages[-2:] if run.status == "running" else [message],
                             usage=[row], meta=True)
-        yield ModelResponseEvent(message, step)
-        yield UsageEvent(row, _usage_snapshot(run.usage))
+        yield self.tell(ModelResponseEvent(message, step))
+        yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
 
     # ------------------------------------------------------------------ structured answers
     async def tool_phase(self, calls: list[ToolCall], plan: Plan | None = None) -> AsyncIterator[Event]:
@@ -408,39 +424,52 @@ def _answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMess
 
 def _late_outcome(store: Store, thread: str, started: LedgerEntry, loop: asyncio.AbstractEventLoop) -> Any:
     """A callback (run in the tool's thread) for a blocking call that outlived its run: record how
-    it really ended in the ledger (the conversation already says "not known", and is append-only)."""
+    it really ended in the ledger (the conversation already says "not known", and is append-only)
+    and tell the thread's observers what it returned (`ToolOutcomeNotice`)."""
 
-    def record(failed: bool) -> None:
-        entry = LedgerEntry(started.call_id, started.tool, started.args_hash, "failed" if failed else "finished")
-        task = asyncio.ensure_future(_record_late(store, thread, entry))
+    def record(notice: ToolOutcomeNotice) -> None:
+        status = "failed" if notice.status == "failed" else "finished"
+        entry = LedgerEntry(started.call_id, started.tool, started.args_hash, status)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(_record_late(store, thread, entry, notice))
         _late_tasks.add(task)
         task.add_done_callback(_late_tasks.discard)
 
     def done(work: concurrent.futures.Future[Any]) -> None:
-        failed = work.cancelled() or work.exception() is not None
+        exc = None if work.cancelled() else work.exception()
+        if work.cancelled():
+            status, content = "failed", "cancelled before it started"
+        elif exc is not None:
+            status, content = "failed", f"{type(exc).__name__}: {exc}"
+        else:
+            status, content = "done", tool_result_text(work.result())
+        notice = ToolOutcomeNotice(thread, started.call_id, started.tool, status, content,  # type: ignore[arg-type]
+                                   max(0.0, time.time() - started.time))
         try:
-            loop.call_soon_threadsafe(record, failed)
+            loop.call_soon_threadsafe(record, notice)
         except RuntimeError:  # the loop is gone (the script ended): the ledger keeps "interrupted"
             pass
 
     return done
 
 
-async def _record_late(store: Store, thread: str, entry: LedgerEntry) -> None:
-    for _ in range(20):  # another run may be writing the thread: take its version and try again
-        loaded = await store.load(thread)
-        if loaded is None:
-            return
-        current = loaded.ledger.get(entry.call_id)
-        if current is None or current.status != "interrupted":
-            return  # a later run already decided what this call is
-        try:
-            await store.append(thread, version=loaded.version, step=loaded.step, ledger=[entry])
-            return
-        except ConflictError:
-            await asyncio.sleep(0.05)
-        except Exception:  # the store failing here has no run to fail: keep the "not known"
-            return
+async def _record_late(store: Store, thread: str, entry: LedgerEntry, notice: ToolOutcomeNotice) -> None:
+    try:
+        for _ in range(20):  # another run may be writing the thread: take its version and try again
+            loaded = await store.load(thread)
+            if loaded is None:
+                return
+            current = loaded.ledger.get(entry.call_id)
+            if current is None or current.status != "interrupted":
+                return  # a later run already decided what this call is
+            try:
+                await store.append(thread, version=loaded.version, step=loaded.step, ledger=[entry])
+                return
+            except ConflictError:
+                await asyncio.sleep(0.05)
+            except Exception:  # the store failing here has no run to fail: keep the "not known"
+                return
+    finally:  # the function did end: whoever shows the call hears it, whatever the ledger says
+        publish(thread, None, notice)
 
 
 def drive(config: RunConfig, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:

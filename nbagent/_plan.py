@@ -114,6 +114,7 @@ def plan(config: RunConfig, run: RunState, calls: list[ToolCall], decided: dict[
     ledger: list[LedgerEntry] = []
     to_run: list[tuple[ToolCall, Tool, Any, dict[str, Any] | None]] = []
     pending: list[PendingCall] = []
+    waited = {p.id: p for p in run.pending}
     spec = config.output
     if spec is not None and any(c.name == spec.name for c in calls):
         final = plan_final(config, run, calls, immediate)
@@ -136,16 +137,19 @@ def plan(config: RunConfig, run: RunState, calls: list[ToolCall], decided: dict[
             immediate.append(result)
             ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
             continue
-        if tool is None:
-            names = ", ".join(sorted(config.tools)) or "none"
-            immediate.append(error_result(call, f"unknown tool {call.name!r}; available tools: {names}"))
-            continue
         decision = run.decisions.get(call.id)
-        if decision is not None and decision.action == "deny":
+        if decision is not None and decision.action == "deny":  # a denial needs no tool (it may be gone)
             del run.decisions[call.id]
             reason = f": {decision.reason}" if decision.reason else ""
             immediate.append(decision.stamp(error_result(call, f"denied by the user{reason}", "denied")))
             ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "denied"))
+            continue
+        if tool is None and decision is None and call.id in waited:
+            pending.append(waited[call.id])  # undecided: it waits on (its tool may be registered again)
+            continue
+        if tool is None:
+            names = ", ".join(sorted(config.tools)) or "none"
+            immediate.append(error_result(call, f"unknown tool {call.name!r}; available tools: {names}"))
             continue
         args = call.args
         edited = None

@@ -5,7 +5,7 @@ Owns the event shapes; imports approvals (`PendingCall`), messages and usage onl
 
 | kind                   | class                    | fields                                       |
 |------------------------|--------------------------|----------------------------------------------|
-| run-started            | RunStartedEvent          | run_id, thread                               |
+| run-started            | RunStartedEvent          | run_id, thread, prompt (None for a resume)   |
 | text-delta             | TextDeltaEvent           | delta, snapshot, step                        |
 | reasoning-delta        | ReasoningDeltaEvent      | delta, step                                  |
 | model-response         | ModelResponseEvent       | message (the whole answer), step             |
@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from .approvals import PendingCall, args_hash
-from .messages import AssistantMessage, ToolCall, ToolResultMessage
+from .messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from .usage import ModelCallUsage, Usage
 
 if TYPE_CHECKING:
@@ -76,6 +76,8 @@ class TextAccumulator:
 class RunStartedEvent:
     run_id: str
     thread: str | None
+    prompt: UserMessage | None = None
+    """The message that started the run (None when it continues the thread: a resume)."""
     kind: Literal["run-started"] = "run-started"
 
 

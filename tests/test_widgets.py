@@ -553,7 +553,7 @@ async def test_stored_history_is_shown_escaped() -> None:
     await view.wait_loaded()
     html = view.history.value
     assert "&lt;script&gt;alert(1)&lt;/script&gt; hi" in html and "<script>" not in html
-    assert "thread so far" in view.footer.value
+    assert "last turn: 1 model call" in view.footer.value and "thread: 1 model call" in view.footer.value
 
 
 # ----------------------------------------------------------------------------------- secrets

@@ -4,9 +4,12 @@
   table with Approve / Deny / Edit / Always allow, Stop, usage and cost.
 - `render_result_html` (``display(result)``): a static HTML summary of a run, no JavaScript.
 
-Inside, the view is split by what it does: `chat` (the widgets and their layout), `_controller`
-(`ChatController`: runs, run events, what goes first), `_calls` (which tool calls wait, the
-decisions on them) and `_queue` (messages sent while busy); the last three import no ipywidgets.
+Inside, the view is split by what it does: `chat` (the widgets and their layout), `frame`
+(`ViewFrame`: the browser-only part — stylesheet, restart notice, ticking clock), `_controller`
+(`ChatController`: runs, run events, what goes first), `_follow` (keeping in step with the thread
+when it moves on elsewhere), `_calls` (which tool calls wait, the decisions on them), `_queue`
+(messages sent while busy), `_tally` (the footer's numbers) and `_transcript` (the copy of the
+conversation saved with the notebook); the underscored ones import no ipywidgets.
 
 Imported only when used: ``import nbagent`` never imports ipywidgets. `ChatView` loads lazily so
 that the static summary works where ipywidgets is not installed.

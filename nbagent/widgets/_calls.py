@@ -3,23 +3,37 @@
 Owns `CallState` (what is known of one call), `DecisionBatch` (decisions queued per call and sent
 together as one `Decisions` resume; "always allow" approves every shown call of that tool) and
 `CallBoard` (the calls by id, kept in step with the rows that show them, `CallRows`). The
-`ChatController` feeds it run events and decisions; `RunLog`'s `ToolRow`s draw it.
+`ChatController` feeds it run events (of its own runs and of runs elsewhere on the thread),
+decisions and late outcomes; `RunLog`'s `ToolRow`s draw it.
+
+A call can be decided elsewhere (in code, another view, another process): when its status moves
+on without this view, the board forgets its buttons and any decision made here but not sent yet
+(`CallBoard.overtaken`), and `decided_text` says plainly who decided what.
 
 Pure Python: imports only the core's approvals (no ipywidgets, no asyncio).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..approvals import Decisions, PendingCall
 
-__all__ = ["CALL_EVENTS", "WAITING", "CallBoard", "CallRows", "CallState", "DecisionBatch", "call_args"]
+__all__ = ["CALL_EVENTS", "STILL_RUNNING", "TICKING", "WAITING", "CallBoard", "CallRows", "CallState",
+           "DecisionBatch", "call_args", "decided_text", "validate_args"]
 
 WAITING = ("needs approval", "needs answer")
 """The statuses of a call that waits for a person."""
+STILL_RUNNING = "still running"
+"""A blocking (sync) tool whose run was stopped: a thread cannot be interrupted, so it goes on;
+its row changes again when the function really ends (``done after stop`` / ``failed after stop``)."""
+TICKING = ("running", STILL_RUNNING)
+"""The statuses whose time counts up while shown."""
+_HOW = {"approved": "approved", "edited": "approved with edited arguments", "denied": "denied",
+        "client": "answered", "always-allowed": "approved (always allowed)"}
 CALL_EVENTS = ("tool-call-started", "tool-call-finished", "approval-requested", "client-call-requested")
 """The run events `CallBoard.on_event` takes."""
 
@@ -42,8 +56,9 @@ class CallRows(Protocol):
     def set_call_args(self, call_id: str, args: Any) -> None:
         """The arguments a row shows when its call does not wait."""
 
-    def show_pending(self, pending: PendingCall) -> None:
-        """The call waits for a person: show its full arguments and the decision controls."""
+    def show_pending(self, pending: PendingCall, unavailable: str | None = None) -> None:
+        """The call waits for a person: show its full arguments and the decision controls (with
+        `unavailable`, why it cannot run here: no Approve, Edit or answer, only Deny)."""
 
     def lock_call(self, call_id: str) -> None:
         """A decision was made on the call: its controls go, it shows "queued"."""
@@ -60,6 +75,10 @@ class CallState:
     pending: PendingCall | None = None
     """The call as shown to the person while it waits (decisions carry this object)."""
     decided: bool = False
+    unavailable: str | None = None
+    """Why the call cannot run in this kernel (its tool is not registered), or None."""
+    outcome: Any = None
+    """Its `ToolResultMessage` once it ended (who decided, when), or None."""
 
     @property
     def waiting(self) -> bool:
@@ -111,6 +130,12 @@ class DecisionBatch:
                     ids.append(other_id)
         return ids
 
+    def drop(self, call_id: str) -> bool:
+        """Forget the call: it was decided elsewhere (a decision made here and not sent yet is
+        dropped: True)."""
+        self.shown.pop(call_id, None)
+        return self._decided.pop(call_id, None) is not None
+
     def take(self) -> Decisions | None:
         """The recorded decisions as one `Decisions` (and forget them); None when there is none."""
         if not self._decided:
@@ -135,13 +160,19 @@ class DecisionBatch:
 class CallBoard:
     """The tool calls shown, by id: their status, which wait for a person, the decisions made
     (`decisions`); every change is also shown on `rows`, and ``show_bulk(True)`` is called while
-    two or more calls wait for approval (``show_bulk(False)`` when not)."""
+    two or more calls wait for approval (``show_bulk(False)`` when not). ``unavailable(pending)``
+    says why a waiting call cannot run here (its tool is not registered), or None."""
 
-    def __init__(self, rows: CallRows, show_bulk: Callable[[bool], None]) -> None:
+    def __init__(self, rows: CallRows, show_bulk: Callable[[bool], None],
+                 unavailable: Callable[[PendingCall], str | None] = lambda _: None) -> None:
         self.rows = rows
         self._show_bulk = show_bulk
+        self._unavailable = unavailable
         self.calls: dict[str, CallState] = {}
         self.decisions = DecisionBatch()
+        self.overtaken: list[CallState] = []
+        """Calls decided here whose decision was not sent before the call was decided elsewhere
+        (the controller says so, then clears the list)."""
 
     @property
     def waiting(self) -> list[CallState]:
@@ -157,7 +188,7 @@ class CallBoard:
     def approvals(self) -> list[CallState]:
         """The calls waiting for approval (what Approve all / Deny all decide)."""
         return [c for c in self.calls.values()
-                if c.status == "needs approval" and not c.decided and c.pending is not None]
+                if c.status == "needs approval" and not c.decided and c.pending is not None and not c.unavailable]
 
     def track(self, call_id: str, name: str, args: Any, group: object = None) -> CallState:
         """The call's state; its row is made on first sight (in `group`'s table)."""
@@ -169,8 +200,13 @@ class CallBoard:
 
     def set_status(self, call: CallState, status: str, result: str | None = None, *,
                    is_error: bool = False, duration_s: float | None = None) -> None:
-        """A new status for `call` (and its result when it ended)."""
+        """A new status for `call` (and its result when it ended). A call that no longer waits
+        keeps no buttons here; a decision on it made here and not sent is overtaken."""
         call.status = status
+        if status not in WAITING and call.pending is not None:
+            if self.decisions.drop(call.id):
+                self.overtaken.append(call)
+            call.decided = True
         self.rows.update_call(call.id, status, result, is_error=is_error, duration_s=duration_s)
 
     def set_args(self, call: CallState, args: Any) -> None:
@@ -180,13 +216,14 @@ class CallBoard:
 
     def show_pending(self, pending: PendingCall, group: object = None) -> None:
         """`pending` waits for a person (unless it was decided while the run was still going:
-        that decision stays)."""
+        that decision stays). A call that cannot run here offers only Deny, and says why."""
         call = self.track(pending.id, pending.name, pending.args, group)
         if not self.decisions.show(pending):
             return
-        call.pending, call.decided = pending, False
+        unavailable = self._unavailable(pending)
+        call.pending, call.decided, call.unavailable, call.outcome = pending, False, unavailable, None
         call.status = "needs answer" if pending.reason == "client" else "needs approval"
-        self.rows.show_pending(pending)
+        self.rows.show_pending(pending, unavailable)
         self.update_bulk()
 
     def on_event(self, event: Any) -> None:
@@ -198,8 +235,12 @@ class CallBoard:
         if event.kind == "tool-call-started":
             self.set_status(call, "running")
         else:
-            res = event.result
-            self.set_status(call, res.status, res.content, is_error=res.is_error, duration_s=res.duration_s)
+            self.ended(call, event.result)
+
+    def ended(self, call: CallState, result: Any) -> None:
+        """`call` ended with `result` (a `ToolResultMessage`)."""
+        call.outcome = result
+        self.set_status(call, result.status, result.content, is_error=result.is_error, duration_s=result.duration_s)
 
     def reload(self, pending: list[PendingCall]) -> None:
         """The calls waiting as the store has them (a resume failed before it applied the
@@ -231,8 +272,48 @@ class CallBoard:
         for call_id, call in self.calls.items():
             if call.status in ("queued", "running") and call_id not in pending_ids:
                 r = results.get(call_id)
-                if r is not None:
-                    self.set_status(call, r.status, r.content, is_error=r.is_error, duration_s=r.duration_s)
+                if r is not None and cancelled and r.status == "interrupted" and call.status == "running":
+                    call.outcome = r  # a blocking tool goes on in its thread: its row says so
+                    self.set_status(call, STILL_RUNNING, "stop requested; this tool cannot be interrupted "
+                                    "and is still running (this row changes when it ends)")
+                elif r is not None:
+                    self.ended(call, r)
                 elif cancelled:
                     self.set_status(call, "cancelled")
         self.update_bulk()
+
+    @property
+    def still_running(self) -> list[CallState]:
+        """Blocking tools of a stopped run that have not ended yet."""
+        return [c for c in self.calls.values() if c.status == STILL_RUNNING]
+
+    def late_outcome(self, notice: Any) -> CallState | None:
+        """A blocking tool that outlived its stopped run ended (a `ToolOutcomeNotice`): its row
+        shows what it returned; returns the call (None when this view does not show it)."""
+        call = self.calls.get(notice.call_id)
+        if call is None or call.status not in (STILL_RUNNING, "running", "queued"):
+            return None
+        failed = notice.status == "failed"
+        self.set_status(call, "failed after stop" if failed else "done after stop", notice.content,
+                        is_error=failed, duration_s=notice.duration_s)
+        return call
+
+
+def validate_args(tools: Mapping[str, Any], name: str, args: dict[str, Any]) -> Any:
+    """Check edited arguments against tool `name`'s schema (raises when they do not fit; no
+    check for a tool that is not registered)."""
+    tool = tools.get(name)
+    return None if tool is None else tool.validate(args)
+
+
+def decided_text(call: CallState) -> str:
+    """What to say when a person acts on `call` but it was decided already (elsewhere): who
+    decided what and when, as far as the view knows."""
+    result = call.outcome
+    if result is None or result.decision is None:
+        return (f"{call.name} was already decided elsewhere (in code or another view): it is {call.status} "
+                "now; your decision was not sent")
+    who = f" by {result.decided_by}" if result.decided_by else ""
+    when = time.strftime(" at %H:%M:%S", time.localtime(result.decided_at)) if result.decided_at else ""
+    return (f"{call.name} was already {_HOW.get(result.decision, result.decision)}{who}{when} (in code or "
+            f"another view): it is {call.status} now; your decision was not sent")

@@ -8,6 +8,10 @@ in one `Decisions` resume, "always allow") and the messages sent while busy in a
 (`_queue`). It shows all of this through a `ChatLayout` (and its `RunLayout`, where the runs
 are shown): `ChatView` in a notebook, a recorder in tests.
 
+The thread may move on elsewhere: a `ThreadFollower` (`_follow`) brings the runs from code or
+other views of this kernel, late tool outcomes, and the store's word after a stale click. The
+footer's numbers (this turn, the thread, the run's budget) are a `UsageTally` (`_tally`).
+
 Threading (DESIGN.md, "Facts about Jupyter"): everything here runs on the loop captured when the
 controller was made. `ChatController.schedule` is the one method that is safe from any thread:
 widget handlers (which may run on an ipykernel subshell thread) hand their work to it and return.
@@ -15,8 +19,8 @@ widget handlers (which may run on an ipykernel subshell thread) hand their work 
 A paused thread needs no live run: the calls waiting come from the thread's stored `ThreadMeta`,
 so decisions work after a kernel restart.
 
-Imports asyncio, the core's public shapes (approvals, messages, result, usage), `_sync`, `_calls`
-and `_queue`; never ipywidgets.
+Imports asyncio, the core's public shapes (approvals, messages, result), `_sync`, `_calls`,
+`_follow`, `_queue` and `_tally`; never ipywidgets.
 """
 
 from __future__ import annotations
@@ -30,17 +34,16 @@ from .._sync import run_sync
 from ..approvals import Decisions
 from ..messages import Message, Prompt, UserMessage, user_message
 from ..result import RunResult
-from ..usage import Usage
-from ._calls import CALL_EVENTS, CallBoard, CallRows, call_args
+from ._calls import CALL_EVENTS, CallBoard, CallRows, call_args, decided_text
+from ._follow import ENDED, ThreadFollower, unavailable_text
 from ._queue import MessageQueue, dropped_note
+from ._tally import UsageTally
 
 if TYPE_CHECKING:
     from ..agent import Agent, RunHandle
     from ..messages import AssistantMessage
 
 __all__ = ["ChatController", "ChatLayout", "RunLayout"]
-
-_ENDED = ("run-completed", "run-paused", "run-stopped", "run-failed", "run-cancelled")
 
 
 class RunLayout(CallRows, Protocol):
@@ -74,9 +77,16 @@ class ChatLayout(Protocol):
     def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str]) -> None:
         """The stored conversation (without the calls in `skip_call_ids`: they get rows)."""
 
-    def show_usage(self, usage: Usage, *, label: str = "run", token_budget: int | None = None,
+    def show_usage(self, tally: UsageTally, *, token_budget: int | None = None,
                    cost_budget: float | None = None) -> None:
-        """The footer: tokens, cost and budget use."""
+        """The footer: this turn's and the thread's tokens and cost, and the run's budget use."""
+
+    def show_conversation(self, messages: Sequence[Message]) -> None:
+        """The thread's conversation as stored now (the saved notebook's static copy)."""
+
+    def unsend(self, message: UserMessage) -> None:
+        """`message` was not sent after all (it goes back to the queue): take it out of the
+        conversation."""
 
     def show_status(self, text: str, error: bool, note: str) -> None:
         """The status line: `text` (red when `error`) and the queue's `note` ("" for none)."""
@@ -109,7 +119,7 @@ def _current_loop() -> asyncio.AbstractEventLoop | None:
         return None
 
 
-def _ended_text(kind: str, result: RunResult, waiting: str) -> tuple[str, bool]:
+def _ended_text(kind: str, result: RunResult, waiting: str, still_running: Sequence[str]) -> tuple[str, bool]:
     """The status line when a run ended with `kind` (and whether it is an error)."""
     if kind == "run-completed":
         return "", False
@@ -119,6 +129,11 @@ def _ended_text(kind: str, result: RunResult, waiting: str) -> tuple[str, bool]:
         return f"stopped: {result.stop_reason}", False
     if kind == "run-failed":
         return f"failed: {result.error}", True
+    if still_running:
+        n = len(still_running)
+        rows = "its row changes" if n == 1 else "their rows change"
+        return (f"cancelled; stop was requested but {', '.join(still_running)} cannot be interrupted (a blocking "
+                f"function) and {'is' if n == 1 else 'are'} still running: {rows} when it ends", False)
     return "cancelled", False
 
 
@@ -134,9 +149,11 @@ class ChatController:
 
     Attributes:
         handle: the `RunHandle` of the run going on, or None.
-        result: the `RunResult` of the last run that ended.
+        result: the `RunResult` of the last run of this view that ended.
         board: the tool calls shown, which wait, and the decisions made (`CallBoard`).
         queue: the messages waiting to be sent (`MessageQueue`).
+        tally: the footer's numbers (`UsageTally`).
+        follower: what keeps the view in step with its thread elsewhere (`ThreadFollower`).
     """
 
     def __init__(self, agent: Agent, thread: str, layout: ChatLayout, *,
@@ -148,14 +165,16 @@ class ChatController:
         self.handle: RunHandle | None = None
         self.result: RunResult | None = None
         self.log = layout.run_log
-        self.board = CallBoard(self.log, layout.show_bulk)
+        self.board = CallBoard(self.log, layout.show_bulk, lambda p: unavailable_text(p, self.agent.tools))
         self.queue = MessageQueue()
+        self.tally = UsageTally()
         self._state: Any = None
         self._status: tuple[str, bool] = ("", False)
-        self._load_task: asyncio.Future[None] | None = None
-        self._reload_task: asyncio.Future[None] | None = None
+        self._kept = ""  # what happened elsewhere: stays until the person acts again
+        self._sent: tuple[UserMessage | None, Decisions | None] = (None, None)
+        self.follower = ThreadFollower(self)
 
-    # ------------------------------------------------------------------ threading and loading
+    # ------------------------------------------------------------------ threading, loading, status
     def schedule(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run ``fn(*args)`` on the controller's loop; safe from any thread (widget handlers call
         this and return). An error it raises shows on the status line."""
@@ -174,25 +193,22 @@ class ChatController:
     def load(self) -> None:
         """Show the stored thread: in a task on the loop, or at once when there is no loop."""
         if self._loop is not None:
-            self._load_task = self._loop.create_task(self._load())
+            self.follower.read_later(self.follower.load(), load=True)
         else:  # a script with no loop: load synchronously (nothing can run then)
-            run_sync(self._load)
+            run_sync(self.follower.load)
 
     def after_load(self, fn: Callable[[], Any]) -> bool:
         """If the stored thread is still loading, call `fn` once it is shown and return True."""
-        if self._load_task is None or self._load_task.done():
-            return False
-        self._load_task.add_done_callback(lambda _: fn())
-        return True
+        return self.follower.after_load(fn)
 
     async def wait_loaded(self) -> None:
         """Wait until the stored thread is shown."""
-        if self._load_task is not None:
-            await self._load_task
+        await self.follower.loaded()
 
     async def wait(self) -> RunResult | None:
-        """Wait until no run goes on and nothing queued will start one by itself (decisions, and
-        queued messages unless they wait for a decision or are on hold); returns the last result."""
+        """Wait until no run of this view goes on, what runs elsewhere told it is shown, and nothing
+        queued will start a run by itself (decisions, and queued messages unless they wait for a
+        decision or are on hold); returns the last result of this view."""
         await self.wait_loaded()
         while True:
             handle = self.handle
@@ -201,9 +217,9 @@ class ChatController:
                     await asyncio.shield(handle.task)
                 except BaseException:
                     pass
-            elif self.board.decisions or (self._reload_task is not None and not self._reload_task.done()):
+            elif (self.board.decisions and self.follower.foreign is None) or self.follower.catching_up:
                 pass
-            elif self.queue.ready(busy=bool(self.board.waiting)):
+            elif self.queue.ready(busy=self.busy):
                 if not self._send_next():  # cannot start (no loop): nothing will change by itself
                     break
             else:
@@ -211,41 +227,32 @@ class ChatController:
             await asyncio.sleep(0)
         return self.result
 
-    async def _load(self) -> None:
-        try:
-            loaded = await self.agent.store.load(self.thread)
-        except Exception as exc:
-            self.say(f"could not load thread {self.thread!r}: {type(exc).__name__}: {exc}", error=True)
-            return
-        if loaded is None:
-            return
-        pending = loaded.open_pending()
-        self.layout.show_history(loaded.messages, [p.id for p in pending])
-        self.board.decisions.always_allowed = set(loaded.meta.always_allowed)
-        self.layout.show_usage(Usage.of(loaded.usage), label="thread so far")
-        if pending:
-            for p in pending:
-                self.board.show_pending(p, group="stored")
-            self.say(self.board.waiting_text())
-        elif loaded.meta.status == "failed" and loaded.meta.error:
-            self.say(f"the last run failed: {loaded.meta.error}", error=True)
-
-    # ------------------------------------------------------------------ status
     @property
     def busy(self) -> bool:
-        """A new message cannot start a run now: a run goes on, or calls wait for a decision (or
-        have decisions not sent yet)."""
-        return self.handle is not None or bool(self.board.decisions) or bool(self.board.waiting)
+        """A new message cannot start a run now: a run goes on (here or elsewhere in this
+        process), or calls wait for a decision (or have decisions not sent yet)."""
+        return (self.handle is not None or self.follower.foreign is not None or bool(self.board.decisions)
+                or bool(self.board.waiting))
 
-    def say(self, text: str, *, error: bool = False) -> None:
-        """Put `text` on the status line (with the queue's note under it)."""
-        self._status = (text, error)
+    def say(self, text: str, *, error: bool = False, keep: bool = False) -> None:
+        """Put `text` on the status line (with the queue's note under it). ``keep=True``: a note
+        under the status line that stays until the person sends or decides again (what happened
+        elsewhere, a late outcome), while the status line goes on."""
+        if keep:
+            self._kept = text
+        else:
+            self._status = (text, error)
         self._render_status()
 
     def _render_status(self) -> None:
         text, error = self._status
-        note = self.queue.note(running=self.handle is not None, undecided=bool(self.board.waiting))
-        self.layout.show_status(text, error, note)
+        note = self.queue.note(running=self.handle is not None or self.follower.foreign is not None,
+                               undecided=bool(self.board.waiting))
+        self.layout.show_status(text, error, "\n".join(t for t in (self._kept, note) if t))
+
+    def render_usage(self) -> None:
+        """Show the footer as the tally has it."""
+        self.layout.show_usage(self.tally, token_budget=self.agent.token_budget, cost_budget=self.agent.cost_budget)
 
     # ------------------------------------------------------------------ sending
     def ask(self, prompt: Prompt) -> RunHandle | None:
@@ -268,6 +275,7 @@ class ChatController:
         Raises:
             Exception: `Agent.start` refused `message` (it is neither sent nor queued).
         """
+        self._kept = ""
         if message is not None and not self.queue and not self.busy:
             self.queue.submit()
             self._start(prompt=message)
@@ -306,28 +314,31 @@ class ChatController:
         return [m.content for m in dropped]
 
     # ------------------------------------------------------------------ runs
-    def _start(self, prompt: Prompt | None = None, resume: Decisions | None = None) -> None:
+    def _start(self, prompt: UserMessage | None = None, resume: Decisions | None = None) -> None:
         if self._loop is None:
             self.say("no running event loop: use the view in a notebook (or an async function)", error=True)
             return
-        self.log.run_started()
-        self.say("running…")
         handle = self.agent.start(prompt, thread=self.thread, on_event=self.on_event, resume=resume,
                                   state=self._state)
-        self.handle = handle
+        self.handle, self._sent = handle, (prompt, resume)
+        self.run_started(prompt=None, own=True)
         self.layout.show_running(True)
         handle.task.add_done_callback(lambda task: self._on_done(handle, task))
+
+    def run_started(self, *, prompt: UserMessage | None, own: bool) -> None:
+        """A run starts on the thread (this view's, or elsewhere: then `prompt` is its message)."""
+        self.log.run_started()
+        if not own and prompt is not None:
+            self.layout.show_sent(prompt)
+        self.tally.run_started(new_turn=prompt is not None or (own and self._sent[0] is not None))
+        self.render_usage()
+        self.say("running…" if own else "running (started in code or in another view)…")
 
     def stop(self) -> None:
         """Cancel the run going on; queued messages stay, on hold."""
         if self.handle is not None:
             self.say("stopping…")
             self.handle.cancel()
-
-    def validate(self, name: str, args: dict[str, Any]) -> Any:
-        """Check edited arguments against tool `name`'s schema (raises when they do not fit)."""
-        tool = self.agent.tools.get(name)
-        return None if tool is None else tool.validate(args)
 
     def _on_done(self, handle: RunHandle, task: asyncio.Future[Any]) -> None:
         if self.handle is handle:
@@ -338,21 +349,12 @@ class ChatController:
             self.say("cancelled")
         else:
             exc = task.exception()
-            if exc is not None:
-                self.queue.run_ended("failed")
-                self.say(f"{type(exc).__name__}: {exc}", error=True)
-                # the decisions were not applied: show what waits now, as the store has it
-                assert self._loop is not None
-                self._reload_task = self._loop.create_task(self._reload_pending())
+            if exc is not None:  # refused before it started (stale decisions, a running thread, ...)
+                self.tally.run_ended()
+                self.render_usage()
+                self.follower.read_later(self.follower.after_failure(exc, *self._sent))
                 return
-        self._kick()
-
-    async def _reload_pending(self) -> None:
-        loaded = await self.agent.store.load(self.thread)
-        if loaded is None:
-            return
-        self.board.reload(loaded.open_pending())
-        self._kick()
+        self.kick()
 
     # ------------------------------------------------------------------ run events
     def on_event(self, event: Any) -> None:
@@ -369,48 +371,62 @@ class ChatController:
             self.say(f"model call failed (attempt {event.attempt}): {event.error}; "
                      f"retrying in {event.delay_s:.1f} s")
         elif kind == "usage":
-            self.layout.show_usage(event.total, token_budget=self.agent.token_budget,
-                                   cost_budget=self.agent.cost_budget)
+            self.tally.add(event.call)
+            self.render_usage()
         elif kind == "run-started":
-            self.say("running…")
-        elif kind in _ENDED:
-            self._on_end(kind, event.result)
+            self.follower.own.add(event.run_id)
+        elif kind in ENDED:
+            self.run_ended(kind, event.result, own=True)
 
     def _on_response(self, step: int, message: AssistantMessage) -> None:
         self.log.show_answer(step, message)
         for call in message.tool_calls:
             self.board.track(call.id, call.name, call_args(call), step)
         if message.tool_calls:
-            self.say("running tools…")
+            self.say("running tools…" if self.follower.foreign is None else
+                     "running tools (started in code or in another view)…")
 
-    def _on_end(self, kind: str, result: RunResult) -> None:
-        self.result = result
+    def run_ended(self, kind: str, result: RunResult, *, own: bool) -> None:
+        """A run on the thread ended (this view's, or elsewhere)."""
+        if own:
+            self.result = result
+            self.queue.run_ended(kind.removeprefix("run-"))  # failed or cancelled: the queue waits for Send
         self._state = result.state
+        self.tally.run_ended()
+        self.render_usage()
         self.log.finish_streams()
         results = {m.call_id: m for m in result.messages if m.kind == "tool-result"}
         self.board.run_ended(results, {p.id for p in result.pending}, cancelled=kind == "run-cancelled")
-        self.queue.run_ended(kind.removeprefix("run-"))  # failed or cancelled: the queue waits for Send
-        text, error = _ended_text(kind, result, self.board.waiting_text())
+        still = [c.name for c in self.board.still_running]
+        text, error = _ended_text(kind, result, self.board.waiting_text(), still)
         self.say(text, error=error)
+        self.layout.show_conversation(result.messages)
 
     # ------------------------------------------------------------------ decisions
     def decide(self, call_id: str, action: str, payload: Any = None, *, kick: bool = True) -> None:
         """Record a person's decision on a waiting call (approve, deny, edit, result, always) and
-        start the resume, or keep it until the run going on ends."""
-        if self.board.decide(call_id, action, payload) and kick:
-            self._kick()
+        start the resume, or keep it until the run going on ends. A call decided elsewhere
+        meanwhile is not decided again: the status line says who decided what."""
+        self._kept = ""
+        if self.board.decide(call_id, action, payload):
+            if kick:
+                self.kick()
+            return
+        call = self.board.calls.get(call_id)
+        if call is not None and call.outcome is not None:
+            self.say(decided_text(call), keep=True)
 
     def decide_all(self, action: str, payload: Any = None) -> None:
         """The same decision on every call waiting for approval (``Approve all`` / ``Deny all``),
         sent in one resume."""
         for call in self.board.approvals:
             self.decide(call.id, action, payload, kick=False)
-        self._kick()
+        self.kick()
 
-    def _kick(self) -> None:
-        """Start a resume with the decisions made, unless a run goes on (then it starts when that
-        run ends); with no decision made, send the next queued message."""
-        if self.handle is not None:
+    def kick(self) -> None:
+        """Start a resume with the decisions made, unless a run goes on (here or elsewhere: then
+        it starts when that run ends); with no decision made, send the next queued message."""
+        if self.handle is not None or self.follower.foreign is not None:
             self._render_status()
             return
         decisions = self.board.decisions.take()

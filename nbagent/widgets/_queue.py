@@ -9,7 +9,8 @@ text. It does not start runs: the `ChatController` asks it for the next message 
   decisions on waiting calls always go before queued messages.
 - A run that was stopped (cancelled) or failed puts the queue on hold: nothing is taken by
   itself until the person presses Send (`submit`), which goes on from the first message.
-- A message that could not be sent goes back to the head of the queue, on hold (`not_sent`).
+- A message that could not be sent goes back to the head of the queue, on hold (`not_sent`);
+  one refused because calls wait goes back without the hold (it is sent after the decisions).
 - ``Clear queue`` drops every queued message (`clear`).
 
 Pure Python: imports only the core's message type (no ipywidgets, no asyncio).
@@ -89,10 +90,12 @@ class MessageQueue:
         """Whether `take` would give a message now."""
         return bool(self._messages) and not self._on_hold and not busy
 
-    def not_sent(self, message: UserMessage) -> None:
-        """A message taken could not start its run: it goes back to the head, on hold."""
+    def not_sent(self, message: UserMessage, *, hold: bool = True) -> None:
+        """A message taken could not start its run: it goes back to the head, on hold (or, with
+        ``hold=False``, to be sent by itself once nothing stands in the way: e.g. it was refused
+        because calls wait for a decision)."""
         self._messages.insert(0, message)
-        self._on_hold = True
+        self._on_hold = self._on_hold or hold
 
     def run_ended(self, status: str) -> None:
         """A run ended with `status` (a `RunResult.status`): ``failed`` and ``cancelled`` put the

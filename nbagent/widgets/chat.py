@@ -30,12 +30,16 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._html import FONT, MUTED, assistant_html, messages_html, usage_html, user_html
+from .._html import FONT, MUTED, assistant_html, messages_html, user_html
 from .._sanitize import escape
 from ..messages import Prompt, UserMessage
+from ._calls import validate_args
 from ._controller import ChatController
+from ._tally import UsageTally, footer_html
+from ._transcript import SavedCopy
+from .frame import ViewFrame
 from .stream import StreamText, ThinkingText
-from .tool_table import Decide, Schedule, ToolRow, ToolTable
+from .tool_table import Decide, Schedule, ToolRow, ToolTable, on_enter
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -44,7 +48,6 @@ if TYPE_CHECKING:
     from ..approvals import PendingCall
     from ..messages import AssistantMessage, Message
     from ..result import RunResult
-    from ..usage import Usage
 
 __all__ = ["ChatView", "RunLog"]
 
@@ -124,8 +127,8 @@ class RunLog(widgets.VBox):
     def set_call_args(self, call_id: str, args: Any) -> None:
         self.rows[call_id].args = args
 
-    def show_pending(self, pending: PendingCall) -> None:
-        self.rows[pending.id].show_pending(pending)
+    def show_pending(self, pending: PendingCall, unavailable: str | None = None) -> None:
+        self.rows[pending.id].show_pending(pending, unavailable)
 
     def lock_call(self, call_id: str) -> None:
         self.rows[call_id].lock("queued")
@@ -205,7 +208,7 @@ class ChatView(widgets.VBox):
         # it shows its runs in this log).
         self._log = RunLog(interval=interval, schedule=lambda fn, *args: self.controller.schedule(fn, *args),
                            decide=lambda call_id, action, payload: self.controller.decide(call_id, action, payload),
-                           validate=lambda name, args: self.controller.validate(name, args))
+                           validate=lambda name, args: validate_args(self.agent.tools, name, args))
         self._queued: list[tuple[UserMessage, widgets.HTML]] = []
         """The queued messages and their bubbles, oldest first."""
         self._history = widgets.HTML()
@@ -237,7 +240,11 @@ class ChatView(widgets.VBox):
         self._buttons = MappingProxyType({b.description: b for b in (
             send, stop, approve_all, deny_all, confirm, cancel, clear)})
 
+        self._sent: dict[int, widgets.HTML] = {}
+        """The bubbles of the messages sent, by message (id)."""
         self.controller = ChatController(agent, thread or "thread_" + uuid.uuid4().hex[:16], self)
+        self._frame = ViewFrame(self.controller.thread)
+        self._copy = SavedCopy(self.controller.thread)
         schedule = self.controller.schedule  # handlers only hand their work to the loop
         stop.on_click(lambda _: schedule(self.stop))
         approve_all.on_click(lambda _: schedule(self._on_approve_all))
@@ -247,8 +254,10 @@ class ChatView(widgets.VBox):
         clear.on_click(lambda _: schedule(self.clear_queue))
         send.on_click(lambda _: schedule(self._submit))
         self._input.on_msg(self._on_input_msg)
+        on_enter(self._deny_all_reason, schedule, self._confirm_deny_all)  # Enter confirms Deny all
         super().__init__(
             [
+                self._frame,
                 self._history,
                 self._log,
                 self._queue_box,
@@ -278,6 +287,30 @@ class ChatView(widgets.VBox):
     queue_box = property(lambda self: self._queue_box, doc="The queued messages' bubbles, oldest first.")
     deny_all_box = property(lambda self: self._deny_all_box, doc="The reason line of Deny all.")
     deny_all_reason = property(lambda self: self._deny_all_reason, doc="The reason box of Deny all.")
+
+    # ------------------------------------------------------------------ in the notebook file
+    def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
+        data = super()._repr_mimebundle_(**kwargs)
+        if data is not None:  # where no widget can run, the text says what this was
+            data["text/plain"] = (f"nbagent chat view of thread {self.thread!r} (interactive in Jupyter: run the "
+                                  "cell); the conversation is saved in the next output")
+        return data
+
+    def _ipython_display_(self) -> None:
+        """Display the live view, and under it a copy of the conversation for the saved notebook
+        (hidden while the view is on the page; kept current as runs end)."""
+        live = self._repr_mimebundle_() if callable(self._repr_mimebundle_) else None  # None once closed
+        self._copy.display(live or {"text/plain": repr(self)})
+
+    def saved_copy(self) -> dict[str, Any]:
+        """The conversation as stored, as inert HTML and plain text: what a saved notebook shows
+        where the view cannot run (GitHub, nbviewer, a closed kernel)."""
+        return self._copy.bundle()
+
+    def close(self) -> None:
+        """Close the view's widget (its parts stay) and stop following its thread."""
+        self.controller.follower.close()
+        super().close()
 
     @property
     def queued_messages(self) -> list[str]:
@@ -364,9 +397,19 @@ class ChatView(widgets.VBox):
     def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str]) -> None:
         self._history.value = messages_html(messages, skip_call_ids=skip_call_ids)
 
-    def show_usage(self, usage: Usage, *, label: str = "run", token_budget: int | None = None,
+    def show_usage(self, tally: UsageTally, *, token_budget: int | None = None,
                    cost_budget: float | None = None) -> None:
-        self._footer.value = usage_html(usage, label=label, token_budget=token_budget, cost_budget=cost_budget)
+        html = footer_html(tally, token_budget=token_budget, cost_budget=cost_budget)
+        if self._footer.value != html:
+            self._footer.value = html
+
+    def show_conversation(self, messages: Sequence[Message]) -> None:
+        self._copy.update(messages)  # the saved notebook's copy follows
+
+    def unsend(self, message: UserMessage) -> None:
+        bubble = self._sent.pop(id(message), None)
+        if bubble is not None:
+            self._log.children = tuple(c for c in self._log.children if c is not bubble)
 
     def show_status(self, text: str, error: bool, note: str) -> None:
         colour = "#c62828" if error else "var(--jp-ui-font-color2,#666)"
@@ -405,4 +448,5 @@ class ChatView(widgets.VBox):
         else:
             self._queued = [(m, b) for m, b in self._queued if b is not bubble]
             bubble.value = _bubble(message)
+        self._sent[id(message)] = bubble
         self._log.add(bubble)

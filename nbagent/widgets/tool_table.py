@@ -2,9 +2,13 @@
 
 Owns `ToolTable` and `ToolRow`. A row is an HTML widget (tool, arguments, status, result, duration;
 built by `_html.tool_row_html`, everything escaped) plus, while the call waits for a person, the
-buttons ``Approve``, ``Deny`` (reason box + ``Confirm deny``), ``Edit`` (JSON text area +
-``Approve edited``, validated with the tool's schema), ``Always allow <tool>``, or for a client
-tool an answer box + ``Submit``.
+buttons ``Approve``, ``Deny`` (reason box + ``Confirm deny``; Enter in the box confirms), ``Edit``
+(JSON text area + ``Approve edited``, validated with the tool's schema), ``Always allow <tool>``,
+or for a client tool an answer box + ``Submit`` (Enter submits). A call whose tool is not
+registered in this kernel offers only ``Deny`` (a client call: nothing) and says why.
+
+While a call runs (or, stopped, still runs in its thread) its time counts up in the browser
+(``frame.js``); the row's HTML only carries the seconds elapsed when it was drawn.
 
 Button handlers may run on a thread other than the kernel loop's (ipykernel subshells), so every
 handler only hands its work to the `schedule` callable (``loop.call_soon_threadsafe``) and
@@ -25,7 +29,7 @@ import ipywidgets as widgets
 
 from .._html import pretty_args, table_header_html, tool_row_html
 from .._sanitize import escape
-from ._calls import WAITING
+from ._calls import TICKING, WAITING
 
 if TYPE_CHECKING:
     from ..events import PendingCall
@@ -43,6 +47,15 @@ _HIDDEN = "none"
 def _button(label: str, style: str = "", tooltip: str = "") -> widgets.Button:
     return widgets.Button(description=label, button_style=style, tooltip=tooltip or label,
                           layout=widgets.Layout(width="auto"))
+
+
+def on_enter(box: widgets.Text, schedule: Schedule, fn: Callable[..., None], *args: Any) -> None:
+    """Enter in `box` schedules ``fn(*args)`` on the loop (like a click of the box's button)."""
+    def handler(_widget: Any, content: Any, _buffers: Any) -> None:
+        if isinstance(content, dict) and content.get("event") == "submit":
+            schedule(fn, *args)
+
+    box.on_msg(handler)
 
 
 class ToolRow(widgets.VBox):
@@ -75,17 +88,19 @@ class ToolRow(widgets.VBox):
     # ------------------------------------------------------------------ display
     def _render(self) -> None:
         waiting = self.status in WAITING
+        ticking = self.status in TICKING and self._started is not None
         self.html.value = tool_row_html(
             self.name, self.pending.args if (waiting and self.pending) else self.args, self.status,
             self.result, is_error=self.is_error, duration_s=self.duration_s, full_args=waiting,
+            elapsed_s=time.perf_counter() - self._started if ticking else None,  # type: ignore[operator]
         )
 
     def set_status(self, status: str, result: str | None = None, *, is_error: bool = False,
                    duration_s: float | None = None) -> None:
         """Show a new status (and the result or error when the call ended)."""
-        if status == "running":
+        if status == "running" or (status in TICKING and self._started is None):
             self._started = time.perf_counter()
-        if duration_s is None and self._started is not None and status not in ("running", *WAITING):
+        if duration_s is None and self._started is not None and status not in (*TICKING, *WAITING):
             duration_s = time.perf_counter() - self._started
         self.status = status
         if result is not None:
@@ -103,20 +118,26 @@ class ToolRow(widgets.VBox):
             b.disabled = True
 
     # ------------------------------------------------------------------ waiting for a person
-    def show_pending(self, pending: PendingCall) -> None:
-        """The call waits: show its full arguments and the controls for a decision."""
+    def show_pending(self, pending: PendingCall, unavailable: str | None = None) -> None:
+        """The call waits: show its full arguments and the controls for a decision. With
+        `unavailable` (its tool is not registered here) only Deny is offered, and the row says
+        why."""
         self.pending = pending
         self.decided = False
         self.status = "needs answer" if pending.reason == "client" else "needs approval"
         self._render()
         self.buttons = {}
-        if pending.reason == "client":
+        children: list[widgets.Widget]
+        if pending.reason == "client" and unavailable:
+            children = []
+        elif pending.reason == "client":
             box = widgets.Text(placeholder=f"your answer for {pending.name}", continuous_update=True,
                                layout=widgets.Layout(width="60%"))
             submit = _button("Submit", "primary", f"send this answer as the result of {pending.name}")
             submit.on_click(lambda _: self._schedule(self._submit_answer, box))
+            on_enter(box, self._schedule, self._submit_answer, box)
             self.buttons["Submit"] = submit
-            children: list[widgets.Widget] = [widgets.HBox([box, submit])]
+            children = [widgets.HBox([box, submit])]
         else:
             approve = _button("Approve", "success", "run this call with the arguments shown")
             deny = _button("Deny", "danger", "answer the model that you denied it")
@@ -137,11 +158,19 @@ class ToolRow(widgets.VBox):
             deny.on_click(lambda _: self._schedule(self._toggle, deny_box, edit_box))
             edit.on_click(lambda _: self._schedule(self._toggle, edit_box, deny_box))
             confirm.on_click(lambda _: self._schedule(self._confirm_deny, reason))
+            on_enter(reason, self._schedule, self._confirm_deny, reason)
             save.on_click(lambda _: self._schedule(self._save_edit, area, error))
-            self.buttons = {"Approve": approve, "Deny": deny, "Edit": edit, "Always allow": always,
-                            "Confirm deny": confirm, "Approve edited": save}
+            self.buttons = {"Deny": deny, "Confirm deny": confirm}
+            if not unavailable:
+                self.buttons.update({"Approve": approve, "Edit": edit, "Always allow": always, "Approve edited": save})
             self.deny_reason, self.edit_area, self.edit_error = reason, area, error
-            children = [widgets.HBox([approve, deny, edit, always]), deny_box, edit_box]
+            bar = [deny] if unavailable else [approve, deny, edit, always]
+            children = [widgets.HBox(bar), deny_box] + ([] if unavailable else [edit_box])
+        if unavailable:
+            children.insert(0, widgets.HTML(
+                f'<div class="nbagent-unavailable" style="border-left:3px solid var(--jp-warn-color1,#ff9800);'
+                f'padding:2px 8px;margin:2px 0;font-size:12px;color:var(--jp-ui-font-color1,#222);'
+                f'white-space:pre-wrap">{escape(unavailable)}</div>'))
         if pending.description:
             children.append(widgets.HTML(
                 f'<span style="color:var(--jp-ui-font-color2,#666);font-size:12px">'

@@ -1,0 +1,108 @@
+"""The chat view's footer: which tokens and costs it adds up, and the line that shows them.
+
+Owns `UsageTally` and `footer_html`. The numbers mean (also in docs/view.md):
+
+- **turn**: the model calls since the person's last message: the run that message started and
+  every resume that continued it (an Approve, an answer, a Stop and go on). A new message starts
+  a new turn at zero, at once, so a new run never shows the previous run's numbers. While a run
+  goes on it is "this turn (running)", afterwards "last turn".
+- **thread**: every model call of the thread: the stored ones when the view opened, then every
+  call of every run on the thread in this process (the view's own, from code, from other views).
+- **budget**: ``token_budget`` / ``cost_budget`` limit each run (a resume is a new run), so the
+  budget part shows the run going on, or the last run.
+
+Pure Python: imports the core's usage shapes and the static HTML helpers (no ipywidgets).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .._html import FONT, MUTED
+from .._sanitize import escape
+from ..usage import ModelCallUsage, Usage
+
+__all__ = ["UsageTally", "footer_html"]
+
+
+class UsageTally:
+    """The footer's sums: this turn, the whole thread, and the run (for the per-run budgets).
+
+    ```python
+    tally = UsageTally()
+    tally.loaded(stored_rows, turn_from_step=3)   # the thread as stored
+    tally.run_started(new_turn=True)              # a message was sent: the turn starts at zero
+    tally.add(row)                                # each model call, as it is reported
+    ```
+    """
+
+    def __init__(self) -> None:
+        self.turn = Usage()
+        self.thread = Usage()
+        self.run = Usage()
+        self.running = False
+        self._seen: set[tuple[str, int]] = set()
+
+    def loaded(self, rows: Sequence[ModelCallUsage], turn_from_step: int) -> None:
+        """The thread as stored: every row counts for the thread; those after step
+        `turn_from_step` (the step of the last message sent) make the last turn."""
+        self.thread = Usage.of(list(rows))
+        self.turn = Usage.of([r for r in rows if r.step > turn_from_step])
+        self._seen = {(r.run_id, r.step) for r in rows}
+        last = rows[-1].run_id if rows else None
+        self.run = Usage.of([r for r in rows if r.run_id == last])
+
+    def run_started(self, *, new_turn: bool) -> None:
+        """A run starts: a new turn when it sends a message (a resume continues the turn)."""
+        if new_turn:
+            self.turn = Usage()
+        self.run = Usage()
+        self.running = True
+
+    def add(self, row: ModelCallUsage) -> None:
+        """One model call of a run on the thread (counted once, however often it is reported)."""
+        key = (row.run_id, row.step)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        for usage in (self.turn, self.thread, self.run):
+            usage.add(row)
+
+    def run_ended(self) -> None:
+        self.running = False
+
+
+def _calls(n: int) -> str:
+    return f"{n:,} model call{'s' if n != 1 else ''}"
+
+
+def _cost(usage: Usage) -> str:
+    return "cost " + (f"${usage.cost_total:.4f}" if usage.cost_total is not None else "n/a")
+
+
+def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budget: float | None = None) -> str:
+    """The footer: the turn's calls, tokens (input / cached / output) and cost; the thread's
+    calls, tokens and cost; the run's use of its budgets when budgets are set. Empty before the
+    thread has any model call and while nothing runs."""
+    turn, thread, run = tally.turn, tally.thread, tally.run
+    if not thread.requests and not tally.running:
+        return ""
+    label = "this turn (running)" if tally.running else "last turn"
+    parts = [
+        f"{label}: {_calls(turn.requests)}",
+        f"tokens in {turn.input_tokens:,} · cached {turn.cache_read_tokens:,} · out {turn.output_tokens:,}",
+        _cost(turn),
+    ]
+    line = " | ".join(parts)
+    whole = f"thread: {_calls(thread.requests)} · {thread.total_tokens:,} tokens · {_cost(thread)}"
+    budget = []
+    if token_budget:
+        used = run.total_tokens
+        budget.append(f"token budget {used:,} / {token_budget:,} ({100 * used / token_budget:.0f}%)")
+    if cost_budget:
+        spent = run.cost_total or 0.0
+        budget.append(f"cost budget ${spent:.4f} / ${cost_budget:.4f} ({100 * spent / cost_budget:.0f}%)")
+    if budget:
+        whole += " | per run: " + ", ".join(budget)
+    return (f'<div class="nbagent-footer" style="{FONT};{MUTED};font-size:12px">{escape(line)}'
+            f'<br><span class="nbagent-footer-thread">{escape(whole)}</span></div>')
