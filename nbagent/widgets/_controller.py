@@ -165,7 +165,8 @@ class ChatController:
         self.handle: RunHandle | None = None
         self.result: RunResult | None = None
         self.log = layout.run_log
-        self.board = CallBoard(self.log, layout.show_bulk, lambda p: unavailable_text(p, self.agent.tools))
+        self.board = CallBoard(self.log, layout.show_bulk,
+                               lambda p: unavailable_text(p, self.agent.tools, self.agent.tool_sources))
         self.queue = MessageQueue()
         self.tally = UsageTally()
         self._state: Any = None

@@ -44,11 +44,17 @@ _STALE = (UnknownCallError, NotResumableError, ArgumentsMismatchError, PendingCa
 _PAYLOAD = {"deny": "reason", "edit": "args", "result": "value"}
 
 
-def unavailable_text(pending: PendingCall, tools: Mapping[str, Any]) -> str | None:
+def unavailable_text(pending: PendingCall, tools: Mapping[str, Any], sources: Sequence[Any] = ()) -> str | None:
     """Why a waiting call cannot run in this kernel: its tool is not registered with the agent
-    (e.g. after a restart the cell that defines it has not run). None when it can."""
+    (e.g. after a restart the cell that defines it has not run). None when it can, or may: a tool
+    source (an MCP server) that has not listed its tools yet may have it, and the resume lists them.
+    """
     if pending.name in tools:
         return None
+    for source in sources:
+        listed = source.cached_tools()
+        if listed is None or any(t.name == pending.name for t in listed):
+            return None
     if pending.reason == "client":
         return (f"{pending.name} is not a tool of this agent in this kernel, so it cannot be answered here: run "
                 "the cell that defines it (and the agent), then this view's cell again")
