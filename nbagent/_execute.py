@@ -1,8 +1,12 @@
 """Running one tool call: binding its arguments, calling it, and turning what it returned (or
 raised) into the `ToolResultMessage` the model sees.
 
-Owns `execute` and `tool_result_text`. Imports approvals, exceptions, messages, tools and the run
-state; no store: the loop records each result.
+Owns `execute` and `tool_output` (with its text-only twin `tool_result_text`): the one place that
+turns a tool's return value into what the model reads (``content``), the images it is sent
+(``images``) and what only the view shows (``display``, a sanitized ``_repr_html_``). Pandas,
+PIL and matplotlib are never imported: their objects are recognised by duck typing. Imports
+approvals, exceptions, messages, `_sanitize`, tools and the run state; no store: the loop
+records each result.
 """
 
 from __future__ import annotations
@@ -13,35 +17,177 @@ import contextvars
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
+from ._sanitize import rich_html
 from .approvals import Decision
 from .exceptions import ModelRetry
-from .messages import ToolCall, ToolResultMessage, clean_text
+from .messages import Image, ToolCall, ToolResultMessage, clean_text
 from .tools import RunContext, Tool
 
 if TYPE_CHECKING:
     from ._state import RunState
 
-__all__ = ["execute", "tool_result_text"]
+__all__ = ["MAX_DISPLAY_CHARS", "MAX_RESULT_CHARS", "ToolOutput", "execute", "tool_output", "tool_result_text"]
+
+MAX_RESULT_CHARS = 8_000
+"""The longest text rendering of an object the model is sent (a DataFrame, anything with a
+``_repr_html_``, anything shown with ``str``): longer ones are cut, with a note saying how much was
+left out. A string or JSON-able value a tool returns is sent whole."""
+MAX_DISPLAY_CHARS = 300_000
+"""The largest ``_repr_html_`` kept for the view (after sanitizing); bigger ones are shown as text."""
+FRAME_ROWS = 30
+"""A DataFrame / Series is sent as ``to_string()`` of at most this many rows (first and last
+halves, with its shape), at most `FRAME_COLUMNS` columns and 50 characters per cell."""
+FRAME_COLUMNS = 20
+
+
+class ToolOutput(NamedTuple):
+    """What a tool's return value becomes (see `tool_output`)."""
+
+    content: str
+    """The text the model reads."""
+    images: list[Image]
+    """Images sent to the model with it (see `ToolResultMessage.images`)."""
+    display: dict[str, str] | None
+    """A MIME bundle for the view only (``text/html``), or None."""
 
 
 def tool_result_text(value: Any) -> str:
-    """How a tool's return value is shown to the model: strings as they are, the rest as JSON."""
+    """The text the model reads for a tool's return value (`tool_output`'s ``content``)."""
+    return tool_output(value).content
+
+
+def tool_output(value: Any) -> ToolOutput:
+    """Turn what a tool returned into what the model and the view get. Never raises.
+
+    - a string: sent as it is;
+    - an `Image`, a matplotlib figure, a PIL image (anything `Image.of` takes but bytes and
+      paths), or a list of strings and such images: the strings joined by blank lines, the images
+      in ``images`` (an image alone is described in the text, ``[image: image/png, 12 kB]``);
+    - an object with ``_repr_html_`` (a pandas DataFrame, a Styler): its sanitized HTML in
+      ``display`` for the view; the model gets ``to_string()`` (`FRAME_ROWS` rows, the shape), or
+      the JSON / ``str`` form, cut at `MAX_RESULT_CHARS`;
+    - an object with ``to_string`` (a pandas Series): that, as above, cut at `MAX_RESULT_CHARS`;
+    - anything else: JSON (a pydantic model's ``model_dump_json``), else ``str(value)`` cut at
+      `MAX_RESULT_CHARS`.
+    """
     if isinstance(value, str):
+        return ToolOutput(value, [], None)
+    parts = _parts(value)
+    if parts is not None:
+        texts = [p for p in parts if isinstance(p, str)]
+        images = [p for p in parts if isinstance(p, Image)]
+        text = "\n\n".join(texts) or "\n".join(f"[image: {i.describe()}]" for i in images)
+        return ToolOutput(text, images, None)
+    html = _repr_html(value)
+    if html is not None:
+        return ToolOutput(_cut(_frame_text(value)), [], {"text/html": html})
+    if callable(getattr(value, "to_string", None)) and not callable(getattr(value, "model_dump_json", None)):
+        return ToolOutput(_cut(_frame_text(value)), [], None)  # a Series, a frame without HTML
+    return ToolOutput(_json_text(value), [], None)
+
+
+def _image(value: Any) -> Image | None:
+    """`value` as an image, if it is one (not bytes or a path: a tool's bytes are data, not a picture)."""
+    if isinstance(value, Image):
         return value
+    if isinstance(value, (str, bytes, bytearray, memoryview, os.PathLike)):
+        return None
+    if callable(getattr(value, "savefig", None)) or any(
+        callable(getattr(value, name, None)) for name in ("_repr_png_", "_repr_jpeg_")
+    ):
+        try:
+            return Image.of(value)
+        except Exception:  # InvalidPromptError or a broken converter: not after all: shown as an object
+            return None
+    return None
+
+
+def _parts(value: Any) -> list[str | Image] | None:
+    """A value of text and images as its parts; None when it holds no image (a list of strings
+    stays a JSON list, as before)."""
+    single = _image(value)
+    if single is not None:
+        return [single]
+    if not isinstance(value, (list, tuple)) or not value:
+        return None
+    parts: list[str | Image] = []
+    for item in value:
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        image = _image(item)
+        if image is None:
+            return None
+        parts.append(image)
+    return parts if any(isinstance(p, Image) for p in parts) else None
+
+
+def _repr_html(value: Any) -> str | None:
+    method = getattr(value, "_repr_html_", None)
+    if not callable(method) or isinstance(value, type):
+        return None
+    try:
+        html = method()
+        if isinstance(html, tuple):  # (html, metadata)
+            html = html[0]
+        cleaned = rich_html(html)
+    except Exception:  # a broken _repr_html_ must not turn a tool's success into an error
+        return None
+    if cleaned is None or len(cleaned) > MAX_DISPLAY_CHARS:
+        return None
+    return cleaned
+
+
+def _frame_text(value: Any) -> str:
+    """A DataFrame's (or Series') compact ``to_string``; the JSON / str form of anything else."""
+    to_string = getattr(value, "to_string", None)
+    if callable(to_string):
+        for kwargs in (
+            {"max_rows": FRAME_ROWS, "min_rows": FRAME_ROWS, "max_cols": FRAME_COLUMNS,
+             "max_colwidth": 50, "show_dimensions": True},  # DataFrame
+            {"max_rows": FRAME_ROWS, "min_rows": FRAME_ROWS, "length": True, "name": True, "dtype": True},  # Series
+            {},
+        ):
+            try:
+                text = to_string(**kwargs)
+            except Exception:  # another signature (a Styler...): try the next one
+                continue
+            if isinstance(text, str):
+                return text
+    return _json_text(value)
+
+
+def _json_text(value: Any) -> str:
     dump = getattr(value, "model_dump_json", None)
-    if callable(dump):
-        return str(dump())
+    if callable(dump) and not isinstance(value, type):
+        try:
+            return str(dump())
+        except Exception:
+            pass
     try:
         return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):
         from pydantic_core import to_json
 
         try:
-            return to_json(value, fallback=str).decode()
+            text = to_json(value, fallback=str).decode()
+            if not text.startswith('"'):
+                return text  # JSON of dataclasses, sets, dates... in a structure
         except Exception:
-            return str(value)
+            pass
+        try:  # the object as a whole has no JSON form: its text, not a quoted JSON string
+            return _cut(str(value))
+        except Exception:
+            return f"<{type(value).__name__} object>"
+
+
+def _cut(text: str) -> str:
+    if len(text) <= MAX_RESULT_CHARS:
+        return text
+    return (text[:MAX_RESULT_CHARS] + f"\n… ({len(text) - MAX_RESULT_CHARS:,} more characters not shown: "
+            f"the result was cut to {MAX_RESULT_CHARS:,} characters)")
 
 
 _threads: concurrent.futures.ThreadPoolExecutor | None = None
@@ -89,27 +235,28 @@ async def execute(
             finally:
                 if work.done():  # kept only while the thread outlives a cancelled await
                     run.blocking.pop(call.id, None)
-        content, is_error, status = tool_result_text(value), False, "done"
+        output, is_error, status = tool_output(value), False, "done"
     except ModelRetry as exc:
-        content, is_error, status = exc.message, True, "failed"
+        output, is_error, status = ToolOutput(exc.message, [], None), True, "failed"
     except asyncio.CancelledError:
         cancelling = getattr(asyncio.current_task(), "cancelling", None)
         if cancelling is None or cancelling():
             raise  # the run (or this call) is being cancelled
         # The tool's own code raised it (e.g. it awaited something cancelled elsewhere):
         # an error result, not a hung or aborted run.
-        content, is_error, status = "CancelledError: the tool's work was cancelled", True, "failed"
+        output, is_error, status = ToolOutput("CancelledError: the tool's work was cancelled", [], None), True, "failed"
     except Exception as exc:
-        content, is_error, status = f"{type(exc).__name__}: {exc}", True, "failed"
+        output, is_error, status = ToolOutput(f"{type(exc).__name__}: {exc}", [], None), True, "failed"
     except (KeyboardInterrupt, SystemExit) as exc:
         # Raised by the tool's own code (sys.exit(), an argparse error): a real Ctrl-C reaches the
         # run as a cancellation, not here. An error result, never a dead loop or an open call.
-        content, is_error, status = f"{type(exc).__name__}: {exc} (raised by the tool)", True, "failed"
-    content = clean_text(content)
+        output = ToolOutput(f"{type(exc).__name__}: {exc} (raised by the tool)", [], None)
+        is_error, status = True, "failed"
+    content = clean_text(output.content)
     if note:
         content = note + content
     result = ToolResultMessage(call.id, call.name, content, is_error, status,  # type: ignore[arg-type]
-                               time.perf_counter() - clock)
+                               time.perf_counter() - clock, images=output.images, display=output.display)
     if decision is not None:
         decision.stamp(result)
     return result

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._config import RunConfig
-from ._execute import tool_result_text
+from ._execute import tool_output
 from ._state import RunState
 from .approvals import Decision, PendingCall, args_hash
 from .exceptions import InvalidArgumentsError, ModelResponseError
@@ -139,8 +139,9 @@ def plan(config: RunConfig, run: RunState, calls: list[ToolCall], decided: dict[
         if tool.is_client:
             if decision is not None and decision.action == "result":
                 del run.decisions[call.id]
+                content, images, display = tool_output(decision.value)
                 immediate.append(decision.stamp(
-                    ToolResultMessage(call.id, call.name, tool_result_text(decision.value))))
+                    ToolResultMessage(call.id, call.name, content, images=images, display=display)))
                 ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "finished"))
             else:
                 pending.append(PendingCall(call.id, call.name, args, "client", tool.description))

@@ -1,9 +1,10 @@
 """Untrusted text -> safe HTML: Markdown through markdown-it-py + nh3, everything else escaped.
 
-Owns the only two ways model text, tool arguments and tool results reach HTML in nbagent's views
-and static summaries: `markdown_html` (Markdown rendered, then sanitized with an allow-list) and
-`escape` (plain text). Imports markdown-it-py and nh3 lazily; without them Markdown is shown as
-escaped plain text, which is still safe.
+Owns the only ways model text, tool arguments and tool results reach HTML in nbagent's views
+and static summaries: `markdown_html` (Markdown rendered, then sanitized with an allow-list),
+`rich_html` (a tool result's own ``_repr_html_``, e.g. a pandas DataFrame, cut down to table and
+text markup) and `escape` (plain text). Imports markdown-it-py and nh3 lazily; without them
+Markdown is shown as escaped plain text and rich HTML is not shown, which is still safe.
 
 Why both libraries: markdown-it with ``html=False`` already escapes raw HTML and refuses
 ``javascript:`` links, but a sanitizer with an allow-list (tags, attributes, URL schemes) on its
@@ -16,7 +17,7 @@ import html as _html
 from functools import lru_cache
 from typing import Any
 
-__all__ = ["ALLOWED_TAGS", "ALLOWED_URL_SCHEMES", "escape", "markdown_html"]
+__all__ = ["ALLOWED_TAGS", "ALLOWED_URL_SCHEMES", "RICH_TAGS", "escape", "markdown_html", "rich_html"]
 
 ALLOWED_TAGS = frozenset({
     "a", "b", "blockquote", "br", "code", "del", "em", "h1", "h2", "h3", "h4", "h5", "h6", "hr",
@@ -28,6 +29,15 @@ script, iframe, svg, form or input."""
 ALLOWED_URL_SCHEMES = frozenset({"http", "https", "mailto"})
 
 _ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, "td": {"align"}}
+
+RICH_TAGS = ALLOWED_TAGS | frozenset({
+    "caption", "col", "colgroup", "div", "small", "span", "sub", "sup", "tfoot",
+})
+"""What a tool result's ``_repr_html_`` may keep: table and text markup (a DataFrame's table, its
+index and header levels, a caption). No img, style, class or id: the view styles it."""
+
+_RICH_ATTRIBUTES = {"a": {"href", "title"}, "th": {"colspan", "rowspan"}, "td": {"colspan", "rowspan"},
+                    "col": {"span"}, "colgroup": {"span"}, "ol": {"start"}}
 
 
 def escape(text: Any) -> str:
@@ -67,6 +77,30 @@ def _clean(fragment: str) -> str:
         strip_comments=True,
         clean_content_tags={"script", "style"},
     )
+
+
+def rich_html(html: str | None) -> str | None:
+    """A tool result's own HTML (``_repr_html_``: a pandas DataFrame, a Styler...) cut down to
+    `RICH_TAGS` with no style, class, id or event attribute, links to http(s)/mailto only;
+    None when nothing visible is left, or without nh3 (then the view shows the text only)."""
+    if not html or not isinstance(html, str):
+        return None
+    try:
+        import nh3
+    except ImportError:  # pragma: no cover - the notebook extra is not installed
+        return None
+    cleaned: str = nh3.clean(
+        html,
+        tags=set(RICH_TAGS),
+        attributes={k: set(v) for k, v in _RICH_ATTRIBUTES.items()},
+        url_schemes=set(ALLOWED_URL_SCHEMES),
+        link_rel="noopener noreferrer nofollow",
+        strip_comments=True,
+        clean_content_tags={"script", "style"},
+    ).strip()
+    if not nh3.clean(cleaned, tags=set()).strip():  # markup with no text (a script-only widget)
+        return None
+    return cleaned
 
 
 def markdown_html(text: str | None) -> str:

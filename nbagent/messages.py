@@ -8,7 +8,8 @@ get defaults, field types never change.
 SystemMessage      kind="system"       content
 UserMessage        kind="user"         content, images
 AssistantMessage   kind="assistant"    text, tool_calls, reasoning, refusal, finish_reason, model
-ToolResultMessage  kind="tool-result"  call_id, name, content, is_error, status, duration_s
+ToolResultMessage  kind="tool-result"  call_id, name, content, is_error, status, duration_s, decision...,
+                                        images, display
 ```
 """
 
@@ -438,6 +439,12 @@ class ToolResultMessage:
     """Who decided (``resume(decided_by=...)``; the view records the OS user), when known."""
     decided_at: float | None = None
     """When the decision was made (seconds since the epoch)."""
+    images: list[Image] = field(default_factory=list)
+    """Images the tool returned (an `Image`, a figure, a PIL image, or a list of text and images),
+    sent to the model with `content` by providers that take images in tool results."""
+    display: dict[str, str] | None = None
+    """A MIME bundle for the view only, never sent to the model: ``{"text/html": ...}`` holds the
+    sanitized ``_repr_html_`` of what the tool returned (a pandas DataFrame...). None: none."""
     kind: Literal["tool-result"] = "tool-result"
 
     def to_dict(self) -> dict[str, Any]:
@@ -455,6 +462,10 @@ class ToolResultMessage:
             value = getattr(self, name)
             if value is not None:
                 data[name] = value
+        if self.display is not None:
+            data["display"] = dict(self.display)
+        if self.images:
+            data["images"] = [i.to_dict() for i in self.images]
         return data
 
 
@@ -485,6 +496,8 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             decision=data.get("decision"),
             decided_by=data.get("decided_by"),
             decided_at=data.get("decided_at"),
+            images=[Image.from_dict(i) for i in data.get("images") or ()],
+            display=dict(data["display"]) if data.get("display") else None,
         )
     if kind == "user":
         images = data.get("images")

@@ -67,6 +67,7 @@ def local_model(
         settings={**LOCAL_SETTINGS, **(settings or {})},
         server_key=key,
         start_timeout=start_timeout,
+        tool_images=kwargs.pop("tool_images", False),  # SmolLM2 is text-only: llama.cpp answers images with 500
         **kwargs,
     )
 

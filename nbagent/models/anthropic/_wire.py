@@ -2,7 +2,8 @@
 
 Owns the mapping of messages (the system prompt as ``system``; user text and images, base64 or
 URL; assistant text, thinking blocks and ``tool_use`` blocks; every tool result of one answer as
-``tool_result`` blocks of ONE user turn, ``is_error`` for error results), tool definitions
+``tool_result`` blocks of ONE user turn, ``is_error`` for error results, the images a tool
+returned as image blocks inside its ``tool_result``), tool definitions
 (``input_schema``), ``tool_choice`` (``auto`` / ``required`` -> ``any`` / a tool's name / ``none``,
 ``parallel_tool_calls=False`` -> ``disable_parallel_tool_use``), prompt-caching breakpoints
 (``cache_control`` on the last tool, the last system block and the latest message) and the check
@@ -80,6 +81,16 @@ def _user_content(message: Any) -> str | list[dict[str, Any]]:
     return blocks
 
 
+def _tool_result_content(message: Any) -> str | list[dict[str, Any]]:
+    """A tool result's text, with the images the tool returned as image blocks inside it."""
+    text = message.content
+    if not message.images:
+        return text  # type: ignore[no-any-return]
+    blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    blocks.extend(_image_block(i) for i in message.images)
+    return blocks
+
+
 def _assistant_content(message: Any) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for block in getattr(message, "thinking_blocks", None) or ():
@@ -124,7 +135,8 @@ def wire_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], list[s
         elif kind == "user":
             add("user", _user_content(m))
         elif kind == "tool-result":
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.call_id, "content": m.content}  # type: ignore[union-attr]
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.call_id,  # type: ignore[union-attr]
+                                     "content": _tool_result_content(m)}
             if m.is_error:  # type: ignore[union-attr]
                 block["is_error"] = True
             add("user", [block])

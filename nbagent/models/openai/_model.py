@@ -76,6 +76,9 @@ class OpenAIModel(Model):
         send_reasoning: send an answer's reasoning text back as ``reasoning_content`` (what
             DeepSeek needs between tool calls); only answers from servers that return reasoning
             text have any.
+        tool_images: send images tools return in a user message after the answer's tool results
+            (``tool`` messages take text only; they say the images follow). False for a text-only
+            model (`local_model`): it reads only the tool's text.
         deadline: seconds for a whole model call, from sending the request to the stream's last
             chunk (``None``: no limit; default `DEFAULT_DEADLINE`, 600). Unlike `timeout`, it
             ends a stream kept alive by keep-alive comments or empty deltas. A call past it fails
@@ -101,6 +104,7 @@ class OpenAIModel(Model):
         http_client: Any = None,
         send_reasoning: bool = True,
         deadline: float | None = DEFAULT_DEADLINE,
+        tool_images: bool = True,
     ) -> None:
         model_name = model_name or os.environ.get("OPENAI_MODEL") or None
         if not model_name:
@@ -115,6 +119,7 @@ class OpenAIModel(Model):
         self.timeout = timeout
         self.max_retries = max_retries
         self.send_reasoning = send_reasoning
+        self.tool_images = tool_images
         if deadline is not None and not deadline > 0:
             raise UserError(f"OpenAIModel(deadline=...) is seconds > 0, or None for no limit; got {deadline!r}")
         self.deadline = deadline
@@ -188,7 +193,7 @@ class OpenAIModel(Model):
         """The keyword arguments for ``chat.completions.create`` (without the key)."""
         return request_params(
             request, model_name=self.model_name, settings=self.settings, cache=self._wire,
-            send_reasoning=self.send_reasoning, stream=stream,
+            send_reasoning=self.send_reasoning, stream=stream, tool_images=self.tool_images,
         )
 
     def stream_error(self, error: Any, fallback: str | None = None) -> ModelError:

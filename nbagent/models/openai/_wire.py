@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...exceptions import UserError
-from ...messages import Message
+from ...messages import Image, Message, ToolResultMessage
 from ..base import ModelRequest
 
 _ALWAYS_SET = frozenset({"messages", "model", "stream", "tools", "self"})
@@ -48,21 +48,38 @@ def check_settings(settings: Mapping[str, Any]) -> None:
         )
 
 
-def _wire_message(message: Message, send_reasoning: bool = True) -> dict[str, Any]:
+def _image_part(image: Image) -> dict[str, Any]:
+    url: dict[str, Any] = {"url": image.data_url()}
+    if image.detail is not None:
+        url["detail"] = image.detail
+    return {"type": "image_url", "image_url": url}
+
+
+def _tool_images_message(results: list[ToolResultMessage]) -> dict[str, Any]:
+    """The user message that carries the images of tool results (``tool`` messages take text only)."""
+    parts: list[dict[str, Any]] = []
+    for r in results:
+        parts.append({"type": "text", "text": f"[images returned by the {r.name} tool (call {r.call_id})]"})
+        parts.extend(_image_part(i) for i in r.images)
+    return {"role": "user", "content": parts}
+
+
+def _wire_message(message: Message, send_reasoning: bool = True, tool_images: bool = True) -> dict[str, Any]:
     kind = message.kind
     if kind == "user":
         images = message.images  # type: ignore[union-attr]
         if not images:
             return {"role": "user", "content": message.content}  # type: ignore[union-attr]
         parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []  # type: ignore[union-attr]
-        for image in images:
-            url: dict[str, Any] = {"url": image.data_url()}
-            if image.detail is not None:
-                url["detail"] = image.detail
-            parts.append({"type": "image_url", "image_url": url})
+        parts.extend(_image_part(i) for i in images)
         return {"role": "user", "content": parts}
     if kind == "tool-result":
-        return {"role": "tool", "tool_call_id": message.call_id, "content": message.content}  # type: ignore[union-attr]
+        text = message.content  # type: ignore[union-attr]
+        n = len(message.images)  # type: ignore[union-attr]
+        if n and tool_images:
+            what = "the image this tool returned follows" if n == 1 else f"the {n} images this tool returned follow"
+            text += f"\n\n[{what} in the next user message]"
+        return {"role": "tool", "tool_call_id": message.call_id, "content": text}  # type: ignore[union-attr]
     if kind == "system":
         return {"role": "system", "content": message.content}  # type: ignore[union-attr]
     if kind == "assistant":
@@ -122,10 +139,21 @@ class WireCache:
         self.messages: dict[int, tuple[Message, dict[str, Any]]] = {}
         self.tools: tuple[Any, list[dict[str, Any]]] | None = None
 
-    def wire_messages(self, messages: list[Message], send_reasoning: bool) -> list[dict[str, Any]]:
+    def wire_messages(self, messages: list[Message], send_reasoning: bool,
+                      tool_images: bool = True) -> list[dict[str, Any]]:
+        """The history as chat-completions messages. Images that tools returned go in one user
+        message after the answer's ``tool`` messages (which take text only): with
+        ``tool_images=False`` (a text-only model) only their description is sent."""
         cache = self.messages
         out = []
+        with_images: list[ToolResultMessage] = []
         for m in messages:
+            if m.kind == "tool-result":
+                if tool_images and m.images:  # type: ignore[union-attr]
+                    with_images.append(m)  # type: ignore[arg-type]
+            elif with_images:
+                out.append(_tool_images_message(with_images))
+                with_images = []
             if m.kind == "system":  # rebuilt by the loop each step: not worth a cache entry
                 out.append({"role": "system", "content": m.content})  # type: ignore[union-attr]
                 continue
@@ -133,9 +161,11 @@ class WireCache:
             if hit is None or hit[0] is not m:
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
-                hit = (m, _wire_message(m, send_reasoning))
+                hit = (m, _wire_message(m, send_reasoning, tool_images))
                 cache[id(m)] = hit
             out.append(hit[1])
+        if with_images:
+            out.append(_tool_images_message(with_images))
         return out
 
     def wire_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -155,6 +185,7 @@ def request_params(
     cache: WireCache,
     send_reasoning: bool,
     stream: bool,
+    tool_images: bool = True,
 ) -> dict[str, Any]:
     """The keyword arguments for ``chat.completions.create`` (without the key): the model's
     `settings` with the request's merged over them (``extra_body`` / ``extra_headers`` /
@@ -167,7 +198,8 @@ def request_params(
             if isinstance(settings.get(name), dict) and isinstance(request.settings.get(name), dict):
                 merged[name] = {**settings[name], **request.settings[name]}
         settings = merged
-    params: dict[str, Any] = {"model": model_name, "messages": cache.wire_messages(request.messages, send_reasoning)}
+    messages = cache.wire_messages(request.messages, send_reasoning, tool_images)
+    params: dict[str, Any] = {"model": model_name, "messages": messages}
     if request.tools:
         params["tools"] = cache.wire_tools(request.tools)
     for key, value in settings.items():
