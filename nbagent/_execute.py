@@ -212,9 +212,11 @@ os.register_at_fork(after_in_child=_forget_threads)
 
 
 async def execute(
-    run: RunState, call: ToolCall, tool: Tool, validated: Any, note: str | None, decision: Decision | None
+    run: RunState, call: ToolCall, tool: Tool, validated: Any, edited: dict[str, Any] | None,
+    decision: Decision | None,
 ) -> ToolResultMessage:
-    """Run one tool call and return its result; a raising tool gives an error result."""
+    """Run one tool call and return its result; a raising tool gives an error result. `edited`:
+    the arguments a person edited (recorded on the result, whose text stays the tool's own)."""
     clock = time.perf_counter()
     ctx = None
     if tool.takes_ctx:
@@ -252,11 +254,9 @@ async def execute(
         # run as a cancellation, not here. An error result, never a dead loop or an open call.
         output = ToolOutput(f"{type(exc).__name__}: {exc} (raised by the tool)", [], None)
         is_error, status = True, "failed"
-    content = clean_text(output.content)
-    if note:
-        content = note + content
-    result = ToolResultMessage(call.id, call.name, content, is_error, status,  # type: ignore[arg-type]
-                               time.perf_counter() - clock, images=output.images, display=output.display)
+    result = ToolResultMessage(call.id, call.name, clean_text(output.content), is_error, status,  # type: ignore[arg-type]
+                               time.perf_counter() - clock, images=output.images, display=output.display,
+                               edited_args=edited)
     if decision is not None:
         decision.stamp(result)
     return result

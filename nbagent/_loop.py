@@ -315,7 +315,7 @@ class _Loop:
 
         queue: asyncio.Queue[tuple[ToolResultMessage, ToolCall, Tool]] = asyncio.Queue()
 
-        async def worker(items: list[tuple[ToolCall, Tool, Any, str | None]]) -> None:
+        async def worker(items: list[tuple[ToolCall, Tool, Any, dict[str, Any] | None]]) -> None:
             for item in items:
                 queue.put_nowait((await self.execute(*item), item[0], item[1]))
 
@@ -372,8 +372,9 @@ class _Loop:
             pass
 
 
-    async def execute(self, call: ToolCall, tool: Tool, validated: Any, note: str | None) -> ToolResultMessage:
-        return await execute(self.run, call, tool, validated, note, self.decided.pop(call.id, None))
+    async def execute(self, call: ToolCall, tool: Tool, validated: Any,
+                      edited: dict[str, Any] | None) -> ToolResultMessage:
+        return await execute(self.run, call, tool, validated, edited, self.decided.pop(call.id, None))
 
 
 _STILL_RUNNING = (

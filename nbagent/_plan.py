@@ -10,7 +10,6 @@ exceptions, messages, store (the ledger shape), tools and the run state.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +39,9 @@ class Plan:
     """Results known without running anything (errors, denials, client results)."""
     ledger: list[LedgerEntry]
     """Ledger updates, ending with the ``started`` entries of `to_run`."""
-    to_run: list[tuple[ToolCall, Tool, Any, str | None]]
+    to_run: list[tuple[ToolCall, Tool, Any, dict[str, Any] | None]]
+    """The calls to run: each with its tool, validated arguments, and the arguments a person
+    edited (None: as the model asked)."""
 
 
 def finish(config: RunConfig, run: RunState, value: Any) -> None:
@@ -86,7 +87,7 @@ def plan(config: RunConfig, run: RunState, calls: list[ToolCall], decided: dict[
     """
     immediate: list[ToolResultMessage] = []
     ledger: list[LedgerEntry] = []
-    to_run: list[tuple[ToolCall, Tool, Any, str | None]] = []
+    to_run: list[tuple[ToolCall, Tool, Any, dict[str, Any] | None]] = []
     pending: list[PendingCall] = []
     spec = config.output
     if spec is not None and any(c.name == spec.name for c in calls):
@@ -122,10 +123,9 @@ def plan(config: RunConfig, run: RunState, calls: list[ToolCall], decided: dict[
             ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "denied"))
             continue
         args = call.args
-        note = None
+        edited = None
         if decision is not None and decision.action == "edit" and decision.args is not None:
-            args = decision.args
-            note = f"[the user edited the arguments before approving: {json.dumps(args)}]\n"
+            args = edited = decision.args
         if args is None:
             immediate.append(error_result(
                 call, f"invalid arguments: not a JSON object: {call.args_json[:200]!r}; "
@@ -161,7 +161,7 @@ def plan(config: RunConfig, run: RunState, calls: list[ToolCall], decided: dict[
         if decision is not None:
             del run.decisions[call.id]
             decided[call.id] = decision
-        to_run.append((call, tool, validated, note))
+        to_run.append((call, tool, validated, edited))
 
     # Calls about to run are recorded "started" in the same commit as the decisions above.
     ledger.extend(LedgerEntry(c.id, c.name, args_hash(c.args), "started") for c, _, _, _ in to_run)

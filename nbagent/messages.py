@@ -9,7 +9,7 @@ SystemMessage      kind="system"       content
 UserMessage        kind="user"         content, images
 AssistantMessage   kind="assistant"    text, tool_calls, reasoning, refusal, finish_reason, model
 ToolResultMessage  kind="tool-result"  call_id, name, content, is_error, status, duration_s, decision...,
-                                        images, display
+                                        images, display, edited_args
 ```
 """
 
@@ -445,7 +445,18 @@ class ToolResultMessage:
     display: dict[str, str] | None = None
     """A MIME bundle for the view only, never sent to the model: ``{"text/html": ...}`` holds the
     sanitized ``_repr_html_`` of what the tool returned (a pandas DataFrame...). None: none."""
+    edited_args: dict[str, Any] | None = None
+    """The arguments the call ran with when a person edited them (decision ``edited``); the
+    model's own arguments stay on its `ToolCall`. None: it ran as the model asked."""
     kind: Literal["tool-result"] = "tool-result"
+
+    def model_text(self) -> str:
+        """The text a provider sends the model for this result: `content`, after a note with the
+        edited arguments when a person edited them (so the model knows what really ran)."""
+        if self.edited_args is None:
+            return self.content
+        note = json.dumps(self.edited_args, ensure_ascii=False, default=str)
+        return f"[the user edited the arguments before approving: {note}]\n{self.content}"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -464,6 +475,8 @@ class ToolResultMessage:
                 data[name] = value
         if self.display is not None:
             data["display"] = dict(self.display)
+        if self.edited_args is not None:
+            data["edited_args"] = dict(self.edited_args)
         if self.images:
             data["images"] = [i.to_dict() for i in self.images]
         return data
@@ -498,6 +511,7 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             decided_at=data.get("decided_at"),
             images=[Image.from_dict(i) for i in data.get("images") or ()],
             display=dict(data["display"]) if data.get("display") else None,
+            edited_args=data.get("edited_args"),
         )
     if kind == "user":
         images = data.get("images")

@@ -22,6 +22,7 @@ from nbagent import (
     UserError,
     tool,
 )
+from nbagent.messages import message_from_dict
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import MemoryStore
 from tests.helpers import shape
@@ -129,9 +130,24 @@ async def test_edit_runs_the_tool_with_validated_new_arguments() -> None:
     assert done.status == "completed"
     assert shop.refunds == [("42", 5.0)]
     edited = done.messages[-2]
-    assert edited.content.startswith("[the user edited the arguments before approving: ")
-    assert '"amount": 5' in edited.content
-    assert edited.content.endswith("refunded 5 on 42")
+    # the result is the tool's own text; the edit is recorded beside it (the view shows it there)
+    assert edited.content == "refunded 5 on 42"
+    assert (edited.edited_args, edited.decision) == ({"order_id": "42", "amount": 5}, "edited")
+    # the model is still told what really ran, before the result
+    note = '[the user edited the arguments before approving: {"order_id": "42", "amount": 5}]\n'
+    assert edited.model_text() == note + "refunded 5 on 42"
+    from nbagent.models.anthropic._wire import wire_messages
+    from nbagent.models.openai._wire import WireCache
+
+    (tool_message,) = [m for m in WireCache().wire_messages(done.messages, True) if m.get("tool_call_id") == "r1"]
+    assert tool_message["content"] == note + "refunded 5 on 42"
+    turns, _ = wire_messages(done.messages)
+    (block,) = [b for t in turns for b in (t["content"] if isinstance(t["content"], list) else [])
+                if b.get("type") == "tool_result" and b["tool_use_id"] == "r1"]
+    assert block["content"] == note + "refunded 5 on 42"
+    # stored and read back (threads written before keep the note in their text)
+    assert message_from_dict(edited.to_dict()) == edited
+    assert message_from_dict({**edited.to_dict(), "edited_args": None}).model_text() == "refunded 5 on 42"
 
 
 async def test_always_allow_approves_pending_calls_and_persists_for_the_thread() -> None:

@@ -82,8 +82,9 @@ def _user_content(message: Any) -> str | list[dict[str, Any]]:
 
 
 def _tool_result_content(message: Any) -> str | list[dict[str, Any]]:
-    """A tool result's text, with the images the tool returned as image blocks inside it."""
-    text = message.content
+    """A tool result's text (`ToolResultMessage.model_text`: with the note of an edit), with the
+    images the tool returned as image blocks inside it."""
+    text = message.model_text()
     if not message.images:
         return text  # type: ignore[no-any-return]
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []

@@ -74,7 +74,7 @@ def _wire_message(message: Message, send_reasoning: bool = True, tool_images: bo
         parts.extend(_image_part(i) for i in images)
         return {"role": "user", "content": parts}
     if kind == "tool-result":
-        text = message.content  # type: ignore[union-attr]
+        text = message.model_text()  # type: ignore[union-attr]
         n = len(message.images)  # type: ignore[union-attr]
         if n and tool_images:
             what = "the image this tool returned follows" if n == 1 else f"the {n} images this tool returned follow"
