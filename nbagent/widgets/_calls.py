@@ -36,8 +36,9 @@ class CallRows(Protocol):
         """A new row; rows of one `group` (a run's step) share a table, None: a table of its own."""
 
     def update_call(self, call_id: str, status: str, result: str | None = None, *,
-                    is_error: bool = False, duration_s: float | None = None) -> None:
-        """A call's new status (and its result when it ended)."""
+                    is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
+        """A call's new status (and its result when it ended; `message`: the whole
+        `ToolResultMessage`, for its images, display and edited arguments)."""
 
     def set_call_args(self, call_id: str, args: Any) -> None:
         """The arguments a row shows when its call does not wait."""
@@ -168,10 +169,10 @@ class CallBoard:
         return call
 
     def set_status(self, call: CallState, status: str, result: str | None = None, *,
-                   is_error: bool = False, duration_s: float | None = None) -> None:
-        """A new status for `call` (and its result when it ended)."""
+                   is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
+        """A new status for `call` (and its result when it ended; `message`: the whole result)."""
         call.status = status
-        self.rows.update_call(call.id, status, result, is_error=is_error, duration_s=duration_s)
+        self.rows.update_call(call.id, status, result, is_error=is_error, duration_s=duration_s, message=message)
 
     def set_args(self, call: CallState, args: Any) -> None:
         """The arguments `call` has now (e.g. as the store has them)."""
@@ -199,7 +200,8 @@ class CallBoard:
             self.set_status(call, "running")
         else:
             res = event.result
-            self.set_status(call, res.status, res.content, is_error=res.is_error, duration_s=res.duration_s)
+            self.set_status(call, res.status, res.content, is_error=res.is_error, duration_s=res.duration_s,
+                            message=res)
 
     def reload(self, pending: list[PendingCall]) -> None:
         """The calls waiting as the store has them (a resume failed before it applied the
@@ -232,7 +234,8 @@ class CallBoard:
             if call.status in ("queued", "running") and call_id not in pending_ids:
                 r = results.get(call_id)
                 if r is not None:
-                    self.set_status(call, r.status, r.content, is_error=r.is_error, duration_s=r.duration_s)
+                    self.set_status(call, r.status, r.content, is_error=r.is_error, duration_s=r.duration_s,
+                                    message=r)
                 elif cancelled:
                     self.set_status(call, "cancelled")
         self.update_bulk()
