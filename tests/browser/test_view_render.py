@@ -17,7 +17,8 @@ Then, with computed styles and box sizes rather than HTML strings:
   table cells);
 - the static summary's cells are left-aligned and top-aligned, header and cells line up, and a
   copy of it outside JupyterLab's CSS computes the same styles (no host CSS reaches it);
-- every button and badge has a text contrast of at least 4.5:1, in the light and the dark theme.
+- every button and badge has a text contrast of at least 4.5:1, in the light, dark and high-contrast
+  themes.
 
 Screenshots of the view and the summary in both themes go to tests/browser/artifacts.
 """
@@ -297,6 +298,11 @@ def test_the_cell_looks_right(jupyter_app: JupyterServer, make_notebook: Any, pa
     page.page.wait_for_timeout(500)
     _check_contrast(page, "dark")
     _screenshots(page, app, "dark")
+    page.command("apputils:change-theme", {"theme": "JupyterLab Dark High Contrast"})
+    page.wait_for(lambda: page.eval("() => document.body.dataset.jpThemeName") == "JupyterLab Dark High Contrast",
+                  "the high-contrast theme")
+    page.page.wait_for_timeout(500)
+    _check_contrast(page, "high contrast")
     page.command("apputils:change-theme", {"theme": "JupyterLab Light"})  # the server's settings are shared
     page.wait_for(lambda: page.eval("() => document.body.dataset.jpThemeLight") == "true", "the light theme")
     assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE[jupyter_app.app]) == []
