@@ -216,13 +216,17 @@ def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED) 
 
 
 def rich_result_html(display: Mapping[str, str] | None, images: Sequence[Any] = ()) -> str:
-    """What a tool returned, shown richly: its sanitized HTML (a DataFrame's table, styled like
-    JupyterLab's own DataFrame outputs) and its images, in a scroll box of at most 24em."""
+    """What a tool returned, shown richly: its ``text/html`` sanitized again (a DataFrame's table,
+    styled like JupyterLab's own DataFrame outputs) or else its ``text/markdown`` rendered, and its
+    images, in a scroll box of at most 24em."""
     parts: list[str] = []
-    html = clean_rich_html((display or {}).get("text/html"))
+    bundle = display or {}
+    html = clean_rich_html(bundle.get("text/html"))
     if html:
         # JupyterLab centres tables in rendered HTML; a result starts at the left like an output
         parts.append(html.replace("<table>", '<table style="margin:0 0 4px 0">'))
+    elif isinstance(bundle.get("text/markdown"), str):
+        parts.append(markdown_html(bundle["text/markdown"]))
     parts.extend(image_html(i, large=True) for i in images)
     if not parts:
         return ""

@@ -111,6 +111,8 @@ def test_a_tools_own_html_is_sanitized_again_when_shown() -> None:
     assert "onclick" not in html and "position:fixed" not in html and "<script" not in html
     assert "onerror" not in html and "<img" not in html
     assert ">a</td>" in html
+    md = tool_row_html("t", {}, "done", "text", display={"text/markdown": "**bold** <script>x</script>"})
+    assert "<strong>bold</strong>" in md and "&lt;script&gt;" in md and "<script" not in md
 
 
 # ---------------------------------------------------------------------------- edited arguments
