@@ -373,7 +373,7 @@ class ChatView(widgets.VBox):
         self._footer.value = usage_html(usage, label=label, token_budget=token_budget, cost_budget=cost_budget)
 
     def show_status(self, text: str, error: bool, note: str) -> None:
-        colour = "#c62828" if error else "var(--jp-ui-font-color2,#666)"
+        colour = "var(--jp-error-color1,#c62828)" if error else "var(--jp-ui-font-color2,#666)"
         out = f'<div style="{FONT};color:{colour};white-space:pre-wrap">{escape(text)}</div>' if text else ""
         if note:
             out += f'<div class="nbagent-queue-note" style="{FONT};{MUTED};white-space:pre-wrap">{escape(note)}</div>'
