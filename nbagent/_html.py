@@ -1,9 +1,15 @@
 """Static HTML for runs: what ``display(result)`` shows, and the HTML pieces the live view reuses.
 
 Owns `render_result_html` (called by `RunResult._repr_html_`) and the small HTML builders for
-messages, tool-call rows and usage. Output uses inline styles only and no JavaScript, so it reads
-the same in JupyterLab, Notebook 7, a saved notebook on GitHub and nbviewer. Every piece of model
-text, tool arguments and tool results goes through `_sanitize` (Markdown) or is escaped.
+messages, tool-call rows (with what a tool returned richly: a DataFrame's table, images; and the
+arguments a person edited), client questions and usage. Output uses inline styles only and no
+JavaScript, so it reads the same in JupyterLab, Notebook 7, a saved notebook on GitHub and
+nbviewer; every table cell, row and code element states the properties JupyterLab's rendered-HTML
+CSS would change (alignment, padding, stripes), so no host CSS can misalign it. Colours are
+JupyterLab theme variables (with fallbacks), and text on a coloured label is the theme's own text
+colour on a tint, so light, dark and high-contrast themes all read. Answers carry JupyterLab's
+Markdown classes. Every piece of model text, tool arguments and tool results goes through
+`_sanitize` (Markdown, a tool's own HTML) or is escaped.
 
 A core module: imports the core's data shapes and `_sanitize`, never ipywidgets or the edge, so
 ``RunResult._repr_html_`` points downward and a saved ``RunResult`` renders without a widget
@@ -13,10 +19,11 @@ front end. The live view (`nbagent.widgets`) reuses these builders.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._sanitize import escape, markdown_html
+from ._sanitize import rich_html as clean_rich_html
 from .messages import IMAGE_TYPES, call_results
 
 if TYPE_CHECKING:
@@ -27,41 +34,81 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATUS_STYLE",
+    "args_html",
+    "assistant_html",
+    "badge",
     "expandable",
+    "header_html",
+    "image_html",
     "messages_html",
     "pretty_args",
+    "question_html",
     "reasoning_html",
     "render_result_html",
+    "result_row_html",
+    "rich_result_html",
     "status_badge",
+    "tint",
     "tool_row_html",
     "usage_html",
+    "user_html",
 ]
 
 FONT = "font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;line-height:1.45"
 MONO = "font-family:var(--jp-code-font-family,monospace);font-size:12px"
 BORDER = "1px solid var(--jp-border-color2,#ddd)"
 MUTED = "color:var(--jp-ui-font-color2,#666)"
+ERROR = "color:var(--jp-error-color1,#c62828)"
+
+# Every table piece states what JupyterLab's rendered-HTML CSS (`.jp-RenderedHTMLCommon`, the
+# class of a ``text/html`` output) would otherwise change: cells right-aligned and vertically
+# centred with 0.5em padding, striped and hovered rows, centred tables, grey inline code. Inline
+# styles win over any class rule, so the summary looks the same in JupyterLab, Notebook 7, the
+# live view, GitHub and nbviewer.
+TABLE = (f"{FONT};width:100%;table-layout:fixed;border-collapse:collapse;border-spacing:0;border:none;"
+         "margin:0;background:transparent;color:inherit")
+TR = "background:transparent;border:none"
+CELL = ("text-align:left;vertical-align:top;padding:3px 6px;line-height:1.45;white-space:normal;"
+        "max-width:none;border:none;background:transparent;overflow-wrap:anywhere;word-break:normal")
+PRE = (f"{MONO};white-space:pre-wrap;overflow-wrap:anywhere;word-break:normal;margin:0;padding:0;border:none;"
+       "background:transparent;color:inherit;line-height:1.45;text-align:left")
+CODE = f"{MONO};background:transparent;padding:0;color:inherit"
+_HINT_CODE = f"{CODE};background:var(--jp-layout-color2,#eee);padding:0 3px;border-radius:3px"
+SCROLL = "max-height:24em;overflow:auto"
+"""Long values scroll inside a box of at most 24em, like JupyterLab's scrolled outputs."""
+LONG = f"{SCROLL};resize:vertical"
+"""An expanded long value: a scroll box the reader may make taller (JupyterLab's scrolled outputs)."""
+
+
+def tint(colour: str, percent: int = 22) -> str:
+    """A background of `colour` mixed into the theme's surface: text in the theme's own font
+    colour stays readable on it in light, dark and high-contrast themes."""
+    return f"color-mix(in srgb,{colour} {percent}%,var(--jp-layout-color1,#fff))"
+
 
 STATUS_STYLE: dict[str, tuple[str, str]] = {
-    # status -> (label shown, background colour)
-    "queued": ("queued", "#9e9e9e"),
-    "needs approval": ("needs approval", "#e67e00"),
-    "needs answer": ("needs answer", "#e67e00"),
-    "running": ("running", "#1e6fd9"),
-    "done": ("done", "#2e7d32"),
-    "failed": ("failed", "#c62828"),
-    "denied": ("denied", "#7b1fa2"),
-    "cancelled": ("cancelled", "#616161"),
+    # status -> (label shown, colour: a JupyterLab theme variable with a fallback)
+    "queued": ("queued", "var(--jp-border-color1,#9e9e9e)"),
+    "needs approval": ("needs approval", "var(--jp-warn-color1,#e67e00)"),
+    "needs answer": ("needs answer", "var(--jp-warn-color1,#e67e00)"),
+    "running": ("running", "var(--jp-brand-color1,#1e6fd9)"),
+    "done": ("done", "var(--jp-success-color1,#2e7d32)"),
+    "failed": ("failed", "var(--jp-error-color1,#c62828)"),
+    "denied": ("denied", "#8e24aa"),
+    "cancelled": ("cancelled", "var(--jp-border-color1,#757575)"),
     "interrupted": ("interrupted", "#8d6e63"),
+    # how a run ended (the summary's head)
+    "completed": ("completed", "var(--jp-success-color1,#2e7d32)"),
+    "paused": ("paused", "var(--jp-warn-color1,#e67e00)"),
     # a blocking tool whose run was stopped goes on in its thread; then it really ends
     "still running": ("still running", "#8d6e63"),
-    "done after stop": ("done after stop", "#2e7d32"),
-    "failed after stop": ("failed after stop", "#c62828"),
-    "waiting": ("waiting", "#e67e00"),
+    "done after stop": ("done after stop", "var(--jp-success-color1,#2e7d32)"),
+    "failed after stop": ("failed after stop", "var(--jp-error-color1,#c62828)"),
+    "waiting": ("waiting", "var(--jp-warn-color1,#e67e00)"),
 }
 
 PREVIEW_CHARS = 120
-"""Arguments and results longer than this are shown truncated, the rest behind an expander."""
+"""Arguments and results longer than this are shown as a one-line preview, the rest behind an expander."""
 MAX_CHARS = 20_000
 """Beyond this, text is cut even in the expanded view (keeps widget traffic and outputs bounded)."""
 
@@ -89,31 +136,45 @@ def _cut(text: str, limit: int) -> str:
 
 
 def expandable(
-    text: str | None, *, limit: int = PREVIEW_CHARS, full: bool = False, error: bool = False
+    text: str | None, *, limit: int = PREVIEW_CHARS, full: bool = False, error: bool = False,
+    label: str | None = None,
 ) -> str:
-    """Escaped text in a monospace block; when longer than `limit`, a one-line preview that
-    expands (``<details>``, no JavaScript) to the whole text. `full` shows everything at once."""
+    """Escaped text in a monospace block; when longer than `limit`, a one-line preview (cut with
+    an ellipsis to its column) that expands (``<details>``, no JavaScript) to the whole text in a
+    scroll box of at most 24em. `full` shows everything at once (also in a scroll box); `label`
+    replaces the preview (e.g. "text the model read")."""
     if text is None or text == "":
         return f'<span style="{MUTED}">-</span>'
-    colour = "color:#c62828;" if error else ""
-    pre = f'style="{MONO};{colour}white-space:pre-wrap;word-break:break-word;margin:0"'
-    if full or len(text) <= limit:
-        return f"<pre {pre}>{escape(_cut(text, MAX_CHARS))}</pre>"
-    one_line = " ".join(text.split())
-    preview = one_line[: limit - 1] + "…"
+    colour = f"{ERROR};" if error else ""
+    if (full or len(text) <= limit) and label is None:
+        box = LONG if len(text) > limit else SCROLL
+        return f'<pre class="nbagent-value" style="{PRE};{colour}{box}">{escape(_cut(text, MAX_CHARS))}</pre>'
+    pre = f'style="{PRE};{colour}{LONG}"'
+    preview = label if label is not None else " ".join(text.split())[: limit - 1] + "…"
+    style = f"{MONO};{colour}" if label is None else f"{FONT};{MUTED};font-size:12px;"
     return (
-        f'<details><summary style="cursor:pointer;{MONO};{colour}word-break:break-word">'
-        f"{escape(preview)}</summary><pre {pre}>{escape(_cut(text, MAX_CHARS))}</pre></details>"
+        f'<details class="nbagent-value"><summary style="cursor:pointer;{style}white-space:nowrap;overflow:hidden;'
+        f'text-overflow:ellipsis">{escape(preview)}</summary>'
+        f'<pre {pre}>{escape(_cut(text, MAX_CHARS))}</pre></details>'
+    )
+
+
+def badge(label: str, colour: str, *, title: str | None = None, cls: str = "") -> str:
+    """A small label: the theme's text colour on a tint of `colour`, framed in `colour`."""
+    attrs = f' class="{cls}"' if cls else ""
+    if title is not None:
+        attrs += f' title="{escape(title)}"'
+    return (
+        f'<span{attrs} style="background:{tint(colour)};color:var(--jp-ui-font-color1,#222);'
+        f"border:1px solid {colour};border-radius:8px;padding:0 6px;font-size:11px;line-height:1.5;"
+        f'white-space:nowrap;display:inline-block">{escape(label)}</span>'
     )
 
 
 def status_badge(status: str) -> str:
-    """A coloured label for a tool call's status."""
-    label, colour = STATUS_STYLE.get(status, (status, "#9e9e9e"))
-    return (
-        f'<span style="background:{colour};color:#fff;border-radius:8px;padding:1px 7px;'
-        f'font-size:11px;white-space:nowrap">{escape(label)}</span>'
-    )
+    """A tinted label for a tool call's (or a run's) status."""
+    label, colour = STATUS_STYLE.get(status, (status, "var(--jp-border-color1,#9e9e9e)"))
+    return badge(label, colour, cls="nbagent-status")
 
 
 def _colgroup() -> str:
@@ -123,12 +184,11 @@ def _colgroup() -> str:
 def table_header_html() -> str:
     """The header of a tool table, as its own table with the shared column widths."""
     cells = "".join(
-        f'<th style="text-align:left;padding:3px 6px;{MUTED};font-weight:600">{name}</th>'
-        for name, _ in COLUMNS
+        f'<th style="{CELL};{MUTED};font-weight:600">{name}</th>' for name, _ in COLUMNS
     )
     return (
-        f'<table style="{FONT};width:100%;table-layout:fixed;border-collapse:collapse;'
-        f'border-bottom:{BORDER}">{_colgroup()}<tr>{cells}</tr></table>'
+        f'<table class="nbagent-tool-head" style="{TABLE};border-bottom:{BORDER}">{_colgroup()}'
+        f'<tr style="{TR}">{cells}</tr></table>'
     )
 
 
@@ -140,6 +200,47 @@ def _duration(seconds: float | None) -> str:
     return f"{seconds:.1f} s"
 
 
+_NOT_EDITED: Any = object()
+
+
+def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED) -> str:
+    """A call's arguments; when a person edited them, an **edited** badge (the model's own
+    arguments on hover) and the original under "the model's arguments"."""
+    shown = expandable(pretty_args(args), full=full)
+    if edited_from is _NOT_EDITED:
+        return shown
+    original = pretty_args(edited_from)
+    return (
+        badge("edited", "var(--jp-brand-color1,#1e6fd9)", title=f"the model asked for: {original}",
+              cls="nbagent-edited")
+        + shown
+        + f'<details class="nbagent-original"><summary style="cursor:pointer;{FONT};{MUTED};font-size:11px">'
+        f"the model's arguments</summary><pre style='{PRE};{LONG}'>{escape(_cut(original, MAX_CHARS))}</pre>"
+        "</details>"
+    )
+
+
+def rich_result_html(display: Mapping[str, str] | None, images: Sequence[Any] = ()) -> str:
+    """What a tool returned, shown richly: its ``text/html`` sanitized again (a DataFrame's table,
+    styled like JupyterLab's own DataFrame outputs) or else its ``text/markdown`` rendered, and its
+    images, in a scroll box of at most 24em."""
+    parts: list[str] = []
+    bundle = display or {}
+    html = clean_rich_html(bundle.get("text/html"))
+    if html:
+        # JupyterLab centres tables in rendered HTML; a result starts at the left like an output
+        parts.append(html.replace("<table>", '<table style="margin:0 0 4px 0">'))
+    elif isinstance(bundle.get("text/markdown"), str):
+        parts.append(markdown_html(bundle["text/markdown"]))
+    parts.extend(image_html(i, large=True) for i in images)
+    if not parts:
+        return ""
+    return (
+        f'<div class="nbagent-rich jp-RenderedHTMLCommon jp-RenderedHTML" style="{SCROLL};padding:2px 0;'
+        f'margin:0;font-size:12px;line-height:1.45;text-align:left;overflow-wrap:normal">{"".join(parts)}</div>'
+    )
+
+
 def tool_row_html(
     name: str,
     args: Any,
@@ -149,26 +250,39 @@ def tool_row_html(
     is_error: bool = False,
     duration_s: float | None = None,
     full_args: bool = False,
+    edited_from: Any = _NOT_EDITED,
+    display: Mapping[str, str] | None = None,
+    images: Sequence[Any] = (),
     elapsed_s: float | None = None,
 ) -> str:
-    """One tool call as a one-row table (tool, arguments, status, result or error, duration).
-    `elapsed_s`: the call is still going and has run this long; its time is a
-    ``<span class="nbagent-tick" data-elapsed>`` that the live view's front end counts up."""
-    td = f'style="padding:3px 6px;vertical-align:top;border-bottom:{BORDER};overflow-wrap:anywhere"'
+    """One tool call as a table (tool, arguments, status, result or error, duration), with a
+    second row under the arguments for what the tool returned richly (`display`, `images`).
+    `edited_from`: the model's arguments when `args` are a person's edit. `elapsed_s`: the call
+    is still going and has run this long; its time is a ``<span class="nbagent-tick"
+    data-elapsed>`` that the live view's front end counts up."""
+    rich = rich_result_html(display, images)
+    last = f'style="{CELL};border-bottom:{BORDER}"'
+    td = f'style="{CELL}"' if rich else last
+    if rich and display and result:
+        shown = expandable(result, label="text the model read", error=is_error)
+    else:
+        shown = expandable(result, error=is_error)
     if elapsed_s is not None:
         time_cell = (f'<span class="nbagent-tick" data-elapsed="{elapsed_s:.3f}" style="{MUTED}">'
                      f"{escape(_duration(elapsed_s))}</span>")
     else:
         time_cell = f'<span style="{MUTED}">{escape(_duration(duration_s))}</span>'
-    return (
-        f'<table style="{FONT};width:100%;table-layout:fixed;border-collapse:collapse">{_colgroup()}<tr>'
-        f'<td {td}><code style="{MONO}">{escape(name)}</code></td>'
-        f"<td {td}>{expandable(pretty_args(args), full=full_args)}</td>"
+    out = (
+        f'<table class="nbagent-tool" style="{TABLE}">{_colgroup()}<tr style="{TR}">'
+        f'<td {td}><code style="{CODE}">{escape(name)}</code></td>'
+        f"<td {td}>{args_html(args, full=full_args, edited_from=edited_from)}</td>"
         f"<td {td}>{status_badge(status)}</td>"
-        f"<td {td}>{expandable(result, error=is_error)}</td>"
-        f"<td {td}>{time_cell}</td>"
-        "</tr></table>"
+        f"<td {td}>{shown}</td>"
+        f"<td {td}>{time_cell}</td></tr>"
     )
+    if rich:
+        out += f'<tr style="{TR}"><td {last}></td><td colspan="4" {last}>{rich}</td></tr>'
+    return out + "</table>"
 
 
 MAX_INLINE_IMAGE_BYTES = 512 * 1024
@@ -176,16 +290,18 @@ MAX_INLINE_IMAGE_BYTES = 512 * 1024
 with the notebook); bigger ones, and URL images (never fetched by the view), are shown as labels."""
 
 
-def image_html(image: Any) -> str:
-    """A thumbnail of a prompt's `Image`: an ``<img>`` with a ``data:`` URL for a small image whose
-    bytes were checked to be PNG / JPEG / GIF / WebP (a browser runs nothing in those), else an
-    escaped label. A URL image is never loaded by the view (no request to an address from the data)."""
+def image_html(image: Any, *, large: bool = False) -> str:
+    """A thumbnail of an `Image` (a prompt's, or `large`: one a tool returned): an ``<img>`` with a
+    ``data:`` URL for a small image whose bytes were checked to be PNG / JPEG / GIF / WebP (a
+    browser runs nothing in those), else an escaped label. A URL image is never loaded by the view
+    (no request to an address from the data)."""
     data = getattr(image, "data", None)
     if data is not None and len(data) <= MAX_INLINE_IMAGE_BYTES and image.media_type in IMAGE_TYPES:
+        size = "max-width:100%;max-height:320px" if large else "max-width:240px;max-height:180px"
         return (
-            f'<img src="{escape(image.data_url())}" alt="{escape(image.describe())}" '
-            'style="max-width:240px;max-height:180px;margin:4px 6px 0 0;border-radius:4px;'
-            f'border:{BORDER};vertical-align:top">'
+            f'<img class="nbagent-image" src="{escape(image.data_url())}" alt="{escape(image.describe())}" '
+            f'style="{size};margin:4px 6px 0 0;border-radius:4px;border:{BORDER};vertical-align:top;'
+            'display:inline-block">'
         )
     return f'<span style="{MUTED};font-size:12px;margin-right:6px">[image: {escape(image.describe())}]</span>'
 
@@ -217,14 +333,66 @@ def reasoning_html(reasoning: str | None) -> str:
     )
 
 
+ANSWER_CLASS = "nbagent-answer jp-RenderedHTMLCommon jp-RenderedMarkdown"
+"""An answer is styled by JupyterLab's own Markdown CSS (tables, code, links; every theme)."""
+ANSWER_STYLE = ("font-family:var(--jp-content-font-family,system-ui,sans-serif);"
+                "font-size:var(--jp-content-font-size1,14px);line-height:var(--jp-content-line-height,1.6);"
+                "padding:0;text-align:left;overflow-wrap:anywhere")
+
+
 def assistant_html(text: str | None, refusal: str | None = None) -> str:
-    """An assistant answer: Markdown rendered and sanitized."""
+    """An assistant answer: Markdown rendered and sanitized, with JupyterLab's Markdown classes."""
     body = markdown_html(text)
     if refusal:
-        body += f'<p style="color:#c62828">refused: {escape(refusal)}</p>'
+        body += f'<p style="{ERROR}">refused: {escape(refusal)}</p>'
     if not body:
         return ""
-    return f'<div style="{FONT};margin:6px 0;word-break:break-word">{body}</div>'
+    return f'<div class="{ANSWER_CLASS}" style="{ANSWER_STYLE};margin:6px 0">{body}</div>'
+
+
+_QUESTION_KEYS = ("question", "prompt", "message", "text", "query")
+
+
+def question_html(name: str, args: Any, description: str = "") -> str:
+    """What a client tool's call asks the person, as text (not JSON): the question (its one text
+    argument, or one named ``question`` / ``prompt`` / ``message`` / ``text`` / ``query``), then
+    any other arguments as ``name: value`` lines, then the tool's description."""
+    items = dict(args) if isinstance(args, Mapping) else {}
+    key = next((k for k in _QUESTION_KEYS if isinstance(items.get(k), str)), None)
+    if key is None and len(items) == 1 and isinstance(next(iter(items.values())), str):
+        key = next(iter(items))
+    question = items.pop(key) if key is not None else None
+    lines = [f'<div style="{MUTED};font-size:12px">{escape(name)} asks you</div>']
+    if question is not None:
+        lines.append(f'<div class="nbagent-question-text" style="font-size:14px;white-space:pre-wrap;'
+                     f'overflow-wrap:anywhere;margin:2px 0">{escape(question)}</div>')
+    elif not isinstance(args, Mapping):
+        lines.append(f'<pre style="{PRE}">{escape(pretty_args(args))}</pre>')
+    for k, v in items.items():
+        shown = v if isinstance(v, str) else json.dumps(v, ensure_ascii=False, default=str)
+        lines.append(f'<div style="white-space:pre-wrap;overflow-wrap:anywhere"><span style="{MUTED}">'
+                     f"{escape(k)}:</span> {escape(_cut(shown, MAX_CHARS))}</div>")
+    if description:
+        lines.append(f'<div style="{MUTED};font-size:12px">{escape(description)}</div>')
+    return (f'<div class="nbagent-question" style="{FONT};text-align:left;padding:4px 8px;margin:2px 0;'
+            f'border-left:3px solid var(--jp-warn-color1,#e67e00)">{"".join(lines)}</div>')
+
+
+def header_html(thread: str, model: Any = None, name: str | None = None) -> str:
+    """A view's identity line: the agent's name (when it has one), its model (provider and
+    name) and the thread id, so two views in one notebook can be told apart."""
+    parts = []
+    if name:
+        parts.append(f'<b class="nbagent-agent-name" style="color:var(--jp-ui-font-color1,#222)">{escape(name)}</b>')
+    if model is not None:
+        provider = getattr(model, "provider", None)
+        model_name = getattr(model, "model_name", None) or type(model).__name__
+        label = f"{provider} · {model_name}" if provider and provider != model_name else str(model_name)
+        parts.append(f'<span class="nbagent-model" title="model">{escape(label)}</span>')
+    parts.append(f'<span class="nbagent-thread" title="thread id">thread <code style="{_HINT_CODE}">'
+                 f"{escape(thread)}</code></span>")
+    return (f'<div class="nbagent-header" style="{FONT};{MUTED};font-size:12px;padding:2px 2px 4px 2px;'
+            f'border-bottom:{BORDER};margin-bottom:4px;text-align:left">' + " · ".join(parts) + "</div>")
 
 
 def usage_html(usage: Usage, *, token_budget: int | None = None, cost_budget: float | None = None,
@@ -245,18 +413,41 @@ def usage_html(usage: Usage, *, token_budget: int | None = None, cost_budget: fl
     return f'<div style="{FONT};{MUTED};font-size:12px">' + " | ".join(parts) + "</div>"
 
 
-def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = ()) -> str:
+def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = (),
+                  whole: Sequence[Message] | None = None, offset: int = 0) -> str:
     """A conversation as static HTML: user bubbles, each answer's reasoning as a closed "Thinking"
-    section (escaped), answers as Markdown, and each answer's tool
-    calls as a table with their results (matched by call id). Calls in `skip_call_ids` are left
-    out (the live view shows those as rows with buttons)."""
+    section (escaped), answers as Markdown, and each answer's tool calls as a table with their
+    results (matched by call id). Calls in `skip_call_ids` are left out (the live view shows those
+    as rows with buttons).
+
+    `whole` and `offset`: `messages` is ``whole[offset:...]`` (a part of a longer conversation,
+    e.g. what a resumed run added): results are looked up in `whole`, so a call answered later
+    shows its result, and results here of calls asked before `offset` (the calls a resume
+    decided) are shown as rows of their own, with the call's name and arguments."""
     skip = set(skip_call_ids)
-    results = call_results(messages)
+    whole = messages if whole is None else whole
+    results = call_results(whole)
     out: list[str] = []
-    for index, m in enumerate(messages):
+    early: list[tuple[Any, Any]] = []  # (call, result) of calls asked before `offset`
+    answer = max((i for i in range(min(offset, len(whole))) if whole[i].kind == "assistant"), default=-1)
+
+    def flush() -> None:
+        if early:
+            rows = [table_header_html()] + [result_row_html(c.name, c.args_json, r) for c, r in early]
+            out.append('<div class="nbagent-tools" style="margin:4px 0 8px 0">' + "".join(rows) + "</div>")
+            early.clear()
+
+    for index, m in enumerate(messages, start=offset):
+        if m.kind == "tool-result" and answer < offset and answer >= 0:
+            call = next((c for c in whole[answer].tool_calls if c.id == m.call_id), None)  # type: ignore[union-attr]
+            if call is not None and call.id not in skip:
+                early.append((call, m))
+            continue
+        flush()
         if m.kind == "user":
             out.append(user_html(m.content, images=m.images))  # type: ignore[union-attr]
         elif m.kind == "assistant":
+            answer = index
             out.append(reasoning_html(m.reasoning))  # type: ignore[union-attr]
             out.append(assistant_html(m.text, m.refusal))  # type: ignore[union-attr]
             calls = [c for c in m.tool_calls if c.id not in skip]  # type: ignore[union-attr]
@@ -268,10 +459,20 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
                     if r is None:
                         rows.append(tool_row_html(call.name, call.args_json, "queued"))
                     else:
-                        rows.append(tool_row_html(call.name, call.args_json, r.status, r.content,
-                                                  is_error=r.is_error, duration_s=r.duration_s))
-                out.append('<div style="margin:4px 0 8px 0">' + "".join(rows) + "</div>")
+                        rows.append(result_row_html(call.name, call.args_json, r))
+                out.append('<div class="nbagent-tools" style="margin:4px 0 8px 0">' + "".join(rows) + "</div>")
+    flush()
     return "".join(out)
+
+
+def result_row_html(name: str, args: Any, result: Any, **kwargs: Any) -> str:
+    """`tool_row_html` for a call that has its `ToolResultMessage`: its status, text, duration,
+    what it returned richly, and the arguments a person edited (the model's `args` on hover)."""
+    if result.edited_args is not None:
+        kwargs.update(edited_from=args)
+        args = result.edited_args
+    return tool_row_html(name, args, result.status, result.content, is_error=result.is_error,
+                         duration_s=result.duration_s, display=result.display, images=result.images, **kwargs)
 
 
 def _pending_html(pending: Sequence[PendingCall], thread: str) -> str:
@@ -281,12 +482,15 @@ def _pending_html(pending: Sequence[PendingCall], thread: str) -> str:
     for p in pending:
         status = "needs answer" if p.reason == "client" else "needs approval"
         rows.append(tool_row_html(p.name, p.args, status, full_args=True))
+        if p.reason == "client":
+            rows.append(question_html(p.name, p.args, p.description))
     ids = ", ".join(repr(p.id) for p in pending)
+    code = f'<code style="{_HINT_CODE}">'
     hint = (
         f'<div style="{FONT};{MUTED};font-size:12px;margin-top:4px">continue with '
-        f"<code>agent.resume(thread={escape(repr(thread))}, approve=[{escape(ids)}])</code>, "
-        "<code>deny={id: reason}</code> or <code>results={id: value}</code>; or "
-        f"<code>agent.chat(thread={escape(repr(thread))})</code> for buttons</div>"
+        f"{code}agent.resume(thread={escape(repr(thread))}, approve=[{escape(ids)}])</code>, "
+        f"{code}deny={{id: reason}}</code> or {code}results={{id: value}}</code>; or "
+        f"{code}agent.chat(thread={escape(repr(thread))})</code> for buttons</div>"
     )
     return '<div style="margin:6px 0">' + "".join(rows) + hint + "</div>"
 
@@ -294,8 +498,9 @@ def _pending_html(pending: Sequence[PendingCall], thread: str) -> str:
 def _usage_table(usage: Usage) -> str:
     if not usage.calls:
         return ""
-    th = f'style="text-align:right;padding:2px 6px;{MUTED};font-weight:600"'
-    td = 'style="text-align:right;padding:2px 6px"'
+    cell = CELL.replace("text-align:left", "text-align:right").replace("padding:3px 6px", "padding:2px 6px")
+    th = f'style="{cell};{MUTED};font-weight:600"'
+    td = f'style="{cell}"'
     names = ("step", "model", "input", "cached", "output", "cost", "latency")
     head = "".join(f"<th {th}>{h}</th>" for h in names)
     body = []
@@ -303,46 +508,47 @@ def _usage_table(usage: Usage) -> str:
         cost = f"${row.cost_total:.5f}" if row.cost_total is not None else "n/a"
         cells = (row.step, row.model, f"{row.input_tokens:,}", f"{row.cache_read_tokens:,}",
                  f"{row.output_tokens:,}", cost, _duration(row.latency_s))
-        body.append("<tr>" + "".join(f"<td {td}>{escape(c)}</td>" for c in cells) + "</tr>")
+        body.append(f'<tr style="{TR}">' + "".join(f"<td {td}>{escape(c)}</td>" for c in cells) + "</tr>")
+    table = TABLE.replace("width:100%;table-layout:fixed;", "width:auto;")
     return (
-        f'<details style="{FONT};font-size:12px">'
+        f'<details class="nbagent-usage" style="{FONT};font-size:12px">'
         f'<summary style="cursor:pointer;{MUTED}">model calls</summary>'
-        f'<table style="border-collapse:collapse"><tr>{head}</tr>{"".join(body)}</table></details>'
+        f'<table style="{table};font-size:12px"><tr style="{TR}">{head}</tr>{"".join(body)}</table></details>'
     )
 
 
 def render_result_html(result: RunResult) -> str:
     """The static HTML summary of a run (``display(result)``): status, the run's messages and
     tool calls, pending calls, and usage. Inline styles only, no JavaScript."""
-    status = result.status
-    colour = {"completed": "#2e7d32", "paused": "#e67e00", "failed": "#c62828"}.get(status, "#616161")
     head = (
-        f'<div style="{FONT};margin-bottom:6px"><b style="color:{colour}">{escape(status)}</b>'
-        f'<span style="{MUTED}"> · thread <code>{escape(result.thread)}</code> · {result.steps} '
+        f'<div style="{FONT};margin-bottom:6px">{status_badge(result.status)}'
+        f'<span style="{MUTED}"> · thread <code style="{CODE}">{escape(result.thread)}</code> · {result.steps} '
         f"step{'s' if result.steps != 1 else ''}</span>"
     )
     if result.stop_reason:
         head += f'<span style="{MUTED}"> · stopped: {escape(result.stop_reason)}</span>'
     if result.truncated:
-        head += '<span style="color:#c62828"> · answer cut off at the output token limit</span>'
+        head += f'<span style="{ERROR}"> · answer cut off at the output token limit</span>'
     head += "</div>"
     parts = [head]
-    earlier = result.messages[: result.new_message_index]
+    start = result.new_message_index
+    earlier = result.messages[:start]
     if earlier:
         parts.append(
             f'<details style="{FONT}"><summary style="cursor:pointer;{MUTED}">{len(earlier)} earlier '
-            f"message{'s' if len(earlier) != 1 else ''}</summary>{messages_html(earlier)}</details>"
+            f"message{'s' if len(earlier) != 1 else ''}</summary>"
+            f"{messages_html(earlier, whole=result.messages)}</details>"
         )
     pending_ids = [p.id for p in result.pending]
-    parts.append(messages_html(result.new_messages, skip_call_ids=pending_ids))
+    parts.append(messages_html(result.new_messages, skip_call_ids=pending_ids, whole=result.messages, offset=start))
     parts.append(_pending_html(result.pending, result.thread))
     if result.error:
         parts.append(
-            f'<div style="{FONT};color:#c62828;white-space:pre-wrap">error: {escape(result.error)}</div>'
+            f'<div style="{FONT};{ERROR};white-space:pre-wrap">error: {escape(result.error)}</div>'
         )
     parts.append(usage_html(result.usage))
     parts.append(_usage_table(result.usage))
     return (
         f'<div class="nbagent-result" style="{FONT};border:{BORDER};border-radius:6px;padding:8px 10px;'
-        f'max-width:960px">' + "".join(parts) + "</div>"
+        f'max-width:960px;text-align:left;box-sizing:border-box">' + "".join(parts) + "</div>"
     )

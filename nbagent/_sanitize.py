@@ -14,6 +14,7 @@ output means a markdown-it bug or a rule we enable later cannot open a hole.
 from __future__ import annotations
 
 import html as _html
+import re
 from functools import lru_cache
 from typing import Any
 
@@ -28,7 +29,18 @@ script, iframe, svg, form or input."""
 
 ALLOWED_URL_SCHEMES = frozenset({"http", "https", "mailto"})
 
-_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align"}, "td": {"align"}}
+_ATTRIBUTES = {"a": {"href", "title"}, "ol": {"start"}, "th": {"align", "style"}, "td": {"align", "style"}}
+"""``style`` on table cells keeps only ``text-align`` (a Markdown column's alignment)."""
+_CELL_WITHOUT_STYLE = re.compile(r"<(t[dh])((?:\s(?!style=)[^>]*)?)>")
+
+RICH_TAGS = ALLOWED_TAGS | frozenset({
+    "caption", "col", "colgroup", "div", "small", "span", "sub", "sup", "tfoot",
+})
+"""What a tool result's ``_repr_html_`` may keep: table and text markup (a DataFrame's table, its
+index and header levels, a caption). No img, style, class or id: the view styles it."""
+
+_RICH_ATTRIBUTES = {"a": {"href", "title"}, "th": {"colspan", "rowspan"}, "td": {"colspan", "rowspan"},
+                    "col": {"span"}, "colgroup": {"span"}, "ol": {"start"}}
 
 RICH_TAGS = ALLOWED_TAGS | frozenset({
     "caption", "col", "colgroup", "div", "small", "span", "sub", "sup", "tfoot",
@@ -76,7 +88,15 @@ def _clean(fragment: str) -> str:
         link_rel="noopener noreferrer nofollow",
         strip_comments=True,
         clean_content_tags={"script", "style"},
+        filter_style_properties={"text-align"},
     )
+
+
+def _aligned_cells(html: str) -> str:
+    """Every table cell states its alignment (left unless the Markdown said otherwise): a host's
+    CSS (JupyterLab right-aligns cells of rendered HTML) cannot move it. Runs on nh3's output,
+    whose tags and attributes are normalised."""
+    return _CELL_WITHOUT_STYLE.sub(r'<\1\2 style="text-align:left">', html) if "<t" in html else html
 
 
 def rich_html(html: str | None) -> str | None:
@@ -118,4 +138,4 @@ def markdown_html(text: str | None) -> str:
         import nh3  # noqa: F401
     except ImportError:  # pragma: no cover
         return f'<div style="white-space:pre-wrap">{escape(text)}</div>'
-    return _clean(md.render(text))
+    return _aligned_cells(_clean(md.render(text)))

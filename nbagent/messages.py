@@ -444,7 +444,8 @@ class ToolResultMessage:
     sent to the model with `content` by providers that take images in tool results."""
     display: dict[str, str] | None = None
     """A MIME bundle for the view only, never sent to the model: ``{"text/html": ...}`` holds the
-    sanitized ``_repr_html_`` of what the tool returned (a pandas DataFrame...). None: none."""
+    sanitized ``_repr_html_`` of what the tool returned (a pandas DataFrame...); the view also
+    shows ``text/markdown``. Sanitized again when shown. None: none."""
     edited_args: dict[str, Any] | None = None
     """The arguments the call ran with when a person edited them (decision ``edited``); the
     model's own arguments stay on its `ToolCall`. None: it ran as the model asked."""

@@ -147,8 +147,8 @@ class Screen:
         self.rows[call_id] = {"name": name, "args": args, "group": group, "status": "queued", "pending": None}
 
     def update_call(self, call_id: str, status: str, result: str | None = None, *,
-                    is_error: bool = False, duration_s: float | None = None) -> None:
-        self.rows[call_id].update(status=status, result=result)
+                    is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
+        self.rows[call_id].update(status=status, result=result, message=message)
 
     def set_call_args(self, call_id: str, args: Any) -> None:
         self.rows[call_id]["args"] = args

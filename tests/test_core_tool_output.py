@@ -283,3 +283,15 @@ async def test_anthropic_tool_images_go_inside_the_tool_result(server: ReplaySer
     assert block["content"][0]["type"] == "text" and block["content"][0]["text"] == "sunny"
     assert block["content"][1] == {"type": "image", "source": {
         "type": "base64", "media_type": "image/png", "data": base64.b64encode(data).decode()}}
+
+
+def test_the_bundled_text_only_model_is_sent_no_tool_images(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbagent.models import _local
+
+    class Server:
+        base_url = "http://127.0.0.1:9/v1"
+
+    monkeypatch.setattr(_local, "_local_server", lambda key, timeout: Server())
+    assert _local.local_model().tool_images is False  # llama.cpp answers image parts with HTTP 500
+    assert _local.local_model(tool_images=True).tool_images is True
+    assert OpenAIModel("gpt-4o-mini", api_key="sk-test").tool_images is True

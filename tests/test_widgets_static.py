@@ -70,7 +70,32 @@ def assert_inert(fragment: str, *, allow_style_attr: bool = False) -> None:
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
 def test_markdown_payloads_render_inert(payload: str) -> None:
-    assert_inert(markdown_html(payload))
+    html = markdown_html(payload)
+    assert_inert(html, allow_style_attr=True)
+    # the only style Markdown keeps: a table cell's alignment
+    assert all(re.fullmatch(r"text-align:(left|right|center)", s) for s in inspect_html(html).styles), html
+
+
+@pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
+def test_a_tools_own_html_renders_inert(payload: str) -> None:
+    """A tool result's ``_repr_html_`` (what a DataFrame shows) is cut to table and text markup:
+    no style, class, id or event attribute, no image, no script."""
+    from nbagent._execute import tool_output
+    from nbagent._html import rich_result_html
+
+    class Rich:
+        def _repr_html_(self) -> str:
+            return payload
+
+    display = tool_output(Rich()).display
+    if display is not None:
+        html = display["text/html"]
+        assert_inert(html)
+        assert "class=" not in html and " id=" not in html and "data-" not in html
+        assert_inert(rich_result_html(display), allow_style_attr=True)  # as the view shows it
+    assert_inert(rich_result_html({"text/html": payload}), allow_style_attr=True)  # re-sanitized when shown
+    frame = pytest.importorskip("pandas").DataFrame({"payload": [payload]})
+    assert_inert(tool_output(frame).display["text/html"])  # type: ignore[index]
 
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
@@ -104,14 +129,14 @@ def test_tool_row_html_escapes_args_and_result(payload: str) -> None:
     html = tool_row_html("lookup", {"q": payload}, "done", payload, is_error=True, duration_s=0.2)
     assert_inert(html, allow_style_attr=True)
     long = expandable(payload * 20)
-    assert long.startswith("<details>") and "more characters" not in long
+    assert long.startswith("<details") and "more characters" not in long
     assert_inert(long, allow_style_attr=True)
 
 
 def test_expandable_truncates_long_text_with_expander() -> None:
     text = "x" * 500
     html = expandable(text, limit=50)
-    assert "<details>" in html and "x" * 500 in html
+    assert "<details" in html and "x" * 500 in html
     assert "x" * 60 not in html.split("</summary>")[0]
     huge = expandable("y" * 30_000)
     assert "more characters not shown" in huge

@@ -50,8 +50,9 @@ class CallRows(Protocol):
         """A new row; rows of one `group` (a run's step) share a table, None: a table of its own."""
 
     def update_call(self, call_id: str, status: str, result: str | None = None, *,
-                    is_error: bool = False, duration_s: float | None = None) -> None:
-        """A call's new status (and its result when it ended)."""
+                    is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
+        """A call's new status (and its result when it ended; `message`: the whole
+        `ToolResultMessage`, for its images, display and edited arguments)."""
 
     def set_call_args(self, call_id: str, args: Any) -> None:
         """The arguments a row shows when its call does not wait."""
@@ -199,15 +200,16 @@ class CallBoard:
         return call
 
     def set_status(self, call: CallState, status: str, result: str | None = None, *,
-                   is_error: bool = False, duration_s: float | None = None) -> None:
-        """A new status for `call` (and its result when it ended). A call that no longer waits
-        keeps no buttons here; a decision on it made here and not sent is overtaken."""
+                   is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
+        """A new status for `call` (and its result when it ended; `message`: the whole result). A
+        call that no longer waits keeps no buttons here; a decision on it made here and not sent is
+        overtaken."""
         call.status = status
         if status not in WAITING and call.pending is not None:
             if self.decisions.drop(call.id):
                 self.overtaken.append(call)
             call.decided = True
-        self.rows.update_call(call.id, status, result, is_error=is_error, duration_s=duration_s)
+        self.rows.update_call(call.id, status, result, is_error=is_error, duration_s=duration_s, message=message)
 
     def set_args(self, call: CallState, args: Any) -> None:
         """The arguments `call` has now (e.g. as the store has them)."""
@@ -240,7 +242,8 @@ class CallBoard:
     def ended(self, call: CallState, result: Any) -> None:
         """`call` ended with `result` (a `ToolResultMessage`)."""
         call.outcome = result
-        self.set_status(call, result.status, result.content, is_error=result.is_error, duration_s=result.duration_s)
+        self.set_status(call, result.status, result.content, is_error=result.is_error, duration_s=result.duration_s,
+                        message=result)
 
     def reload(self, pending: list[PendingCall]) -> None:
         """The calls waiting as the store has them (a resume failed before it applied the

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._html import FONT, MUTED, assistant_html, messages_html, user_html
+from .._html import FONT, MUTED, assistant_html, header_html, messages_html, user_html
 from .._sanitize import escape
 from ..messages import Prompt, UserMessage
 from ._calls import validate_args
@@ -39,7 +39,7 @@ from ._tally import UsageTally, footer_html
 from ._transcript import SavedCopy
 from .frame import ViewFrame
 from .stream import StreamText, ThinkingText
-from .tool_table import Decide, Schedule, ToolRow, ToolTable, on_enter
+from .tool_table import Decide, Schedule, ToolRow, ToolTable, on_enter, themed_button
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -121,8 +121,8 @@ class RunLog(widgets.VBox):
         self.rows[call_id] = table.add(call_id, name, args)
 
     def update_call(self, call_id: str, status: str, result: str | None = None, *,
-                    is_error: bool = False, duration_s: float | None = None) -> None:
-        self.rows[call_id].set_status(status, result, is_error=is_error, duration_s=duration_s)
+                    is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
+        self.rows[call_id].set_status(status, result, is_error=is_error, duration_s=duration_s, message=message)
 
     def set_call_args(self, call_id: str, args: Any) -> None:
         self.rows[call_id].args = args
@@ -195,6 +195,8 @@ class ChatView(widgets.VBox):
         buttons: the view's own buttons by label: ``Send``, ``Stop``, ``Approve all``,
             ``Deny all``, ``Confirm deny all``, ``Cancel`` (of Deny all) and ``Clear queue``
             (the rows' buttons are on `rows`).
+        header: the identity line at the top: the agent's name (``Agent(name=...)``), its model
+            and the thread id, so two views of one notebook can be told apart.
         message_box: the message box (Enter sends); deny_all_reason and deny_all_box: the reason
             box of ``Deny all`` and the line that holds it; history: the stored conversation;
             run_log: this view's runs (messages, reasoning, answers, tool tables); queue_box:
@@ -212,22 +214,18 @@ class ChatView(widgets.VBox):
         self._queued: list[tuple[UserMessage, widgets.HTML]] = []
         """The queued messages and their bubbles, oldest first."""
         self._history = widgets.HTML()
+        self._header = widgets.HTML(layout=widgets.Layout(margin="0"))
         self._queue_box = widgets.VBox(layout=widgets.Layout(width="100%"))
         self._queue_box.add_class("nbagent-queue")
         self._status = widgets.HTML()
         self._footer = widgets.HTML()
-        stop = widgets.Button(description="Stop", button_style="danger", tooltip="cancel the run",
-                              layout=widgets.Layout(width="auto", display="none"))
-        approve_all = widgets.Button(description="Approve all", button_style="success",
-                                     layout=widgets.Layout(width="auto", display="none"))
-        deny_all = widgets.Button(description="Deny all", button_style="danger",
-                                  tooltip="deny every waiting call (asks for a reason)",
-                                  layout=widgets.Layout(width="auto", display="none"))
+        stop = themed_button("Stop", "danger", "cancel the run", display="none")
+        approve_all = themed_button("Approve all", "success", display="none")
+        deny_all = themed_button("Deny all", "danger", "deny every waiting call (asks for a reason)",
+                                 display="none")
         self._deny_all_reason = widgets.Text(placeholder="reason for the model, for every call (optional)",
                                              continuous_update=True, layout=widgets.Layout(width="60%"))
-        confirm = widgets.Button(description="Confirm deny all", button_style="danger",
-                                 tooltip="deny every waiting call with this reason",
-                                 layout=widgets.Layout(width="auto"))
+        confirm = themed_button("Confirm deny all", "danger", "deny every waiting call with this reason")
         cancel = widgets.Button(description="Cancel", tooltip="keep the calls waiting",
                                 layout=widgets.Layout(width="auto"))
         self._deny_all_box = widgets.HBox([self._deny_all_reason, confirm, cancel],
@@ -236,7 +234,7 @@ class ChatView(widgets.VBox):
                                layout=widgets.Layout(width="auto", display="none"))
         self._input = widgets.Text(placeholder="Message the agent (Enter sends)", continuous_update=True,
                                    layout=widgets.Layout(flex="1 1 auto", width="auto"))
-        send = widgets.Button(description="Send", button_style="primary", layout=widgets.Layout(width="auto"))
+        send = themed_button("Send", "primary")
         self._buttons = MappingProxyType({b.description: b for b in (
             send, stop, approve_all, deny_all, confirm, cancel, clear)})
 
@@ -245,6 +243,7 @@ class ChatView(widgets.VBox):
         self.controller = ChatController(agent, thread or "thread_" + uuid.uuid4().hex[:16], self)
         self._frame = ViewFrame(self.controller.thread)
         self._copy = SavedCopy(self.controller.thread)
+        self._header.value = header_html(self.controller.thread, agent.model, getattr(agent, "name", None))
         schedule = self.controller.schedule  # handlers only hand their work to the loop
         stop.on_click(lambda _: schedule(self.stop))
         approve_all.on_click(lambda _: schedule(self._on_approve_all))
@@ -258,6 +257,7 @@ class ChatView(widgets.VBox):
         super().__init__(
             [
                 self._frame,
+                self._header,
                 self._history,
                 self._log,
                 self._queue_box,
@@ -283,6 +283,8 @@ class ChatView(widgets.VBox):
     status_line = property(lambda self: self._status, doc="The status line (HTML).")
     footer = property(lambda self: self._footer, doc="Tokens, cost and budget (HTML).")
     history = property(lambda self: self._history, doc="The stored conversation (HTML).")
+    header = property(lambda self: self._header,
+                      doc="The view's identity line: agent name, model and thread id (HTML).")
     run_log = property(lambda self: self._log, doc="This view's runs as they happen (`RunLog`).")
     queue_box = property(lambda self: self._queue_box, doc="The queued messages' bubbles, oldest first.")
     deny_all_box = property(lambda self: self._deny_all_box, doc="The reason line of Deny all.")
@@ -412,7 +414,7 @@ class ChatView(widgets.VBox):
             self._log.children = tuple(c for c in self._log.children if c is not bubble)
 
     def show_status(self, text: str, error: bool, note: str) -> None:
-        colour = "#c62828" if error else "var(--jp-ui-font-color2,#666)"
+        colour = "var(--jp-error-color1,#c62828)" if error else "var(--jp-ui-font-color2,#666)"
         out = f'<div style="{FONT};color:{colour};white-space:pre-wrap">{escape(text)}</div>' if text else ""
         if note:
             out += f'<div class="nbagent-queue-note" style="{FONT};{MUTED};white-space:pre-wrap">{escape(note)}</div>'

@@ -114,8 +114,11 @@ function renderThinking(model, el) {
 function render({ model, el }) {
   if (model.get("plain")) return renderThinking(model, el);
   const box = document.createElement("div");
-  box.className = "nbagent-stream";
-  box.style.cssText = "font-size:13px;line-height:1.5;word-break:break-word;overflow-wrap:anywhere;";
+  // JupyterLab's own Markdown classes: its tables, code and links, in every theme
+  box.className = "nbagent-stream nbagent-answer jp-RenderedHTMLCommon jp-RenderedMarkdown";
+  box.style.cssText = "font-family:var(--jp-content-font-family,system-ui,sans-serif);" +
+    "font-size:var(--jp-content-font-size1,14px);line-height:var(--jp-content-line-height,1.6);" +
+    "padding:0;text-align:left;overflow-wrap:anywhere;";
   el.appendChild(box);
   return redrawOn(model, ["text", "html"], () => {
     const html = model.get("html");

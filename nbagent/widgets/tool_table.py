@@ -1,11 +1,14 @@
 """The live tool-call table: one row per call, with approval controls on the rows that wait.
 
-Owns `ToolTable` and `ToolRow`. A row is an HTML widget (tool, arguments, status, result, duration;
-built by `_html.tool_row_html`, everything escaped) plus, while the call waits for a person, the
-buttons ``Approve``, ``Deny`` (reason box + ``Confirm deny``; Enter in the box confirms), ``Edit``
-(JSON text area + ``Approve edited``, validated with the tool's schema), ``Always allow <tool>``,
-or for a client tool an answer box + ``Submit`` (Enter submits). A call whose tool is not
-registered in this kernel offers only ``Deny`` (a client call: nothing) and says why.
+Owns `ToolTable`, `ToolRow` and `themed_button`. A row is an HTML widget (tool, arguments, status,
+result, duration; built by `_html.tool_row_html`, everything escaped; what a tool returned richly —
+a DataFrame's table, images — under it; edited arguments with an "edited" badge) plus, while the
+call waits for a person, the buttons ``Approve``, ``Deny`` (reason box + ``Confirm deny``; Enter in
+the box confirms), ``Edit`` (JSON text area + ``Approve edited``, validated with the tool's schema),
+``Always allow <tool>``, or for a client tool its question as text and a labelled answer box +
+``Submit`` (Enter submits). A call whose tool is not registered in this kernel offers only ``Deny``
+(a client call: nothing) and says why. Buttons are tinted with JupyterLab's theme colours, text in
+the theme's text colour (``view.css``), so they read in light, dark and high-contrast themes.
 
 While a call runs (or, stopped, still runs in its thread) its time counts up in the browser
 (``frame.js``); the row's HTML only carries the seconds elapsed when it was drawn.
@@ -27,14 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._html import pretty_args, table_header_html, tool_row_html
+from .._html import pretty_args, question_html, table_header_html, tool_row_html
 from .._sanitize import escape
 from ._calls import TICKING, WAITING
 
 if TYPE_CHECKING:
     from ..events import PendingCall
+    from ..messages import ToolResultMessage
 
-__all__ = ["ToolRow", "ToolTable"]
+__all__ = ["ToolRow", "ToolTable", "themed_button"]
 
 Schedule = Callable[..., None]
 """``schedule(fn, *args)``: run ``fn(*args)`` on the kernel loop (thread-safe)."""
@@ -42,11 +46,22 @@ Decide = Callable[[str, str, Any], None]
 """``decide(call_id, action, payload)`` on the loop; action: approve, deny, edit, result, always."""
 
 _HIDDEN = "none"
+_ERROR = "color:var(--jp-error-color1,#c62828)"
 
 
-def _button(label: str, style: str = "", tooltip: str = "") -> widgets.Button:
-    return widgets.Button(description=label, button_style=style, tooltip=tooltip or label,
-                          layout=widgets.Layout(width="auto"))
+def themed_button(label: str, style: str = "", tooltip: str = "", **layout: Any) -> widgets.Button:
+    """A button; a ``success`` / ``danger`` / ``primary`` one is a tint of JupyterLab's theme
+    colour with the theme's own text colour (class ``nbagent-button-<style>``, styled by
+    ``view.css``): ipywidgets' own styles put the inverse text colour on the full colour, under
+    4.5:1 contrast in JupyterLab Light."""
+    button = widgets.Button(description=label, tooltip=tooltip or label,
+                            layout=widgets.Layout(width="auto", **layout))
+    if style:
+        button.add_class(f"nbagent-button-{style}")
+    return button
+
+
+_button = themed_button
 
 
 def on_enter(box: widgets.Text, schedule: Schedule, fn: Callable[..., None], *args: Any) -> None:
@@ -72,13 +87,19 @@ class ToolRow(widgets.VBox):
         self.result: str | None = None
         self.is_error = False
         self.duration_s: float | None = None
+        self.message: ToolResultMessage | None = None
+        """The call's result once it ended (its images, display, edited arguments)."""
+        self.edited_args: dict[str, Any] | None = None
+        """The arguments a person edited (shown with an "edited" badge), once known."""
         self.pending: PendingCall | None = None
         self.decided = False
         self._started: float | None = None
         self._schedule = schedule
         self._decide = decide
         self._validate = validate
-        self.html = widgets.HTML(layout=widgets.Layout(width="100%"))
+        # No width: a flex child already fills the row; width 100% plus the widget's 2px margins
+        # overflowed the row by 4px (a horizontal scrollbar under every row).
+        self.html = widgets.HTML(layout=widgets.Layout(margin="0"))
         self.actions = widgets.VBox(layout=widgets.Layout(display=_HIDDEN, padding="2px 6px 6px 6px"))
         self.buttons: dict[str, widgets.Button] = {}
         super().__init__([self.html, self.actions], layout=widgets.Layout(width="100%"))
@@ -89,15 +110,27 @@ class ToolRow(widgets.VBox):
     def _render(self) -> None:
         waiting = self.status in WAITING
         ticking = self.status in TICKING and self._started is not None
-        self.html.value = tool_row_html(
-            self.name, self.pending.args if (waiting and self.pending) else self.args, self.status,
-            self.result, is_error=self.is_error, duration_s=self.duration_s, full_args=waiting,
-            elapsed_s=time.perf_counter() - self._started if ticking else None,  # type: ignore[operator]
-        )
+        args = self.pending.args if (waiting and self.pending) else self.args
+        extra: dict[str, Any] = {}
+        if self.edited_args is not None and not waiting:
+            extra["edited_from"], args = args, self.edited_args
+        if self.message is not None:
+            extra.update(display=self.message.display, images=self.message.images)
+        value = tool_row_html(self.name, args, self.status, self.result, is_error=self.is_error,
+                              duration_s=self.duration_s, full_args=waiting,
+                              elapsed_s=time.perf_counter() - self._started if ticking else None,  # type: ignore[operator]
+                              **extra)
+        if self.html.value != value:
+            self.html.value = value
 
     def set_status(self, status: str, result: str | None = None, *, is_error: bool = False,
-                   duration_s: float | None = None) -> None:
-        """Show a new status (and the result or error when the call ended)."""
+                   duration_s: float | None = None, message: ToolResultMessage | None = None) -> None:
+        """Show a new status (and the result or error when the call ended; `message`: the whole
+        result, for what it returned richly and the arguments a person edited)."""
+        if message is not None:
+            self.message = message
+            if message.edited_args is not None:
+                self.edited_args = message.edited_args
         if status == "running" or (status in TICKING and self._started is None):
             self._started = time.perf_counter()
         if duration_s is None and self._started is not None and status not in (*TICKING, *WAITING):
@@ -128,16 +161,20 @@ class ToolRow(widgets.VBox):
         self._render()
         self.buttons = {}
         children: list[widgets.Widget]
-        if pending.reason == "client" and unavailable:
-            children = []
-        elif pending.reason == "client":
+        if pending.reason == "client":
+            question = widgets.HTML(question_html(pending.name, pending.args, pending.description),
+                                    layout=widgets.Layout(margin="0 0 4px 0"))
             box = widgets.Text(placeholder=f"your answer for {pending.name}", continuous_update=True,
+                               description="Your answer", style={"description_width": "initial"},
                                layout=widgets.Layout(width="60%"))
+            box.add_class("nbagent-answer-box")
             submit = _button("Submit", "primary", f"send this answer as the result of {pending.name}")
             submit.on_click(lambda _: self._schedule(self._submit_answer, box))
             on_enter(box, self._schedule, self._submit_answer, box)
-            self.buttons["Submit"] = submit
-            children = [widgets.HBox([box, submit])]
+            if not unavailable:
+                self.buttons["Submit"] = submit
+            self.answer_box = box
+            children = [question] if unavailable else [question, widgets.HBox([box, submit])]
         else:
             approve = _button("Approve", "success", "run this call with the arguments shown")
             deny = _button("Deny", "danger", "answer the model that you denied it")
@@ -171,7 +208,7 @@ class ToolRow(widgets.VBox):
                 f'<div class="nbagent-unavailable" style="border-left:3px solid var(--jp-warn-color1,#ff9800);'
                 f'padding:2px 8px;margin:2px 0;font-size:12px;color:var(--jp-ui-font-color1,#222);'
                 f'white-space:pre-wrap">{escape(unavailable)}</div>'))
-        if pending.description:
+        if pending.description and pending.reason != "client":  # a question shows it already
             children.append(widgets.HTML(
                 f'<span style="color:var(--jp-ui-font-color2,#666);font-size:12px">'
                 f"{escape(pending.name)}: {escape(pending.description)}</span>"))
@@ -197,18 +234,20 @@ class ToolRow(widgets.VBox):
         try:
             args = json.loads(area.value)
         except ValueError as exc:
-            error.value = f'<span style="color:#c62828">not valid JSON: {escape(exc)}</span>'
+            error.value = f'<span style="{_ERROR}">not valid JSON: {escape(exc)}</span>'
             return
         if not isinstance(args, dict):
-            error.value = '<span style="color:#c62828">the arguments must be a JSON object {...}</span>'
+            error.value = f'<span style="{_ERROR}">the arguments must be a JSON object {{...}}</span>'
             return
         if self._validate is not None:
             try:
                 self._validate(self.name, args)
             except Exception as exc:
-                error.value = f'<span style="color:#c62828">{escape(exc)}</span>'
+                error.value = f'<span style="{_ERROR}">{escape(exc)}</span>'
                 return
         error.value = ""
+        if not self.decided and self.pending is not None:
+            self.edited_args = args  # shown with its badge while the edited call waits to run
         self._decide_now("edit", args)
 
     def lock(self, status: str = "queued") -> None:

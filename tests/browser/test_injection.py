@@ -2,7 +2,8 @@
 
 Every payload of tests/fixtures/injection_payloads.json is used as model text (streamed, then
 rendered as Markdown), as tool arguments (a row per payload, plus one call needing approval whose
-full arguments and Edit text area are shown) and as tool results; then the static summary
+full arguments and Edit text area are shown), as tool results, as a tool result's own HTML
+(``_repr_html_``, shown richly in the row) and in a DataFrame; then the static summary
 (``display(result)``) of the same run. After each stage the page is checked: no JS dialog fired,
 nothing set ``window.__pwned``, and inside the view's DOM no ``on*`` attribute, no
 script/style/iframe/... element and no javascript:/data: URL.
@@ -37,13 +38,33 @@ def risky(items: list[str]) -> str:
     """Needs approval; returns the payloads."""
     return "\\n".join(items)
 
+class Rich:
+    def __init__(self, html):
+        self.html = html
+    def _repr_html_(self):
+        return self.html
+    def __str__(self):
+        return "rich result"
+
+@tool
+def rich(i: int) -> object:
+    """Returns a payload as its own HTML (what a DataFrame's _repr_html_ is)."""
+    return Rich(PAYLOADS[i])
+
+@tool
+def frame() -> object:
+    """A DataFrame of the payloads."""
+    import pandas as pd
+    return pd.DataFrame({{"payload": PAYLOADS}})
+
 def answer(messages, request):
     if messages[-1].kind == "user":
         calls = [tool_call("lookup", q=p) for p in PAYLOADS] + [tool_call("risky", items=PAYLOADS)]
+        calls += [tool_call("rich", i=i) for i in range(len(PAYLOADS))] + [tool_call("frame")]
         return AssistantMessage(text="\\n\\n".join(PAYLOADS), tool_calls=calls)
     return "FINALANSWER\\n\\n" + "\\n\\n".join(PAYLOADS)
 
-agent = Agent(FunctionModel(answer), tools=[lookup, risky], store=MemoryStore())
+agent = Agent(FunctionModel(answer), tools=[lookup, risky, rich, frame], store=MemoryStore())
 view = agent.chat(thread="injection")
 view
 ''',
@@ -107,10 +128,17 @@ def test_injection_corpus_renders_inert_in_jupyterlab(jupyter_lab, make_notebook
     text = page.output_text(0)
     assert "<script>window.__pwned=1;alert('script')</script>" in text  # shown as text, not run
     assert "hover me" in text
+    # the tools' own HTML is shown richly (its table markup kept), yet inert
+    tables = page.eval("() => Array.from(document.querySelectorAll('.nbagent-chat .nbagent-rich table'))"
+                       ".map(t => t.innerText)")
+    assert len(tables) >= 6, tables
+    assert any("${alert('template')}" in t and "<script>" in t for t in tables), tables  # the DataFrame
+    assert "spoofed class" in text and "td overlay" in text
     _assert_inert(page, ".nbagent-chat", "completed")
 
     page.run_cell(1)  # display(result): the static HTML summary
     page.wait_text("completed", timeout=30, cell=1)
+    assert page.eval("() => document.querySelectorAll('.nbagent-result .nbagent-rich table').length") >= 6
     _assert_inert(page, ".nbagent-result", "static summary")
     page.page.mouse.move(200, 200)
     page.page.mouse.move(400, 600)
