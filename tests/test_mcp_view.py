@@ -79,3 +79,19 @@ async def test_server_text_renders_inert_in_the_view_and_the_summary(kitchen: MC
     for row in view.rows.values():
         assert_inert(row.html.value, allow_style_attr=True)
     assert_inert(render_result_html(result), allow_style_attr=True)
+
+
+async def test_an_image_from_the_server_shows_in_its_row(kitchen: MCPTools) -> None:
+    def draw(messages: list[Any], request: Any) -> Any:
+        return tool_call("picture") if messages[-1].kind == "user" else "a picture"
+
+    view = Agent(FunctionModel(draw), tools=[kitchen], store=MemoryStore()).chat(thread="t-mcp-image")
+    result = await ask(view, "draw")
+    if result.status == "paused":  # the server does not mark it read-only: a person approves it
+        [row] = waiting_rows(view)
+        await click(row.buttons["Approve"])
+        result = await view.wait()
+    assert result.status == "completed"
+    [row] = view.run_log.rows.values()
+    assert row.status == "done"
+    assert 'class="nbagent-image" src="data:image/png;base64,' in row.html.value  # the picture, under the row
