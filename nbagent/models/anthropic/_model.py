@@ -22,7 +22,7 @@ from typing import Any
 from anthropic import AsyncAnthropic
 
 from ...exceptions import ModelError, ModelResponseError, UserError
-from .._keys import _safe_url, _Secret
+from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
 from ._stream import _StreamAssembler, message_response, stream_items
@@ -46,7 +46,7 @@ def _thinking_param(thinking: Any) -> dict[str, Any] | None:
     raise UserError(f"AnthropicModel(thinking=...) is a token budget or a dict, got {thinking!r}")
 
 
-class AnthropicModel(Model):
+class AnthropicModel(Travelling, Model):
     """A Claude model through the official ``anthropic`` SDK (the Messages API).
 
     ```python
@@ -76,7 +76,12 @@ class AnthropicModel(Model):
         max_retries: the SDK's own retries; 0 because nbagent's run loop retries (and shows it).
         client: an ``anthropic.AsyncAnthropic`` to use as is (then `base_url`, `api_key`,
             `timeout` are ignored).
+
+    It pickles as its configuration, without the key (`Travelling`: ``ANTHROPIC_API_KEY`` is read
+    where it arrives, e.g. on a Ray or Dask worker); a model made with ``client=`` does not.
     """
+
+    _key_variable = "ANTHROPIC_API_KEY"
 
     def __init__(
         self,
@@ -113,6 +118,9 @@ class AnthropicModel(Model):
             if not key:
                 raise UserError("no Anthropic API key: pass AnthropicModel(..., api_key=...) or set ANTHROPIC_API_KEY")
         self._api_key = _Secret(key or "")
+        self._init_clients()
+
+    def _init_clients(self) -> None:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncAnthropic, Any]] = (
             weakref.WeakKeyDictionary()
         )

@@ -26,7 +26,7 @@ import openai
 from openai import AsyncOpenAI
 
 from ...exceptions import ModelError, ModelTimeoutError, UserError
-from .._keys import _safe_url, _Secret
+from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
 from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
@@ -47,7 +47,7 @@ reasoning model its `DEFAULT_TIMEOUT` of thinking before the first byte and then
 attempts) to what someone watching a notebook would still wait for."""
 
 
-class OpenAIModel(Model):
+class OpenAIModel(Travelling, Model):
     """A chat-completions model on any OpenAI-compatible server, via the official ``openai`` SDK.
 
     ```python
@@ -86,6 +86,8 @@ class OpenAIModel(Model):
     One SDK client is made per event loop and reused, so the same model works from
     ``agent.run_sync`` (nbagent's background loop) and from ``await agent.run`` in one notebook.
     """
+
+    _key_variable = "OPENAI_API_KEY"  # pickled without its key, read from there where it arrives
 
     def __init__(
         self,
@@ -132,8 +134,11 @@ class OpenAIModel(Model):
                         "no OpenAI API key: pass OpenAIModel(..., api_key=...) or set OPENAI_API_KEY "
                         "(for a local server that needs no key, pass base_url=...)"
                     )
-                key = "not-needed"
+                key = self._key_placeholder = "not-needed"  # no secret: it travels (`Travelling`)
         self._api_key = _Secret(key or "")
+        self._init_clients()
+
+    def _init_clients(self) -> None:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncOpenAI, Any]] = (
             weakref.WeakKeyDictionary()
         )

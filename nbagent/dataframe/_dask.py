@@ -1,0 +1,135 @@
+"""The Dask engine of ``agent.map(..., executor=client)`` (a ``dask.distributed.Client``).
+
+Owns the Dask side of a cluster batch: the pickled agent scattered once, one task per chunk, the
+driver's view of them, progress and stopping. A chunk returns its rows when it ends; meanwhile
+each row settled on a worker is reported as an event on the batch's topic (``log_event`` /
+``subscribe_topic``), so the bar advances per row. Dask cannot interrupt a running task, so a
+stopped batch sets a Dask `Event` that each chunk checks a few times a second (`_worker`).
+
+When a worker dies, the scheduler runs its tasks again elsewhere (up to its
+``distributed.scheduler.allowed-failures``); the store makes that safe: settled rows are skipped,
+interrupted ones continue. A chunk that killed too many workers (`KilledWorker`) reports its rows
+failed, and a re-run of the batch continues them.
+
+Imports ``distributed`` and ``cloudpickle`` (this module is imported only when a Dask executor
+is chosen), `_worker` and `_executors`' token.
+"""
+
+from __future__ import annotations
+
+import collections
+import itertools
+from typing import Any
+
+import cloudpickle
+from distributed import Client, Event, KilledWorker, get_client, get_worker, wait
+
+from ..exceptions import UserError
+from ._executors import Update, new_token
+from ._worker import Row, agent_for, run_chunk
+
+__all__ = ["DaskEngine", "current_client"]
+
+
+def current_client() -> Client:
+    """The Dask client of ``executor="dask"``: the current one (the last `Client` made)."""
+    try:
+        return get_client()
+    except ValueError:
+        raise UserError(
+            "executor='dask' needs a dask.distributed Client: client = Client() (a LocalCluster on this "
+            "machine) or Client('tcp://scheduler:8786') first, or pass executor=client"
+        ) from None
+
+
+def _chunk(data: bytes, token: str, rows: list[Row], concurrency: int) -> list[tuple[int, dict[str, Any]]]:
+    """The Dask task: one chunk on a worker; each settled row is reported on the topic `token`."""
+    worker = get_worker()
+    stop = Event(f"{token}-stop")
+    settled = []
+    for position, row in run_chunk(agent_for(token, data), rows, concurrency, stopped=stop.is_set):
+        settled.append((position, row))
+        worker.log_event(token, position)
+    return settled
+
+
+class DaskEngine:
+    """`_executors.Engine` on a ``dask.distributed.Client`` (a LocalCluster or a scheduler)."""
+
+    name = "dask"
+
+    def __init__(self, client: Client) -> None:
+        if client.asynchronous:
+            raise UserError("agent.map(executor=client) blocks: give it a Client made without asynchronous=True")
+        self._client = client
+        self._token = new_token()
+        self._futures: dict[Any, list[Row]] = {}
+        self._ticks: collections.deque[int] = collections.deque()
+        self._numbers = itertools.count()
+        self._data: Any = None
+        self._stop: Event | None = None
+        self._concurrency = 1
+
+    def slots(self) -> int:
+        return max(1, sum(self._client.nthreads().values()))
+
+    def dumps(self, obj: Any) -> bytes:
+        return cloudpickle.dumps(obj)
+
+    def by_value(self, module: Any) -> None:
+        cloudpickle.register_pickle_by_value(module)
+
+    def start(self, payload: bytes, concurrency: int) -> None:
+        self._concurrency = concurrency
+        self._stop = Event(f"{self._token}-stop", client=self._client)
+        self._client.subscribe_topic(self._token, self._tick)
+        self._data = self._client.scatter(payload, hash=False)
+
+    def _tick(self, event: tuple[float, Any]) -> None:  # on the client's loop thread
+        self._ticks.append(event[1])
+
+    def submit(self, rows: list[Row]) -> None:
+        future = self._client.submit(
+            _chunk, self._data, self._token, rows, self._concurrency,
+            pure=False, key=f"{self._token}-chunk-{next(self._numbers)}",
+        )
+        self._futures[future] = rows
+
+    def running(self) -> int:
+        return len(self._futures)
+
+    def poll(self, timeout: float) -> list[Update]:
+        updates: list[Update] = []
+        if self._futures:
+            try:
+                wait(list(self._futures), timeout=timeout, return_when="FIRST_COMPLETED")
+            except TimeoutError:
+                pass
+            for future in [f for f in self._futures if f.done()]:
+                rows = self._futures.pop(future)
+                if future.status == "error" and isinstance(future.exception(), KilledWorker):
+                    why = f"the Dask workers running this row died ({future.exception()})"
+                    updates.append(("lost", [r[0] for r in rows], why))
+                elif future.status != "cancelled":
+                    updates += [("row", position, row) for position, row in future.result()]
+        while self._ticks:
+            updates.append(("tick", self._ticks.popleft()))
+        return updates
+
+    def cancel(self, wait_s: float) -> None:
+        futures = list(self._futures)
+        if self._stop is not None:
+            self._stop.set()  # running chunks cancel their rows; queued ones start and return
+        if futures:
+            try:
+                wait(futures, timeout=wait_s)
+            except TimeoutError:
+                pass
+            self._client.cancel(futures)
+        self._futures.clear()
+
+    def close(self) -> None:
+        if self._data is not None:
+            self._client.unsubscribe_topic(self._token)
+            self._data.release()
+            self._data = None
