@@ -1,0 +1,72 @@
+"""Real Ray and Dask clusters on this machine, loopback only, for the tests and the benchmark.
+
+`start_ray` starts a Ray local cluster (``ray.init(num_cpus=2)``) with its addresses on 127.0.0.1
+(Ray otherwise binds its node to the machine's outward address), no usage-stats reporting, and
+start-up waits long enough for a loaded 2-core machine (Ray waits 15 s for its agents by default,
+and its Python side 30 s for the node: a busy machine can need more; one more attempt is made).
+`start_dask` starts a `LocalCluster` of worker processes on 127.0.0.1.
+
+Neither lets the workers inherit ``OPENAI_API_KEY``: keys must come from the worker's own
+environment, and the tests show what happens when they do not.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["RAY_ENV", "start_dask", "start_ray"]
+
+RAY_ENV = {
+    "RAY_USAGE_STATS_ENABLED": "0",              # never phone home
+    "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",    # a one-machine cluster: every address on loopback
+    "RAY_raylet_start_wait_time_s": "120",       # a loaded machine starts Ray's agents slowly
+    "RAY_agent_register_timeout_ms": "120000",
+}
+
+
+@contextmanager
+def _without_key() -> Iterator[None]:
+    key = os.environ.pop("OPENAI_API_KEY", None)
+    try:
+        yield
+    finally:
+        if key is not None:
+            os.environ["OPENAI_API_KEY"] = key
+
+
+def start_ray(num_cpus: int = 2) -> Any:
+    """``ray.init`` a local cluster of `num_cpus` CPUs on 127.0.0.1; returns the ray module."""
+    import ray
+
+    os.environ.update(RAY_ENV)
+    with _without_key():
+        for attempt in (1, 2):
+            try:
+                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                         object_store_memory=100 * 2**20, _node_ip_address="127.0.0.1",
+                         configure_logging=False, log_to_driver=False)
+                break
+            except Exception as exc:  # Ray's Python side waits a fixed 30 s for its node
+                with warnings.catch_warnings():  # the abandoned attempt's processes, reaped here
+                    warnings.simplefilter("ignore", ResourceWarning)
+                    ray.shutdown()
+                    gc.collect()
+                if attempt == 2 or "timed out during startup" not in str(exc):
+                    raise
+    return ray
+
+
+def start_dask(workers: int = 2) -> Any:
+    """A `Client` of a `LocalCluster`: `workers` processes of one thread each, on 127.0.0.1."""
+    from distributed import Client, LocalCluster
+
+    with _without_key():
+        cluster = LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                               dashboard_address=None, silence_logs=logging.ERROR)
+    return Client(cluster)
