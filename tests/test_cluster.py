@@ -16,6 +16,7 @@ import _thread
 import asyncio
 import collections
 import io
+import itertools
 import os
 import signal
 import threading
@@ -175,7 +176,7 @@ def test_the_bar_advances_as_rows_finish_on_the_workers(executor: Any, tmp_path:
     assert (df["status"] == "completed").all()
     assert [n for _, n in updates] == [1] * 20
     # two chunks of ten rows: reported one by one as they finish, not ten at a time
-    gaps = [b - a for (a, _), (b, _) in zip(updates, updates[1:], strict=False)]
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(updates)]
     assert sum(gap > 0.03 for gap in gaps) >= 8, gaps
 
 
