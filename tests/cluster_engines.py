@@ -3,7 +3,7 @@
 `start_ray` starts a Ray local cluster (``ray.init(num_cpus=2)``) with its addresses on 127.0.0.1
 (Ray otherwise binds its node to the machine's outward address), no usage-stats reporting, and
 start-up waits long enough for a loaded 2-core machine (Ray waits 15 s for its agents by default,
-and its Python side 30 s for the node: a busy machine can need more; one more attempt is made).
+and its Python side 30 s for the node: a busy machine can need more).
 `start_dask` starts a `LocalCluster` of worker processes on 127.0.0.1.
 
 Neither lets the workers inherit ``OPENAI_API_KEY``: keys must come from the worker's own
@@ -12,15 +12,17 @@ environment, and the tests show what happens when they do not.
 
 from __future__ import annotations
 
-import gc
 import logging
 import os
-import warnings
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 __all__ = ["RAY_ENV", "start_dask", "start_ray"]
+
+START_WAIT_S = 150.0
+"""How long `start_ray` waits for the Ray node to register (Ray's own wait: 30 s)."""
 
 RAY_ENV = {
     "RAY_USAGE_STATS_ENABLED": "0",              # never phone home
@@ -43,22 +45,32 @@ def _without_key() -> Iterator[None]:
 def start_ray(num_cpus: int = 2) -> Any:
     """``ray.init`` a local cluster of `num_cpus` CPUs on 127.0.0.1; returns the ray module."""
     import ray
+    from ray._private import services
 
     os.environ.update(RAY_ENV)
-    with _without_key():
-        for attempt in (1, 2):
+    real_get_node = services.get_node
+
+    def patient_get_node(*args: Any, **kwargs: Any) -> Any:
+        # Ray's Python side gives its node a fixed 30 s to register, and the node waits for its
+        # agents (Python processes that import a lot): on a loaded 2-core machine that can take
+        # longer. Wait up to START_WAIT_S instead; nothing else is changed.
+        deadline = time.monotonic() + START_WAIT_S
+        while True:
             try:
-                ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                         object_store_memory=100 * 2**20, _node_ip_address="127.0.0.1",
-                         configure_logging=False, log_to_driver=False)
-                break
-            except Exception as exc:  # Ray's Python side waits a fixed 30 s for its node
-                with warnings.catch_warnings():  # the abandoned attempt's processes, reaped here
-                    warnings.simplefilter("ignore", ResourceWarning)
-                    ray.shutdown()
-                    gc.collect()
-                if attempt == 2 or "timed out during startup" not in str(exc):
+                return real_get_node(*args, **kwargs)
+            except RuntimeError:
+                if time.monotonic() > deadline:
                     raise
+                time.sleep(0.5)
+
+    services.get_node = patient_get_node
+    try:
+        with _without_key():
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
+                     object_store_memory=100 * 2**20, _node_ip_address="127.0.0.1",
+                     configure_logging=False, log_to_driver=False)
+    finally:
+        services.get_node = real_get_node
     return ray
 
 

@@ -175,9 +175,10 @@ def test_the_bar_advances_as_rows_finish_on_the_workers(executor: Any, tmp_path:
                                             chunk_size=10, desc="cluster")
     assert (df["status"] == "completed").all()
     assert [n for _, n in updates] == [1] * 20
-    # two chunks of ten rows: reported one by one as they finish, not ten at a time
+    # two chunks of ten rows, each row taking two 30 ms answers: the bar moved in many steps
+    # while the chunks ran (per chunk, it would have moved twice, ten rows at a time)
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(updates)]
-    assert sum(gap > 0.03 for gap in gaps) >= 8, gaps
+    assert sum(gap > 0.03 for gap in gaps) >= 5, gaps
 
 
 def test_a_tool_that_cannot_travel_fails_before_any_row_runs(executor: Any, server: ScriptedServer,

@@ -2,9 +2,10 @@
 
 Owns the Dask side of a cluster batch: the pickled agent scattered once, one task per chunk, the
 driver's view of them, progress and stopping. A chunk returns its rows when it ends; meanwhile
-each row settled on a worker is reported as an event on the batch's topic (``log_event`` /
-``subscribe_topic``), so the bar advances per row. Dask cannot interrupt a running task, so a
-stopped batch sets a Dask `Event` that each chunk checks a few times a second (`_worker`).
+the rows it settles are reported as events on the batch's topic (``log_event`` /
+``subscribe_topic``, at most ten a second), so the bar advances as rows finish. Dask cannot
+interrupt a running task, so a stopped batch sets a Dask `Event` that each chunk checks a few
+times a second (`_worker`).
 
 When a worker dies, the scheduler runs its tasks again elsewhere (up to its
 ``distributed.scheduler.allowed-failures``); the store makes that safe: settled rows are skipped,
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import collections
 import itertools
+import time
 from typing import Any
 
 import cloudpickle
@@ -42,14 +44,25 @@ def current_client() -> Client:
         ) from None
 
 
+_REPORT_EVERY_S = 0.1
+"""A chunk reports the rows it settled at most this often (one event, not one per row)."""
+
+
 def _chunk(data: bytes, token: str, rows: list[Row], concurrency: int) -> list[tuple[int, dict[str, Any]]]:
-    """The Dask task: one chunk on a worker; each settled row is reported on the topic `token`."""
+    """The Dask task: one chunk on a worker; settled rows are reported on the topic `token`."""
     worker = get_worker()
     stop = Event(f"{token}-stop")
-    settled = []
+    settled: list[tuple[int, dict[str, Any]]] = []
+    unreported: list[int] = []
+    next_report = time.monotonic()
     for position, row in run_chunk(agent_for(token, data), rows, concurrency, stopped=stop.is_set):
         settled.append((position, row))
-        worker.log_event(token, position)
+        unreported.append(position)
+        if time.monotonic() >= next_report:
+            worker.log_event(token, unreported)
+            unreported, next_report = [], time.monotonic() + _REPORT_EVERY_S
+    if unreported:
+        worker.log_event(token, unreported)
     return settled
 
 
@@ -86,7 +99,7 @@ class DaskEngine:
         self._data = self._client.scatter(payload, hash=False)
 
     def _tick(self, event: tuple[float, Any]) -> None:  # on the client's loop thread
-        self._ticks.append(event[1])
+        self._ticks.extend(event[1])
 
     def submit(self, rows: list[Row]) -> None:
         future = self._client.submit(
