@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["RAY_ENV", "start_dask", "start_ray"]
+__all__ = ["RAY_ENV", "START_WAIT_S", "ray_start_patience", "start_dask", "start_ray"]
 
 START_WAIT_S = 150.0
 """How long `start_ray` waits for the Ray node to register (Ray's own wait: 30 s)."""
@@ -42,18 +42,18 @@ def _without_key() -> Iterator[None]:
             os.environ["OPENAI_API_KEY"] = key
 
 
-def start_ray(num_cpus: int = 2) -> Any:
-    """``ray.init`` a local cluster of `num_cpus` CPUs on 127.0.0.1; returns the ray module."""
-    import ray
+@contextmanager
+def ray_start_patience() -> Iterator[None]:
+    """While active: Ray's environment for this machine (`RAY_ENV`), and a `ray.init` that waits
+    up to `START_WAIT_S` for its node. Ray's Python side gives the node a fixed 30 s to register,
+    and the node waits for its agents (Python processes that import a lot): on a loaded 2-core
+    machine that can take longer. Nothing else is changed."""
     from ray._private import services
 
     os.environ.update(RAY_ENV)
     real_get_node = services.get_node
 
     def patient_get_node(*args: Any, **kwargs: Any) -> Any:
-        # Ray's Python side gives its node a fixed 30 s to register, and the node waits for its
-        # agents (Python processes that import a lot): on a loaded 2-core machine that can take
-        # longer. Wait up to START_WAIT_S instead; nothing else is changed.
         deadline = time.monotonic() + START_WAIT_S
         while True:
             try:
@@ -65,12 +65,18 @@ def start_ray(num_cpus: int = 2) -> Any:
 
     services.get_node = patient_get_node
     try:
-        with _without_key():
-            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False,
-                     object_store_memory=100 * 2**20, _node_ip_address="127.0.0.1",
-                     configure_logging=False, log_to_driver=False)
+        yield
     finally:
         services.get_node = real_get_node
+
+
+def start_ray(num_cpus: int = 2) -> Any:
+    """``ray.init`` a local cluster of `num_cpus` CPUs on 127.0.0.1; returns the ray module."""
+    import ray
+
+    with ray_start_patience(), _without_key():
+        ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, object_store_memory=100 * 2**20,
+                 _node_ip_address="127.0.0.1", configure_logging=False, log_to_driver=False)
     return ray
 
 

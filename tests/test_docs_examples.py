@@ -8,6 +8,8 @@ full, so a page can never show output the code does not give.
 
 Blocks that start the bundled local model need it (skipped with NBAGENT_SKIP_LOCAL_LLM=1); blocks
 naming an OpenAI model get a fake key and never reach the network (nothing is requested there).
+Blocks that start a Ray cluster (``ray.init``) run on a real local one, on 127.0.0.1 with Ray's
+usage reporting off (skipped with NBAGENT_SKIP_CLUSTER=1); it is shut down after the page.
 """
 
 from __future__ import annotations
@@ -79,18 +81,38 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("OPENAI_API_KEY", "sk-docs-example-not-a-key")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     skip_local = os.environ.get("NBAGENT_SKIP_LOCAL_LLM") == "1"
+    skip_cluster = os.environ.get("NBAGENT_SKIP_CLUSTER") == "1"
     module = types.ModuleType("nbagent_docs_example")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
     namespace = module.__dict__
-    for line, code in found:
-        if skip_local and "local()" in code:
-            continue
-        where = f"{path.name}, block at line {line}"
-        try:
-            printed = run_block(code, f"{path.name}:{line}", namespace)
-        except Exception as exc:
-            raise AssertionError(f"{where} failed: {exc!r}") from exc
-        check_output(where, code, printed)
+    with contextlib.ExitStack() as stack:
+        for line, code in found:
+            if (skip_local and "local()" in code) or (skip_cluster and "ray.init(" in code):
+                continue
+            if "ray.init(" in code:
+                stack.enter_context(_ray_cluster(monkeypatch))
+            where = f"{path.name}, block at line {line}"
+            try:
+                printed = run_block(code, f"{path.name}:{line}", namespace)
+            except Exception as exc:
+                raise AssertionError(f"{where} failed: {exc!r}") from exc
+            check_output(where, code, printed)
+
+
+@contextlib.contextmanager
+def _ray_cluster(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """For a page's Ray blocks: loopback only, no usage reporting, time to start on a busy
+    machine (tests/cluster_engines.py); the cluster the page started is shut down after it."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (no wheel for this platform?)")
+    from tests.cluster_engines import RAY_ENV, ray_start_patience
+
+    for name, value in RAY_ENV.items():
+        monkeypatch.setenv(name, value)
+    try:
+        with ray_start_patience():
+            yield
+    finally:
+        ray.shutdown()
 
 
 def test_expected_output_lines_are_read_and_matched() -> None:
