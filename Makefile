@@ -21,14 +21,16 @@ install: $(STAMP)
 system-deps:
 	bash scripts/install_system_deps.sh
 
-## test: everything (unit, recorded wire traffic, local model, notebooks, real browser).
-## Skip parts with NBAGENT_SKIP_LOCAL_LLM=1, NBAGENT_SKIP_BROWSER=1, NBAGENT_SKIP_NOTEBOOKS=1.
+## test: everything (unit, recorded wire traffic, local model, notebooks, Ray and Dask clusters, real browser).
+## Skip parts with NBAGENT_SKIP_LOCAL_LLM=1, NBAGENT_SKIP_BROWSER=1, NBAGENT_SKIP_NOTEBOOKS=1,
+## NBAGENT_SKIP_CLUSTER=1.
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## test-fast: the unit tests only (no local model, notebooks or browser).
+## test-fast: the unit tests only (no local model, notebooks, clusters or browser).
 test-fast: $(STAMP)
-	NBAGENT_SKIP_LOCAL_LLM=1 NBAGENT_SKIP_BROWSER=1 NBAGENT_SKIP_NOTEBOOKS=1 $(BIN)/python -m pytest $(PYTEST_ARGS)
+	NBAGENT_SKIP_LOCAL_LLM=1 NBAGENT_SKIP_BROWSER=1 NBAGENT_SKIP_NOTEBOOKS=1 NBAGENT_SKIP_CLUSTER=1 \
+		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## lab: JupyterLab on 127.0.0.1 with the quickstart notebook open.
 ## LAB_ARGS: more `jupyter lab` options, e.g. LAB_ARGS="--port=8899 --no-browser".
