@@ -101,12 +101,17 @@ def make_agent(server: ScriptedServer, tmp_path: Path, store: str = "t.db", **kw
                  prices=PRICES, **kwargs)
 
 
-def wait_for(condition: Any, timeout: float = 90.0, what: str = "condition") -> None:
+def wait_for(condition: Any, timeout: float = 90.0, what: Any = "condition") -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what() if callable(what) else what}")
         time.sleep(0.02)
+
+
+def _held_four(server: ScriptedServer) -> None:
+    wait_for(lambda: len(server.held) == 4,
+             what=lambda: f"four held requests: {server.held} held, {server.stats()['served']} served")
 
 
 def client_pid(server: ScriptedServer, port: int) -> int:
@@ -248,14 +253,16 @@ def _kill_a_worker_mid_batch(executor: Any, server: ScriptedServer, agent: Agent
     server.hold(after=10)
     thread, box = _run_in_thread(lambda: agent.map(prompts, executor=executor, concurrency=4, chunk_size=4,
                                                    progress=False))
-    # 4 lanes (2 chunks x 2 rows at once) blocked on the server: every row before is stored
-    wait_for(lambda: len(server.held) == 4, what="four held requests")
-    answered_before = set(server.stats()["answered"])
-    victim = client_pid(server, server.held[0][1])
-    os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: not _alive(victim), timeout=10, what="the worker to die")
-    server.release()
-    thread.join(120)
+    try:
+        # 4 lanes (2 chunks x 2 rows at once) blocked on the server: every row before is stored
+        _held_four(server)
+        answered_before = set(server.stats()["answered"])
+        victim = client_pid(server, server.held[0][1])
+        os.kill(victim, signal.SIGKILL)
+        wait_for(lambda: not _alive(victim), timeout=10, what="the worker to die")
+    finally:  # let the batch end, whatever happened, so that it does not outlive the test
+        server.release()
+        thread.join(120)
     assert not thread.is_alive()
     if "error" in box:
         raise box["error"]
@@ -318,17 +325,19 @@ def test_ctrl_c_cancels_the_remaining_chunks_and_a_rerun_completes_them(executor
     server.hold(after=8)
 
     def press_stop() -> None:
-        wait_for(lambda: len(server.held) == 4, what="four held requests")
-        _thread.interrupt_main()  # what the kernel's Stop button does
+        try:
+            _held_four(server)
+        finally:
+            _thread.interrupt_main()  # what the kernel's Stop button does
 
     threading.Thread(target=press_stop, daemon=True).start()
     with pytest.raises(KeyboardInterrupt):
         agent.map(prompts, executor=executor, concurrency=4, chunk_size=4, progress=False)
     stopped_at = server.served + len(server.held)
-    server.release()
+    done_before = set(server.stats()["answered"])  # (the held requests are answered on release,
+    server.release()                               # to clients that are gone)
     time.sleep(1.0)  # nothing more comes: the remaining chunks were cancelled
     assert server.served <= stopped_at
-    done_before = set(server.stats()["answered"])
     assert len(done_before) < len(prompts) // 2
     statuses = _statuses(tmp_path / "t.db", _threads(agent, prompts))
     assert statuses["completed"] == len(done_before)
