@@ -8,8 +8,9 @@ full, so a page can never show output the code does not give.
 
 Blocks that start the bundled local model need it (skipped with NBAGENT_SKIP_LOCAL_LLM=1); blocks
 naming an OpenAI model get a fake key and never reach the network (nothing is requested there).
-Blocks that start a Ray cluster (``ray.init``) run on a real local one, on 127.0.0.1 with Ray's
-usage reporting off (skipped with NBAGENT_SKIP_CLUSTER=1); it is shut down after the page.
+Blocks that use Dask or start a Ray cluster (``ray.init``) run on real ones (Ray's on 127.0.0.1 with
+its usage reporting off, shut down after the page); NBAGENT_SKIP_CLUSTER=1, or an engine that is
+not installed, skips them.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import importlib.util
 import inspect
 import io
 import os
@@ -81,13 +83,14 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.setenv("OPENAI_API_KEY", "sk-docs-example-not-a-key")
     monkeypatch.setenv("MPLBACKEND", "Agg")
     skip_local = os.environ.get("NBAGENT_SKIP_LOCAL_LLM") == "1"
-    skip_cluster = os.environ.get("NBAGENT_SKIP_CLUSTER") == "1"
+    skip_cluster = os.environ.get("NBAGENT_SKIP_CLUSTER") == "1" or not all(
+        importlib.util.find_spec(name) for name in ("ray", "distributed"))
     module = types.ModuleType("nbagent_docs_example")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
     namespace = module.__dict__
     with contextlib.ExitStack() as stack:
         for line, code in found:
-            if (skip_local and "local()" in code) or (skip_cluster and "ray.init(" in code):
+            if (skip_local and "local()" in code) or (skip_cluster and ("ray.init(" in code or "dask" in code)):
                 continue
             if "ray.init(" in code:
                 stack.enter_context(_ray_cluster(monkeypatch))
