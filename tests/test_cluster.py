@@ -109,9 +109,22 @@ def wait_for(condition: Any, timeout: float = 90.0, what: Any = "condition") -> 
         time.sleep(0.02)
 
 
-def _held_four(server: ScriptedServer) -> None:
-    wait_for(lambda: len(server.held) == 4,
-             what=lambda: f"four held requests: {server.held} held, {server.stats()['served']} served")
+def _all_lanes_waiting(server: ScriptedServer, quiet_s: float = 1.5) -> None:
+    """Wait until the batch is still: requests are held and nothing else moves for `quiet_s`.
+    Then every lane (a row running in a chunk) is either held on the server or out of rows, so
+    every row answered before is stored."""
+    last: tuple[int, int] | None = None
+    since = time.monotonic()
+
+    def still() -> bool:
+        nonlocal last, since
+        now = (server.served, len(server.held))
+        if now != last:
+            last, since = now, time.monotonic()
+            return False
+        return len(server.held) >= 2 and time.monotonic() - since >= quiet_s
+
+    wait_for(still, what=lambda: f"a still batch: {server.held} held, {server.served} served")
 
 
 def client_pid(server: ScriptedServer, port: int) -> int:
@@ -254,8 +267,7 @@ def _kill_a_worker_mid_batch(executor: Any, server: ScriptedServer, agent: Agent
     thread, box = _run_in_thread(lambda: agent.map(prompts, executor=executor, concurrency=4, chunk_size=4,
                                                    progress=False))
     try:
-        # 4 lanes (2 chunks x 2 rows at once) blocked on the server: every row before is stored
-        _held_four(server)
+        _all_lanes_waiting(server)  # every row answered before is stored
         answered_before = set(server.stats()["answered"])
         victim = client_pid(server, server.held[0][1])
         os.kill(victim, signal.SIGKILL)
@@ -326,7 +338,7 @@ def test_ctrl_c_cancels_the_remaining_chunks_and_a_rerun_completes_them(executor
 
     def press_stop() -> None:
         try:
-            _held_four(server)
+            _all_lanes_waiting(server)
         finally:
             _thread.interrupt_main()  # what the kernel's Stop button does
 

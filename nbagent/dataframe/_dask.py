@@ -10,7 +10,9 @@ times a second (`_worker`).
 When a worker dies, the scheduler runs its tasks again elsewhere (up to its
 ``distributed.scheduler.allowed-failures``); the store makes that safe: settled rows are skipped,
 interrupted ones continue. A chunk that killed too many workers (`KilledWorker`) reports its rows
-failed, and a re-run of the batch continues them.
+failed, and a re-run of the batch continues them; a chunk the scheduler dropped is sent again
+(`RETRIES` times). The pickled agent is a task's result, not scattered data, so that losing the
+worker that holds it does not lose it.
 
 Imports ``distributed`` and ``cloudpickle`` (this module is imported only when a Dask executor
 is chosen), `_worker` and `_executors`' token.
@@ -21,6 +23,7 @@ from __future__ import annotations
 import collections
 import itertools
 import time
+from concurrent.futures import CancelledError
 from typing import Any
 
 import cloudpickle
@@ -30,7 +33,10 @@ from ..exceptions import UserError
 from ._executors import Update, new_token
 from ._worker import Row, agent_for, run_chunk
 
-__all__ = ["DaskEngine", "current_client"]
+__all__ = ["DaskEngine", "RETRIES", "current_client"]
+
+RETRIES = 2
+"""How many times a chunk the scheduler dropped is sent again (then its rows are reported failed)."""
 
 
 def current_client() -> Client:
@@ -76,7 +82,7 @@ class DaskEngine:
             raise UserError("agent.map(executor=client) blocks: give it a Client made without asynchronous=True")
         self._client = client
         self._token = new_token()
-        self._futures: dict[Any, list[Row]] = {}
+        self._futures: dict[Any, tuple[list[Row], int]] = {}
         self._ticks: collections.deque[int] = collections.deque()
         self._numbers = itertools.count()
         self._data: Any = None
@@ -96,17 +102,19 @@ class DaskEngine:
         self._concurrency = concurrency
         self._stop = Event(f"{self._token}-stop", client=self._client)
         self._client.subscribe_topic(self._token, self._tick)
-        self._data = self._client.scatter(payload, hash=False)
+        # The agent as a task's result, not scattered data: if the worker holding it dies, the
+        # scheduler computes it again (scattered data would be lost, and the chunks with it).
+        self._data = self._client.submit(bytes, payload, key=f"{self._token}-agent", pure=False)
 
     def _tick(self, event: tuple[float, Any]) -> None:  # on the client's loop thread
         self._ticks.extend(event[1])
 
-    def submit(self, rows: list[Row]) -> None:
+    def submit(self, rows: list[Row], attempt: int = 0) -> None:
         future = self._client.submit(
             _chunk, self._data, self._token, rows, self._concurrency,
             pure=False, key=f"{self._token}-chunk-{next(self._numbers)}",
         )
-        self._futures[future] = rows
+        self._futures[future] = (rows, attempt)
 
     def running(self) -> int:
         return len(self._futures)
@@ -116,14 +124,19 @@ class DaskEngine:
         if self._futures:
             try:
                 wait(list(self._futures), timeout=timeout, return_when="FIRST_COMPLETED")
-            except TimeoutError:
+            except (TimeoutError, CancelledError):  # cancelled ones are looked at below
                 pass
             for future in [f for f in self._futures if f.done()]:
-                rows = self._futures.pop(future)
-                if future.status == "error" and isinstance(future.exception(), KilledWorker):
+                rows, attempt = self._futures.pop(future)
+                if future.cancelled():  # the scheduler dropped it (not us: `cancel` forgets them first)
+                    if attempt < RETRIES:
+                        self.submit(rows, attempt + 1)  # settled rows are skipped, the rest continue
+                    else:
+                        updates.append(("lost", [r[0] for r in rows], "the Dask scheduler dropped this row's chunk"))
+                elif future.status == "error" and isinstance(future.exception(), KilledWorker):
                     why = f"the Dask workers running this row died ({future.exception()})"
                     updates.append(("lost", [r[0] for r in rows], why))
-                elif future.status != "cancelled":
+                else:
                     updates += [("row", position, row) for position, row in future.result()]
         while self._ticks:
             updates.append(("tick", self._ticks.popleft()))
