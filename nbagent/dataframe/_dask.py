@@ -33,7 +33,7 @@ from ..exceptions import UserError
 from ._executors import Update, new_token
 from ._worker import Row, agent_for, run_chunk
 
-__all__ = ["DaskEngine", "RETRIES", "current_client"]
+__all__ = ["RETRIES", "DaskEngine", "current_client"]
 
 RETRIES = 2
 """How many times a chunk the scheduler dropped is sent again (then its rows are reported failed)."""
