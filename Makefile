@@ -21,15 +21,17 @@ install: $(STAMP)
 system-deps:
 	bash scripts/install_system_deps.sh
 
-## test: everything (unit, recorded wire traffic, local model, notebooks, real browser, PostgreSQL).
-## Skip parts with NBAGENT_SKIP_LOCAL_LLM=1, NBAGENT_SKIP_BROWSER=1, NBAGENT_SKIP_NOTEBOOKS=1,
-## NBAGENT_SKIP_POSTGRES=1 (the PostgresStore tests, which start a private PostgreSQL cluster).
+## test: everything (unit, recorded wire traffic, local model, notebooks, real browser, PostgreSQL,
+## Ray and Dask clusters). Skip parts with NBAGENT_SKIP_LOCAL_LLM=1, NBAGENT_SKIP_BROWSER=1,
+## NBAGENT_SKIP_NOTEBOOKS=1, NBAGENT_SKIP_POSTGRES=1 (the PostgresStore tests, which start a private
+## PostgreSQL cluster), NBAGENT_SKIP_CLUSTER=1 (the Ray and Dask batch tests).
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## test-fast: the unit tests only (no local model, notebooks, browser or PostgreSQL).
+## test-fast: the unit tests only (no local model, notebooks, browser, PostgreSQL or clusters).
 test-fast: $(STAMP)
 	NBAGENT_SKIP_LOCAL_LLM=1 NBAGENT_SKIP_BROWSER=1 NBAGENT_SKIP_NOTEBOOKS=1 NBAGENT_SKIP_POSTGRES=1 \
+	NBAGENT_SKIP_CLUSTER=1 \
 		$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 ## lab: JupyterLab on 127.0.0.1 with the quickstart notebook open.

@@ -59,6 +59,13 @@ OutputT = TypeVar("OutputT")
 Deny = Mapping[str, "str | None"] | Iterable[CallRef]
 
 
+def _definition(agent: Agent[Any]) -> dict[str, Any]:
+    """What an `Agent` pickles as (``agent.map(..., executor="ray")`` sends it to workers): its
+    definition; the model without its API key, the default store resolved here (so workers use
+    this process's file). The `RunConfig` is made again where it arrives."""
+    return {**agent.__dict__, "_store": agent.store, "_config": None}
+
+
 class Agent(ThreadMethods, Generic[OutputT]):
     _config: RunConfig | None
     """A model with tools. Configure once, run many conversations.
@@ -183,6 +190,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
     def __setattr__(self, name: str, value: Any) -> None:
         object.__setattr__(self, name, value)
         object.__setattr__(self, "_config", None)  # setting an attribute makes a new RunConfig
+
+    __getstate__ = _definition  # pickled as its definition, for workers (docs/scale.md)
 
     def config(self) -> RunConfig:
         """The agent's settings as a run sees them, frozen. It is made again after any attribute

@@ -254,6 +254,101 @@ plt.close(fig)
 looked = await Agent(model, settings={"max_tokens": 120}).run(["What does this chart show?", fig])
 print(looked.status, looked.output or looked.error)'''),
     ],
+    "07_batch_on_a_cluster.ipynb": [
+        ("md", """# A batch on a cluster
+
+`agent.map` runs one conversation per row. The same call runs on a **Dask** or **Ray** cluster with
+one argument, `executor=`: rows go to the workers in chunks, the progress bar advances as rows
+finish there, a re-run skips the rows settled before, and rows that need approval end paused, to be
+decided here. This notebook starts a Dask `LocalCluster` (two worker processes on this machine);
+on a real cluster, connect to its scheduler instead (docs/scale.md has Ray, throughput, and what
+travels to the workers).
+
+The model here is a stand-in: a Python function that takes 0.3 s, calls the question's tool, then
+answers with its result. The bundled local model answers one request at a time, seconds each on a
+laptop CPU, so a batch of it would show nothing of a cluster. For real answers use
+`nbagent.models.auto()` or `OpenAIModel(...)`: the model travels to the workers as its
+configuration, and each worker reads `OPENAI_API_KEY` from its own environment."""),
+        ("code", '''import asyncio
+
+from nbagent import Agent, tool
+from nbagent.models import FunctionModel, tool_call
+
+
+async def stand_in(messages, info):
+    await asyncio.sleep(0.3)                              # a model takes a while to answer
+    last = messages[-1]
+    if last.kind == "user":                               # step 1: call the tool for the city asked
+        city = last.content.rsplit(" ", 1)[-1].rstrip(".?")
+        return tool_call(info.tools[0]["name"], city=city)
+    return f"Done: {last.content}"                        # step 2: answer with the tool's result
+
+
+model = FunctionModel(stand_in, model_name="stand-in")'''),
+        ("code", '''@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny, 22 °C in {city}"
+
+
+# The workers share the store by its path (a SQLite file: workers on this machine; a cluster of
+# machines shares a PostgreSQL store). API keys are not sent with the agent: each worker reads
+# OPENAI_API_KEY from its own environment (a LocalCluster inherits this kernel's).
+agent = Agent(model, tools=[get_weather], store="cluster-batch.db")'''),
+        ("md", """## A cluster
+`Client()` alone starts a `LocalCluster`; `Client("tcp://scheduler:8786")` connects to a running one."""),
+        ("code", '''import logging
+
+from dask.distributed import Client, LocalCluster
+
+cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
+                       silence_logs=logging.ERROR)
+client = Client(cluster)
+print(len(client.nthreads()), "workers")'''),
+        ("md", """## The batch
+`concurrency` caps the rows running at once across all workers (here 2 chunks in flight, 2 rows
+each; 8 rows of two 0.3 s steps take about 1.5 s). The result is the DataFrame of the local path,
+in input order, with the Series' index."""),
+        ("code", '''import pandas as pd
+
+cities = ["Lima", "Cairo", "Kyiv", "Hanoi", "Oslo", "Quito", "Accra", "Perth"]
+questions = pd.Series([f"What is the weather in {c}?" for c in cities], index=cities)
+answers = agent.map(questions, executor=client, concurrency=4)
+answers[["status", "output", "steps", "duration_s"]]'''),
+        ("md", """## Run it again
+Each row's thread id is derived from the agent and the input, so the same batch finds its rows:
+settled ones are skipped (a batch stopped with the Stop button, or whose worker died, continues
+where it was stored)."""),
+        ("code", '''again = agent.map(questions, executor=client, concurrency=4)
+print(again["skipped"].all(), (again["output"] == answers["output"]).all())'''),
+        ("md", """## Rows that need a person
+A tool that needs approval pauses its row on the worker, as in the local path. The row is stored:
+decide it here, in the notebook, and a re-run reports it settled."""),
+        ("code", '''@tool(requires_approval=True)
+def book_table(city: str) -> str:
+    """Book a table for dinner in a city."""
+    return f"Booked a table in {city}"
+
+
+booker = Agent(model, tools=[book_table], store="cluster-batch.db")
+booked = booker.map(["Book a table in Rome.", "Book a table in Oslo."], executor=client, concurrency=2)
+booked[["status", "error"]]'''),
+        ("code", '''for thread in booked.loc[booked["status"] == "paused", "thread"][:1]:
+    done = booker.resume_sync(thread=thread, always_allow=["book_table"])   # approve, here
+    print(done.status, done.output)'''),
+        ("md", """## On Ray
+The same batch on a Ray cluster: `ray.init()` (or `ray.init(address="ray://head:10001")`), then
+`executor="ray"`. Ray streams each row back the moment a worker settles it.
+
+```python
+import ray
+
+ray.init()
+answers = agent.map(questions, executor="ray", concurrency=32)
+```"""),
+        ("code", '''client.close()
+cluster.close()'''),
+    ],
 }
 
 # Notebook 06 is its own entry (MCP servers as tool sources); 01-05 are above.

@@ -10,6 +10,9 @@ Blocks that start the bundled local model need it (skipped with NBAGENT_SKIP_LOC
 naming an OpenAI model get a fake key and never reach the network (nothing is requested there).
 Blocks that read ``os.environ["DATABASE_URL"]`` get a fresh database of the tests' private
 PostgreSQL cluster there (skipped with NBAGENT_SKIP_POSTGRES=1).
+Blocks that use Dask or start a Ray cluster (``ray.init``) run on real ones (Ray's on 127.0.0.1 with
+its usage reporting off, shut down after the page); NBAGENT_SKIP_CLUSTER=1, or an engine that is
+not installed, skips them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import contextlib
+import importlib.util
 import inspect
 import io
 import os
@@ -86,18 +90,41 @@ def test_code_blocks_run(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyP
     skip_postgres = os.environ.get("NBAGENT_SKIP_POSTGRES", "") not in ("", "0")
     if not skip_postgres and any(DATABASE_URL in code for _, code in found):
         monkeypatch.setenv("DATABASE_URL", _fresh_database(request.getfixturevalue("postgres_server")))
+    skip_cluster = os.environ.get("NBAGENT_SKIP_CLUSTER") == "1" or not all(
+        importlib.util.find_spec(name) for name in ("ray", "distributed"))
     module = types.ModuleType("nbagent_docs_example")
     monkeypatch.setitem(sys.modules, module.__name__, module)  # dataclasses look their module up
     namespace = module.__dict__
-    for line, code in found:
-        if (skip_local and "local()" in code) or (skip_postgres and DATABASE_URL in code):
-            continue
-        where = f"{path.name}, block at line {line}"
-        try:
-            printed = run_block(code, f"{path.name}:{line}", namespace)
-        except Exception as exc:
-            raise AssertionError(f"{where} failed: {exc!r}") from exc
-        check_output(where, code, printed)
+    with contextlib.ExitStack() as stack:
+        for line, code in found:
+            if (skip_local and "local()" in code) or (skip_postgres and DATABASE_URL in code):
+                continue
+            if skip_cluster and ("ray.init(" in code or "dask" in code):
+                continue
+            if "ray.init(" in code:
+                stack.enter_context(_ray_cluster(monkeypatch))
+            where = f"{path.name}, block at line {line}"
+            try:
+                printed = run_block(code, f"{path.name}:{line}", namespace)
+            except Exception as exc:
+                raise AssertionError(f"{where} failed: {exc!r}") from exc
+            check_output(where, code, printed)
+
+
+@contextlib.contextmanager
+def _ray_cluster(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """For a page's Ray blocks: loopback only, no usage reporting, time to start on a busy
+    machine (tests/cluster_engines.py); the cluster the page started is shut down after it."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (no wheel for this platform?)")
+    from tests.cluster_engines import RAY_ENV, ray_start_patience
+
+    for name, value in RAY_ENV.items():
+        monkeypatch.setenv(name, value)
+    try:
+        with ray_start_patience():
+            yield
+    finally:
+        ray.shutdown()
 
 
 DATABASE_URL = 'os.environ["DATABASE_URL"]'

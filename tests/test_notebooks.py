@@ -1,7 +1,8 @@
 """The example notebooks run top to bottom, headless, offline (the local model), as a user would.
 
 Marked ``notebooks`` (skip with NBAGENT_SKIP_NOTEBOOKS=1); they use the bundled local model, so
-they also need it (NBAGENT_SKIP_LOCAL_LLM=1 skips them too).
+they also need it (NBAGENT_SKIP_LOCAL_LLM=1 skips them too). The cluster notebook starts a Dask
+LocalCluster (NBAGENT_SKIP_CLUSTER=1 skips it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ pytestmark = [
 ]
 
 
-def test_there_are_six_notebooks() -> None:
+def test_the_notebooks_are_there() -> None:
     assert [p.name for p in NOTEBOOKS] == [
         "01_quickstart.ipynb",
         "02_approve_tools.ipynb",
@@ -33,6 +34,7 @@ def test_there_are_six_notebooks() -> None:
         "04_state_and_history.ipynb",
         "05_structured_output.ipynb",
         "06_mcp_tools.ipynb",
+        "07_batch_on_a_cluster.ipynb",
     ]
 
 
@@ -40,6 +42,10 @@ def test_there_are_six_notebooks() -> None:
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_offline(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                local_llm_base_url: str) -> None:
+    if "cluster" in path.name:  # a Dask LocalCluster: the cluster tests' switch and package
+        if os.environ.get("NBAGENT_SKIP_CLUSTER") == "1":
+            pytest.skip("NBAGENT_SKIP_CLUSTER=1")
+        pytest.importorskip("distributed", reason="dask.distributed is not installed")
     work = tmp_path / "nb"
     work.mkdir()
     shutil.copy(path, work / path.name)

@@ -175,6 +175,23 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
     return row
 
 
+def _inputs(
+    agent: Agent, inputs: Any, concurrency: int, thread_prefix: str | None
+) -> tuple[list[Any], pd.Index, list[str | None], list[str]]:
+    """The checked inputs of a batch: values, index, prompts and thread ids (local or on a cluster)."""
+    if not isinstance(agent, Agent):
+        raise UserError(f"batch() needs an Agent, got {type(agent).__name__}")
+    if not isinstance(concurrency, int) or isinstance(concurrency, bool) or concurrency < 1:
+        raise UserError(f"concurrency must be a positive integer, got {concurrency!r}")
+    values, index = _rows_of(inputs)
+    prompts = [_prompt(v) for v in values]
+    keys = list(range(len(values))) if isinstance(index, pd.RangeIndex) else [str(k) for k in index]
+    threads = batch_thread_ids(agent, prompts, keys, thread_prefix)
+    if len(set(threads)) != len(threads):
+        raise UserError("batch(): the index of the inputs has duplicate labels; reset_index() first")
+    return values, index, prompts, threads
+
+
 def _progress(total: int, enabled: bool, desc: str | None) -> Any:
     if not enabled:
         return None
@@ -193,16 +210,7 @@ async def abatch(
     desc: str | None = None,
 ) -> pd.DataFrame:
     """The awaitable form of `batch` (deprecated as a public name: nbagent.dataframe warns)."""
-    if not isinstance(agent, Agent):
-        raise UserError(f"batch() needs an Agent, got {type(agent).__name__}")
-    if not isinstance(concurrency, int) or concurrency < 1:
-        raise UserError(f"concurrency must be a positive integer, got {concurrency!r}")
-    values, index = _rows_of(inputs)
-    prompts = [_prompt(v) for v in values]
-    keys = list(range(len(values))) if isinstance(index, pd.RangeIndex) else [str(k) for k in index]
-    threads = batch_thread_ids(agent, prompts, keys, thread_prefix)
-    if len(set(threads)) != len(threads):
-        raise UserError("batch(): the index of the inputs has duplicate labels; reset_index() first")
+    values, index, prompts, threads = _inputs(agent, inputs, concurrency, thread_prefix)
     rows: list[dict[str, Any] | None] = [None] * len(values)
     bar = _progress(len(values), progress, desc)
     failed = 0
@@ -263,12 +271,16 @@ def batch(
     thread_prefix: str | None = None,
     progress: bool = True,
     desc: str | None = None,
+    executor: Any = None,
+    chunk_size: int | None = None,
 ) -> pd.DataFrame:
     """Run one independent conversation per input, `concurrency` at a time; return a DataFrame.
 
     ```python
     answers = agent.map(df["question"], concurrency=8)      # or nbagent.batch(agent, ...)
     df.join(answers[["output", "cost"]])
+    answers = agent.map(df["question"], executor="ray", concurrency=32)     # on a Ray cluster
+    answers = agent.map(df["question"], executor=client, concurrency=32)    # a dask Client
     ```
 
     Args:
@@ -282,6 +294,14 @@ def batch(
             ``batch-{hash of the agent's name, model, system prompt and tools}``.
         progress: show a ``tqdm.auto`` progress bar (a widget in notebooks).
         desc: the progress bar's label.
+        executor: where the rows run: None or ``"local"`` (this process, on asyncio), ``"ray"``
+            (the Ray cluster this process is connected to, `ray.init` first), or a
+            ``dask.distributed.Client`` (``"dask"``: the current one). On a cluster the rows go
+            to the workers in chunks, each chunk runs with asyncio concurrency, and
+            `concurrency` caps the rows running at once across all workers; see docs/scale.md
+            for what travels to the workers and how.
+        chunk_size: rows per chunk sent to a worker (cluster executors only; default: enough
+            chunks that every worker gets several).
 
     Returns:
         One row per input, in input order: ``input``, ``output`` (the final answer or None),
@@ -302,8 +322,19 @@ def batch(
 
     Works in notebook cells and scripts (runs on nbagent's private loop, no nest_asyncio).
     KeyboardInterrupt (the kernel's stop button) cancels the
-    rows still running; finished rows are stored and skipped next time.
+    rows still running (on a cluster: the remaining chunks too); finished rows are stored and
+    skipped next time.
     """
+    if executor is not None and not (isinstance(executor, str) and executor == "local"):
+        from ._executors import run_on_cluster
+
+        return run_on_cluster(
+            agent, inputs, executor, concurrency=concurrency, thread_prefix=thread_prefix,
+            progress=progress, desc=desc, chunk_size=chunk_size,
+        )
+    if chunk_size is not None:
+        raise UserError("chunk_size= is for cluster executors (executor='ray' or a dask Client); "
+                        "the local path runs rows one by one")
     from .._sync import run_sync
 
     return run_sync(

@@ -94,6 +94,7 @@ class LocalModel(OpenAIModel):
 
     def __init__(self, *args: Any, server_key: tuple[Any, ...], start_timeout: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._key_placeholder = self._api_key.get()  # the bundled server's fixed, non-secret key
         self._server_key = server_key
         self._start_timeout = start_timeout
 

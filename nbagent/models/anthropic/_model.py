@@ -26,7 +26,7 @@ from anthropic import AsyncAnthropic
 
 from ...exceptions import ModelError, ModelResponseError, UserError
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
-from .._keys import _safe_url, _Secret
+from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
 from ._stream import _StreamAssembler, joined, message_response, paused_content, too_many_pauses
@@ -54,7 +54,7 @@ def _thinking_param(thinking: Any) -> dict[str, Any] | None:
     raise UserError(f"AnthropicModel(thinking=...) is a token budget or a dict, got {thinking!r}")
 
 
-class AnthropicModel(Model):
+class AnthropicModel(Travelling, Model):
     """A Claude model through the official ``anthropic`` SDK (the Messages API).
 
     ```python
@@ -99,7 +99,12 @@ class AnthropicModel(Model):
     with ``truncated=True``, a cut-off tool call fails the run. ``refusal`` (Claude's streaming
     classifiers stopped the answer) fails the run with a `ContentFilterError` carrying the
     category and explanation the API gave; the refused answer is kept out of the thread.
+
+    It pickles as its configuration, without the key (`Travelling`: ``ANTHROPIC_API_KEY`` is read
+    where it arrives, e.g. on a Ray or Dask worker); a model made with ``client=`` does not.
     """
+
+    _key_variable = "ANTHROPIC_API_KEY"
 
     def __init__(
         self,
@@ -142,6 +147,9 @@ class AnthropicModel(Model):
             if not key:
                 raise UserError("no Anthropic API key: pass AnthropicModel(..., api_key=...) or set ANTHROPIC_API_KEY")
         self._api_key = _Secret(key or "")
+        self._init_clients()
+
+    def _init_clients(self) -> None:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncAnthropic, Any]] = (
             weakref.WeakKeyDictionary()
         )

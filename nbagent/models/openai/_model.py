@@ -28,7 +28,7 @@ from openai import AsyncOpenAI
 
 from ...exceptions import ModelError, UserError
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
-from .._keys import _safe_url, _Secret
+from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
 from . import _errors
 from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
@@ -38,7 +38,7 @@ DEFAULT_TIMEOUT = 300.0
 """Seconds: the SDK's per-operation timeout (connect, each read). Long, because a reasoning model
 can think for minutes before its first byte."""
 
-class OpenAIModel(Model):
+class OpenAIModel(Travelling, Model):
     """A chat-completions model on any OpenAI-compatible server, via the official ``openai`` SDK.
 
     ```python
@@ -80,6 +80,8 @@ class OpenAIModel(Model):
     One SDK client is made per event loop and reused, so the same model works from
     ``agent.run_sync`` (nbagent's background loop) and from ``await agent.run`` in one notebook.
     """
+
+    _key_variable = "OPENAI_API_KEY"  # pickled without its key, read from there where it arrives
 
     def __init__(
         self,
@@ -126,8 +128,11 @@ class OpenAIModel(Model):
                         "no OpenAI API key: pass OpenAIModel(..., api_key=...) or set OPENAI_API_KEY "
                         "(for a local server that needs no key, pass base_url=...)"
                     )
-                key = "not-needed"
+                key = self._key_placeholder = "not-needed"  # no secret: it travels (`Travelling`)
         self._api_key = _Secret(key or "")
+        self._init_clients()
+
+    def _init_clients(self) -> None:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncOpenAI, Any]] = (
             weakref.WeakKeyDictionary()
         )

@@ -232,6 +232,11 @@ class SQLiteStore(Store):
     def __repr__(self) -> str:
         return f"SQLiteStore({str(self.path)!r})"
 
+    def __reduce__(self) -> tuple[Any, tuple[str]]:
+        """Pickled as its path: another process (a Ray or Dask worker) opens its own connection
+        to the same file (``agent.map(..., executor=...)``)."""
+        return (SQLiteStore, (str(self.path),))
+
     async def load(self, thread: str) -> ThreadState | None:
         """The whole thread as one consistent snapshot, or None when it does not exist."""
         def read(conn: sqlite3.Connection) -> tuple[Any, list[Any], list[Any], list[Any]] | None:

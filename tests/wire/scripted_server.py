@@ -1,0 +1,283 @@
+#!/usr/bin/env python3
+"""A scripted OpenAI-compatible chat-completions server on 127.0.0.1 (standard library only).
+
+Where `replay_server` replays recorded answers whatever is asked, this one answers by what the
+conversation holds, so many concurrent conversations (a batch) each get their own answers:
+
+- the last message is the user's, and tools are offered: a call of the first tool, with its first
+  parameter set to the prompt (the first user message's text);
+- the last message is a tool result: the text ``answer to <prompt>: <tool result>``;
+- no tools: the text ``answer to <prompt>``.
+
+Prompts can ask for faults: one containing ``[fail]`` gets HTTP 400 with an OpenAI-style error;
+one containing ``[429]`` gets HTTP 429 with ``retry-after: 0.2`` on its first request.
+
+It counts what a test asserts on the server's side: requests per prompt, tool results received per
+prompt, requests running at once (``max_active``). Answers can wait `delay` seconds, and a gate
+can hold every request after the first ``hold_after`` until `release` (to catch a batch
+mid-flight: kill a worker, press Stop). It is asyncio with HTTP/1.1 keep-alive, so a thousand
+20 ms answers cost it little CPU.
+
+Python (a thread of the test process)::
+
+    with ScriptedServer(delay=0.02) as server:
+        model = OpenAIModel("scripted", base_url=server.base_url)
+        ...
+        server.requests_for("question 3")          # 2: the tool call, then the answer
+
+Command line (its own process, as `bench/bench_cluster.py` runs it; prints ``PORT <n>``)::
+
+    python tests/wire/scripted_server.py --delay 0.02 [--port 0]
+
+``GET /stats`` answers the counters as JSON; ``POST /reset`` clears them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import threading
+import time
+from typing import Any
+
+__all__ = ["ScriptedServer"]
+
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
+
+
+class ScriptedServer:
+    """The server; `start` runs it on a daemon thread with its own event loop (see module doc).
+
+    Args:
+        delay: seconds each answer waits before it is sent.
+        host, port: where to listen (port 0: a free one).
+    """
+
+    def __init__(self, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.delay = delay
+        self.host = host
+        self.port = port
+        self.hold_after: int | None = None
+        """Hold every request after this many were answered, until `release` (None: never)."""
+        self.requests: collections.Counter[str] = collections.Counter()
+        self.tool_results: collections.Counter[str] = collections.Counter()
+        self.answered: collections.Counter[str] = collections.Counter()
+        """Prompts whose final answer (text) was sent."""
+        self.served = 0
+        self.active = 0
+        self.max_active = 0
+        self.held: list[tuple[str, int]] = []
+        """(prompt, client port) of each request the gate holds now."""
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._open: asyncio.Event | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ control
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}/v1"
+
+    def start(self) -> ScriptedServer:
+        ready = threading.Event()
+
+        def serve() -> None:
+            loop = asyncio.new_event_loop()
+            self._loop = loop
+            loop.run_until_complete(self._listen())
+            ready.set()
+            loop.run_forever()
+            loop.close()
+
+        self._thread = threading.Thread(target=serve, name="scripted-server", daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def stop(self) -> None:
+        loop = self._loop
+        if loop is None or self._thread is None:
+            return
+        loop.call_soon_threadsafe(self._release)
+
+        async def close() -> None:
+            assert self._server is not None
+            self._server.close()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:  # open keep-alive connections
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            loop.stop()
+
+        asyncio.run_coroutine_threadsafe(close(), loop)
+        self._thread.join(10)
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def hold(self, after: int) -> None:
+        """Hold every request once `after` requests in all have been answered."""
+        with self._lock:
+            self.hold_after = after
+
+    def release(self) -> None:
+        """Answer the held requests, and hold no more."""
+        with self._lock:
+            self.hold_after = None
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._release)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests.clear()
+            self.tool_results.clear()
+            self.answered.clear()
+            self.served = self.max_active = 0
+
+    def requests_for(self, prompt: str) -> int:
+        with self._lock:
+            return self.requests[prompt]
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"served": self.served, "max_active": self.max_active, "active": self.active,
+                    "held": len(self.held), "requests": dict(self.requests),
+                    "tool_results": dict(self.tool_results), "answered": dict(self.answered)}
+
+    def _release(self) -> None:
+        if self._open is not None:
+            self._open.set()
+
+    # ------------------------------------------------------------------ HTTP
+    async def _listen(self) -> None:
+        self._open = asyncio.Event()
+        self._open.set()
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_port = writer.get_extra_info("peername")[1]
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, v in
+                           (line.split(":", 1) for line in lines[1:] if ":" in line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                status, extra, payload = await self._answer(method, path, body, peer_port)
+                data = json.dumps(payload).encode()
+                head_out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+                            "content-type: application/json", f"content-length: {len(data)}",
+                            *(f"{k}: {v}" for k, v in extra.items())]
+                writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def _answer(self, method: str, path: str, body: bytes, peer_port: int) -> tuple[int, dict[str, str], Any]:
+        if method == "GET" and path.endswith("/stats"):
+            return 200, {}, self.stats()
+        if method == "POST" and path.endswith("/reset"):
+            self.reset()
+            return 200, {}, {"ok": True}
+        if method != "POST" or not path.endswith("/chat/completions"):
+            return 404, {}, {"error": {"message": f"no route {method} {path}", "type": "not_found"}}
+        request = json.loads(body or b"{}")
+        messages = request.get("messages", [])
+        prompt = next((_text(m) for m in messages if m.get("role") == "user"), "")
+        with self._lock:
+            self.requests[prompt] += 1
+            first_time = self.requests[prompt] == 1
+            if messages and messages[-1].get("role") == "tool":
+                self.tool_results[prompt] += 1
+            self.active += 1
+            self.max_active = max(self.max_active, self.active)
+        try:
+            await self._gate(prompt, peer_port)
+            if self.delay:
+                await asyncio.sleep(self.delay)
+            if "[fail]" in prompt:
+                return 400, {}, {"error": {"message": f"the scripted server refuses {prompt!r}",
+                                           "type": "invalid_request_error", "code": None, "param": None}}
+            if "[429]" in prompt and first_time:
+                return 429, {"retry-after": "0.2"}, {"error": {"message": "slow down", "type": "rate_limit_error"}}
+            return 200, {}, self._completion(request, messages, prompt)
+        finally:
+            with self._lock:
+                self.active -= 1
+                self.served += 1
+
+    async def _gate(self, prompt: str, peer_port: int) -> None:
+        assert self._open is not None
+        with self._lock:
+            holding = self.hold_after is not None and self.served >= self.hold_after
+        if not holding:
+            return
+        self._open.clear()
+        entry = (prompt, peer_port)
+        with self._lock:
+            self.held.append(entry)
+        try:
+            await self._open.wait()
+        finally:
+            with self._lock:
+                self.held.remove(entry)
+
+    def _completion(self, request: dict[str, Any], messages: list[dict[str, Any]], prompt: str) -> dict[str, Any]:
+        tools = request.get("tools") or []
+        last = messages[-1] if messages else {}
+        message: dict[str, Any] = {"role": "assistant", "content": None}
+        if last.get("role") == "user" and tools:
+            function = tools[0]["function"]
+            params = list((function.get("parameters") or {}).get("properties") or {})
+            args = {params[0]: prompt} if params else {}
+            call_id = f"call_{abs(hash((prompt, len(messages)))) % 10**12}"
+            message["tool_calls"] = [{"id": call_id, "type": "function",
+                                      "function": {"name": function["name"], "arguments": json.dumps(args)}}]
+            finish = "tool_calls"
+        else:
+            result = _text(last) if last.get("role") == "tool" else None
+            message["content"] = f"answer to {prompt}" + (f": {result}" if result is not None else "")
+            finish = "stop"
+            with self._lock:
+                self.answered[prompt] += 1
+        return {
+            "id": f"chatcmpl-{time.monotonic_ns()}", "object": "chat.completion", "created": int(time.time()),
+            "model": request.get("model", "scripted"),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        }
+
+
+def _text(message: dict[str, Any]) -> str:
+    content = message.get("content")
+    if isinstance(content, list):
+        return "".join(part.get("text", "") for part in content if isinstance(part, dict))
+    return content or ""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--delay", type=float, default=0.0)
+    parser.add_argument("--port", type=int, default=0)
+    args = parser.parse_args()
+    server = ScriptedServer(delay=args.delay, port=args.port).start()
+    print(f"PORT {server.port}", flush=True)
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
