@@ -66,8 +66,12 @@ def _definition(agent: Agent[Any]) -> dict[str, Any]:
     return {**agent.__dict__, "_store": agent.store, "_config": None}
 
 
+def _repr(agent: Agent[Any]) -> str:
+    sources = f", sources={list(agent.tool_sources)!r}" if agent.tool_sources else ""
+    return f"Agent({agent.model!r}, tools={list(agent.tools)}{sources})"
+
+
 class Agent(ThreadMethods, Generic[OutputT]):
-    _config: RunConfig | None
     """A model with tools. Configure once, run many conversations.
 
     ```python
@@ -106,6 +110,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
             arguments go back to it like any tool's, within ``max_steps``).
     """
 
+    _config: RunConfig | None
 
     @overload
     def __init__(self: Agent[str], model: Model | str, *, output_type: None = None,
@@ -206,9 +211,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """Fill the cost columns of a usage row (prices are looked up when the row is made)."""
         self.config().price(row)
 
-    def __repr__(self) -> str:
-        sources = f", sources={list(self.tool_sources)!r}" if self.tool_sources else ""
-        return f"Agent({self.model!r}, tools={list(self.tools)}{sources})"
+    __repr__ = _repr
 
     # ------------------------------------------------------------------ runs
     async def run(self, prompt: Prompt | None = None, *, thread: str | None = None,

@@ -264,15 +264,16 @@ decided here. This notebook starts a Dask `LocalCluster` (two worker processes o
 on a real cluster, connect to its scheduler instead (docs/scale.md has Ray, throughput, and what
 travels to the workers).
 
-The model here is a stand-in: a Python function that takes 0.3 s, calls the question's tool, then
-answers with its result. The bundled local model answers one request at a time, seconds each on a
-laptop CPU, so a batch of it would show nothing of a cluster. For real answers use
-`nbagent.models.auto()` or `OpenAIModel(...)`: the model travels to the workers as its
-configuration, and each worker reads `OPENAI_API_KEY` from its own environment."""),
+With `ANTHROPIC_API_KEY`, `OPENAI_API_KEY` or `OLLAMA_MODEL` set, the batch runs on that model
+(`auto()`): it travels to the workers as its configuration, and each worker reads the key from its
+own environment. Without one, the model is a stand-in (`auto(fallback=...)`): a Python function
+that takes 0.3 s, calls the question's tool, then answers with its result. The bundled local model
+answers one request at a time, seconds each on a laptop CPU, so a batch of it would show nothing of
+a cluster."""),
         ("code", '''import asyncio
 
 from nbagent import Agent, tool
-from nbagent.models import FunctionModel, tool_call
+from nbagent.models import FunctionModel, auto, tool_call
 
 
 async def stand_in(messages, info):
@@ -284,7 +285,8 @@ async def stand_in(messages, info):
     return f"Done: {last.content}"                        # step 2: answer with the tool's result
 
 
-model = FunctionModel(stand_in, model_name="stand-in")'''),
+model = auto(fallback=FunctionModel(stand_in, model_name="stand-in"))
+print(model)'''),
         ("code", '''@tool
 def get_weather(city: str) -> str:
     """Current weather for a city."""

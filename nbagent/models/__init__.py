@@ -64,7 +64,7 @@ def local(**kwargs: Any) -> Model:
     return local_model(**kwargs)
 
 
-def auto(**kwargs: Any) -> Model:
+def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
     """The notebooks' default model, the first that the environment names, in this order:
 
     1. ``ANTHROPIC_API_KEY`` set: Claude (`AnthropicModel`), ``ANTHROPIC_MODEL`` names it
@@ -73,7 +73,10 @@ def auto(**kwargs: Any) -> Model:
        names it (default ``gpt-4.1-mini``), ``OPENAI_BASE_URL`` points elsewhere;
     3. ``OLLAMA_MODEL`` set: that model on an Ollama server at ``OLLAMA_HOST`` (default
        ``http://127.0.0.1:11434``), through its OpenAI-compatible API;
-    4. otherwise the bundled local model (`local`), so everything runs offline.
+    4. otherwise `fallback` when given (a stand-in where the bundled model is too slow, e.g. a
+       batch), else the bundled local model (`local`), so everything runs offline.
+
+    `kwargs` go to the model that the environment names (not to `fallback`).
     """
     import os
 
@@ -94,7 +97,7 @@ def auto(**kwargs: Any) -> Model:
             host = "http://" + host  # OLLAMA_HOST is often written as host:port
         return OpenAIModel(env["OLLAMA_MODEL"], base_url=host + "/v1", api_key="ollama", provider="ollama",
                            **kwargs)
-    return local(**kwargs)
+    return fallback if fallback is not None else local(**kwargs)
 
 
 def infer_model(model: Model | str) -> Model:
