@@ -373,3 +373,28 @@ def _threads(agent: Agent, prompts: list[str]) -> list[str]:
     from nbagent.dataframe import batch_thread_ids
 
     return batch_thread_ids(agent, list(prompts), list(range(len(prompts))))
+
+
+@pytest.mark.postgres
+def test_workers_share_a_postgres_store_and_a_rerun_from_it_skips_every_row(
+    executor: Any, server: ScriptedServer, tmp_path: Path, postgres_url: str, pg_schema: str
+) -> None:
+    """What a cluster of machines does: the workers write to one PostgreSQL store (the store
+    travels by its URL), the notebook reads the rows back from it, and a re-run runs nothing."""
+    from nbagent.store import PostgresStore
+
+    log = tmp_path / "tools.log"
+    model = OpenAIModel("scripted", base_url=server.base_url, provider="scripted")
+    agent = Agent(model, tools=recording_tools(log), store=PostgresStore(postgres_url, schema=pg_schema),
+                  prices=PRICES)
+    rows = [f"pg row {i}" for i in range(8)]
+    first = agent.map(rows, executor=executor, concurrency=4, chunk_size=2, progress=False)
+    assert first["status"].tolist() == ["completed"] * 8 and not first["skipped"].any()
+    assert first["output"][5] == "answer to pg row 5: recorded pg row 5"
+    served = server.served
+    again = agent.map(rows, executor=executor, concurrency=4, chunk_size=2, progress=False)
+    assert again["skipped"].all() and again["output"].tolist() == first["output"].tolist()
+    assert server.served == served  # nothing reached the model again
+    assert tool_runs(log) == {row: 1 for row in rows}
+    stored = {info.thread: info.status for info in asyncio.run(agent.threads())}  # read here, in the notebook
+    assert all(stored[thread] == "completed" for thread in first["thread"])
