@@ -152,6 +152,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         else:
             self.prices = None
         self.name = name
+        self._own_threads = {}
         self.tool_definitions = [t.definition() for t in self.tools.values()]
         self.request_settings = self.settings
         """The settings sent with each request: `settings`, plus ``tool_choice="required"`` when
@@ -213,7 +214,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
             InvalidPromptError: the prompt is neither text nor images models accept.
         """
         config = self.config()
-        run = await prepare_run(config, prompt, thread, state)
+        run = await self._prepared(prepare_run(config, prompt, thread, state))
         return await consume(drive(config, run, stream=False), run)
 
     def stream(
@@ -222,7 +223,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """Run and yield typed events as they happen (text deltas, tool calls, ...); the last
         event is ``run-completed`` / ``run-paused`` / ... carrying the `RunResult`."""
         config = self.config()
-        return _events(config, lambda: prepare_run(config, prompt, thread, state))
+        return _events(config, lambda: self._prepared(prepare_run(config, prompt, thread, state)))
 
     async def resume(
         self,
@@ -264,7 +265,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
         config = self.config()
-        run = await prepare_resume(config, result, thread, chosen, state)
+        run = await self._prepared(prepare_resume(config, result, thread, chosen, state))
         return await consume(drive(config, run, stream=False), run)
 
     def resume_stream(
@@ -284,7 +285,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """`resume`, yielding events like `stream`."""
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
         config = self.config()
-        return _events(config, lambda: prepare_resume(config, result, thread, chosen, state))
+        return _events(config, lambda: self._prepared(prepare_resume(config, result, thread, chosen, state)))
 
     def start(
         self,
@@ -312,9 +313,10 @@ class Agent(ThreadMethods, Generic[OutputT]):
                 chosen = _decisions(None, **_resume_keywords(options))
             else:
                 chosen = _decisions(resume)
-            events = _events(config, lambda: prepare_resume(config, result, thread, chosen, state), box)
+            events = _events(config, lambda: self._prepared(prepare_resume(config, result, thread, chosen, state)),
+                             box)
         else:
-            events = _events(config, lambda: prepare_run(config, prompt, thread, state), box)
+            events = _events(config, lambda: self._prepared(prepare_run(config, prompt, thread, state)), box)
         return RunHandle(events, on_event, box)
 
     def run_sync(self, prompt: Prompt | None = None, *, thread: str | None = None,
@@ -346,6 +348,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """Show the chat view in the notebook cell (see `nbagent.widgets.ChatView`)."""
         from .widgets import ChatView
 
+        if thread is not None:
+            self._touch(thread)
         return ChatView(self, thread=thread, **kwargs)
 
     def map(self, inputs: Any, **kwargs: Any) -> Any:

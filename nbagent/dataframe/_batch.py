@@ -131,6 +131,7 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
         row["error"] = "missing input (None / NaN): nothing was run"
         return row
     clock = time.perf_counter()
+    agent._touch(thread)  # a row done by an earlier batch is this agent's thread too (usage_frame(agent))
     try:
         previous = await agent.store.load(thread)
         before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
