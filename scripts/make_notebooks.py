@@ -199,12 +199,15 @@ usage[["thread", "step", "input_tokens", "cache_read_tokens", "output_tokens", "
         ("code", """await agent.run("Use the get_weather tool for Berlin.", thread="weather-Paris")
 nbagent.runs_frame(agent)[["thread", "status", "steps", "total_tokens", "cost_total", "wall_s"]]"""),
         ("code", """nbagent.tool_calls_frame(agent)[["thread", "step", "tool", "status", "decision", "duration_s"]]"""),
-        ("md", "## Plots\nCost per model, and cumulative tokens per thread (a line per thread, by step)."),
+        ("md", """## Plots
+Cost per tool (the cost of the model call that read each tool's result; the calls that read none,
+here the ones asking for the tool, are a bar of their own), and cumulative tokens per thread (a line
+per thread, by step)."""),
         ("code", """from nbagent.dataframe import plot_cost, plot_tokens
 
-usage = nbagent.usage_frame(agent)
-plot_cost(usage, by="model");"""),
-        ("code", """plot_tokens(usage);"""),
+plot_cost(agent, by="tool");"""),
+        ("code", """usage = nbagent.usage_frame(agent)
+plot_tokens(usage);"""),
         ("md", "## A batch over a DataFrame\nIndependent conversations, run concurrently with a progress bar; failures stay in their row; a re-run skips rows already done."),
         ("code", """questions = pd.DataFrame({"question": [f"Use the get_weather tool for {c}." for c in ["Cairo", "Kyiv", "Lisbon"]]})
 answers = agent.map(questions["question"], concurrency=2)
@@ -252,11 +255,11 @@ print(result.output)"""),
 for c in history:
     print(c.step, c.messages, c.input_tokens, c.output_tokens, c.last_message)"""),
         ("md", """## Fork
-Copy the thread up to step 2 (the coffee added and answered, before the croissant) and ask for tea
-instead. The copy keeps the messages; the order object is not copied, so we pass the order as it
-was then: the first run's state. The original thread is unchanged."""),
-        ("code", """alt = await agent.fork("order-7", at_step=2, new_thread="order-7-tea")
-result = await agent.run("Use the add_item tool for tea.", thread=alt, state=coffee.state.model_copy(deep=True))
+Copy the thread up to step 2 — the coffee added and answered, and the next request — with that
+request changed to tea, and continue the copy from there. The order object is not copied, so we
+pass the order as it was then: the first run's state. The original thread is unchanged."""),
+        ("code", """alt = await agent.fork("order-7", at_step=2, new_thread="order-7-tea", edit="Use the add_item tool for tea.")
+result = await agent.resume(thread=alt, state=coffee.state.model_copy(deep=True))
 print(alt, result.state)"""),
         ("code", """for thread in ["order-7", "order-7-tea"]:
     print(thread, "->", (await agent.checkpoints(thread))[-1].last_message)"""),

@@ -249,6 +249,8 @@ def check_state_and_history(ran: Ran) -> None:
     assert forked.strip().lower() == "order-7-tea items=['coffee', 'tea']", forked
     assert [(c.name, c.args["item"].lower()) for c in ran.calls("order-7-tea")] == [
         ("add_item", "coffee"), ("add_item", "tea")]
+    prompts = [m.content for m in ran.threads["order-7-tea"].messages if m.kind == "user"]
+    assert prompts == ["Use the add_item tool for coffee.", "Use the add_item tool for tea."], prompts
     lasts = ran.after('for thread in ["order-7", "order-7-tea"]').strip().splitlines()
     assert _has(lasts[0], "order-7 ->", "croissant") and "tea" not in lasts[0].lower(), lasts
     assert _has(lasts[1], "order-7-tea ->", "tea") and "croissant" not in lasts[1].lower(), lasts
