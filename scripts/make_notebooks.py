@@ -257,13 +257,14 @@ for c in history:
         ("md", """## Fork
 Copy the thread up to step 2 — the coffee added and answered, and the next request — with that
 request changed to tea, and continue the copy from there. The order object is not copied, so we
-pass the order as it was then: the first run's state. The original thread is unchanged."""),
-        ("code", """alt = await agent.fork("order-7", at_step=2, new_thread="order-7-tea", edit="Use the add_item tool for tea.")
+pass the order as it was then: the first run's state. The copy gets a new id (each fork another
+one, so Run All can be run again). The original thread is unchanged."""),
+        ("code", """alt = await agent.fork("order-7", at_step=2, edit="Use the add_item tool for tea.")
 result = await agent.resume(thread=alt, state=coffee.state.model_copy(deep=True))
 print(alt, result.state)"""),
-        ("code", """for thread in ["order-7", "order-7-tea"]:
+        ("code", """for thread in ["order-7", alt]:
     print(thread, "->", (await agent.checkpoints(thread))[-1].last_message)"""),
-        ("code", """agent.chat(thread="order-7-tea")"""),
+        ("code", """agent.chat(thread=alt)"""),
     ],
     "05_structured_output.ipynb": [
         ("md", """# Structured answers, into DataFrame columns

@@ -246,14 +246,14 @@ def check_state_and_history(ran: Ran) -> None:
     assert listed.split()[0] == "order-7" and len(listed.strip().splitlines()) == 1, listed
     # The fork: copied up to the coffee's answer, then tea; the original keeps its croissant.
     forked = ran.after("agent.fork(")
-    assert forked.strip().lower() == "order-7-tea items=['coffee', 'tea']", forked
-    assert [(c.name, c.args["item"].lower()) for c in ran.calls("order-7-tea")] == [
-        ("add_item", "coffee"), ("add_item", "tea")]
-    prompts = [m.content for m in ran.threads["order-7-tea"].messages if m.kind == "user"]
+    fork, state = forked.strip().split(" ", 1)
+    assert fork.startswith("order-7-fork-") and state.lower() == "items=['coffee', 'tea']", forked
+    assert [(c.name, c.args["item"].lower()) for c in ran.calls(fork)] == [("add_item", "coffee"), ("add_item", "tea")]
+    prompts = [m.content for m in ran.threads[fork].messages if m.kind == "user"]
     assert prompts == ["Use the add_item tool for coffee.", "Use the add_item tool for tea."], prompts
-    lasts = ran.after('for thread in ["order-7", "order-7-tea"]').strip().splitlines()
+    lasts = ran.after('for thread in ["order-7", alt]').strip().splitlines()
     assert _has(lasts[0], "order-7 ->", "croissant") and "tea" not in lasts[0].lower(), lasts
-    assert _has(lasts[1], "order-7-tea ->", "tea") and "croissant" not in lasts[1].lower(), lasts
+    assert _has(lasts[1], f"{fork} ->", "tea") and "croissant" not in lasts[1].lower(), lasts
     meta = ran.threads["order-7"].meta
     assert [i.lower() for i in meta.state["items"]] == ["coffee", "croissant"]
 
