@@ -8,7 +8,8 @@ Run::
 
 The committed notebooks are the executed ones, so that GitHub and nbviewer show what a run gives:
 ``--execute`` runs each notebook headless (nbclient, the bundled local model: any API key in the
-environment is ignored, the store is a temporary file), keeps the widgets' state, drops the run's
+environment is ignored, the store is a temporary file), keeps each output's static forms (the live
+widgets of the view cannot come back from a file: their text fallback stays), drops the run's
 timestamps, and writes it with its outputs. Regenerate them after a change to a notebook, to the
 view, or to the local model's template. tests/test_notebooks.py executes the same notebooks from
 these sources (`build`) and checks what their prose claims; tests/browser/test_screenshots.py
@@ -330,11 +331,19 @@ def build(name: str) -> nbformat.NotebookNode:
     return nb
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
 def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | None = None,
             timeout: int = 600) -> nbformat.NotebookNode:
     """Run `nb` top to bottom in a fresh kernel started in `workdir`, offline (the bundled local
     model; the store is ``workdir/threads.db`` unless `env` names one), and return it with its
-    outputs and the widgets' state. `env`: more variables for the kernel."""
+    outputs. `env`: more variables for the kernel.
+
+    Live widgets are not kept: an output keeps its static forms (text, HTML) and loses the widget
+    view, which a saved notebook cannot bring back (JupyterLab would report "widget model not
+    found" for each one); progress bars are off (their saved text would say 0%).
+    """
     from nbclient import NotebookClient
 
     saved = dict(os.environ)
@@ -342,9 +351,10 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
         for name in OFFLINE_UNSET:
             os.environ.pop(name, None)
         os.environ["NBAGENT_STORE"] = str(workdir / "threads.db")
+        os.environ["TQDM_DISABLE"] = "1"
         os.environ.update(env or {})
         client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                                store_widget_state=True, coalesce_streams=True,
+                                store_widget_state=False, coalesce_streams=True,
                                 resources={"metadata": {"path": str(workdir)}})
         client.execute()
     finally:
@@ -352,7 +362,19 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
         os.environ.update(saved)
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in map(_static, cell.outputs) if o is not None]
+    nb.metadata.pop("widgets", None)
     return nb
+
+
+def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
+    """The output without its live-widget view (None when nothing else is left)."""
+    data = output.get("data")
+    if not data or WIDGET_VIEW not in data:
+        return output
+    del data[WIDGET_VIEW]
+    return output if data else None
 
 
 def main(argv: list[str] | None = None) -> int:

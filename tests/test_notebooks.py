@@ -288,12 +288,19 @@ def test_there_are_the_notebooks_the_script_makes() -> None:
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_committed_notebook_is_its_source(path: Path) -> None:
-    """The .ipynb on disk has exactly the cells scripts/make_notebooks.py writes (outputs aside)."""
+def test_committed_notebook_is_its_source_executed(path: Path) -> None:
+    """The .ipynb on disk has exactly the cells scripts/make_notebooks.py writes, with the outputs
+    of ``--execute`` (so GitHub shows a run), and no live-widget view a saved file cannot bring
+    back (JupyterLab would log "widget model not found" on opening it)."""
     committed = nbformat.read(path, as_version=4)
     built = MAKER.build(path.name)
     assert [(c.cell_type, c.id, c.source) for c in committed.cells] == [
         (c.cell_type, c.id, c.source) for c in built.cells]
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code), "run scripts/make_notebooks.py --execute"
+    assert not [o for c in code for o in c.outputs if MAKER.WIDGET_VIEW in o.get("data", {})]
+    assert "widgets" not in committed.metadata
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
 
 
 @pytest.mark.parametrize("name", sorted(CHECKS), ids=lambda n: n[:-6])
