@@ -2,16 +2,18 @@
 and fork them.
 
 Owns `ThreadMethods`, a base class of `Agent` (it needs only the agent's `store`), so `Agent`
-itself stays about running. Imports the fork, sync helpers, approvals, messages, store and usage.
+itself stays about running; it also keeps which threads are the agent's own. Imports the fork,
+the run state, sync helpers, approvals, messages, store and usage.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any
 
 from ._fork import fork_thread
+from ._state import RunState
 from ._sync import run_sync
 from .approvals import PendingCall
 from .messages import Message
@@ -22,15 +24,42 @@ __all__ = ["ThreadMethods"]
 
 
 class ThreadMethods:
-    """What an `Agent` can do with its stored threads (see `Agent`)."""
+    """What an `Agent` can do with its stored threads (see `Agent`).
+
+    An agent's threads are the ones it has worked with in this process: run, resumed, forked
+    (the new thread) or shown in a view (`Agent.chat` with a ``thread``). `threads` lists them,
+    and the DataFrame functions given an agent read only them, so agents of other notebooks
+    sharing the store (``./.nbagent/threads.db``) do not mix in. Every stored thread:
+    ``await agent.store.threads()``, ``nbagent.usage_frame(agent.store)``.
+    """
+
+    _own_threads: dict[str, None]
+    """This agent's threads, in the order it first touched them (a dict as an ordered set)."""
 
     @property
     def store(self) -> Store:
         raise NotImplementedError  # Agent's store
 
+    def _touch(self, thread: str) -> None:
+        """Count `thread` among this agent's threads (see the class docstring)."""
+        self._own_threads.setdefault(thread, None)
+
+    async def _prepared(self, preparing: Awaitable[RunState]) -> RunState:
+        """The prepared run (of `Agent.run`, `stream`, `resume`, `start`), its thread counted."""
+        run = await preparing
+        self._touch(run.thread)
+        return run
+
+    def own_threads(self) -> list[str]:
+        """The ids of this agent's threads (class docstring), in the order it first touched them.
+        Whether each is still stored is not checked: `threads` lists the stored ones."""
+        return list(self._own_threads)
+
     async def threads(self) -> list[ThreadInfo]:
-        """The stored threads (`ThreadInfo`), most recent first."""
-        return await self.store.threads()
+        """This agent's stored threads (`ThreadInfo`: see the class docstring), most recently
+        updated first. After a kernel restart a new agent has none yet: list every thread of the
+        store with ``await agent.store.threads()``."""
+        return [info for info in await self.store.threads() if info.thread in self._own_threads]
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
         """The checkpoints of a thread (`Checkpoint`: step, time, last message, usage so far)."""
@@ -102,7 +131,9 @@ class ThreadMethods:
             UserError: the thread does not exist, `at_step` is negative, or `edit` does not fit.
             ConflictError: `new_thread` already exists.
         """
-        return await fork_thread(self.store, thread, at_step, new_thread, edit)
+        new = await fork_thread(self.store, thread, at_step, new_thread, edit)
+        self._touch(new)
+        return new
 
     def threads_sync(self) -> list[ThreadInfo]:
         """`threads` from sync code."""

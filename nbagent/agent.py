@@ -167,6 +167,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         else:
             self.prices = None
         self.name = name
+        self._own_threads = {}
         self.tool_definitions = [t.definition() for t in self.tools.values()]
         self.request_settings = self.settings
         """The settings sent with each request: `settings`, plus ``tool_choice="required"`` when
@@ -228,10 +229,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
         Raises:
             InvalidPromptError: the prompt is neither text nor images models accept.
         """
-        config = self.config()
-        if config.sources is not None:  # tool sources: their tools as they are now (else no call at all)
-            config = await config.sources.current(config)
-        run = await prepare_run(config, prompt, thread, state)
+        config = await _with_sources(self.config())
+        run = await self._prepared(prepare_run(config, prompt, thread, state))
         return await consume(drive(config, run, stream=False), run)
 
     def stream(
@@ -239,7 +238,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
     ) -> AsyncIterator[Event]:
         """Run and yield typed events as they happen (text deltas, tool calls, ...); the last
         event is ``run-completed`` / ``run-paused`` / ... carrying the `RunResult`."""
-        return _events(self.config(), lambda config: prepare_run(config, prompt, thread, state))
+        return _events(self, lambda config: prepare_run(config, prompt, thread, state))
 
     async def resume(
         self,
@@ -281,7 +280,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
         config = await _with_sources(self.config())
-        run = await prepare_resume(config, result, thread, chosen, state)
+        run = await self._prepared(prepare_resume(config, result, thread, chosen, state))
         return await consume(drive(config, run, stream=False), run)
 
     def resume_stream(
@@ -300,7 +299,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
     ) -> AsyncIterator[Event]:
         """`resume`, yielding events like `stream`."""
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
-        return _events(self.config(), lambda config: prepare_resume(config, result, thread, chosen, state))
+        return _events(self, lambda config: prepare_resume(config, result, thread, chosen, state))
 
     def start(
         self,
@@ -319,7 +318,6 @@ class Agent(ThreadMethods, Generic[OutputT]):
         With ``resume=Decisions(...)`` it continues `thread` (or the paused `result`) instead,
         as `resume` does (``Decisions()`` continues a stopped run with no decisions).
         """
-        config = self.config()
         box = RunBox()
         if resume is not None:
             if isinstance(resume, Mapping):  # nbagent 0.1 took resume's keywords as a dict
@@ -328,9 +326,9 @@ class Agent(ThreadMethods, Generic[OutputT]):
                 chosen = _decisions(None, **_resume_keywords(options))
             else:
                 chosen = _decisions(resume)
-            events = _events(config, lambda config: prepare_resume(config, result, thread, chosen, state), box)
+            events = _events(self, lambda config: prepare_resume(config, result, thread, chosen, state), box)
         else:
-            events = _events(config, lambda config: prepare_run(config, prompt, thread, state), box)
+            events = _events(self, lambda config: prepare_run(config, prompt, thread, state), box)
         return RunHandle(events, on_event, box)
 
     def run_sync(self, prompt: Prompt | None = None, *, thread: str | None = None,
@@ -362,6 +360,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """Show the chat view in the notebook cell (see `nbagent.widgets.ChatView`)."""
         from .widgets import ChatView
 
+        if thread is not None:
+            self._touch(thread)
         return ChatView(self, thread=thread, **kwargs)
 
     def map(self, inputs: Any, **kwargs: Any) -> Any:
@@ -409,10 +409,14 @@ async def _with_sources(config: RunConfig) -> RunConfig:
     return config if config.sources is None else await config.sources.current(config)
 
 
-def _events(config: RunConfig, prepare: Callable[[RunConfig], Any], box: RunBox | None = None) -> AsyncIterator[Event]:
+def _events(agent: Agent[Any], prepare: Callable[[RunConfig], Any], box: RunBox | None = None) -> AsyncIterator[Event]:
+    """The events of a run `prepare` makes from the agent's config (its tool sources' tools
+    listed when the stream starts); the run's thread counts among the agent's threads."""
+    config = agent.config()
+
     async def events() -> AsyncIterator[Event]:
         ready = await _with_sources(config)
-        run = await prepare(ready)
+        run = await agent._prepared(prepare(ready))
         if box is not None:
             box.run = run
         inner = drive(ready, run, stream=True)

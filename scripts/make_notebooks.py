@@ -1,11 +1,28 @@
-"""Write the example notebooks in notebooks/ from the cell sources below.
+"""Write the example notebooks in notebooks/ from the cell sources below (the single source).
 
-Run: .venv/bin/python scripts/make_notebooks.py  (outputs are not committed; the notebooks are
-executed headless by tests/test_notebooks.py and in the Binder environment test).
+Run::
+
+    .venv/bin/python scripts/make_notebooks.py            # sources only (no outputs)
+    .venv/bin/python scripts/make_notebooks.py --execute  # run each one offline, save its outputs
+    .venv/bin/python scripts/make_notebooks.py --execute 04_state_and_history.ipynb   # just one
+
+The committed notebooks are the executed ones, so that GitHub and nbviewer show what a run gives:
+``--execute`` runs each notebook headless (nbclient, the bundled local model: any API key in the
+environment is ignored, the store is a temporary file), keeps each output's static forms (the live
+widgets of the view cannot come back from a file: their text fallback stays), drops the run's
+timestamps, and writes it with its outputs. Regenerate them after a change to a notebook, to the
+view, or to the local model's template. tests/test_notebooks.py executes the same notebooks from
+these sources (`build`) and checks what their prose claims; tests/browser/test_screenshots.py
+runs them in JupyterLab and saves docs/img/notebook_0N.png.
 """
 
 from __future__ import annotations
 
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 import nbformat
@@ -26,70 +43,81 @@ NOTEBOOKS: dict[str, list[tuple[str, str]]] = {
         ("md", """# nbagent quickstart
 
 An agent with two tools, its answer streaming in, and the live tool-call table — in this cell, with
-no API key. Without `OPENAI_API_KEY` the model is the bundled SmolLM2-135M running locally: tiny, so
-we ask it to use a tool *by name*. With a key, try natural questions."""),
+no API key. Without a key the model is the bundled SmolLM2-135M, running on your CPU. It is tiny:
+it calls a tool when you name it ("Use the get_weather tool for Paris."), and its answer repeats
+what the tool returned. That is enough to see every moving part. With `OPENAI_API_KEY` (or
+`ANTHROPIC_API_KEY`) set, the same cells use a real model: try natural questions then."""),
         ("code", SETUP),
         ("md", "## Two tools\nTyped functions; the schema comes from the signature, the description from the docstring."),
-        ("code", '''@tool
+        ("code", """@tool
 def get_weather(city: str) -> str:
-    """Current weather for a city.
+    \"\"\"Current weather for a city.
 
     Args:
         city: The city name, e.g. "Paris".
-    """
+    \"\"\"
     return f"Sunny, 22 °C in {city}"
 
 
 @tool
 def get_time(city: str) -> str:
-    """Local time in a city."""
+    \"\"\"Local time in a city.\"\"\"
     return f"It is 14:05 in {city}"
 
 
 agent = Agent(model, tools=[get_weather, get_time], settings={"max_tokens": 200})
-agent'''),
-        ("md", "## Streaming, in code\n`agent.stream()` yields typed events: text deltas, tool calls, usage, and the end of the run."),
-        ("code", '''async for event in agent.stream("Use the get_weather tool for Paris."):
+agent"""),
+        ("md", """## Streaming, in code
+`agent.stream()` yields typed events: text deltas, tool calls, usage, and the end of the run. Below,
+the model asks for `get_weather` with `city="Paris"`, the tool's result comes back, and the answer
+streams in, made from that result."""),
+        ("code", """async for event in agent.stream("Use the get_weather tool for Paris."):
     if event.kind == "text-delta":
         print(event.delta, end="")
     elif event.kind == "tool-call-started":
-        print(f"\\n[{event.call.name}({event.call.args})]")
+        print(f"[{event.call.name}({event.call.args})]")
     elif event.kind == "tool-call-finished":
         print(f"[-> {event.result.content}]")
     elif event.kind == "run-completed":
-        print("\\n\\ndone:", event.result.usage)'''),
+        print("\\n\\ndone:", event.result.usage)"""),
         ("md", """## The view
 `agent.chat()` shows the conversation, an input box (Enter sends), the answer streaming in as Markdown,
 a row per tool call with its arguments, status, result and duration, and the run's tokens. The run is
 a background task: the cell returns at once and the kernel stays free."""),
-        ("code", '''view = agent.chat()
-view'''),
-        ("code", '''handle = view.ask("Use the get_time tool for Tokyo.")   # same as typing it in the box
-print("the cell returned; the run goes on in the background")'''),
-        ("code", '''result = await handle        # wait for it here (only needed in a script-like notebook)
-result                       # a finished run renders as a static summary (also on GitHub / nbviewer)'''),
-        ("code", '''import nbagent\n\nnbagent.usage_frame(result)          # one row per model call: tokens, latency, cost'''),
+        ("code", """view = agent.chat()
+view"""),
+        ("code", """handle = view.ask("Use the get_time tool for Tokyo.")   # same as typing it in the box
+print("the cell returned; the run goes on in the background")"""),
+        ("code", """result = await handle        # wait for it here (only needed in a script-like notebook)
+result                       # a finished run renders as a static summary (also on GitHub / nbviewer)"""),
+        ("md", """## A follow-up
+The next message continues the same conversation (the view's thread), and the model calls a tool
+again: here `get_weather` for Rome. Type your own in the box above, naming a tool."""),
+        ("code", """followup = await view.ask("Use the get_weather tool for Rome.")
+print(followup.output)"""),
+        ("code", """nbagent.usage_frame(followup)          # one row per model call of that run: tokens, latency, cost"""),
     ],
     "02_approve_tools.ipynb": [
         ("md", """# Approve tools
 
 A weather agent that must ask before booking anything: the run **pauses** on a call that needs a
 person, the view shows its arguments with **Approve / Deny / Edit** buttons, and a client-side tool
-lets the person answer the model directly. A paused run is stored, so it survives a kernel restart."""),
+lets the person answer the model directly. A paused run is stored, so it survives a kernel restart.
+(The bundled model calls a tool when you name it; its answer repeats the tool's result.)"""),
         ("code", SETUP),
-        ("code", '''from pydantic import BaseModel
+        ("code", """from pydantic import BaseModel
 from nbagent import Tool
 
 
 @tool
 def get_weather(city: str) -> str:
-    """Current weather for a city."""
+    \"\"\"Current weather for a city.\"\"\"
     return f"Sunny, 22 °C in {city}"
 
 
 @tool(requires_approval=True)
 def book_table(city: str) -> str:
-    """Book a restaurant table in a city."""
+    \"\"\"Book a restaurant table in a city.\"\"\"
     return f"Table booked in {city} for 20:00"
 
 
@@ -99,49 +127,58 @@ class AskUser(BaseModel):
 
 ask_user = Tool.client("ask_user", "Ask the person a question and get their answer.", params=AskUser)
 
-agent = Agent(model, tools=[get_weather, book_table, ask_user], settings={"max_tokens": 200})'''),
-        ("md", "## In the view\nClick **Approve** or **Deny** (with a reason) in the row of the waiting call."),
-        ("code", '''view = agent.chat(thread="dinner-plans")
-view'''),
-        ("code", '''handle = view.ask("Use the book_table tool for Paris.")
+agent = Agent(model, tools=[get_weather, book_table, ask_user], settings={"max_tokens": 200})"""),
+        ("md", "## In the view\nThe model asks for `book_table`; the run pauses and the row waits with its buttons. Nothing is booked yet."),
+        ("code", """view = agent.chat(thread="dinner-plans")
+view"""),
+        ("code", """handle = view.ask("Use the book_table tool for Paris.")
 result = await handle
-print(result.status, [(p.name, p.args) for p in result.pending])'''),
-        ("md", "## The same in code\nDecisions are per call and bound to the arguments that were shown."),
-        ("code", '''if result.status == "paused":
+print(result.status, [(p.name, p.args) for p in result.pending])"""),
+        ("md", "## The same in code\nClick **Approve** above, or decide in code. Decisions are per call and bound to the arguments that were shown."),
+        ("code", """if result.status == "paused":
     result = await agent.resume(result, approve=[p for p in result.pending if p.name == "book_table"])
-print(result.status, result.output)'''),
-        ("md", "## A client-side tool\n`ask_user` has no Python body: the run pauses until the person (or code) gives the answer."),
-        ("code", '''result = await agent.run("Use the ask_user tool to ask my name.", thread="names")
+print(result.status, "|", result.output)"""),
+        ("md", "## Deny, with a reason\nA second request in the same conversation. A denied call never runs: the model gets your reason as the tool's (error) result."),
+        ("code", """result = await agent.run("Use the book_table tool for Rome.", thread="dinner-plans")
+print(result.status, [(p.name, p.args) for p in result.pending])
+result = await agent.resume(result, deny={p.id: "Rome is fully booked tonight" for p in result.pending})
+print(result.status, "|", result.output)"""),
+        ("md", """## A client-side tool
+`ask_user` has no Python body: the run pauses until the person (or code) gives the answer. The model
+writes the question itself (a 135M model's question may be odd); your answer goes back to it as the
+tool's result."""),
+        ("code", """result = await agent.run("Use the ask_user tool to ask my name.", thread="names")
 print(result.status, [(p.name, p.reason, p.args) for p in result.pending])
 if result.pending:
     result = await agent.resume(result, results={p.id: "Ada" for p in result.pending})
-print(result.status, result.output)'''),
+print(result.status, "|", result.output)"""),
         ("md", """## Resumed after a kernel restart
 The run below pauses and is stored in SQLite (`./.nbagent/threads.db`). Restart the kernel now if you
 like, run the setup and tool cells again, then the cell after it: a *new* agent object finds the pending
 call in the store and continues — the tool that needs approval has not run, and nothing runs twice."""),
-        ("code", '''paused = await agent.run("Use the book_table tool for Rome.", thread="after-restart")
-print(paused.status, [p.name for p in paused.pending])'''),
-        ("code", '''fresh = Agent(model, tools=[get_weather, book_table, ask_user])      # as after a restart
+        ("code", """paused = await agent.run("Use the book_table tool for Rome.", thread="after-restart")
+print(paused.status, [p.name for p in paused.pending])"""),
+        ("code", """fresh = Agent(model, tools=[get_weather, book_table, ask_user])      # as after a restart
 waiting = await fresh.pending("after-restart")
 print([(p.name, p.args) for p in waiting])
 if waiting:
     done = await fresh.resume(thread="after-restart", approve=waiting)
-    print(done.status, done.output)'''),
-        ("code", '''fresh.chat(thread="after-restart")     # the view of a stored thread: history, tool rows, any pending buttons'''),
+    print(done.status, "|", done.output)"""),
+        ("code", """fresh.chat(thread="after-restart")     # the view of a stored thread: history, tool rows, any pending buttons"""),
     ],
     "03_token_costs.ipynb": [
         ("md", """# Token usage and cost
 
 Every model call is a row — tokens (input, cached, output, reasoning), latency, finish reason and
-cost — that you can group, plot and export with pandas, for a run, a thread, or everything stored."""),
+cost — that you can group, plot and export with pandas, for what you ask about: a run, an agent's
+threads, or everything stored."""),
         ("code", SETUP),
-        ("code", '''import pandas as pd
+        ("code", """import pandas as pd
 
 
 @tool
 def get_weather(city: str) -> str:
-    """Current weather for a city."""
+    \"\"\"Current weather for a city.\"\"\"
     return f"Sunny, 22 °C in {city}"
 
 
@@ -151,34 +188,45 @@ agent = Agent(model, tools=[get_weather], settings={"max_tokens": 120},
               prices={"local-model": {"input": 0.15, "cache_read": 0.075, "output": 0.60}})
 for city in ["Paris", "Rome", "Oslo"]:
     result = await agent.run(f"Use the get_weather tool for {city}.", thread=f"weather-{city}")
-    print(city, result.status, result.usage.total_tokens, "tokens")'''),
-        ("code", '''usage = nbagent.usage_frame(agent)        # every stored model call of this agent's store
-usage.dtypes'''),
-        ("code", '''usage.groupby("thread")[["input_tokens", "output_tokens", "cost_total"]].sum()'''),
-        ("code", '''nbagent.tool_calls_frame(agent)'''),
-        ("code", '''nbagent.runs_frame(agent)'''),
-        ("code", '''from nbagent.dataframe import plot_cost, plot_tokens
+    print(city, result.status, result.usage.total_tokens, "tokens")"""),
+        ("md", """## This agent's model calls
+`usage_frame(agent)` reads the threads this agent ran — the three above — not those of the other
+notebooks that share the folder's store (`./.nbagent/threads.db`); `usage_frame(agent.store)` reads
+every stored thread. Each run made two model calls: one asking for the tool, one answering."""),
+        ("code", """usage = nbagent.usage_frame(agent)
+usage[["thread", "step", "input_tokens", "cache_read_tokens", "output_tokens", "cost_total"]]"""),
+        ("code", """usage.groupby("thread", observed=True)[["input_tokens", "output_tokens", "cost_total"]].sum()"""),
+        ("md", "## Runs\nA follow-up in `weather-Paris` is a second run of that thread; `runs_frame` has one row per run, with how each ended."),
+        ("code", """await agent.run("Use the get_weather tool for Berlin.", thread="weather-Paris")
+nbagent.runs_frame(agent)[["thread", "status", "steps", "total_tokens", "cost_total", "wall_s"]]"""),
+        ("code", """nbagent.tool_calls_frame(agent)[["thread", "step", "tool", "status", "decision", "duration_s"]]"""),
+        ("md", """## Plots
+Cost per tool (the cost of the model call that read each tool's result; the calls that read none,
+here the ones asking for the tool, are a bar of their own), and cumulative tokens per thread (a line
+per thread, by step)."""),
+        ("code", """from nbagent.dataframe import plot_cost, plot_tokens
 
-plot_cost(usage, by="model");'''),
-        ("code", '''plot_tokens(usage);'''),
+plot_cost(agent, by="tool");"""),
+        ("code", """usage = nbagent.usage_frame(agent)
+plot_tokens(usage);"""),
         ("md", "## A batch over a DataFrame\nIndependent conversations, run concurrently with a progress bar; failures stay in their row; a re-run skips rows already done."),
-        ("code", '''questions = pd.DataFrame({"question": [f"Use the get_weather tool for {c}." for c in ["Lima", "Cairo", "Kyiv", "Hanoi"]]})
+        ("code", """questions = pd.DataFrame({"question": [f"Use the get_weather tool for {c}." for c in ["Cairo", "Kyiv", "Lisbon"]]})
 answers = agent.map(questions["question"], concurrency=2)
-answers[["input", "status", "output_tokens", "cost", "duration_s"]]'''),
+answers[["input", "status", "output", "output_tokens", "cost", "duration_s"]]"""),
         ("md", "## Budgets\nA run stops gracefully (status `stopped`, with the reason) before a model call that would go over budget."),
-        ("code", '''thrifty = Agent(model, tools=[get_weather], token_budget=50, settings={"max_tokens": 60})
+        ("code", """thrifty = Agent(model, tools=[get_weather], token_budget=50, settings={"max_tokens": 60})
 result = await thrifty.run("Use the get_weather tool for Paris.")
-print(result.status, result.stop_reason, result.usage.total_tokens)'''),
-        ("code", '''usage.to_csv("usage.csv", index=False)
-print(open("usage.csv").readline())'''),
+print(result.status, result.stop_reason, result.usage.total_tokens)"""),
+        ("code", """usage.to_csv("usage.csv", index=False)
+print(open("usage.csv").readline())"""),
     ],
     "04_state_and_history.ipynb": [
         ("md", """# State, threads and history
 
-Tools that build up state (an order), conversations kept by thread id, the checkpoints of a thread,
+Tools that build up state (an order), a conversation kept by thread id, the checkpoints of a thread,
 and a fork to try another path from an earlier step."""),
         ("code", SETUP),
-        ("code", '''from pydantic import BaseModel
+        ("code", """from pydantic import BaseModel
 from nbagent import RunContext
 
 
@@ -188,26 +236,36 @@ class Order(BaseModel):
 
 @tool
 def add_item(ctx: RunContext[Order], item: str) -> str:
-    """Add an item to the order."""
+    \"\"\"Add an item to the order.\"\"\"
     ctx.state.items.append(item)
     return f"order now: {ctx.state.items}"
 
 
 agent = Agent(model, tools=[add_item], state_type=Order, settings={"max_tokens": 120})
-result = await agent.run("Use the add_item tool for coffee.", thread="order-7", state=Order())
-print(result.status, result.state)'''),
-        ("code", '''result = await agent.run("Use the add_item tool for a croissant.", thread="order-7")   # state comes back from the store
-print(result.state)'''),
-        ("code", '''for info in await agent.threads():
-    print(info.thread, info.messages, info.status, repr(info.title))'''),
-        ("code", '''history = await agent.checkpoints("order-7")
+coffee = await agent.run("Use the add_item tool for coffee.", thread="order-7", state=Order())
+print(coffee.status, coffee.state)"""),
+        ("md", "A second message in the same thread: the order comes back from the store, and the model adds a croissant."),
+        ("code", """result = await agent.run("Use the add_item tool for a croissant.", thread="order-7")
+print(result.state)
+print(result.output)"""),
+        ("md", "`agent.threads()` lists this agent's threads (threads of other notebooks in the same store are not its own)."),
+        ("code", """for info in await agent.threads():
+    print(info.thread, info.messages, info.status, repr(info.title))"""),
+        ("md", "Each checkpoint is one write to the store: the step (model calls so far), the messages, the tokens so far and the last message."),
+        ("code", """history = await agent.checkpoints("order-7")
 for c in history:
-    print(c.step, c.version, c.messages, c.input_tokens, c.output_tokens, c.last_message)'''),
-        ("md", "## Fork\nCopy the thread up to step 1 and continue differently from there; the original is unchanged."),
-        ("code", '''alt = await agent.fork("order-7", at_step=1, new_thread="order-7-tea")
-result = await agent.run("Use the add_item tool for tea.", thread=alt, state=Order(items=["coffee"]))
-print(alt, result.state)'''),
-        ("code", '''agent.chat(thread="order-7-tea")'''),
+    print(c.step, c.messages, c.input_tokens, c.output_tokens, c.last_message)"""),
+        ("md", """## Fork
+Copy the thread up to step 2 — the coffee added and answered, and the next request — with that
+request changed to tea, and continue the copy from there. The order object is not copied, so we
+pass the order as it was then: the first run's state. The copy gets a new id (each fork another
+one, so Run All can be run again). The original thread is unchanged."""),
+        ("code", """alt = await agent.fork("order-7", at_step=2, edit="Use the add_item tool for tea.")
+result = await agent.resume(thread=alt, state=coffee.state.model_copy(deep=True))
+print(alt, result.state)"""),
+        ("code", """for thread in ["order-7", alt]:
+    print(thread, "->", (await agent.checkpoints(thread))[-1].last_message)"""),
+        ("code", """agent.chat(thread=alt)"""),
     ],
     "05_structured_output.ipynb": [
         ("md", """# Structured answers, into DataFrame columns
@@ -217,7 +275,7 @@ by calling a `final_result` tool whose parameters are the model's fields (it wor
 calls tools — even the tiny bundled one). Over a column of texts, `agent.map` turns free text into
 columns you can analyse with pandas."""),
         ("code", SETUP),
-        ("code", '''import pandas as pd
+        ("code", """import pandas as pd
 from pydantic import BaseModel, Field
 
 
@@ -226,25 +284,25 @@ class Weather(BaseModel):
     temperature_c: int = Field(description="temperature in degrees Celsius")
 
 
-agent = Agent(model, output_type=Weather, settings={"max_tokens": 120})
+agent = Agent(model, output_type=Weather, settings={"max_tokens": 60})
 result = await agent.run("It is 21 degrees in Paris. Report the weather for Paris.")
-print(result.status, repr(result.output))'''),
-        ("md", "A small model may get the values wrong; the *shape* is always right: `result.output` is a `Weather`, validated. An invalid answer goes back to the model to fix."),
-        ("code", '''reports = pd.DataFrame({"report": [
+print(result.status, repr(result.output))"""),
+        ("md", "The *shape* is always right: `result.output` is a `Weather`, validated (an invalid answer goes back to the model to fix). The *values* are the model's: a small model may get one wrong."),
+        ("code", """reports = pd.DataFrame({"report": [
     "Rome: 24 degrees and sunny.",
     "Oslo is at 3 degrees today.",
     "Cairo, 35 degrees.",
 ]})
 answers = agent.map(reports["report"] + " Report the weather.", concurrency=2)
-answers[["input", "status", "output", "error"]]'''),
-        ("md", "The tiny local model misses some rows (it answers in text, or with the wrong field): those rows say why in `error` and stay `failed`, the others are done — a re-run retries only the failed ones. A real model gets them all."),
-        ("code", '''reports.join(nbagent.output_frame(answers))     # one column per field of Weather'''),
+answers[["input", "status", "output", "error"]]"""),
+        ("md", "Check the values against the reports: the tiny local model reads most of them right, not all. A row it misses entirely (it answers in text) says why in `error` and stays `failed`; a re-run retries only those. A real model gets them all."),
+        ("code", """reports.join(nbagent.output_frame(answers))     # one column per field of Weather"""),
         ("md", """## Images in the prompt
 
 A prompt can be a list of text and images (a matplotlib figure, a PIL image, PNG/JPEG bytes...). A
 vision model (e.g. `gpt-4.1-mini` with `OPENAI_API_KEY` set) describes the chart; the bundled model
 is text-only, and the server refuses at once — the run fails with a clear error, without retrying."""),
-        ("code", '''import matplotlib.pyplot as plt
+        ("code", """import matplotlib.pyplot as plt
 
 fig, ax = plt.subplots(figsize=(4, 2.5))
 ax.plot(["Rome", "Oslo", "Cairo"], [24, 3, 35], marker="o")
@@ -252,7 +310,7 @@ ax.set_ylabel("°C")
 plt.close(fig)
 
 looked = await Agent(model, settings={"max_tokens": 120}).run(["What does this chart show?", fig])
-print(looked.status, looked.output or looked.error)'''),
+print(looked.status, looked.output or looked.error)"""),
     ],
     "07_batch_on_a_cluster.ipynb": [
         ("md", """# A batch on a cluster
@@ -405,19 +463,86 @@ print("connected:", notes.connected)'''),
 ]
 
 
-def main() -> None:
+OFFLINE_UNSET = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OLLAMA_MODEL")
+"""Variables that would make `nbagent.models.auto` pick a hosted model: unset when executing."""
+
+
+def build(name: str) -> nbformat.NotebookNode:
+    """The notebook `name` from its cell sources, without outputs (stable cell ids)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["language_info"] = {"name": "python"}
+    for i, (kind, source) in enumerate(NOTEBOOKS[name]):
+        cell = nbformat.v4.new_markdown_cell(source) if kind == "md" else nbformat.v4.new_code_cell(source)
+        cell["id"] = f"{name[:2]}-{i:02d}"  # stable ids: regenerating gives no spurious diff
+        nb.cells.append(cell)
+    return nb
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | None = None,
+            timeout: int = 600) -> nbformat.NotebookNode:
+    """Run `nb` top to bottom in a fresh kernel started in `workdir`, offline (the bundled local
+    model; the store is ``workdir/threads.db`` unless `env` names one), and return it with its
+    outputs. `env`: more variables for the kernel.
+
+    Live widgets are not kept: an output keeps its static forms (text, HTML) and loses the widget
+    view, which a saved notebook cannot bring back (JupyterLab would report "widget model not
+    found" for each one); progress bars are off (their saved text would say 0%).
+    """
+    from nbclient import NotebookClient
+
+    saved = dict(os.environ)
+    try:
+        for name in OFFLINE_UNSET:
+            os.environ.pop(name, None)
+        os.environ["NBAGENT_STORE"] = str(workdir / "threads.db")
+        os.environ["TQDM_DISABLE"] = "1"
+        os.environ.update(env or {})
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                                store_widget_state=False, coalesce_streams=True,
+                                resources={"metadata": {"path": str(workdir)}})
+        client.execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    for cell in nb.cells:
+        cell.metadata.pop("execution", None)
+        if cell.cell_type == "code":
+            cell.outputs = [o for o in map(_static, cell.outputs) if o is not None]
+    nb.metadata.pop("widgets", None)
+    return nb
+
+
+def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
+    """The output without its live-widget view (None when nothing else is left)."""
+    data = output.get("data")
+    if not data or WIDGET_VIEW not in data:
+        return output
+    del data[WIDGET_VIEW]
+    return output if data else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--execute", action="store_true", help="run each notebook and save its outputs")
+    parser.add_argument("names", nargs="*", help="notebook file names (default: all)")
+    args = parser.parse_args(argv)
+    unknown = sorted(set(args.names) - set(NOTEBOOKS))
+    if unknown:
+        parser.error(f"unknown notebooks {unknown}; known: {sorted(NOTEBOOKS)}")
     ROOT.mkdir(exist_ok=True)
-    for name, cells in NOTEBOOKS.items():
-        nb = nbformat.v4.new_notebook()
-        nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-        nb.metadata["language_info"] = {"name": "python"}
-        for i, (kind, source) in enumerate(cells):
-            cell = nbformat.v4.new_markdown_cell(source) if kind == "md" else nbformat.v4.new_code_cell(source)
-            cell["id"] = f"{name[:2]}-{i:02d}"  # stable ids: regenerating gives no spurious diff
-            nb.cells.append(cell)
+    for name in args.names or list(NOTEBOOKS):
+        nb = build(name)
+        if args.execute:
+            with tempfile.TemporaryDirectory(prefix="nbagent-notebook-") as tmp:
+                execute(nb, Path(tmp))
         nbformat.write(nb, ROOT / name)
-        print("wrote", ROOT / name)
+        print("wrote", ROOT / name, "(executed)" if args.execute else "")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

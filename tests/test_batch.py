@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -241,3 +242,16 @@ def test_local_model_serves_a_20_row_batch(local_llm_base_url):
     assert len(usage) == 20
     assert usage["input_tokens"].sum() == df["input_tokens"].sum()
     assert set(usage["provider"]) == {"local"}
+
+
+def test_tqdm_disable_turns_the_bar_off_even_in_a_notebook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """tqdm's TQDM_DISABLE is ignored by tqdm.notebook (what tqdm.auto picks in a kernel): a
+    notebook executed to be saved would keep a bar that reads 0% for ever."""
+    import tqdm.auto
+    import tqdm.notebook
+
+    made: list[Any] = []
+    monkeypatch.setattr(tqdm.auto, "tqdm", lambda *a, **k: made.append(k) or tqdm.notebook.tqdm(*a, **k))
+    monkeypatch.setenv("TQDM_DISABLE", "1")
+    df = batch(make_agent(Counter()), ["a"], progress=True)
+    assert df["status"].tolist() == ["completed"] and made == []

@@ -1,22 +1,38 @@
-"""The example notebooks run top to bottom, headless, offline (the local model), as a user would.
+"""The example notebooks run top to bottom, headless, offline (the local model), as a user would,
+and show what their prose says they show.
+
+Each notebook is built from its source in scripts/make_notebooks.py (the committed .ipynb must be
+that source, executed), run in a fresh kernel with nbclient, and then checked twice: in its printed
+outputs (what a reader sees: the tool called, the answer made from the tool's result, the items of
+the order...) and in the store it wrote (the calls really made, with their arguments and results).
+The store is seeded with a thread of "another notebook" first: frames and ``agent.threads()`` must
+not show it.
 
 Marked ``notebooks`` (skip with NBAGENT_SKIP_NOTEBOOKS=1); they use the bundled local model, so
-they also need it (NBAGENT_SKIP_LOCAL_LLM=1 skips them too). The cluster notebook starts a Dask
-LocalCluster (NBAGENT_SKIP_CLUSTER=1 skips it).
+they also need it (NBAGENT_SKIP_LOCAL_LLM=1 skips them too).
 """
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
+import json
 import os
-import shutil
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+FOREIGN = "another-notebooks-thread"
+"""A thread another notebook left in the shared store."""
+LEAKS = ("<tool_response>", "</tool_response>", "<tool_call>", "2 plus 2", "calculator")
+"""Text of the local model's prompt format or of its old few-shot example, never in an answer."""
 
 pytestmark = [
     pytest.mark.notebooks,
@@ -26,44 +42,314 @@ pytestmark = [
 ]
 
 
-def test_the_notebooks_are_there() -> None:
-    assert [p.name for p in NOTEBOOKS] == [
-        "01_quickstart.ipynb",
-        "02_approve_tools.ipynb",
-        "03_token_costs.ipynb",
-        "04_state_and_history.ipynb",
-        "05_structured_output.ipynb",
-        "06_mcp_tools.ipynb",
-        "07_batch_on_a_cluster.ipynb",
-    ]
+def _maker() -> Any:
+    spec = importlib.util.spec_from_file_location("make_notebooks", ROOT / "scripts" / "make_notebooks.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-@pytest.mark.timeout(600)  # a notebook of several local-model runs can pass 300 s on 2 busy cores
+MAKER = _maker()
+
+
+# ----------------------------------------------------------------------------------- what ran
+@dataclass
+class Call:
+    """One tool call as stored: name, arguments, result text, status."""
+
+    name: str
+    args: dict[str, Any]
+    result: str | None
+    status: str | None
+
+
+@dataclass
+class Ran:
+    """An executed notebook: its cells' printed text, and its store's threads."""
+
+    nb: nbformat.NotebookNode
+    store: Path
+    threads: dict[str, Any] = field(default_factory=dict)
+
+    def out(self, index: int) -> str:
+        """The text a reader sees under code cell `index` (in the notebook's cell order)."""
+        cell = self.nb.cells[index]
+        assert cell.cell_type == "code", f"cell {index} is {cell.cell_type}"
+        parts: list[str] = []
+        stream = False  # consecutive stream pieces show as one text, as in the notebook
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "stream":
+                if stream:
+                    parts[-1] += str(o.get("text", ""))
+                else:
+                    parts.append(str(o.get("text", "")))
+                stream = True
+            else:
+                parts.append(str(o.get("data", {}).get("text/plain", "")))
+                stream = False
+        return "\n".join(p for p in parts if p)
+
+    def index(self, needle: str) -> int:
+        """The index of the only code cell whose source contains `needle`."""
+        found = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code" and needle in c.source]
+        assert len(found) == 1, f"{needle!r} in cells {found}"
+        return found[0]
+
+    def after(self, needle: str) -> str:
+        return self.out(self.index(needle))
+
+    def calls(self, thread: str) -> list[Call]:
+        state = self.threads[thread]
+        results = {m.call_id: m for m in state.messages if m.kind == "tool-result"}
+        out = []
+        for m in state.messages:
+            if m.kind == "assistant":
+                for c in m.tool_calls:
+                    r = results.get(c.id)
+                    out.append(Call(c.name, c.args, r.content if r else None, r.status if r else None))
+        return out
+
+    def answers(self, thread: str) -> list[str]:
+        return [m.text for m in self.threads[thread].messages if m.kind == "assistant" and m.text]
+
+    def all_text(self) -> str:
+        return "\n".join(self.out(i) for i, c in enumerate(self.nb.cells) if c.cell_type == "code")
+
+
+def _seed_foreign_thread(path: Path) -> None:
+    from nbagent import Agent
+    from nbagent.models import TestModel
+
+    other = Agent(TestModel(text="from another notebook"), store=str(path))
+    other.run_sync("hello", thread=FOREIGN)
+    asyncio.run(other.store.close())
+
+
+def _load_threads(path: Path) -> dict[str, Any]:
+    from nbagent.store import SQLiteStore
+
+    async def read() -> dict[str, Any]:
+        store = SQLiteStore(path)
+        try:
+            return {info.thread: await store.load(info.thread) for info in await store.threads()}
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def _run(name: str, tmp_path: Path) -> Ran:
+    work = tmp_path / "nb"
+    work.mkdir()
+    store = work / "threads.db"
+    _seed_foreign_thread(store)
+    nb = MAKER.build(name)
+    MAKER.execute(nb, work, env={"MPLBACKEND": "Agg"}, timeout=300)
+    ran = Ran(nb, store, _load_threads(store))
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors, errors
+    text = ran.all_text()
+    assert "Traceback" not in text
+    assert "sk-" not in text  # no key ever printed
+    leaked = [leak for leak in LEAKS if leak in text]
+    assert not leaked, f"prompt-format text in the outputs: {leaked}\n{text}"
+    assert FOREIGN not in text, "another notebook's thread shows in this one"
+    return ran
+
+
+def _has(text: str | None, *needles: str) -> bool:
+    return text is not None and all(n.lower() in text.lower() for n in needles)
+
+
+# ----------------------------------------------------------------------------------- the stories
+def check_quickstart(ran: Ran) -> None:
+    # Streaming: get_weather(city=Paris) is called, its result printed, the answer is made from it.
+    streamed = ran.after("agent.stream(")
+    assert "[get_weather({'city': 'Paris'})]" in streamed, streamed
+    assert "[-> Sunny, 22 °C in Paris]" in streamed, streamed
+    answer = streamed.split("[-> Sunny, 22 °C in Paris]", 1)[1].split("done:", 1)[0]
+    assert _has(answer, "22 °C", "Paris"), answer
+    # The view's thread: get_time for Tokyo, then the follow-up calls get_weather for Rome.
+    [thread] = [t for t in ran.threads if t != FOREIGN and any(c.name == "get_time" for c in ran.calls(t))]
+    calls = ran.calls(thread)
+    assert [(c.name, c.args) for c in calls] == [("get_time", {"city": "Tokyo"}), ("get_weather", {"city": "Rome"})]
+    assert all(c.status == "done" for c in calls)
+    tokyo, rome = ran.answers(thread)
+    assert _has(tokyo, "14:05") and _has(rome, "22 °C", "Rome"), (tokyo, rome)
+    assert "completed" in ran.after("result = await handle") and "get_time" in ran.after("result = await handle")
+    assert _has(ran.after("followup = await"), "22 °C", "Rome")
+    usage = ran.after("usage_frame(followup)")
+    assert usage.count("local-model") == 2, usage  # the call, then the answer
+
+
+def check_approve_tools(ran: Ran) -> None:
+    # The view's request pauses on book_table(Paris); approved in code, the table is booked.
+    assert "paused [('book_table', {'city': 'Paris'})]" in ran.after('view.ask("Use the book_table'), ran.nb
+    assert _has(ran.after("approve=[p for p in result.pending"), "completed", "Table booked in Paris")
+    # A second request in the same thread calls the tool again; denied, it never runs.
+    denied = ran.after("fully booked")
+    assert "paused [('book_table', {'city': 'Rome'})]" in denied, denied
+    assert "completed |" in denied, denied
+    calls = ran.calls("dinner-plans")
+    assert [(c.name, c.args, c.status) for c in calls] == [
+        ("book_table", {"city": "Paris"}, "done"), ("book_table", {"city": "Rome"}, "denied")]
+    assert "fully booked" in (calls[1].result or "")
+    assert _has(ran.answers("dinner-plans")[-1], "fully booked"), ran.answers("dinner-plans")
+    # The client tool: the run pauses on ask_user, the person's answer reaches the model.
+    asked = ran.after('"Use the ask_user tool')
+    assert "paused [('ask_user', 'client'" in asked, asked
+    [call] = ran.calls("names")
+    assert call.name == "ask_user" and call.result == "Ada"
+    answered = asked.strip().splitlines()[-1]
+    assert answered.startswith("completed |") and "Ada" in answered, asked
+    # After a restart: a new agent finds the waiting call and carries it out, once.
+    assert "paused ['book_table']" in ran.after('thread="after-restart")\nprint')
+    resumed = ran.after("fresh = Agent(")
+    assert "[('book_table', {'city': 'Rome'})]" in resumed and _has(resumed, "completed", "Table booked in Rome")
+    assert [(c.name, c.status) for c in ran.calls("after-restart")] == [("book_table", "done")]
+
+
+def check_token_costs(ran: Ran) -> None:
+    mine = {"weather-Paris", "weather-Rome", "weather-Oslo"}
+    for city in ["Paris", "Rome", "Oslo"]:
+        assert ran.calls(f"weather-{city}")[0] == Call("get_weather", {"city": city}, f"Sunny, 22 °C in {city}", "done")
+    usage = ran.after("usage = nbagent.usage_frame(agent)\nusage[")
+    assert {t for t in mine if t in usage} == mine, usage
+    assert usage.count("weather-") == 6, usage  # 3 runs x 2 model calls: the call, the answer
+    runs = ran.after('thread="weather-Paris")\nnbagent.runs_frame')
+    assert runs.count("weather-") == 4 and runs.count("weather-Paris") == 2, runs
+    assert runs.count("completed") == 4 and "NaN" not in runs, runs  # every run has its status
+    assert [c.args for c in ran.calls("weather-Paris")] == [{"city": "Paris"}, {"city": "Berlin"}]
+    tools = ran.after("nbagent.tool_calls_frame(agent)")
+    assert tools.count("get_weather") == 4 and tools.count(" done ") == 4, tools
+    batch = ran.after("agent.map(questions")
+    assert batch.count("completed") == 3, batch
+    for city in ["Cairo", "Kyiv", "Lisbon"]:
+        assert f"22 °c in {city.lower()}" in batch.lower(), batch
+    budget = ran.after("token_budget=50")
+    assert budget.startswith("stopped token_budget"), budget
+    assert "run_id,thread,step" in ran.after('to_csv("usage.csv"')
+
+
+def check_state_and_history(ran: Ran) -> None:
+    first = ran.after('"Use the add_item tool for coffee."')
+    assert first.strip().lower() == "completed items=['coffee']", first  # (the model may write Coffee)
+    second = ran.after("for a croissant.")
+    state_line, answer = second.strip().split("\n", 1)
+    assert state_line.lower() == "items=['coffee', 'croissant']", second
+    assert _has(answer, "croissant"), answer
+    assert [(c.name, c.args["item"].lower()) for c in ran.calls("order-7")] == [
+        ("add_item", "coffee"), ("add_item", "croissant")]
+    listed = ran.after("await agent.threads()")
+    assert listed.split()[0] == "order-7" and len(listed.strip().splitlines()) == 1, listed
+    # The fork: copied up to the coffee's answer, then tea; the original keeps its croissant.
+    forked = ran.after("agent.fork(")
+    fork, state = forked.strip().split(" ", 1)
+    assert fork.startswith("order-7-fork-") and state.lower() == "items=['coffee', 'tea']", forked
+    assert [(c.name, c.args["item"].lower()) for c in ran.calls(fork)] == [("add_item", "coffee"), ("add_item", "tea")]
+    prompts = [m.content for m in ran.threads[fork].messages if m.kind == "user"]
+    assert prompts == ["Use the add_item tool for coffee.", "Use the add_item tool for tea."], prompts
+    lasts = ran.after('for thread in ["order-7", alt]').strip().splitlines()
+    assert _has(lasts[0], "order-7 ->", "croissant") and "tea" not in lasts[0].lower(), lasts
+    assert _has(lasts[1], f"{fork} ->", "tea") and "croissant" not in lasts[1].lower(), lasts
+    meta = ran.threads["order-7"].meta
+    assert [i.lower() for i in meta.state["items"]] == ["coffee", "croissant"]
+
+
+def check_structured_output(ran: Ran) -> None:
+    first = ran.after("Report the weather for Paris.")
+    assert first.strip() == "completed Weather(city='Paris', temperature_c=21)", first
+    table = ran.after("agent.map(reports")
+    for city in ["Rome", "Oslo", "Cairo"]:
+        assert city in table
+    row_status = re.findall(r"\b(completed|failed)\b", table)
+    assert len(row_status) == 3, table
+    joined = ran.after("output_frame(answers)")
+    assert "temperature_c" in joined and "Rome: 24 degrees" in joined
+    looked = ran.after("What does this chart show?")
+    assert looked.startswith("failed") and "image" in looked.lower(), looked
+
+
+def check_mcp_tools(ran: Ran) -> None:
+    # The server's tools and who decides: read-only ones run at once, writes wait for a person.
+    listing = ran.after("MCPTools.stdio(")
+    assert re.search(r"list_notes\s+needs approval: False", listing), listing
+    assert re.search(r"add_note\s+needs approval: True", listing), listing
+    assert "NOTES_DB" in listing and "/tmp" not in listing.split("env=", 1)[1], listing  # names, never values
+    # The view's request waits for approval of add_note; approved, the server saves the note once.
+    asked = ran.after('view.ask("Use the add_note tool')
+    assert asked.startswith("paused [('add_note', {'title': "), asked
+    [call] = ran.calls("notes")
+    assert call.name == "add_note" and call.status == "done" and (call.result or "").startswith("saved note")
+    title = call.args["title"]
+    assert f"saved note '{title}'" in ran.after("approve=paused.pending")
+    # A read-only tool runs with no pause; the note is on the server.
+    listed = ran.after('"Use the list_notes tool."')
+    assert listed.startswith("completed [") and title in listed, listed
+    assert [(c.name, c.status) for c in ran.calls("reading")] == [("list_notes", "done")]
+    assert title in ran.after('notes.call_tool("list_notes")')
+    assert ran.after("await notes.close()").split() == ["connected:", "True", "connected:", "False"]
+
+
+def check_batch_on_a_cluster(ran: Ran) -> None:
+    # Offline, auto() gives the stand-in; eight rows on two Dask workers, in input order.
+    assert "stand-in" in ran.after("model = auto(fallback=")
+    assert ran.after("LocalCluster(").strip() == "2 workers"
+    table = ran.after("answers = agent.map(questions")
+    cities = ["Lima", "Cairo", "Kyiv", "Hanoi", "Oslo", "Quito", "Accra", "Perth"]
+    rows = [line.split() for line in table.splitlines() if line.split() and line.split()[0] in cities]
+    assert [r[0] for r in rows] == cities, table
+    assert all(r[1] == "completed" and f"{r[0]}" in " ".join(r[2:]) for r in rows), table
+    assert ran.after("again = agent.map(").split() == ["True", "True"]  # every row skipped, same answers
+    decided = ran.after('booked.loc[booked["status"] == "paused"')
+    assert decided.startswith("completed Done: Booked a table in"), decided
+
+
+CHECKS: dict[str, Callable[[Ran], None]] = {
+    "01_quickstart.ipynb": check_quickstart,
+    "02_approve_tools.ipynb": check_approve_tools,
+    "03_token_costs.ipynb": check_token_costs,
+    "04_state_and_history.ipynb": check_state_and_history,
+    "05_structured_output.ipynb": check_structured_output,
+    "06_mcp_tools.ipynb": check_mcp_tools,
+    "07_batch_on_a_cluster.ipynb": check_batch_on_a_cluster,
+}
+
+
+# ----------------------------------------------------------------------------------- tests
+def test_there_are_the_notebooks_the_script_makes() -> None:
+    assert [p.name for p in NOTEBOOKS] == sorted(MAKER.NOTEBOOKS)
+    assert sorted(CHECKS) == sorted(MAKER.NOTEBOOKS)
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs_offline(path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                               local_llm_base_url: str) -> None:
-    if "cluster" in path.name:  # a Dask LocalCluster: the cluster tests' switch and package
+def test_committed_notebook_is_its_source_executed(path: Path) -> None:
+    """The .ipynb on disk has exactly the cells scripts/make_notebooks.py writes, with the outputs
+    of ``--execute`` (so GitHub shows a run), and no live-widget view a saved file cannot bring
+    back (JupyterLab would log "widget model not found" on opening it)."""
+    committed = nbformat.read(path, as_version=4)
+    built = MAKER.build(path.name)
+    assert [(c.cell_type, c.id, c.source) for c in committed.cells] == [
+        (c.cell_type, c.id, c.source) for c in built.cells]
+    code = [c for c in committed.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code), "run scripts/make_notebooks.py --execute"
+    assert not [o for c in code for o in c.outputs if MAKER.WIDGET_VIEW in o.get("data", {})]
+    assert "widgets" not in committed.metadata
+    assert not [o for c in code for o in c.outputs if o.output_type == "error"]
+
+
+@pytest.mark.parametrize("name", sorted(CHECKS), ids=lambda n: n[:-6])
+def test_notebook_tells_a_true_story(name: str, tmp_path: Path, local_llm_base_url: str) -> None:
+    if "cluster" in name:  # a Dask LocalCluster: the cluster tests' switch and package
         if os.environ.get("NBAGENT_SKIP_CLUSTER") == "1":
             pytest.skip("NBAGENT_SKIP_CLUSTER=1")
         pytest.importorskip("distributed", reason="dask.distributed is not installed")
-    work = tmp_path / "nb"
-    work.mkdir()
-    shutil.copy(path, work / path.name)
-    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OLLAMA_MODEL"):  # offline: auto() picks the local model
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("NBAGENT_STORE", str(work / "threads.db"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
-    nb = nbformat.read(work / path.name, as_version=4)
-    client = NotebookClient(nb, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(work)}})
-    client.execute()
-    errors = [
-        out for cell in nb.cells if cell.cell_type == "code"
-        for out in cell.get("outputs", []) if out.get("output_type") == "error"
-    ]
-    assert not errors, errors
-    text = "\n".join(
-        str(out.get("text", "")) + str(out.get("data", {}).get("text/plain", ""))
-        for cell in nb.cells if cell.cell_type == "code" for out in cell.get("outputs", [])
-    )
-    assert "Traceback" not in text
-    assert "sk-" not in text  # no key ever printed
+    ran = _run(name, tmp_path)
+    try:
+        CHECKS[name](ran)
+    except AssertionError:
+        print(json.dumps({i: ran.out(i) for i, c in enumerate(ran.nb.cells) if c.cell_type == "code"},
+                         indent=1, ensure_ascii=False)[:20000])
+        raise

@@ -466,7 +466,7 @@ async def test_resume_after_restart_in_a_new_process(tmp_path: Path, where: Any)
     # And the parent (a third process) sees the same thread and its usage.
     agent = make_agent(open_spec(db))
     assert (await agent.thread_usage("support-42")).requests == 4
-    [info] = await agent.threads()
+    [info] = await agent.store.threads()  # (agent.threads() lists the threads this agent ran)
     assert (info.thread, info.status, info.title) == ("support-42", "completed", "start")
     await agent.store.close()
 

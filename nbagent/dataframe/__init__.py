@@ -4,7 +4,8 @@
 import nbagent
 result = agent.run_sync("Refund order 42")
 nbagent.usage_frame(result)             # one row per model call of this run
-nbagent.usage_frame(agent)              # every model call of every stored thread
+nbagent.usage_frame(agent)              # every model call of the threads this agent ran
+nbagent.usage_frame(agent.store)        # ... of every stored thread (other agents' too)
 nbagent.tool_calls_frame(agent)         # one row per tool call, with approval decisions
 nbagent.runs_frame([r1, r2])            # one row per run
 nbagent.dataframe.plot_cost(agent, by="model")

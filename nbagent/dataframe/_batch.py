@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import math
+import os
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -133,6 +134,7 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
         row["error"] = "missing input (None / NaN): nothing was run"
         return row
     clock = time.perf_counter()
+    agent._touch(thread)  # a row done by an earlier batch is this agent's thread too (usage_frame(agent))
     try:
         previous = await agent.store.load(thread)
         before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
@@ -193,7 +195,9 @@ def _inputs(
 
 
 def _progress(total: int, enabled: bool, desc: str | None) -> Any:
-    if not enabled:
+    # tqdm's own switch, TQDM_DISABLE, is ignored by tqdm.notebook (4.70): honour it here, so a
+    # notebook executed to be saved does not keep a bar that says 0% forever.
+    if not enabled or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true"):
         return None
     from tqdm.auto import tqdm
 

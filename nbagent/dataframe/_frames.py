@@ -68,8 +68,9 @@ def usage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd
 
     Args:
         source: a `RunResult` (its run), a list of them, a `Usage`, `ModelCallUsage` rows, a
-            mapping of usage columns, an `Agent` (every thread of its store) or a `Store`.
-        thread: only these threads (a name or several).
+            mapping of usage columns, an `Agent` (its own threads: those it ran, resumed, forked
+            or showed in this process, see `Agent.threads`) or a `Store` (every stored thread).
+        thread: only these threads (a name or several; with an `Agent`, any of its store's).
 
     Columns (dtypes): ``run_id``, ``thread`` (category), ``step`` (int64), ``time``
     (datetime64[ns, UTC], start of the call), ``provider``, ``model`` (category),
@@ -252,7 +253,7 @@ def tool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) 
 
     Args:
         source: a `RunResult` (the calls it answered or left waiting), a list of them, an `Agent`
-            or a `Store` (every stored thread).
+            (its own threads, as for `usage_frame`) or a `Store` (every stored thread).
         thread: only these threads.
 
     Columns: ``run_id`` (for a RunResult: that run; for stored threads: the run whose model call
@@ -332,11 +333,15 @@ def _runs_from_usage(
         agg = agg.sort_values("started", kind="stable")
         for run_id, row in agg.iterrows():
             meta = meta_by_thread.get(str(row["thread"])) or ThreadMeta()
-            latest = meta.run_id == run_id
+            if meta.run_id == run_id:  # the latest run: also while it runs
+                ended: dict[str, Any] = {"status": meta.status, "stop_reason": meta.stop_reason,
+                                         "error": meta.error}
+            else:
+                ended = meta.run_outcome(str(run_id)) or {}
             out["run_id"].append(str(run_id))
             out["thread"].append(str(row["thread"]))
-            out["status"].append(meta.status if latest else None)
-            out["stop_reason"].append(meta.stop_reason if latest else None)
+            out["status"].append(ended.get("status"))
+            out["stop_reason"].append(ended.get("stop_reason"))
             out["steps"].append(int(row["steps"]))
             for name in _SUMS:
                 out[name].append(int(row[name]))
@@ -344,7 +349,7 @@ def _runs_from_usage(
             out["cost_total"].append(row["cost_total"])
             out["started"].append(row["started"].timestamp())
             out["wall_s"].append((row["ended"] - row["started"]).total_seconds())
-            out["error"].append(meta.error if latest else None)
+            out["error"].append(ended.get("error"))
     for row in extra:
         for name in RUN_SCHEMA:
             out[name].append(row.get(name))
@@ -406,8 +411,8 @@ def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.
     """One row per run, as a pandas DataFrame.
 
     Args:
-        source: `RunResult`s (exact), or an `Agent` / `Store` (runs rebuilt from the stored
-            usage rows, grouped by run id).
+        source: `RunResult`s (exact), or an `Agent` (its own threads, as for `usage_frame`) /
+            a `Store` (every thread): runs rebuilt from the stored usage rows, grouped by run id.
         thread: only these threads.
 
     Columns: ``run_id``, ``thread``, ``status``, ``stop_reason``, ``steps`` (model calls), token
@@ -415,8 +420,10 @@ def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.
     (USD, NaN when no call had a price), ``started`` (first model call), ``wall_s`` (from the
     start of the first model call to the end of the last one: time spent in tools after the last
     call and before the first is not counted), ``error``.
-    From a store, only the latest run of each thread has its ``status`` / ``stop_reason`` /
-    ``error`` (the thread keeps one status); earlier runs have them missing.
+    From a store, each run's ``status`` / ``stop_reason`` / ``error`` come from the thread's
+    record of how its runs ended (`ThreadMeta.past_runs`, the last 500 runs of a thread); they
+    are missing for a run that never ended (its process died) and for runs of threads written
+    before nbagent 0.2 (except the latest).
     """
     names = thread_names(thread)
     return _runs(load_now(source, threads=names), names)

@@ -1,8 +1,8 @@
 """Plots users would otherwise write by hand: cost per step / tool / model, cumulative tokens.
 
-Owns nothing but plotting; imports pandas (matplotlib is imported by pandas' ``.plot`` when a
-plot is drawn, never at import time). Every function returns the matplotlib ``Axes`` so the
-caller can set titles, limits or save the figure.
+Owns nothing but plotting; imports pandas (matplotlib is imported by pandas' ``.plot`` and by
+these functions when a plot is drawn, never at import time). Every function returns the
+matplotlib ``Axes`` so the caller can set titles, limits or save the figure.
 """
 
 from __future__ import annotations
@@ -61,7 +61,8 @@ def plot_cost(
     """Bar chart of the cost (USD) per ``step``, ``tool`` or ``model``; returns the Axes.
 
     Args:
-        data: a usage frame, or anything `usage_frame` takes (a RunResult, an Agent, ...).
+        data: a usage frame, or anything `usage_frame` takes (a RunResult, an Agent: its own
+            threads, a Store: every thread, ...).
         by: ``"step"`` (summed over threads), ``"model"``, or ``"tool"`` (see `cost_by_tool`).
         tool_calls: the tool-calls frame, for ``by="tool"`` when `data` is a DataFrame.
         ax: the matplotlib Axes to draw on (default: a new figure).
@@ -86,10 +87,11 @@ def plot_cost(
 
 
 def plot_tokens(data: Any, *, thread: str | None = None, ax: Any = None, **kwargs: Any) -> Any:
-    """Cumulative tokens over a thread, by step; returns the Axes.
+    """Cumulative tokens over a thread, by step (whole-number ticks); returns the Axes.
 
     One thread (or `thread` given): cumulative input, cached input and output tokens. Several
-    threads: cumulative total tokens, one line per thread.
+    threads: cumulative total tokens, one line per thread. `data` as for `plot_cost` (an `Agent`
+    means its own threads, see `usage_frame`).
     """
     usage = _usage(data)
     if thread is not None:
@@ -112,4 +114,11 @@ def plot_tokens(data: Any, *, thread: str | None = None, ax: Any = None, **kwarg
         ax.set_title("cumulative tokens per thread")
     ax.set_xlabel("step")
     ax.set_ylabel("tokens")
+    _integer_ticks(ax.xaxis)  # steps are whole numbers: no tick at 1.5
     return ax
+
+
+def _integer_ticks(axis: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))

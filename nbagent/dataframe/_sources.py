@@ -1,7 +1,8 @@
 """What the frame functions accept, and how it is loaded.
 
 Owns source resolution: a `RunResult`, a list of them, a `Usage`, `ModelCallUsage` rows, a
-`ThreadState`, a mapping of usage columns, an `Agent` (its store) or a `Store`. Imports the core
+`ThreadState`, a mapping of usage columns, an `Agent` (its own threads, read from its store) or
+a `Store` (every stored thread). Imports the core
 only (no pandas). Stores are async: `load_threads` is a coroutine the sync frame functions run
 through `nbagent._sync.run_sync`, which works in scripts and inside a notebook's running loop.
 
@@ -23,7 +24,7 @@ from ..result import RunResult
 from ..store.base import Store, ThreadState, UsageColumns
 from ..usage import ModelCallUsage, Usage
 
-__all__ = ["Loaded", "is_async_source", "load", "store_of", "thread_names"]
+__all__ = ["Loaded", "is_async_source", "load", "scope", "store_of", "thread_names"]
 
 
 @dataclass
@@ -114,12 +115,24 @@ def _add(loaded: Loaded, item: Any) -> None:
         )
 
 
+def scope(source: Any, threads: list[str] | None) -> list[str] | None:
+    """The threads to read: `threads` when given; for an `Agent`, its own threads (those it ran,
+    resumed, forked or showed in this process: `Agent.own_threads`), so other agents sharing its
+    store do not mix in; None (every thread) for a `Store`."""
+    if threads is None and isinstance(source, Agent):
+        return source.own_threads()
+    return threads
+
+
 async def load(source: Any, *, threads: list[str] | None = None, usage_only: bool = False) -> Loaded:
     """Resolve `source`; with `usage_only`, a store's columnar reader is used when it has one."""
     loaded = Loaded()
     store = store_of(source)
     if store is not None:
         loaded.agent = source if isinstance(source, Agent) else None
+        threads = scope(source, threads)
+        if threads is not None and not threads:
+            return loaded  # an agent that has no thread yet
         if usage_only:
             columns = await _columns_from_store(store, threads)
             if columns is not None:

@@ -47,8 +47,9 @@ def local_model(
     ``{"temperature": 0, "max_tokens": 512}``; yours are merged over them.
 
     The model is tiny: it calls a tool when asked explicitly ("Use the get_weather tool for
-    Paris.") and answers short questions, but its prose is weak, it copies patterns and it does
-    not reason. Use it to try nbagent offline, not to judge an agent's quality.
+    Paris."), in every message of a conversation, and its answer repeats the tool's result; it
+    is shown only the latest request (docs/local-model.md), its prose is weak, it copies patterns
+    and it does not reason. Use it to try nbagent offline, not to judge an agent's quality.
 
     Args:
         settings: model settings merged over the defaults.

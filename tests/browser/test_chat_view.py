@@ -112,9 +112,8 @@ def test_stream_approve_deny_and_other_cells_in_jupyterlab(jupyter_lab, make_not
     for label in ("Approve", "Deny", "Edit", "Always allow refund"):
         # the row's text and its buttons are separate widgets: the buttons may render a moment later
         page.output_buttons(label).first.wait_for(state="visible", timeout=30_000)
-    # the README's picture: refreshed with NBAGENT_UPDATE_DOCS_IMG=1, else kept as an artifact
-    target = (REPO / "docs" / "img" / "chat_view.png" if os.environ.get("NBAGENT_UPDATE_DOCS_IMG")
-              else ARTIFACTS / "chat_view_pending.png")
+    # kept as an artifact (the README's picture is a real run: tests/browser/test_screenshots.py)
+    target = ARTIFACTS / "chat_view_pending.png"
     target.parent.mkdir(parents=True, exist_ok=True)
     page.page.locator(".nbagent-chat").first.screenshot(path=str(target))
 

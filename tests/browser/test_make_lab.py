@@ -25,9 +25,9 @@ How it differs from a user's session, and why:
   kernel's ``local()`` reuses).
 
 At the end: ``POST /api/shutdown``, then the process group this test started is killed by its id.
-A screenshot of the quickstart's chat view goes to tests/browser/artifacts/quickstart.png, and also
-to docs/img/quickstart.png (the README's picture) when ``NBAGENT_UPDATE_DOCS_IMG=1``; the window as
-first opened (before running) goes to tests/browser/artifacts/quickstart-lab.png.
+A screenshot of the quickstart's chat view goes to tests/browser/artifacts/quickstart.png; the window
+as first opened (before running) goes to tests/browser/artifacts/quickstart-lab.png. (The README's
+pictures are made by tests/browser/test_screenshots.py.)
 """
 
 from __future__ import annotations
@@ -54,7 +54,6 @@ from .harness import KNOWN_CONSOLE_NOISE, JupyterServer, NotebookPage
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = "01_quickstart.ipynb"
 ARTIFACTS = Path(os.environ.get("NBAGENT_BROWSER_ARTIFACTS", Path(__file__).parent / "artifacts"))
-DOCS_IMG = REPO / "docs" / "img" / "quickstart.png"
 ANSWER_TIMEOUT = 180.0  # the whole notebook, with the local model, on a loaded 2-core machine
 STARTUP_TIMEOUT = 180.0
 
@@ -234,9 +233,6 @@ def test_make_lab_opens_the_quickstart_and_the_agent_answers(
         view.scroll_into_view_if_needed()
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         view.screenshot(path=str(ARTIFACTS / "quickstart.png"))
-        if os.environ.get("NBAGENT_UPDATE_DOCS_IMG") == "1":
-            DOCS_IMG.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(ARTIFACTS / "quickstart.png", DOCS_IMG)
         print(
             f"\nmake lab: server up {t_server:.1f}s, notebook open + kernel idle {t_open:.1f}s,"
             f" all cells done {t_answer:.1f}s (since `make lab`)\n--- outputs ---\n{text}"
