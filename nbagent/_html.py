@@ -37,6 +37,9 @@ __all__ = [
     "args_html",
     "assistant_html",
     "badge",
+    "budget_texts",
+    "calls_text",
+    "cost_text",
     "expandable",
     "header_html",
     "image_html",
@@ -395,21 +398,35 @@ def header_html(thread: str, model: Any = None, name: str | None = None) -> str:
             f'border-bottom:{BORDER};margin-bottom:4px;text-align:left">' + " · ".join(parts) + "</div>")
 
 
-def usage_html(usage: Usage, *, token_budget: int | None = None, cost_budget: float | None = None,
-               label: str = "run") -> str:
-    """One line: tokens (input / cached / output), cost, and budget use when budgets are set."""
-    parts = [
-        f"{escape(label)}: {usage.requests} model call{'s' if usage.requests != 1 else ''}",
-        f"tokens in {usage.input_tokens:,} · cached {usage.cache_read_tokens:,} "
-        f"· out {usage.output_tokens:,}",
-        "cost " + (f"${usage.cost_total:.4f}" if usage.cost_total is not None else "n/a"),
-    ]
+def calls_text(n: int) -> str:
+    """``1 model call``, ``3 model calls``."""
+    return f"{n:,} model call{'s' if n != 1 else ''}"
+
+
+def cost_text(usage: Usage) -> str:
+    """``cost $0.0012``, or ``cost n/a`` when a price is unknown."""
+    return "cost " + (f"${usage.cost_total:.4f}" if usage.cost_total is not None else "n/a")
+
+
+def budget_texts(usage: Usage, token_budget: int | None, cost_budget: float | None) -> list[str]:
+    """How much of its budgets a run used (nothing when no budget is set)."""
+    out = []
     if token_budget:
         used = usage.total_tokens
-        parts.append(f"token budget {used:,} / {token_budget:,} ({100 * used / token_budget:.0f}%)")
+        out.append(f"token budget {used:,} / {token_budget:,} ({100 * used / token_budget:.0f}%)")
     if cost_budget:
         spent = usage.cost_total or 0.0
-        parts.append(f"cost budget ${spent:.4f} / ${cost_budget:.4f} ({100 * spent / cost_budget:.0f}%)")
+        out.append(f"cost budget ${spent:.4f} / ${cost_budget:.4f} ({100 * spent / cost_budget:.0f}%)")
+    return out
+
+
+def usage_html(usage: Usage, *, label: str = "run") -> str:
+    """One line: model calls, tokens (input / cached / output) and cost."""
+    parts = [
+        f"{escape(label)}: {calls_text(usage.requests)}",
+        f"tokens in {usage.input_tokens:,} · cached {usage.cache_read_tokens:,} · out {usage.output_tokens:,}",
+        cost_text(usage),
+    ]
     return f'<div style="{FONT};{MUTED};font-size:12px">' + " | ".join(parts) + "</div>"
 
 

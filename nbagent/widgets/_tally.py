@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._html import FONT, MUTED
+from .._html import FONT, MUTED, budget_texts, calls_text, cost_text
 from .._sanitize import escape
 from ..usage import ModelCallUsage, Usage
 
@@ -72,12 +72,6 @@ class UsageTally:
         self.running = False
 
 
-def _calls(n: int) -> str:
-    return f"{n:,} model call{'s' if n != 1 else ''}"
-
-
-def _cost(usage: Usage) -> str:
-    return "cost " + (f"${usage.cost_total:.4f}" if usage.cost_total is not None else "n/a")
 
 
 def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budget: float | None = None) -> str:
@@ -89,19 +83,13 @@ def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budg
         return ""
     label = "this turn (running)" if tally.running else "last turn"
     parts = [
-        f"{label}: {_calls(turn.requests)}",
+        f"{label}: {calls_text(turn.requests)}",
         f"tokens in {turn.input_tokens:,} · cached {turn.cache_read_tokens:,} · out {turn.output_tokens:,}",
-        _cost(turn),
+        cost_text(turn),
     ]
     line = " | ".join(parts)
-    whole = f"thread: {_calls(thread.requests)} · {thread.total_tokens:,} tokens · {_cost(thread)}"
-    budget = []
-    if token_budget:
-        used = run.total_tokens
-        budget.append(f"token budget {used:,} / {token_budget:,} ({100 * used / token_budget:.0f}%)")
-    if cost_budget:
-        spent = run.cost_total or 0.0
-        budget.append(f"cost budget ${spent:.4f} / ${cost_budget:.4f} ({100 * spent / cost_budget:.0f}%)")
+    whole = f"thread: {calls_text(thread.requests)} · {thread.total_tokens:,} tokens · {cost_text(thread)}"
+    budget = budget_texts(run, token_budget, cost_budget)
     if budget:
         whole += " | per run: " + ", ".join(budget)
     return (f'<div class="nbagent-footer" style="{FONT};{MUTED};font-size:12px">{escape(line)}'

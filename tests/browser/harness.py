@@ -496,6 +496,24 @@ _JS_NOTEBOOK_STATE = """
 }
 """
 
+# Error outputs and unexecuted code cells (JupyterLab), read from the notebook model in the page.
+_JS_CELL_REPORT = """
+() => {
+  const nb = window.jupyterapp.shell.currentWidget.content;
+  const errors = [], unexecuted = [];
+  nb.widgets.forEach((cell, i) => {
+    if (cell.model.type !== 'code') return;
+    if (cell.model.executionCount === null) unexecuted.push(i);
+    const outs = cell.model.outputs;
+    for (let k = 0; k < outs.length; k++) {
+      const o = outs.get(k).toJSON();
+      if (o.output_type === 'error') errors.push(`cell ${i}: ${o.ename}: ${o.evalue}`);
+    }
+  });
+  return {errors, unexecuted};
+}
+"""
+
 _JS_OUTPUT_TEXT = """
 (cell) => {
   const app = window.jupyterapp;
@@ -823,6 +841,11 @@ class NotebookPage:
         m = self.wait_for(lambda: pat.search(self.output_text(cell)), f"regex {pat.pattern!r}", timeout)
         self._mark(f"regex:{pat.pattern[:30]}")
         return m  # type: ignore[no-any-return]
+
+    def cell_report(self) -> dict[str, list[Any]]:
+        """What Run All left (JupyterLab): ``{"errors": ["cell i: Name: value", ...],
+        "unexecuted": [indexes of code cells that never ran]}``."""
+        return dict(self.page.evaluate(_JS_CELL_REPORT))
 
     def eval(self, js: str, arg: Any = None) -> Any:
         """``page.evaluate(js, arg)``: js is an expression or a function source."""

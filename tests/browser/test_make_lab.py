@@ -64,23 +64,6 @@ RECORD_BROWSER = """#!/bin/sh
 printf '%s\\n' "$1" >> "{out}"
 """
 
-# Error outputs and unexecuted code cells, read from the notebook model in the page.
-_JS_CELL_REPORT = """
-() => {
-  const nb = window.jupyterapp.shell.currentWidget.content;
-  const errors = [], unexecuted = [];
-  nb.widgets.forEach((cell, i) => {
-    if (cell.model.type !== 'code') return;
-    if (cell.model.executionCount === null) unexecuted.push(i);
-    const outs = cell.model.outputs;
-    for (let k = 0; k < outs.length; k++) {
-      const o = outs.get(k).toJSON();
-      if (o.output_type === 'error') errors.push(`cell ${i}: ${o.ename}: ${o.evalue}`);
-    }
-  });
-  return {errors, unexecuted};
-}
-"""
 _JS_TOOL_ROWS = """
 () => Array.from(document.querySelectorAll('.nbagent-chat .nbagent-tool-row')).map(e => e.innerText)
 """
@@ -220,7 +203,7 @@ def test_make_lab_opens_the_quickstart_and_the_agent_answers(
         page.wait_idle(timeout=ANSWER_TIMEOUT)
         t_answer = time.monotonic() - t0
 
-        report = page.eval(_JS_CELL_REPORT)
+        report = page.cell_report()
         text = page.output_text()
         assert report["errors"] == [], report["errors"]
         assert report["unexecuted"] == [], f"code cells not run: {report['unexecuted']}"

@@ -42,23 +42,6 @@ pytestmark = [
     pytest.mark.skipif(os.environ.get("NBAGENT_SKIP_SCREENSHOTS") == "1", reason="NBAGENT_SKIP_SCREENSHOTS=1"),
 ]
 
-# Error outputs and unexecuted code cells, read from the notebook model in the page.
-_JS_CELL_REPORT = """
-() => {
-  const nb = window.jupyterapp.shell.currentWidget.content;
-  const errors = [], unexecuted = [];
-  nb.widgets.forEach((cell, i) => {
-    if (cell.model.type !== 'code') return;
-    if (cell.model.executionCount === null) unexecuted.push(i);
-    const outs = cell.model.outputs;
-    for (let k = 0; k < outs.length; k++) {
-      const o = outs.get(k).toJSON();
-      if (o.output_type === 'error') errors.push(`cell ${i}: ${o.ename}: ${o.evalue}`);
-    }
-  });
-  return {errors, unexecuted};
-}
-"""
 # Where the notebook's last cell ends, measured from the top of its scroll box (scrolled to the top),
 # and where that box starts in the window: the window that shows the whole notebook, and no more.
 _JS_CONTENT_HEIGHT = """
@@ -169,7 +152,7 @@ def _photograph(page: NotebookPage, path: Path) -> Path:
 def _run_all(page: NotebookPage) -> None:
     page.run_all()
     page.wait_idle(timeout=RUN_TIMEOUT)
-    report = page.eval(_JS_CELL_REPORT)
+    report = page.cell_report()
     assert report["errors"] == [], report["errors"]
     assert report["unexecuted"] == [], f"code cells not run: {report['unexecuted']}"
     text = page.output_text()
