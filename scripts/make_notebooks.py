@@ -284,7 +284,7 @@ class Weather(BaseModel):
     temperature_c: int = Field(description="temperature in degrees Celsius")
 
 
-agent = Agent(model, output_type=Weather, settings={"max_tokens": 60})
+agent = Agent(model, output_type=Weather, settings={"max_tokens": 120})
 result = await agent.run("It is 21 degrees in Paris. Report the weather for Paris.")
 print(result.status, repr(result.output))"""),
         ("md", "The *shape* is always right: `result.output` is a `Weather`, validated (an invalid answer goes back to the model to fix). The *values* are the model's: a small model may get one wrong."),
@@ -429,7 +429,7 @@ notes = MCPTools.stdio(sys.executable, ["-m", "nbagent.mcp.examples.notes"], env
 for t in await notes.list_tools():      # connects now (otherwise: when a run first needs the tools)
     print(f"{t.name:12} needs approval: {str(t.requires_approval):5}  {t.description}")
 notes'''),
-    ("code", '''agent = Agent(model, tools=[notes], settings={"max_tokens": 60})
+    ("code", '''agent = Agent(model, tools=[notes], settings={"max_tokens": 200})
 view = agent.chat(thread="notes")
 view'''),
     ("md", """## A write waits for you
@@ -439,7 +439,7 @@ and text: this is why you see the arguments before anything is written.)"""),
     ("code", '''handle = view.ask("Use the add_note tool to save a note titled milk with the text buy 2 litres.")
 paused = await handle
 print(paused.status, [(p.name, p.args) for p in paused.pending])
-assert paused.status == "paused" and [p.name for p in paused.pending] == ["add_note"]'''),
+assert paused.status == "paused" and [p.name for p in paused.pending] == ["add_note"], paused.error'''),
     ("md", "Approve it (the same as clicking **Approve**): the call runs on the server, once."),
     ("code", '''done = await agent.resume(paused, approve=paused.pending)
 saved = [m.content for m in done.messages if m.kind == "tool-result"]
