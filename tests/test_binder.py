@@ -40,7 +40,7 @@ RUNNER = textwrap.dedent("""
 """)
 
 
-@pytest.mark.timeout(1800)  # a fresh install of JupyterLab and the extras, then the six notebooks
+@pytest.mark.timeout(1800)  # a fresh install of JupyterLab and the extras, then every notebook
 def test_binder_environment_runs_the_notebooks(tmp_path: Path, local_llm_base_url: str) -> None:
     repo = tmp_path / "repo"
     shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
@@ -55,7 +55,7 @@ def test_binder_environment_runs_the_notebooks(tmp_path: Path, local_llm_base_ur
                    cwd=repo, env=env, check=True, timeout=900)
     subprocess.run(["bash", "binder/postBuild"], cwd=repo, env=env, check=True, timeout=900)
     notebooks = sorted(str(p) for p in (repo / "notebooks").glob("*.ipynb"))
-    assert len(notebooks) == 6
+    assert len(notebooks) == len(list((ROOT / "notebooks").glob("*.ipynb"))) >= 7
     env["NBAGENT_STORE"] = str(tmp_path / "threads.db")
     env["MPLBACKEND"] = "Agg"
     done = subprocess.run([str(bin_dir / "python"), "-c", RUNNER, *notebooks], cwd=repo / "notebooks",
