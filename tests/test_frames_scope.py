@@ -18,7 +18,6 @@ from nbagent import Agent, tool
 from nbagent.dataframe import plot_cost, plot_tokens, runs_frame, tool_calls_frame, usage_frame
 from nbagent.models import ScriptedModel, tool_call
 from nbagent.store import SQLiteStore
-from nbagent.store.meta import PAST_RUNS_KEPT, ThreadMeta
 
 
 @tool
@@ -160,19 +159,6 @@ def test_a_fork_keeps_the_status_of_the_runs_it_copies():
     agent.run_sync("c", thread=alt)
     frame = runs_frame(agent, thread=alt)
     assert frame["status"].tolist() == ["completed", "completed"]
-
-
-def test_the_record_of_past_runs_is_bounded_and_reads_old_records():
-    meta = ThreadMeta(status="completed", run_id="r-last",
-                      past_runs=[{"run_id": f"r{i}", "status": "completed"} for i in range(PAST_RUNS_KEPT)])
-    kept = meta.ended_runs()
-    assert len(kept) == PAST_RUNS_KEPT and kept[-1]["run_id"] == "r-last" and kept[0]["run_id"] == "r1"
-    assert ThreadMeta.from_dict(meta.to_dict()).past_runs == meta.past_runs
-    old = ThreadMeta.from_dict({"version": 1, "status": "completed", "run_id": "r9"})  # nbagent 0.1
-    assert old.past_runs == [] and old.run_outcome("r9") == {
-        "run_id": "r9", "status": "completed", "stop_reason": None, "error": None}
-    assert old.run_outcome("r1") is None
-    assert ThreadMeta(status="running", run_id="r").ended_runs() == []  # a run that never ended
 
 
 # ------------------------------------------------------------------------------------ plots

@@ -152,9 +152,11 @@ async def test_threads_checkpoints_delete_thread(store: Store) -> None:
     assert [(i.thread, i.messages, i.status, i.title) for i in infos] == [
         ("two", 1, None, "Second"), ("one", 2, "completed", "First question here")]
     cps = await store.checkpoints("one")
-    assert [(c.version, c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens, c.cost_total)
-            for c in cps] == [(1, 0, 1, "user: First question here", 0, 0, None),
-                              (2, 1, 2, "assistant: answer", 10, 1, 0.5)]
+    # One per append that wrote messages or a meta record (the last: the meta record alone).
+    assert [(c.version, c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens, c.cost_total,
+             c.status) for c in cps] == [(1, 0, 1, "user: First question here", 0, 0, None, "running"),
+                                         (2, 1, 2, "assistant: answer", 10, 1, 0.5, "running"),
+                                         (3, 1, 2, "assistant: answer", 30, 3, 0.5, "completed")]
     assert await store.delete_thread("one") is True
     assert await store.delete_thread("one") is False
     assert await store.load("one") is None and await store.checkpoints("one") == []

@@ -23,6 +23,7 @@ from nbagent.exceptions import StoreConnectionError, StoreError, StoreVersionErr
 from nbagent.messages import UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import PostgresStore, open_store
+from nbagent.store.postgres import SCHEMA_VERSION
 from tests.pgcluster import PgCluster
 
 pytestmark = pytest.mark.postgres
@@ -122,18 +123,20 @@ async def test_migrate_false_refuses_a_database_without_tables_until_migrated(
     cli = [sys.executable, "-m", "nbagent.store", "migrate", postgres_url, "--schema", pg_schema]
     first = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip().endswith(f"schema {pg_schema!r}: version 1 (migrated from version 0)")
+    assert first.stdout.strip().endswith(
+        f"schema {pg_schema!r}: version {SCHEMA_VERSION} (migrated from version 0)")
     assert "pw-" not in first.stdout
     again = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert again.stdout.strip().endswith("version 1 (already up to date)")
+    assert again.stdout.strip().endswith(f"version {SCHEMA_VERSION} (already up to date)")
     await store.append("t", version=0, step=0, messages=[UserMessage("now it works")])
     assert (await store.load("t")).messages == [UserMessage("now it works")]  # type: ignore[union-attr]
     await store.close()
     # A schema made by a newer nbagent is refused, and left as it is.
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f'INSERT INTO "{pg_schema}".schema_version (version, applied_by) VALUES (2, %s)', ("future",))
+        conn.execute(f'INSERT INTO "{pg_schema}".schema_version (version, applied_by) VALUES (%s, %s)',
+                     (SCHEMA_VERSION + 1, "future"))
     newer = PostgresStore(postgres_url, schema=pg_schema)
-    with pytest.raises(StoreVersionError, match=r"made by a newer nbagent .*schema version 2"):
+    with pytest.raises(StoreVersionError, match=rf"made by a newer nbagent .*schema version {SCHEMA_VERSION + 1}"):
         await newer.load("t")
     await newer.close()
 

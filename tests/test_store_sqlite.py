@@ -30,7 +30,8 @@ from nbagent.store.sqlite import USAGE_COLUMNS
 from nbagent.usage import ModelCallUsage
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = Path(__file__).parent / "fixtures" / f"store_v{FORMAT_VERSION}.db"
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE = FIXTURES / "store_v1.db"  # format 1: written before usage chunks and checkpoints' runs
 
 
 def digest(path: Path) -> str:
@@ -109,13 +110,24 @@ async def test_usage_columns_cover_every_usage_field(store: SQLiteStore) -> None
     assert (await mem.usage_columns())["input_tokens"] == [10]
 
 
-async def test_reads_format_1_fixture(tmp_path: Path) -> None:
-    """A file written by format 1 (tests/fixtures/make_store_fixture.py) stays readable."""
+@pytest.mark.parametrize("fmt", sorted({1, FORMAT_VERSION}))
+async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
+    """A file written in each format (tests/fixtures/make_store_fixture.py) stays readable; a
+    format 1 file is made format 2 on opening, its latest run's outcome on a checkpoint."""
     path = tmp_path / "old.db"
-    shutil.copy(FIXTURE, path)
+    shutil.copy(FIXTURES / f"store_v{fmt}.db", path)
     store = SQLiteStore(path)
     loaded = await store.load("support-42")
+    ends = await store.last_checkpoints("support-42")
     await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone() == (
+            str(FORMAT_VERSION),)
+        names = [r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")]
+    assert names[-4:] == ["status", "run_id", "stop_reason", "error"]
+    assert [(run, c.version, c.messages, c.status, c.stop_reason, c.error, c.last_message)
+            for run, c in ends.items()] == [
+        ("run_fixture1", 7, 5, "completed", None, None, "assistant: The refund was denied.")]
     assert loaded is not None
     assert [m.to_dict() for m in loaded.messages] == [
         {"kind": "user", "content": "Refund order 42, please"},
