@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -198,6 +199,43 @@ async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
     assert result.status == "completed" and len(result.messages) == 7
     assert (await agent.thread_usage("support-42")).requests == 3
     await agent.store.close()
+
+
+async def test_frames_of_a_file_written_by_nbagent_0_1(tmp_path: Path) -> None:
+    """A format 1 file gets the checkpoints' run columns on opening and its frames work: each
+    thread's latest run has the status its meta record tells, and keeps it when more runs follow;
+    how earlier runs ended was never stored (missing, as docs/usage.md says)."""
+    from nbagent.dataframe import runs_frame
+
+    path = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "store_meta_v0_1.db", path)  # written by nbagent 0.1
+    store = SQLiteStore(path)
+
+    async def ends() -> dict[tuple[str, str], Any]:
+        frame = await asyncio.to_thread(runs_frame, store)
+        return {(t, r): (None if s != s else s) for t, r, s in zip(frame["thread"], frame["run_id"], frame["status"],
+                                                                    strict=True)}
+
+    before = {("t-paused", "run_ce79aac7fdc44d40"): "paused", ("t-done", "run_3210b1e180514d73"): None,
+              ("t-done", "run_5071a2fdd8654777"): "completed", ("t-fork", "run_3210b1e180514d73"): None}
+    assert await ends() == before
+
+    @tool(requires_approval=True)
+    def pay(amount: float) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    @tool(requires_approval=True)
+    def ship(to: str) -> str:
+        """Ship."""
+        return f"shipped to {to}"
+
+    agent = Agent(FunctionModel(lambda m, i: "ok"), tools=[pay, ship], store=store)
+    resumed = await agent.resume(thread="t-paused", approve=["c2"], deny={"c3": "not today"})
+    again = await agent.run("and now?", thread="t-done")
+    assert await ends() == {**before, ("t-paused", resumed.run_id): "completed",
+                            ("t-done", again.run_id): "completed"}
+    await store.close()
 
 
 # ---------------------------------------------------------------------- bad files

@@ -338,9 +338,9 @@ def _runs_from_usage(
     if len(usage):
         end = usage["time"] + pd.to_timedelta(usage["latency_s"].fillna(0.0), unit="s")
         frame = usage.assign(_end=end)
-        grouped = frame.groupby("run_id", observed=True, sort=False)
+        # by thread too: a fork holds copies of its source's runs (same ids, rows of their own)
+        grouped = frame.groupby(["thread", "run_id"], observed=True, sort=False)
         agg = grouped.agg(
-            thread=("thread", "first"),
             steps=("step", "size"),
             started=("time", "min"),
             ended=("_end", "max"),
@@ -348,8 +348,8 @@ def _runs_from_usage(
             **{name: (name, "sum") for name in _SUMS},
         )
         agg = agg.sort_values("started", kind="stable")
-        for run_id, row in agg.iterrows():
-            thread = str(row["thread"])
+        for (thread_name, run_id), row in agg.iterrows():
+            thread = str(thread_name)
             status, stop_reason, error = _run_end(meta_by_thread.get(thread), ends_by_thread.get(thread, {}),
                                                   str(run_id))
             out["run_id"].append(str(run_id))
