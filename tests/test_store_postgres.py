@@ -169,7 +169,8 @@ async def test_a_schema_1_database_is_migrated_and_keeps_its_latest_runs_end(pos
         for seq, (step, data) in enumerate([(0, {"kind": "user", "content": "a"}),
                                             (1, {"kind": "assistant", "text": "A"}),
                                             (1, {"kind": "user", "content": "b"})]):
-            conn.execute(f"INSERT INTO {s}.messages VALUES ('t', %s, %s, %s, %s)", (seq, step, seq + 1, json.dumps(data)))
+            conn.execute(f"INSERT INTO {s}.messages VALUES ('t', %s, %s, %s, %s)",
+                         (seq, step, seq + 1, json.dumps(data)))
         for version, messages, last, status in [(1, 1, "user: a", "running"), (2, 2, "assistant: A", "completed"),
                                                 (3, 3, "user: b", "running")]:
             conn.execute(f"INSERT INTO {s}.checkpoints VALUES ('t', %s, 1, 1, %s, %s, 10, 1, NULL, %s)",

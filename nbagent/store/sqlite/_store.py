@@ -270,6 +270,10 @@ class SQLiteStore(Store):
         self.path = Path(path).expanduser().absolute()
         self._db = Database(self.path)
         self._damaged: dict[str, str] = {}
+        self._runs: dict[str, tuple[int, tuple[str | None, str | None, str | None]]] = {}
+        """Per thread, the version this process last wrote and the run (id, stop reason, error)
+        of its meta record: the next append without a meta record, if it finds the thread at
+        that version, writes its checkpoint's run from here instead of reading the stored record."""
         """Threads whose stored rows could not be decoded, with the error: never appended to."""
 
     def __repr__(self) -> str:
@@ -368,6 +372,10 @@ class SQLiteStore(Store):
         status = None if record is None else record.get("status")
         run = None if record is None else (_text(record.get("run_id")), _text(record.get("stop_reason")),
                                            short_error(record.get("error")))
+        if run is None and count_new:  # the run of the record this process wrote, if still current
+            known = self._runs.get(thread)
+            if known is not None and known[0] == version:
+                run = known[1]
 
         def write(conn: sqlite3.Connection) -> int:
             if version == 0:
@@ -436,7 +444,12 @@ class SQLiteStore(Store):
                     ])
             return int(new_version)
 
-        return await self._db.run(write, write=True)
+        written = await self._db.run(write, write=True)
+        if run is not None:
+            if len(self._runs) >= 4096:
+                self._runs.clear()
+            self._runs[thread] = (written, run)
+        return written
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
         stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
@@ -485,12 +498,14 @@ class SQLiteStore(Store):
 
         existed = await self._db.run(remove, write=True)
         self._damaged.pop(thread, None)
+        self._runs.pop(thread, None)
         return existed
 
     async def _prune(self, cutoff: float) -> list[str]:
         gone = await self._db.run(lambda conn: _prune_rows(conn, cutoff), write=True)
         for thread in gone:
             self._damaged.pop(thread, None)
+            self._runs.pop(thread, None)
         return gone
 
     async def copy(
@@ -506,6 +521,7 @@ class SQLiteStore(Store):
         if source in self._damaged:
             raise StoreCorruptError(self._damaged[source], path=str(self.path))
         now = time.time()
+        self._runs.pop(target, None)
         try:
             return await self._db.run(
                 lambda conn: _copy_thread(conn, self.path, source, target, messages, last, meta, now), write=True
