@@ -45,14 +45,11 @@ async def fork_thread(
             raise UserError(f"nothing to edit: thread {thread!r} has no message at step {at_step}")
         last = _edited(messages[-1], edit)
     new_thread = new_thread or f"{thread}-fork-{uuid.uuid4().hex[:8]}"
-    top = steps[count - 1] if count else 0
-    copied_runs = {row.run_id for row in loaded.usage if row.step <= top}  # the usage rows copied
     meta = ThreadMeta(
         status="forked",
-        thread_step=top,
+        thread_step=steps[count - 1] if count else 0,
         always_allowed=list(loaded.meta.always_allowed),
         forked_from={"thread": thread, "at_step": at_step, "messages": count},
-        past_runs=[r for r in loaded.meta.ended_runs() if r.get("run_id") in copied_runs],
     )
     await store.copy(thread, new_thread, messages=count, last=last, meta=meta)
     return new_thread

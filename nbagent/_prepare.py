@@ -35,7 +35,6 @@ def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state:
         run.always_allowed = set(meta.always_allowed)
         run.decisions = dict(meta.decisions)
         run.pending = list(meta.pending)
-        run.past_runs = meta.ended_runs()
         if state is None:
             run.state, run.stored_state = config.restore_state(meta.state), meta.state
         else:

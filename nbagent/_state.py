@@ -76,8 +76,6 @@ class RunState:
     result: RunResult | None = None
     started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
-    past_runs: list[dict[str, Any]] = field(default_factory=list)
-    """How the thread's earlier runs ended (`ThreadMeta.past_runs`), carried into its meta."""
 
     def _state_json(self) -> Any:
         try:
@@ -107,7 +105,6 @@ class RunState:
             started_at=self.started_at,
             ended_at=self.ended_at,
             owner=process_owner() if self.status == "running" else None,
-            past_runs=self.past_runs,
         )
 
     def to_result(self) -> RunResult:

@@ -18,7 +18,6 @@ from nbagent import Agent, tool
 from nbagent.dataframe import plot_cost, plot_tokens, runs_frame, tool_calls_frame, usage_frame
 from nbagent.models import ScriptedModel, tool_call
 from nbagent.store import SQLiteStore
-from nbagent.store.meta import PAST_RUNS_KEPT, ThreadMeta
 
 
 @tool
@@ -162,17 +161,48 @@ def test_a_fork_keeps_the_status_of_the_runs_it_copies():
     assert frame["status"].tolist() == ["completed", "completed"]
 
 
-def test_the_record_of_past_runs_is_bounded_and_reads_old_records():
-    meta = ThreadMeta(status="completed", run_id="r-last",
-                      past_runs=[{"run_id": f"r{i}", "status": "completed"} for i in range(PAST_RUNS_KEPT)])
-    kept = meta.ended_runs()
-    assert len(kept) == PAST_RUNS_KEPT and kept[-1]["run_id"] == "r-last" and kept[0]["run_id"] == "r1"
-    assert ThreadMeta.from_dict(meta.to_dict()).past_runs == meta.past_runs
-    old = ThreadMeta.from_dict({"version": 1, "status": "completed", "run_id": "r9"})  # nbagent 0.1
-    assert old.past_runs == [] and old.run_outcome("r9") == {
-        "run_id": "r9", "status": "completed", "stop_reason": None, "error": None}
-    assert old.run_outcome("r1") is None
-    assert ThreadMeta(status="running", run_id="r").ended_runs() == []  # a run that never ended
+def test_a_forked_run_is_a_row_of_each_thread_that_holds_it():
+    from nbagent.store import MemoryStore
+
+    store = MemoryStore()
+    agent = Agent(ScriptedModel([tool_call("add", a=1, b=2), "3", "4"]), tools=[add], store=store)
+    first = agent.run_sync("add", thread="t")
+    alt = agent.fork_sync("t", at_step=1, new_thread="t-alt")
+    agent.resume_sync(thread=alt)
+    frame = runs_frame(store)
+    mine = frame[frame["run_id"] == first.run_id]
+    assert mine["thread"].tolist() == ["t", "t-alt"] and mine["steps"].tolist() == [2, 1]  # was one row, 3 steps
+    assert mine["status"].tolist() == ["completed", "completed"]
+    assert mine["input_tokens"].sum() == first.usage.input_tokens + first.usage.calls[0].input_tokens
+
+
+def test_the_meta_record_does_not_grow_with_the_runs_of_a_thread(tmp_path):
+    """Every append rewrites the thread's meta record (several per step), and a chat thread gets
+    one run per message: the record written by the 100th run is no bigger than the 2nd's (how
+    earlier runs ended is kept by their checkpoints, written once)."""
+    import json
+    import sqlite3
+
+    store = SQLiteStore(tmp_path / "t.db")
+    agent = Agent(ScriptedModel(["ok"] * 100), store=store)
+
+    def sizes():
+        meta = asyncio.run(store.load("t")).meta.to_dict()
+        meta.update(thread_step=0, started_at=0.0, ended_at=0.0)  # numbers whose digits may vary
+        with sqlite3.connect(store.path) as conn:
+            stored = conn.execute("SELECT length(CAST(meta AS BLOB)) FROM threads WHERE id = 't'").fetchone()[0]
+        return len(json.dumps(meta)), stored
+
+    for _ in range(2):
+        agent.run_sync("hi", thread="t")
+    second, second_row = sizes()
+    for _ in range(98):
+        agent.run_sync("hi", thread="t")
+    hundredth, hundredth_row = sizes()
+    assert hundredth <= second
+    assert hundredth_row <= second_row + 8  # the step count's and the times' digits only
+    frame = runs_frame(store)
+    assert len(frame) == 100 and set(frame["status"]) == {"completed"} and not frame["status"].isna().any()
 
 
 # ------------------------------------------------------------------------------------ plots

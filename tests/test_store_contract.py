@@ -152,9 +152,11 @@ async def test_threads_checkpoints_delete_thread(store: Store) -> None:
     assert [(i.thread, i.messages, i.status, i.title) for i in infos] == [
         ("two", 1, None, "Second"), ("one", 2, "completed", "First question here")]
     cps = await store.checkpoints("one")
-    assert [(c.version, c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens, c.cost_total)
-            for c in cps] == [(1, 0, 1, "user: First question here", 0, 0, None),
-                              (2, 1, 2, "assistant: answer", 10, 1, 0.5)]
+    # One per append that wrote messages or a meta record (the last: the meta record alone).
+    assert [(c.version, c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens, c.cost_total,
+             c.status) for c in cps] == [(1, 0, 1, "user: First question here", 0, 0, None, "running"),
+                                         (2, 1, 2, "assistant: answer", 10, 1, 0.5, "running"),
+                                         (3, 1, 2, "assistant: answer", 30, 3, 0.5, "completed")]
     assert await store.delete_thread("one") is True
     assert await store.delete_thread("one") is False
     assert await store.load("one") is None and await store.checkpoints("one") == []
@@ -394,11 +396,75 @@ async def test_copy_between_stores_keeps_what_a_resume_needs(stores: Stores, tmp
     assert original is not None and back is not None
     for name in ("messages", "message_steps", "meta", "ledger", "usage"):
         assert getattr(back, name) == getattr(original, name), name
-    cps = [(c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens) for c in await agent.checkpoints("p")]
-    assert cps == [(c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens)
-                   for c in await other.checkpoints("p")]
+    def rows(cps: list[Any]) -> list[tuple[Any, ...]]:
+        return [(c.step, c.messages, c.last_message, c.input_tokens, c.output_tokens, c.status, c.run_id,
+                 c.stop_reason, c.error) for c in cps]
+
+    assert rows(await agent.checkpoints("p")) == rows(await other.checkpoints("p"))
+    assert rows(await agent.checkpoints("p"))[-1][5:7] == ("paused", paused.run_id)
     done = await agent.resume(thread="p", approve=(await agent.pending("p")))
     assert done.status == "completed" and done.output == "done"
     with pytest.raises(StoreError, match="not in"):
         await copy(other, agent.store, threads=["nope"])
     await other.close()
+
+
+# ---------------------------------------------------------------------- how every run ended
+def outcomes_model(messages, info):  # type: ignore[no-untyped-def]
+    """Answers by the latest prompt: "refund" needs an approval, "loop" calls tools until the step
+    limit stops it, "break" fails on its second model call (a long error), "fine" adds then answers."""
+    last_user = max(i for i, m in enumerate(messages) if m.kind == "user")
+    prompt, answers = messages[last_user].content, sum(m.kind == "assistant" for m in messages[last_user:])
+    if prompt == "refund":
+        return tool_call("refund", order=1) if answers == 0 else "refunded"
+    if prompt == "break" and answers == 1:
+        raise ValueError("the server broke: " + "x" * 700)
+    if prompt == "fine" and answers == 1:
+        return "fine"
+    return tool_call("add", a=1, b=answers)
+
+
+async def test_every_run_keeps_how_it_ended_through_copies_and_forks(stores: Stores) -> None:
+    """runs_frame from a store: each run's status, stop reason and error (the error's first 500
+    characters) from its last checkpoint, the latest run's from the meta record; the same after
+    copying the thread to another store and back, and in forks (whole, or cut inside a run)."""
+    from nbagent.dataframe import runs_frame
+    from nbagent.store import copy
+
+    store = stores.new()
+    agent = Agent(FunctionModel(outcomes_model), tools=[add, refund], store=store)
+    paused = await agent.run("refund", thread="t")
+    resumed = await agent.resume(paused, approve=paused.pending)
+    stopped = await Agent(FunctionModel(outcomes_model), tools=[add], store=store, max_steps=1).run("loop", thread="t")
+    failed = await agent.run("break", thread="t")
+    fine = await agent.run("fine", thread="t")
+    runs = [paused, resumed, stopped, failed, fine]
+    assert [r.status for r in runs] == ["paused", "completed", "stopped", "failed", "completed"]
+    assert failed.error is not None and len(failed.error) > 700
+    columns = ["run_id", "status", "stop_reason", "error", "steps"]
+    expected = [(r.run_id, r.status, r.stop_reason, r.error, r.steps) for r in runs]
+    expected[3] = (failed.run_id, "failed", None, failed.error[:500], 1)  # a checkpoint keeps 500 characters
+
+    async def ends(source: Any, thread: str) -> list[tuple[Any, ...]]:
+        frame = (await asyncio.to_thread(runs_frame, source, thread=thread))[columns].astype(object)
+        return [tuple(None if v is None or v != v else v for v in row) for row in frame.itertuples(index=False)]
+
+    assert await ends(store, "t") == expected
+    assert await ends(stores.new(), "t") == expected  # another kernel
+    assert await ends(agent, None) == expected  # type: ignore[arg-type]
+
+    other = MemoryStore()  # copied out and back: nbagent.store.copy replays every checkpoint
+    await copy(store, other, threads=["t"])
+    assert await ends(other, "t") == expected
+    await copy(other, store, threads=["t"], replace=True)
+    assert await ends(store, "t") == expected
+
+    whole = await agent.fork("t")  # the last run ends where the fork does
+    assert await ends(store, whole) == expected
+    inside = await agent.fork("t", at_step=fine.usage.calls[0].step)  # cut after the first of its two steps
+    assert await ends(store, inside) == [*expected[:4], (fine.run_id, "completed", None, None, 1)]
+    more = await agent.run("fine", thread=inside)
+    assert await ends(store, inside) == [*expected[:4], (fine.run_id, "completed", None, None, 1),
+                                         (more.run_id, "completed", None, None, 2)]
+    early = await agent.fork("t", at_step=stopped.usage.calls[0].step)
+    assert await ends(store, early) == expected[:3]

@@ -23,6 +23,7 @@ from nbagent.exceptions import StoreConnectionError, StoreError, StoreVersionErr
 from nbagent.messages import UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import PostgresStore, open_store
+from nbagent.store.postgres import SCHEMA_VERSION
 from tests.pgcluster import PgCluster
 
 pytestmark = pytest.mark.postgres
@@ -122,20 +123,75 @@ async def test_migrate_false_refuses_a_database_without_tables_until_migrated(
     cli = [sys.executable, "-m", "nbagent.store", "migrate", postgres_url, "--schema", pg_schema]
     first = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert first.returncode == 0, first.stderr
-    assert first.stdout.strip().endswith(f"schema {pg_schema!r}: version 1 (migrated from version 0)")
+    assert first.stdout.strip().endswith(
+        f"schema {pg_schema!r}: version {SCHEMA_VERSION} (migrated from version 0)")
     assert "pw-" not in first.stdout
     again = subprocess.run(cli, capture_output=True, text=True, timeout=60, cwd=ROOT)
-    assert again.stdout.strip().endswith("version 1 (already up to date)")
+    assert again.stdout.strip().endswith(f"version {SCHEMA_VERSION} (already up to date)")
     await store.append("t", version=0, step=0, messages=[UserMessage("now it works")])
     assert (await store.load("t")).messages == [UserMessage("now it works")]  # type: ignore[union-attr]
     await store.close()
     # A schema made by a newer nbagent is refused, and left as it is.
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        conn.execute(f'INSERT INTO "{pg_schema}".schema_version (version, applied_by) VALUES (2, %s)', ("future",))
+        conn.execute(f'INSERT INTO "{pg_schema}".schema_version (version, applied_by) VALUES (%s, %s)',
+                     (SCHEMA_VERSION + 1, "future"))
     newer = PostgresStore(postgres_url, schema=pg_schema)
-    with pytest.raises(StoreVersionError, match=r"made by a newer nbagent .*schema version 2"):
+    with pytest.raises(StoreVersionError, match=rf"made by a newer nbagent .*schema version {SCHEMA_VERSION + 1}"):
         await newer.load("t")
     await newer.close()
+
+
+async def test_a_schema_1_database_is_migrated_and_keeps_its_latest_runs_end(postgres_url: str, pg_schema: str) -> None:
+    """Schema 1 (before checkpoints kept their run): migrated on first use, each thread's latest
+    run gets its meta record's outcome on a checkpoint, so it keeps it when more runs follow;
+    earlier runs' ends were never stored (missing)."""
+    import json
+
+    from nbagent.dataframe import runs_frame
+    from nbagent.store.postgres import _schema
+
+    s = f'"{pg_schema}"'
+    meta = {"status": "failed", "run_id": "run_b", "thread_step": 2, "error": "ValueError: " + "e" * 600}
+    usage = ("run_id, thread, step, time, provider, model, input_tokens, cache_read_tokens, cache_write_tokens, "
+             "output_tokens, reasoning_tokens, tool_calls, usage_reported")
+    with psycopg.connect(postgres_url, autocommit=True) as conn, conn.transaction():
+        conn.execute(f"CREATE SCHEMA {s}")
+        conn.execute(f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
+                     "applied_at timestamptz NOT NULL DEFAULT now(), applied_by text NOT NULL)")
+        for statement in _schema.MIGRATIONS[0](s):
+            conn.execute(statement)
+        conn.execute(f"INSERT INTO {s}.schema_version (version, applied_by) VALUES (1, 'schema 1')")
+        # run_a completed with its answer; run_b failed (a billed, unusable answer), its end
+        # written as the meta record alone: schema 1 kept no checkpoint for that append
+        conn.execute(f"INSERT INTO {s}.threads (id, version, step, meta, created, updated, title, status, messages, "
+                     "input_tokens, output_tokens) VALUES ('t', 5, 2, %s, 1, 2, 'a', 'failed', 3, 20, 2)",
+                     (json.dumps(meta),))
+        for seq, (step, data) in enumerate([(0, {"kind": "user", "content": "a"}),
+                                            (1, {"kind": "assistant", "text": "A"}),
+                                            (1, {"kind": "user", "content": "b"})]):
+            conn.execute(f"INSERT INTO {s}.messages VALUES ('t', %s, %s, %s, %s)",
+                         (seq, step, seq + 1, json.dumps(data)))
+        for version, messages, last, status in [(1, 1, "user: a", "running"), (2, 2, "assistant: A", "completed"),
+                                                (3, 3, "user: b", "running")]:
+            conn.execute(f"INSERT INTO {s}.checkpoints VALUES ('t', %s, 1, 1, %s, %s, 10, 1, NULL, %s)",
+                         (version, messages, last, status))
+        for run, step in [("run_a", 1), ("run_b", 2)]:
+            conn.execute(f"INSERT INTO {s}.usage ({usage}) VALUES (%s, 't', %s, %s, 'function', 'f', 10, 0, 0, 1, 0, "
+                         "0, true)", (run, step, float(step)))
+    store = PostgresStore(postgres_url, schema=pg_schema)
+
+    def ends() -> list[tuple[str, Any, Any]]:
+        frame = runs_frame(store, thread="t")
+        return [(r, None if st != st else st, None if e != e else e)
+                for r, st, e in zip(frame["run_id"], frame["status"], frame["error"], strict=True)]
+
+    assert await asyncio.to_thread(ends) == [("run_a", None, None), ("run_b", "failed", meta["error"])]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone() == (2,)
+    more = await Agent(FunctionModel(lambda m, i: "ok"), store=store).run("c", thread="t")
+    assert await asyncio.to_thread(ends) == [("run_a", None, None), ("run_b", "failed", meta["error"][:500]),
+                                             (more.run_id, "completed", None)]
+    await store.close()
 
 
 async def test_many_processes_opening_a_new_schema_at_once_all_succeed(postgres_url: str, pg_schema: str) -> None:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,7 +31,8 @@ from nbagent.store.sqlite import USAGE_COLUMNS
 from nbagent.usage import ModelCallUsage
 
 ROOT = Path(__file__).resolve().parents[1]
-FIXTURE = Path(__file__).parent / "fixtures" / f"store_v{FORMAT_VERSION}.db"
+FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURE = FIXTURES / "store_v1.db"  # format 1: written before usage chunks and checkpoints' runs
 
 
 def digest(path: Path) -> str:
@@ -109,13 +111,24 @@ async def test_usage_columns_cover_every_usage_field(store: SQLiteStore) -> None
     assert (await mem.usage_columns())["input_tokens"] == [10]
 
 
-async def test_reads_format_1_fixture(tmp_path: Path) -> None:
-    """A file written by format 1 (tests/fixtures/make_store_fixture.py) stays readable."""
+@pytest.mark.parametrize("fmt", sorted({1, FORMAT_VERSION}))
+async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
+    """A file written in each format (tests/fixtures/make_store_fixture.py) stays readable; a
+    format 1 file is made format 2 on opening, its latest run's outcome on a checkpoint."""
     path = tmp_path / "old.db"
-    shutil.copy(FIXTURE, path)
+    shutil.copy(FIXTURES / f"store_v{fmt}.db", path)
     store = SQLiteStore(path)
     loaded = await store.load("support-42")
+    ends = await store.last_checkpoints("support-42")
     await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone() == (
+            str(FORMAT_VERSION),)
+        names = [r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")]
+    assert names[-4:] == ["status", "run_id", "stop_reason", "error"]
+    assert [(run, c.version, c.messages, c.status, c.stop_reason, c.error, c.last_message)
+            for run, c in ends.items()] == [
+        ("run_fixture1", 7, 5, "completed", None, None, "assistant: The refund was denied.")]
     assert loaded is not None
     assert [m.to_dict() for m in loaded.messages] == [
         {"kind": "user", "content": "Refund order 42, please"},
@@ -186,6 +199,43 @@ async def test_reads_format_1_fixture(tmp_path: Path) -> None:
     assert result.status == "completed" and len(result.messages) == 7
     assert (await agent.thread_usage("support-42")).requests == 3
     await agent.store.close()
+
+
+async def test_frames_of_a_file_written_by_nbagent_0_1(tmp_path: Path) -> None:
+    """A format 1 file gets the checkpoints' run columns on opening and its frames work: each
+    thread's latest run has the status its meta record tells, and keeps it when more runs follow;
+    how earlier runs ended was never stored (missing, as docs/usage.md says)."""
+    from nbagent.dataframe import runs_frame
+
+    path = tmp_path / "old.db"
+    shutil.copy(FIXTURES / "store_meta_v0_1.db", path)  # written by nbagent 0.1
+    store = SQLiteStore(path)
+
+    async def ends() -> dict[tuple[str, str], Any]:
+        frame = await asyncio.to_thread(runs_frame, store)
+        return {(t, r): (None if s != s else s) for t, r, s in zip(frame["thread"], frame["run_id"], frame["status"],
+                                                                    strict=True)}
+
+    before = {("t-paused", "run_ce79aac7fdc44d40"): "paused", ("t-done", "run_3210b1e180514d73"): None,
+              ("t-done", "run_5071a2fdd8654777"): "completed", ("t-fork", "run_3210b1e180514d73"): None}
+    assert await ends() == before
+
+    @tool(requires_approval=True)
+    def pay(amount: float) -> str:
+        """Pay."""
+        return f"paid {amount}"
+
+    @tool(requires_approval=True)
+    def ship(to: str) -> str:
+        """Ship."""
+        return f"shipped to {to}"
+
+    agent = Agent(FunctionModel(lambda m, i: "ok"), tools=[pay, ship], store=store)
+    resumed = await agent.resume(thread="t-paused", approve=["c2"], deny={"c3": "not today"})
+    again = await agent.run("and now?", thread="t-done")
+    assert await ends() == {**before, ("t-paused", resumed.run_id): "completed",
+                            ("t-done", again.run_id): "completed"}
+    await store.close()
 
 
 # ---------------------------------------------------------------------- bad files

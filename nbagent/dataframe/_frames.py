@@ -16,7 +16,7 @@ import pandas as pd
 
 from ..messages import AssistantMessage, Message, ToolResultMessage, call_results
 from ..result import RunResult
-from ..store.base import LedgerEntry, ThreadState
+from ..store.base import Checkpoint, LedgerEntry, ThreadState
 from ..store.meta import ThreadMeta
 from ._columns import categorical, empty_usage_frame, strings, times, usage_from_columns, usage_from_rows
 from ._sources import Loaded, load, load_now, thread_names
@@ -314,16 +314,33 @@ _SUMS = (
 )
 
 
+def _run_end(meta: ThreadMeta | None, ends: dict[str, Checkpoint], run_id: str) -> tuple[Any, Any, Any]:
+    """How a stored run ended, as (status, stop_reason, error): the latest run of its thread from
+    the thread's meta record (also while it goes on), an earlier one from its last checkpoint.
+    Unknown (None) for an earlier run whose last checkpoint says ``running`` (its process died;
+    a later run could start only after that) or that has none with its id (written before
+    nbagent 0.2)."""
+    if meta is not None and meta.run_id == run_id:
+        return meta.status, meta.stop_reason, meta.error
+    end = ends.get(run_id)
+    if end is None or end.status in (None, "running"):
+        return None, None, None
+    return end.status, end.stop_reason, end.error
+
+
 def _runs_from_usage(
-    usage: pd.DataFrame, meta_by_thread: dict[str, ThreadMeta], extra: list[dict[str, Any]]
+    usage: pd.DataFrame,
+    meta_by_thread: dict[str, ThreadMeta],
+    ends_by_thread: dict[str, dict[str, Checkpoint]],
+    extra: list[dict[str, Any]],
 ) -> pd.DataFrame:
     out: dict[str, list[Any]] = {name: [] for name in RUN_SCHEMA}
     if len(usage):
         end = usage["time"] + pd.to_timedelta(usage["latency_s"].fillna(0.0), unit="s")
         frame = usage.assign(_end=end)
-        grouped = frame.groupby("run_id", observed=True, sort=False)
+        # by thread too: a fork holds copies of its source's runs (same ids, rows of their own)
+        grouped = frame.groupby(["thread", "run_id"], observed=True, sort=False)
         agg = grouped.agg(
-            thread=("thread", "first"),
             steps=("step", "size"),
             started=("time", "min"),
             ended=("_end", "max"),
@@ -331,17 +348,14 @@ def _runs_from_usage(
             **{name: (name, "sum") for name in _SUMS},
         )
         agg = agg.sort_values("started", kind="stable")
-        for run_id, row in agg.iterrows():
-            meta = meta_by_thread.get(str(row["thread"])) or ThreadMeta()
-            if meta.run_id == run_id:  # the latest run: also while it runs
-                ended: dict[str, Any] = {"status": meta.status, "stop_reason": meta.stop_reason,
-                                         "error": meta.error}
-            else:
-                ended = meta.run_outcome(str(run_id)) or {}
+        for (thread_name, run_id), row in agg.iterrows():
+            thread = str(thread_name)
+            status, stop_reason, error = _run_end(meta_by_thread.get(thread), ends_by_thread.get(thread, {}),
+                                                  str(run_id))
             out["run_id"].append(str(run_id))
-            out["thread"].append(str(row["thread"]))
-            out["status"].append(ended.get("status"))
-            out["stop_reason"].append(ended.get("stop_reason"))
+            out["thread"].append(thread)
+            out["status"].append(status)
+            out["stop_reason"].append(stop_reason)
             out["steps"].append(int(row["steps"]))
             for name in _SUMS:
                 out[name].append(int(row[name]))
@@ -349,7 +363,7 @@ def _runs_from_usage(
             out["cost_total"].append(row["cost_total"])
             out["started"].append(row["started"].timestamp())
             out["wall_s"].append((row["ended"] - row["started"]).total_seconds())
-            out["error"].append(ended.get("error"))
+            out["error"].append(error)
     for row in extra:
         for name in RUN_SCHEMA:
             out[name].append(row.get(name))
@@ -403,8 +417,8 @@ def _runs(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
     if loaded.threads or loaded.columns or loaded.rows:
         usage = _usage(Loaded(threads=loaded.threads, columns=loaded.columns, rows=loaded.rows), threads)
         meta = {t.thread: t.meta for t in loaded.threads}
-        return _runs_from_usage(usage, meta, extra)
-    return _runs_from_usage(empty_usage_frame(), {}, extra)
+        return _runs_from_usage(usage, meta, loaded.ends, extra)
+    return _runs_from_usage(empty_usage_frame(), {}, {}, extra)
 
 
 def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
@@ -420,16 +434,17 @@ def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.
     (USD, NaN when no call had a price), ``started`` (first model call), ``wall_s`` (from the
     start of the first model call to the end of the last one: time spent in tools after the last
     call and before the first is not counted), ``error``.
-    From a store, each run's ``status`` / ``stop_reason`` / ``error`` come from the thread's
-    record of how its runs ended (`ThreadMeta.past_runs`, the last 500 runs of a thread); they
-    are missing for a run that never ended (its process died) and for runs of threads written
-    before nbagent 0.2 (except the latest).
+    From a store, each run's ``status`` / ``stop_reason`` / ``error`` come from the last
+    checkpoint it wrote (`Store.last_checkpoints`; the error's first 500 characters), the
+    latest run's from its thread's meta record (also while it goes on); they are missing for a
+    run that never ended (its process died) and for the earlier runs of threads written before
+    nbagent 0.2 (store format 1), whose checkpoints do not say which run wrote them.
     """
     names = thread_names(thread)
-    return _runs(load_now(source, threads=names), names)
+    return _runs(load_now(source, threads=names, ends=True), names)
 
 
 async def aruns_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
     """`runs_frame` for async code."""
     names = thread_names(thread)
-    return _runs(await load(source, threads=names), names)
+    return _runs(await load(source, threads=names, ends=True), names)

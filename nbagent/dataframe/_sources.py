@@ -21,7 +21,7 @@ from typing import Any
 
 from ..agent import Agent
 from ..result import RunResult
-from ..store.base import Store, ThreadState, UsageColumns
+from ..store.base import Checkpoint, Store, ThreadState, UsageColumns
 from ..usage import ModelCallUsage, Usage
 
 __all__ = ["Loaded", "is_async_source", "load", "scope", "store_of", "thread_names"]
@@ -36,6 +36,9 @@ class Loaded:
     rows: list[ModelCallUsage] = field(default_factory=list)
     columns: list[Mapping[str, Any]] = field(default_factory=list)
     agent: Agent | None = None
+    ends: dict[str, dict[str, Checkpoint]] = field(default_factory=dict)
+    """Per thread, the last checkpoint of each run by run id (`Store.last_checkpoints`): read
+    for the runs frame only."""
 
 
 def store_of(source: Any) -> Store | None:
@@ -124,8 +127,12 @@ def scope(source: Any, threads: list[str] | None) -> list[str] | None:
     return threads
 
 
-async def load(source: Any, *, threads: list[str] | None = None, usage_only: bool = False) -> Loaded:
-    """Resolve `source`; with `usage_only`, a store's columnar reader is used when it has one."""
+async def load(
+    source: Any, *, threads: list[str] | None = None, usage_only: bool = False, ends: bool = False
+) -> Loaded:
+    """Resolve `source`; with `usage_only`, a store's columnar reader is used when it has one;
+    with `ends`, each stored thread's last checkpoint of each run is read too (`Loaded.ends`:
+    one query per thread)."""
     loaded = Loaded()
     store = store_of(source)
     if store is not None:
@@ -139,6 +146,8 @@ async def load(source: Any, *, threads: list[str] | None = None, usage_only: boo
                 loaded.columns.append(columns)
                 return loaded
         loaded.threads = await load_threads(store, threads)
+        if ends:
+            loaded.ends = {t.thread: await store.last_checkpoints(t.thread) for t in loaded.threads}
         return loaded
     items = source if isinstance(source, (list, tuple)) else [source]
     for item in items:
@@ -146,7 +155,9 @@ async def load(source: Any, *, threads: list[str] | None = None, usage_only: boo
     return loaded
 
 
-def load_now(source: Any, *, threads: list[str] | None = None, usage_only: bool = False) -> Loaded:
+def load_now(
+    source: Any, *, threads: list[str] | None = None, usage_only: bool = False, ends: bool = False
+) -> Loaded:
     """`load` from sync code: in-memory sources directly, stores through ``run_sync``."""
     if not is_async_source(source):
         loaded = Loaded()
@@ -155,4 +166,4 @@ def load_now(source: Any, *, threads: list[str] | None = None, usage_only: bool 
         return loaded
     from .._sync import run_sync
 
-    return run_sync(lambda: load(source, threads=threads, usage_only=usage_only))
+    return run_sync(lambda: load(source, threads=threads, usage_only=usage_only, ends=ends))

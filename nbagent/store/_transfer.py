@@ -1,13 +1,14 @@
 """Copying whole threads from one store to another (`nbagent.store.copy`): SQLite ↔ PostgreSQL.
 
 Owns `copy_threads`, which reads each thread through the store protocol and writes it into the
-other store through the protocol too, one append per checkpoint of the source, so any two
-stores work with each other. Imports the store protocol and exceptions only.
+other store through the protocol too, one append per checkpoint of the source (`base.replay`),
+so any two stores work with each other. Imports the store protocol and exceptions only.
 
 What is kept: every message with its step, the checkpoints (where they fall, their summaries,
-running token totals), usage rows, the ledger, the meta record (status, pending calls,
-decisions, state, owner). What is not: version numbers and checkpoint times (the target numbers
-its own appends and stamps them when they are written).
+running token totals, the run each belongs to with its status, stop reason and error: how every
+run ended), usage rows, the ledger, the meta record (status, pending calls, decisions, state,
+owner). What is not: version numbers and checkpoint times (the target numbers its own appends
+and stamps them when they are written).
 """
 
 from __future__ import annotations
@@ -15,9 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from ..exceptions import ConflictError, StoreError
-from ..messages import Message
-from ..usage import ModelCallUsage
-from .base import Store, ThreadState
+from .base import Store, replay
 
 __all__ = ["copy_threads"]
 
@@ -43,31 +42,10 @@ async def copy_threads(
                     "(pass replace=True to replace it)"
                 )
             await target.delete(name)
-        bounds = sorted({c.messages for c in await source.checkpoints(name) if 0 < c.messages <= len(state.messages)})
-        await _write(target, state, bounds)
+        parts = [c for c in await source.checkpoints(name) if c.messages <= len(state.messages)]
+        step = state.step
+        if parts and parts[-1].messages == len(state.messages):
+            step = max(parts.pop().step, step)  # the last append writes the last checkpoint, with the meta
+        await replay(target, name, state.messages, parts, state.usage, ledger=list(state.ledger.values()),
+                     meta=state.meta, step=step)
     return names
-
-
-async def _write(target: Store, state: ThreadState, bounds: list[int]) -> None:
-    messages, steps = state.messages, state.message_steps
-    if messages and (not bounds or bounds[-1] != len(messages)):
-        bounds.append(len(messages))
-    groups: list[tuple[int, list[Message]]] = []
-    start = 0
-    for end in bounds:
-        groups.append((steps[end - 1], messages[start:end]))
-        start = end
-    if not groups:
-        groups = [(state.step, [])]
-    rows: list[list[ModelCallUsage]] = [[] for _ in groups]
-    for row in state.usage:  # each usage row goes with the first checkpoint at or after its step
-        index = next((i for i, (step, _) in enumerate(groups) if step >= row.step), len(groups) - 1)
-        rows[index].append(row)
-    version = 0
-    for i, (step, group) in enumerate(groups):
-        final = i == len(groups) - 1
-        version = await target.append(
-            state.thread, version=version, step=max(step, state.step) if final else step, messages=group,
-            usage=rows[i], ledger=list(state.ledger.values()) if final else (),
-            meta=state.meta if final else None,
-        )

@@ -4,15 +4,20 @@ Imports messages, usage, exceptions and the columnar usage shape (`_columnar`) o
 async (ready for PostgreSQL); every persisted shape is JSON (no pickle) and versioned by
 `FORMAT_VERSION`.
 
-A thread is an append-only log. Each `append` is one checkpoint: new messages, new usage rows,
-tool-call ledger updates and the run's small ``meta`` record (status, pending calls, decisions,
-always-allowed tools, user state). `version` counts appends; an append names the version it
-expects and fails with `ConflictError` if another writer got there first.
+A thread is an append-only log. Each `append` writes new messages, new usage rows, tool-call
+ledger updates and the run's small ``meta`` record (status, pending calls, decisions,
+always-allowed tools, user state); one that writes messages or a meta record is a checkpoint
+(`Checkpoint`), which also keeps the run id, stop reason and error of the meta record the thread
+then holds, so the last checkpoint of each run says how that run ended. `version` counts
+appends; an append names the version it expects and fails with `ConflictError` if another
+writer got there first.
 """
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +31,7 @@ from ._columnar import USAGE_KINDS, ColumnBlock, TextPart, UsageColumns, column_
 from .meta import ThreadMeta
 
 __all__ = [
+    "ERROR_KEPT",
     "FORMAT_VERSION",
     "USAGE_KINDS",
     "Checkpoint",
@@ -40,8 +46,13 @@ __all__ = [
     "UsageColumns",
 ]
 
-FORMAT_VERSION = 1
-"""Version of the persisted shapes; a store refuses files from a newer version."""
+FORMAT_VERSION = 2
+"""Version of the persisted shapes; a store refuses files from a newer version. Format 2 is
+format 1 with the checkpoints' ``run_id``, ``stop_reason`` and ``error`` (`SQLiteStore` adds
+them to a format 1 file when it opens it)."""
+
+ERROR_KEPT = 500
+"""How many characters of a run's error a checkpoint keeps (`Checkpoint.error`)."""
 
 LedgerStatus = Literal["started", "finished", "failed", "denied", "cancelled", "interrupted"]
 
@@ -112,7 +123,9 @@ class ThreadInfo:
 
 @dataclass(slots=True)
 class Checkpoint:
-    """One append to a thread: what the thread looked like after it."""
+    """One append that wrote messages or the run's meta record: what the thread looked like
+    after it, and which run it belonged to. A run's last checkpoint says how it ended (or where
+    it stands while it goes on): see `Store.last_checkpoints`."""
 
     thread: str
     version: int
@@ -121,11 +134,19 @@ class Checkpoint:
     messages: int
     """Number of messages in the thread after this checkpoint."""
     last_message: str
-    """Kind and start of the last message written."""
+    """Kind and start of the thread's last message after this checkpoint ("" while it has none)."""
     input_tokens: int
     output_tokens: int
     cost_total: float | None
     status: str | None
+    """The thread's status after this checkpoint (its meta record's)."""
+    run_id: str | None = None
+    """The run of the meta record the thread held after this checkpoint. None in checkpoints
+    written before nbagent 0.2 (store format 1) and in a fork's own (no run made it)."""
+    stop_reason: str | None = None
+    """That record's stop reason."""
+    error: str | None = None
+    """That record's error, its first `ERROR_KEPT` characters."""
 
 
 class Store:
@@ -166,6 +187,15 @@ class Store:
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
         """The checkpoints of a thread, oldest first."""
         raise NotImplementedError
+
+    async def last_checkpoints(self, thread: str) -> dict[str, Checkpoint]:
+        """The last checkpoint of each run of `thread`, by run id, in the order they were written.
+
+        How each run ended: its ``status``, ``stop_reason`` and ``error`` (``running`` for one
+        still going on, or one whose process died). Runs of checkpoints written before nbagent
+        0.2 are missing. This default reads `checkpoints`; stores override it with one query.
+        """
+        return last_of_runs(await self.checkpoints(thread))
 
     async def delete(self, thread: str) -> bool:
         """Remove a thread; True if it existed (the same as `delete_thread`)."""
@@ -222,8 +252,13 @@ class Store:
         come along. `last` replaces the last copied message; `meta` becomes the new thread's meta.
         Returns the new thread's version.
 
-        This default loads the source and appends one checkpoint per step; stores override it
-        to copy in one transaction.
+        Checkpoints: those before the last copied message are copied; each copied run (one with
+        a checkpoint or usage row copied) whose last checkpoint comes later gets that checkpoint's
+        outcome (`cut_run_ends`), so the copy keeps how every run it holds ended; then one
+        checkpoint for the copy itself, with `meta`.
+
+        This default loads the source and appends one checkpoint per checkpoint it copies; stores
+        override it to copy in one transaction.
 
         Raises:
             ConflictError: `target` already exists.
@@ -246,24 +281,12 @@ class Store:
         call_ids = {c.id for m in kept if m.kind == "assistant" for c in m.tool_calls}  # type: ignore[union-attr]
         ledger = [e for e in loaded.ledger.values() if e.call_id in call_ids]
         usage = [dataclasses.replace(r, thread=target) for r in loaded.usage if r.step <= top]
-        groups: list[tuple[int, list[Message]]] = []
-        for step, message in zip(steps, kept, strict=True):
-            if groups and groups[-1][0] == step:
-                groups[-1][1].append(message)
-            else:
-                groups.append((step, [message]))
-        groups = groups or [(0, [])]
-        rows: list[list[ModelCallUsage]] = [[] for _ in groups]
-        for row in usage:  # each usage row goes with the first checkpoint at or after its step
-            rows[next(i for i, (step, _) in enumerate(groups) if step >= row.step)].append(row)
-        version = 0
-        for i, (step, group) in enumerate(groups):
-            final = i == len(groups) - 1
-            version = await self.append(
-                target, version=version, step=step, messages=group, usage=rows[i],
-                ledger=ledger if final else (), meta=(meta if meta is not None else ThreadMeta()) if final else None,
-            )
-        return version
+        history = await self.checkpoints(source)
+        copied = [c for c in history if c.messages < messages]
+        held = {r.run_id for r in usage} | {c.run_id for c in copied if c.run_id is not None}
+        ends = cut_run_ends(history, held, messages, top)
+        return await replay(self, target, kept, [*copied, *ends], usage, ledger=ledger,
+                            meta=meta if meta is not None else ThreadMeta(), step=top)
 
     async def usage_columns(
         self, thread: str | None = None, columns: Sequence[str] | None = None
@@ -296,6 +319,68 @@ class Store:
 
     async def close(self) -> None:
         """Release resources (connections, files)."""
+
+
+def short_error(error: Any) -> str | None:
+    """A run's error as a checkpoint keeps it: text, its first `ERROR_KEPT` characters."""
+    if error is None:
+        return None
+    return (error if isinstance(error, str) else str(error))[:ERROR_KEPT]
+
+
+def last_of_runs(checkpoints: Sequence[Checkpoint]) -> dict[str, Checkpoint]:
+    """The last of `checkpoints` (oldest first) of each run, by run id, in the order written."""
+    ends: dict[str, Checkpoint] = {}
+    for c in checkpoints:
+        if c.run_id is not None:
+            ends.pop(c.run_id, None)
+            ends[c.run_id] = c
+    return ends
+
+
+def cut_run_ends(history: Sequence[Checkpoint], held: set[str], messages: int, step: int) -> list[Checkpoint]:
+    """What a copy of a thread's first `messages` messages adds so that it keeps how each of its
+    runs ended: for each run it holds (`held`: the run ids of its copied checkpoints and usage
+    rows) whose last checkpoint in `history` (the source's) was not copied, that checkpoint,
+    moved to the copy's end (`messages`, `step`), in the order they were written."""
+    return [dataclasses.replace(c, messages=messages, step=step)
+            for run_id, c in last_of_runs(history).items() if run_id in held and c.messages >= messages]
+
+
+async def replay(
+    target: Store,
+    thread: str,
+    messages: Sequence[Message],
+    parts: Sequence[Checkpoint],
+    usage: Sequence[ModelCallUsage],
+    *,
+    ledger: Sequence[LedgerEntry],
+    meta: ThreadMeta | Mapping[str, Any] | None,
+    step: int,
+) -> int:
+    """Write the new thread `thread` into `target` the way `parts` (checkpoints of another
+    thread, oldest first) wrote it; returns its version.
+
+    One append per part: the messages up to its count, its step, and a meta record with its
+    run's ``status``, ``run_id``, ``stop_reason`` and ``error`` (so the new checkpoint keeps
+    them; the next append replaces the record). Then one last append: the messages left,
+    `ledger` and `meta`, at `step`. Each usage row goes with the first append at or after its
+    step. Used by `Store.copy` and `nbagent.store.copy`.
+    """
+    bounds = list(itertools.accumulate((p.step for p in parts), max))  # sorted, for bisect
+    rows: list[list[ModelCallUsage]] = [[] for _ in range(len(parts) + 1)]
+    for row in usage:
+        rows[bisect.bisect_left(bounds, row.step)].append(row)
+    version = done = 0
+    for part, part_rows in zip(parts, rows, strict=False):
+        end = min(max(part.messages, done), len(messages))
+        record = ThreadMeta(status=part.status, run_id=part.run_id,  # type: ignore[arg-type]
+                            stop_reason=part.stop_reason, error=part.error)
+        version = await target.append(thread, version=version, step=part.step, messages=messages[done:end],
+                                      usage=part_rows, meta=record)
+        done = end
+    return await target.append(thread, version=version, step=step, messages=messages[done:], usage=rows[-1],
+                               ledger=ledger, meta=meta)
 
 
 def summarize(message: Message, width: int = 80) -> str:

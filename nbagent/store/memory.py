@@ -10,7 +10,7 @@ from typing import Any
 from ..exceptions import ConflictError
 from ..messages import Message
 from ..usage import ModelCallUsage
-from .base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
+from .base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, short_error, summarize
 from .meta import ThreadMeta
 
 __all__ = ["MemoryStore"]
@@ -84,10 +84,12 @@ class MemoryStore(Store):
             t.meta = meta if isinstance(meta, ThreadMeta) else ThreadMeta.from_dict(meta)
         t.version += 1
         t.updated = time.time()
-        if messages:
+        if messages or meta is not None:
+            m = t.meta
             t.checkpoints.append(Checkpoint(
-                thread, t.version, step, t.updated, len(t.messages), summarize(t.messages[-1]),
-                t.tokens_in, t.tokens_out, t.cost, t.meta.status,
+                thread, t.version, step, t.updated, len(t.messages),
+                summarize(t.messages[-1]) if t.messages else "", t.tokens_in, t.tokens_out, t.cost,
+                m.status, m.run_id, m.stop_reason, short_error(m.error),
             ))
         return t.version
 

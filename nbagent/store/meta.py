@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ..approvals import Decision, PendingCall
 from ..messages import Message, unanswered_calls
 
-__all__ = ["META_VERSION", "PAST_RUNS_KEPT", "ThreadMeta", "ThreadStatus", "live_runs", "meta_record"]
+__all__ = ["META_VERSION", "ThreadMeta", "ThreadStatus", "live_runs", "meta_record"]
 
 META_VERSION = 1
 """Version of the meta record's JSON form."""
@@ -28,9 +28,6 @@ live_runs: set[str] = set()
 beside the owner record, so that a store holding leases for this process's runs (`PostgresStore`)
 renews only the leases of runs that still go on."""
 
-PAST_RUNS_KEPT = 500
-"""How many earlier runs' outcomes a thread's meta record keeps (`ThreadMeta.past_runs`)."""
-
 ThreadStatus = Literal["running", "completed", "paused", "stopped", "failed", "cancelled", "forked"]
 """How the thread's last run ended (``running`` while one goes on or after a crash; ``forked`` for
 a copy made by `Agent.fork` that has not run yet)."""
@@ -38,7 +35,12 @@ a copy made by `Agent.fork` that has not run yet)."""
 
 @dataclass(slots=True)
 class ThreadMeta:
-    """How a thread's last run left it: status, calls waiting, decisions, state, answer."""
+    """How a thread's last run left it: status, calls waiting, decisions, state, answer.
+
+    Its size does not grow with the thread (it is written with every checkpoint): how the
+    earlier runs ended is kept by the checkpoints each of them wrote (`Checkpoint.run_id`,
+    ``status``, ``stop_reason``, ``error``; `Store.last_checkpoints`), not here.
+    """
 
     status: ThreadStatus | None = None
     """None for a record with no status (e.g. written by a store's own tests)."""
@@ -65,11 +67,6 @@ class ThreadMeta:
     owner: dict[str, Any] | None = None
     """While a run goes on: the process running it, ``{"host", "pid", "start"}`` (``start``: the
     process's start time, so a reused pid is not taken for it). None once the run has ended."""
-    past_runs: list[dict[str, Any]] = field(default_factory=list)
-    """How the thread's earlier runs ended, oldest first: ``{"run_id", "status", "stop_reason",
-    "error"}`` each (the last `PAST_RUNS_KEPT`; the latest run is ``run_id`` / ``status`` above).
-    Empty in records written before nbagent 0.2, and a run that never ended (its process died)
-    has no entry."""
     version: int = META_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,8 +86,6 @@ class ThreadMeta:
             "started_at": self.started_at,
             "ended_at": self.ended_at,
         }
-        if self.past_runs:
-            data["past_runs"] = [dict(r) for r in self.past_runs]
         if self.forked_from is not None:
             data["forked_from"] = self.forked_from
         if self.owner is not None:
@@ -125,35 +120,8 @@ class ThreadMeta:
             ended_at=data.get("ended_at"),
             forked_from=data.get("forked_from"),
             owner=data.get("owner"),
-            past_runs=[dict(r) for r in data.get("past_runs") or () if isinstance(r, Mapping)],
             version=int(data.get("version", META_VERSION)),
         )
-
-    def outcome(self) -> dict[str, Any] | None:
-        """The latest run's entry for `past_runs`, or None while it runs (or never ended)."""
-        if self.run_id is None or self.status in (None, "running", "forked"):
-            return None
-        error = self.error if self.error is None or len(self.error) <= 500 else self.error[:499] + "…"
-        return {"run_id": self.run_id, "status": self.status, "stop_reason": self.stop_reason, "error": error}
-
-    def ended_runs(self) -> list[dict[str, Any]]:
-        """`past_runs` followed by the latest run's outcome when it has ended: what the next run
-        on the thread keeps as its `past_runs` (at most `PAST_RUNS_KEPT`)."""
-        runs = list(self.past_runs)
-        latest = self.outcome()
-        if latest is not None and all(r.get("run_id") != latest["run_id"] for r in runs):
-            runs.append(latest)
-        return runs[-PAST_RUNS_KEPT:]
-
-    def run_outcome(self, run_id: str) -> dict[str, Any] | None:
-        """How run `run_id` of this thread ended (``status``, ``stop_reason``, ``error``), or None
-        when it is not known (still running, never ended, or older than the record keeps)."""
-        if run_id == self.run_id:
-            return self.outcome()
-        for r in reversed(self.past_runs):
-            if r.get("run_id") == run_id:
-                return r
-        return None
 
     def open_pending(self, messages: Sequence[Message]) -> list[PendingCall]:
         """The waiting calls that still have no result in `messages` (what a person can decide)."""

@@ -3,7 +3,8 @@
 Owns `copy_rows`, which runs in the caller's transaction on the caller's connection, the same
 steps as SQLite's fork copy: the new thread's row, its messages (the last one possibly
 replaced), the usage rows of the steps copied, the ledger entries of the copied tool calls, the
-checkpoints, then the totals. Imports the exceptions, messages and the store's summaries.
+checkpoints (with the outcomes of the copied runs, `cut_run_ends`), then the totals. Imports the
+exceptions, messages, the store's shapes and summaries, and the checkpoint statements of `_sql`.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 
 from ...exceptions import ConflictError, StoreError
 from ...messages import Message, message_from_dict
-from ..base import summarize
+from ..base import Checkpoint, cut_run_ends, short_error, summarize
 from ._schema import USAGE_TYPES
+from ._sql import CHECKPOINT_NAMES, LAST_CHECKPOINTS
 
 _COLS = ", ".join(c for c in USAGE_TYPES if c != "thread")
 
@@ -77,8 +79,8 @@ def copy_rows(
         (target, source, target),
     )
     conn.execute(
-        f"INSERT INTO {s}.checkpoints SELECT %s, version, step, time, messages, last_message, input_tokens, "
-        f"output_tokens, cost_total, status FROM {s}.checkpoints WHERE thread = %s AND messages < %s",
+        f"INSERT INTO {s}.checkpoints ({CHECKPOINT_NAMES}) SELECT %s, {CHECKPOINT_NAMES.split(', ', 1)[1]} "
+        f"FROM {s}.checkpoints WHERE thread = %s AND messages < %s",
         (target, source, messages),
     )
     version = conn.execute(
@@ -88,6 +90,16 @@ def copy_rows(
         f"SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
         f"FROM {s}.usage WHERE thread = %s", (target,),
     ).fetchone()
+    # The copied runs whose last checkpoint comes later keep how they ended (see `Store.copy`).
+    history = [Checkpoint(*r) for r in conn.execute(LAST_CHECKPOINTS.replace("{s}", s), (source,)).fetchall()]
+    held = {r for (r,) in conn.execute(
+        f"SELECT run_id FROM {s}.checkpoints WHERE thread = %s AND run_id IS NOT NULL "
+        f"UNION SELECT run_id FROM {s}.usage WHERE thread = %s", (target, target)).fetchall()}
+    insert = f"INSERT INTO {s}.checkpoints ({CHECKPOINT_NAMES}) VALUES ({', '.join(['%s'] * 13)})"
+    for end in cut_run_ends(history, held, messages, step):
+        conn.execute(insert, (target, version, step, now, messages, summary, *totals, end.status, end.run_id,
+                              end.stop_reason, end.error))
+        version += 1
     title_row = conn.execute(
         f"SELECT data->>'content' FROM {s}.messages WHERE thread = %s AND data->>'kind' = 'user' "
         "ORDER BY seq LIMIT 1", (target,),
@@ -99,9 +111,7 @@ def copy_rows(
         "messages = %s, input_tokens = %s, output_tokens = %s, cost_total = %s, last_write = %s WHERE id = %s",
         (version, step, json.dumps(record, ensure_ascii=False), title, status, messages, *totals, write_id, target),
     )
-    if messages:
-        conn.execute(
-            f"INSERT INTO {s}.checkpoints VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (target, version, step, now, messages, summary, *totals, status),
-        )
+    run = [None if record.get(k) is None else str(record[k]) for k in ("run_id", "stop_reason")]
+    conn.execute(insert, (target, version, step, now, messages, summary, *totals, status, *run,  # the copy's own
+                          short_error(record.get("error"))))
     return int(version)

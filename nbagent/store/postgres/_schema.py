@@ -4,8 +4,8 @@ Owns the table layout (see the package docstring), `SCHEMA_VERSION`, the list of
 `migrate` / `check`, which take the caller's psycopg connection (nothing here opens one).
 Migrations run in one transaction under a transaction-level advisory lock, so two processes
 opening a new database at once (or a DBA's ``python -m nbagent.store migrate`` while kernels
-start) never race, and this works through PgBouncer in transaction mode. Imports the exceptions
-and the usage fields only; psycopg is only ever handed in.
+start) never race, and this works through PgBouncer in transaction mode. Imports the exceptions,
+the usage fields and `ERROR_KEPT` only; psycopg is only ever handed in.
 """
 
 from __future__ import annotations
@@ -15,11 +15,13 @@ from typing import Any
 
 from ...exceptions import StoreError, StoreVersionError
 from .._columnar import USAGE_FIELDS
+from ..base import ERROR_KEPT
 
 __all__ = ["SCHEMA_VERSION", "USAGE_TYPES", "check", "migrate", "quote_schema"]
 
-SCHEMA_VERSION = 1
-"""The newest schema this nbagent creates and reads (rows of ``<schema>.schema_version``)."""
+SCHEMA_VERSION = 2
+"""The newest schema this nbagent creates and reads (rows of ``<schema>.schema_version``).
+Version 2 gives checkpoints the run's ``run_id``, ``stop_reason`` and ``error``."""
 
 USAGE_TYPES = {
     "run_id": "text", "thread": "text", "step": "integer", "time": "double precision",
@@ -105,6 +107,25 @@ def _version_1(s: str) -> list[str]:
     ]
 
 
+def _version_2(s: str) -> list[str]:
+    """Checkpoints get the run id, stop reason and error of their run: unknown (NULL) in the rows
+    already there, except each thread's latest run, which its meta record tells (a checkpoint at
+    the thread's version, so it keeps its outcome when later runs follow), as SQLite's format 2."""
+    return [
+        f"ALTER TABLE {s}.checkpoints ADD COLUMN run_id text, ADD COLUMN stop_reason text, ADD COLUMN error text",
+        f"""INSERT INTO {s}.checkpoints (thread, version, step, time, messages, last_message, input_tokens,
+                               output_tokens, cost_total, status, run_id, stop_reason, error)
+SELECT t.id, t.version, t.step, t.updated, t.messages,
+       coalesce((SELECT c.last_message FROM {s}.checkpoints c WHERE c.thread = t.id
+                 ORDER BY c.version DESC LIMIT 1), ''),
+       t.input_tokens, t.output_tokens, t.cost_total, t.status, t.meta->>'run_id', t.meta->>'stop_reason',
+       left(t.meta->>'error', {ERROR_KEPT})
+FROM {s}.threads t WHERE t.meta->>'run_id' IS NOT NULL
+ON CONFLICT (thread, version) DO UPDATE SET
+    run_id = EXCLUDED.run_id, stop_reason = EXCLUDED.stop_reason, error = EXCLUDED.error""",
+    ]
+
+
 def _usage_values() -> str:
     return ", ".join(
         "p_thread" if name == "thread" else f"(u.e->>{i})::{kind}" for i, (name, kind) in enumerate(USAGE_TYPES.items())
@@ -118,8 +139,16 @@ def _append_function(s: str) -> str:
     append costs one short statement to parse instead of a long one, without client-side
     prepared statements (which PgBouncer in transaction mode breaks). Returns the new version,
     or NULL when the version check fails (nothing written).
+
+    An append that writes messages or a meta record writes a checkpoint, with the run id, stop
+    reason and error (its first `ERROR_KEPT` characters) of the meta record the thread then
+    holds; one without messages takes its last message from the previous checkpoint. The
+    function is code, not schema: `migrate` creates it again whenever it migrates, for the
+    newest schema.
     """
     lease = "CASE WHEN {run} IS NULL THEN NULL ELSE clock_timestamp() + make_interval(secs => p_lease_s) END"
+    returning = ("version, messages, input_tokens, output_tokens, cost_total, status, meta->>'run_id', "
+                 f"meta->>'stop_reason', left(meta->>'error', {ERROR_KEPT})")
     return f"""CREATE OR REPLACE FUNCTION {s}.append_step(
     p_thread text, p_version bigint, p_step integer, p_now double precision, p_n integer,
     p_tin bigint, p_tout bigint, p_cost double precision, p_meta jsonb, p_status text, p_title text,
@@ -128,6 +157,7 @@ def _append_function(s: str) -> str:
 ) RETURNS bigint LANGUAGE plpgsql AS $fn$
 DECLARE
     h_version bigint; h_messages integer; h_in bigint; h_out bigint; h_cost double precision; h_status text;
+    h_run text; h_stop text; h_error text;
 BEGIN
     IF p_version = 0 THEN
         INSERT INTO {s}.threads (id, version, step, meta, created, updated, title, status, messages,
@@ -136,8 +166,8 @@ BEGIN
                 CASE WHEN p_meta IS NULL THEN NULL ELSE p_status END, p_n, p_tin, p_tout, p_cost,
                 p_lease_run, {lease.format(run="p_lease_run")}, p_write_id)
         ON CONFLICT (id) DO NOTHING
-        RETURNING version, messages, input_tokens, output_tokens, cost_total, status
-        INTO h_version, h_messages, h_in, h_out, h_cost, h_status;
+        RETURNING {returning}
+        INTO h_version, h_messages, h_in, h_out, h_cost, h_status, h_run, h_stop, h_error;
     ELSE
         UPDATE {s}.threads SET
             version = version + 1, step = p_step, updated = p_now, messages = messages + p_n,
@@ -150,8 +180,8 @@ BEGIN
             lease_until = {lease.format(run="CASE WHEN p_meta IS NULL THEN lease_run ELSE p_lease_run END")},
             last_write = p_write_id
         WHERE id = p_thread AND version = p_version
-        RETURNING version, messages, input_tokens, output_tokens, cost_total, status
-        INTO h_version, h_messages, h_in, h_out, h_cost, h_status;
+        RETURNING {returning}
+        INTO h_version, h_messages, h_in, h_out, h_cost, h_status, h_run, h_stop, h_error;
     END IF;
     IF h_version IS NULL THEN
         RETURN NULL;
@@ -160,9 +190,14 @@ BEGIN
         INSERT INTO {s}.messages (thread, seq, step, version, data)
         SELECT p_thread, h_messages - p_n + m.ord::integer - 1, p_step, h_version, m.data
         FROM jsonb_array_elements(p_msgs) WITH ORDINALITY AS m(data, ord);
+    END IF;
+    IF p_n > 0 OR p_meta IS NOT NULL THEN
         INSERT INTO {s}.checkpoints (thread, version, step, time, messages, last_message, input_tokens,
-                                     output_tokens, cost_total, status)
-        VALUES (p_thread, h_version, p_step, p_now, h_messages, p_summary, h_in, h_out, h_cost, h_status);
+                                     output_tokens, cost_total, status, run_id, stop_reason, error)
+        VALUES (p_thread, h_version, p_step, p_now, h_messages,
+                CASE WHEN p_n > 0 THEN p_summary ELSE coalesce((SELECT c.last_message FROM {s}.checkpoints c
+                     WHERE c.thread = p_thread ORDER BY c.version DESC LIMIT 1), '') END,
+                h_in, h_out, h_cost, h_status, h_run, h_stop, h_error);
     END IF;
     IF p_usage IS NOT NULL THEN
         INSERT INTO {s}.usage ({", ".join(USAGE_TYPES)})
@@ -181,13 +216,10 @@ END
 $fn$"""
 
 
-def _version_1_function(s: str) -> list[str]:
-    return [*_version_1(s), _append_function(s)]
-
-
-MIGRATIONS = [_version_1_function]
+MIGRATIONS = [_version_1, _version_2]
 """Migration *i* (0-based) brings a schema from version *i* to *i + 1*; each returns its
-statements for a quoted schema name. A new one is appended here and `SCHEMA_VERSION` raised."""
+statements for a quoted schema name. A new one is appended here and `SCHEMA_VERSION` raised.
+The append function (`_append_function`, for the newest schema) is created after them."""
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -238,6 +270,7 @@ def migrate(conn: Any, schema: str, who: str) -> tuple[int, int]:
                 conn.execute(statement)
             conn.execute(f"INSERT INTO {s}.schema_version (version, applied_by) VALUES (%s, %s)",
                          (number + 1, who))
+        conn.execute(_append_function(s))
     return before, SCHEMA_VERSION
 
 

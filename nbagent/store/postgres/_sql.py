@@ -13,7 +13,17 @@ from __future__ import annotations
 
 from ._schema import USAGE_TYPES
 
-__all__ = ["Statements"]
+__all__ = ["CHECKPOINT_NAMES", "LAST_CHECKPOINTS", "Statements"]
+
+CHECKPOINT_NAMES = ("thread, version, step, time, messages, last_message, input_tokens, output_tokens, cost_total, "
+                    "status, run_id, stop_reason, error")
+"""The checkpoints table's columns, in `Checkpoint` field order."""
+
+LAST_CHECKPOINTS = f"""
+SELECT * FROM (SELECT DISTINCT ON (run_id) {CHECKPOINT_NAMES} FROM {{s}}.checkpoints
+               WHERE thread = %s AND run_id IS NOT NULL ORDER BY run_id, version DESC) AS last
+ORDER BY version"""
+"""The last checkpoint of each run of a thread, in the order they were written."""
 
 _LOAD = f"""
 SELECT t.version, t.meta::text, coalesce(t.lease_run IS NOT NULL AND t.lease_until > clock_timestamp(), false),
@@ -56,10 +66,8 @@ class Statements:
         ))
         self.renew = fill(_RENEW)
         self.threads = fill("SELECT id, messages, updated, status, title FROM {s}.threads ORDER BY updated DESC")
-        self.checkpoints = fill(
-            "SELECT thread, version, step, time, messages, last_message, input_tokens, output_tokens, "
-            "cost_total, status FROM {s}.checkpoints WHERE thread = %s ORDER BY version"
-        )
+        self.checkpoints = fill(f"SELECT {CHECKPOINT_NAMES} FROM {{s}}.checkpoints WHERE thread = %s ORDER BY version")
+        self.last_checkpoints = fill(LAST_CHECKPOINTS)
         self.head = fill("SELECT version, last_write FROM {s}.threads WHERE id = %s")
 
     def append_call(self) -> str:

@@ -178,10 +178,18 @@ class PostgresStore(Store):
         return [ThreadInfo(*r) for r in rows]
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
-        """The checkpoints of a thread (one per append that wrote messages), oldest first."""
+        """The checkpoints of a thread (one per append that wrote messages or a meta record),
+        oldest first."""
         sql = self._sql.checkpoints
         rows = await self._db.run(lambda conn, _: conn.execute(sql, (thread,)).fetchall())
         return [Checkpoint(*r) for r in rows]
+
+    async def last_checkpoints(self, thread: str) -> dict[str, Checkpoint]:
+        """The last checkpoint of each run of a thread, by run id (one statement); see
+        `Store.last_checkpoints`."""
+        sql = self._sql.last_checkpoints
+        rows = await self._db.run(lambda conn, _: conn.execute(sql, (thread,)).fetchall())
+        return {r[10]: Checkpoint(*r) for r in rows}
 
     async def usage_columns(
         self, thread: str | None = None, columns: Sequence[str] | None = None

@@ -2,9 +2,10 @@
 
 Owns the table layout (see the package docstring), the file checks made before SQLite opens the
 file (folder, header, truncation, permissions), the schema checks made once it is open (an
-nbagent store of a format this version reads) and the one migration (adding usage chunks to a
-format 1 file written before they existed). Imports the exceptions and `FORMAT_VERSION` only;
-it never holds a connection of its own (callers pass theirs).
+nbagent store of a format this version reads) and the migrations (adding usage chunks to a
+format 1 file written before they existed; making a format 1 file format 2). Imports the
+exceptions, `FORMAT_VERSION` and `ERROR_KEPT` only; it never holds a connection of its own
+(callers pass theirs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import time
 from pathlib import Path
 
 from ...exceptions import StoreCorruptError, StoreError, StoreReadOnlyError, StoreVersionError
-from ..base import FORMAT_VERSION
+from ..base import ERROR_KEPT, FORMAT_VERSION
 
 USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
@@ -82,9 +83,21 @@ CREATE TABLE IF NOT EXISTS checkpoints (
     output_tokens INTEGER NOT NULL,
     cost_total REAL,
     status TEXT,
+    run_id TEXT,
+    stop_reason TEXT,
+    error TEXT,
     PRIMARY KEY (thread, version)
 ) WITHOUT ROWID;
 """
+
+CHECKPOINT_COLUMNS = (
+    "thread", "version", "step", "time", "messages", "last_message", "input_tokens", "output_tokens",
+    "cost_total", "status", "run_id", "stop_reason", "error",
+)
+"""The checkpoints table's columns (format 2: format 1's and the last three, which a format 1
+file gets when it is opened: `_add_run_columns`)."""
+
+_RUN_COLUMNS = {"run_id": "TEXT", "stop_reason": "TEXT", "error": "TEXT"}
 
 
 def _drop_chunk(row: str) -> str:
@@ -258,11 +271,54 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
         )
     if not _CHUNK_OBJECTS <= _schema_names(conn):
         _add_chunks(conn)
+    if version < FORMAT_VERSION:
+        _add_run_columns(conn)
 
 
 def _schema_names(conn: sqlite3.Connection) -> set[str]:
     rows = conn.execute("SELECT name FROM sqlite_master WHERE type IN ('table', 'trigger')")
     return {r[0] for r in rows}
+
+
+_BACKFILL_RUNS = f"""
+INSERT INTO checkpoints ({", ".join(CHECKPOINT_COLUMNS)})
+SELECT t.id, t.version, t.step, t.updated, t.messages,
+       coalesce((SELECT c.last_message FROM checkpoints c WHERE c.thread = t.id ORDER BY c.version DESC LIMIT 1), ''),
+       t.input_tokens, t.output_tokens, t.cost_total, t.status, json_extract(t.meta, '$.run_id'),
+       json_extract(t.meta, '$.stop_reason'), substr(json_extract(t.meta, '$.error'), 1, {ERROR_KEPT})
+FROM threads t WHERE json_valid(t.meta) AND json_extract(t.meta, '$.run_id') IS NOT NULL
+ON CONFLICT (thread, version) DO UPDATE SET
+    run_id = excluded.run_id, stop_reason = excluded.stop_reason, error = excluded.error
+"""
+"""Each thread's latest run, as its meta record tells, on a checkpoint at the thread's version."""
+
+
+def _add_run_columns(conn: sqlite3.Connection) -> None:
+    """Make a format 1 file format 2: its checkpoints get ``run_id``, ``stop_reason`` and
+    ``error``. Those of the rows already there are not known (NULL), except each thread's
+    latest run, which its meta record tells: it gets a checkpoint at the thread's version (a
+    format 1 file has none for an append that wrote only the meta record, such as a run's end),
+    so it keeps its outcome when later runs follow.
+
+    The format number goes up with them because an nbagent that reads format 1 only writes
+    checkpoints without naming their columns, which fails on a table with more: it refuses the
+    file instead (`StoreVersionError`: "written by a newer nbagent").
+    """
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        row = conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone()
+        if int(row[0]) < FORMAT_VERSION:  # again: another process may have done it meanwhile
+            columns = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
+            for name, kind in _RUN_COLUMNS.items():
+                if name not in columns:
+                    conn.execute(f"ALTER TABLE checkpoints ADD COLUMN {name} {kind}")
+            conn.execute(_BACKFILL_RUNS)
+            conn.execute("UPDATE nbagent_meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _add_chunks(conn: sqlite3.Connection) -> None:

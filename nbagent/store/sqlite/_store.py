@@ -21,11 +21,21 @@ from ...messages import Message, message_from_dict
 from ...usage import ModelCallUsage
 from .. import sqlite as _package
 from .._columnar import UsageColumns, column_names
-from ..base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
+from ..base import (
+    ERROR_KEPT,
+    Checkpoint,
+    LedgerEntry,
+    Store,
+    ThreadInfo,
+    ThreadState,
+    cut_run_ends,
+    short_error,
+    summarize,
+)
 from ..meta import ThreadMeta, meta_record
 from ._chunks import _pack_range, _pack_tail, _read_blocks, _tail_floor, _tail_span, _uncovered
 from ._database import Database
-from ._schema import USAGE_COLUMNS
+from ._schema import CHECKPOINT_COLUMNS, USAGE_COLUMNS
 
 _INSERT_USAGE = (
     f"INSERT INTO usage ({', '.join(USAGE_COLUMNS)}) VALUES ({', '.join('?' * len(USAGE_COLUMNS))})"
@@ -53,12 +63,35 @@ ON CONFLICT (id) DO NOTHING
 RETURNING version, messages, input_tokens, output_tokens, cost_total, status
 """
 _INSERT_MESSAGE = "INSERT INTO messages (thread, seq, step, version, data) VALUES (?, ?, ?, ?, ?)"
-_INSERT_CHECKPOINT = "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_CHECKPOINT_NAMES = ", ".join(CHECKPOINT_COLUMNS)
+_INSERT_CHECKPOINT = f"""
+INSERT INTO checkpoints ({_CHECKPOINT_NAMES})
+VALUES (?, ?, ?, ?, ?, coalesce(?, (SELECT last_message FROM checkpoints WHERE thread = ?
+                                    ORDER BY version DESC LIMIT 1), ''), ?, ?, ?, ?, ?, ?, ?)
+"""
+"""A checkpoint whose run comes from the meta record written with it; its last message from the
+previous checkpoint when it wrote none (the subquery only runs then)."""
+_INSERT_CHECKPOINT_OF_STORED_META = f"""
+INSERT INTO checkpoints ({_CHECKPOINT_NAMES})
+SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, r, s, substr(e, 1, {ERROR_KEPT})
+FROM (SELECT json_extract(meta, '$.run_id') AS r, json_extract(meta, '$.stop_reason') AS s,
+             json_extract(meta, '$.error') AS e FROM threads WHERE id = ?)
+"""
+"""A checkpoint of messages written without a meta record: its run is the stored record's."""
+_LAST_CHECKPOINTS = f"""
+SELECT {_CHECKPOINT_NAMES.replace("version", "max(version)", 1)} FROM checkpoints
+WHERE thread = ? AND run_id IS NOT NULL GROUP BY run_id ORDER BY 2
+"""
+"""The last checkpoint of each run (SQLite takes the other columns of a max() row from it)."""
 _INSERT_LEDGER = "INSERT OR REPLACE INTO ledger VALUES (?, ?, ?, ?, ?, ?, ?)"
 
 
 def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
 
 
 def _usage_values(row: ModelCallUsage, thread: str) -> tuple[Any, ...]:
@@ -122,9 +155,8 @@ def _copy_thread(
         (target, source, target),
     )
     conn.execute(
-        "INSERT INTO checkpoints SELECT ?, version, step, time, messages, last_message, "
-        "input_tokens, output_tokens, cost_total, status FROM checkpoints "
-        "WHERE thread = ? AND messages < ?", (target, source, messages),
+        f"INSERT INTO checkpoints ({_CHECKPOINT_NAMES}) SELECT ?, {_CHECKPOINT_NAMES.split(', ', 1)[1]} "
+        "FROM checkpoints WHERE thread = ? AND messages < ?", (target, source, messages),
     )
     version = conn.execute(
         "SELECT coalesce(max(version), 0) + 1 FROM checkpoints WHERE thread = ?", (target,)
@@ -133,6 +165,17 @@ def _copy_thread(
         "SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
         "FROM usage WHERE thread = ?", (target,),
     ).fetchone()
+    # The copied runs whose last checkpoint comes later keep how they ended (see `Store.copy`).
+    history = [Checkpoint(*r) for r in conn.execute(_LAST_CHECKPOINTS, (source,))]
+    held = {r for (r,) in conn.execute(
+        "SELECT run_id FROM checkpoints WHERE thread = ? AND run_id IS NOT NULL "
+        "UNION SELECT run_id FROM usage WHERE thread = ?", (target, target))}
+    for end in cut_run_ends(history, held, messages, step):
+        conn.execute(f"INSERT INTO checkpoints ({_CHECKPOINT_NAMES}) VALUES ({', '.join('?' * 13)})", (
+            target, version, step, now, messages, summary, *totals, end.status, end.run_id, end.stop_reason,
+            end.error,
+        ))
+        version += 1
     title_row = conn.execute(
         "SELECT json_extract(data, '$.content') FROM messages WHERE thread = ? "
         "AND json_extract(data, '$.kind') = 'user' ORDER BY seq LIMIT 1", (target,),
@@ -145,11 +188,11 @@ def _copy_thread(
         "input_tokens = ?, output_tokens = ?, cost_total = ? WHERE id = ?",
         (version, step, _dumps(record), title, status, messages, *totals, target),
     )
-    if messages:
-        conn.execute(
-            "INSERT INTO checkpoints VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (target, version, step, now, messages, summary, *totals, status),
-        )
+    conn.execute(  # the copy's own: written with its meta record, as every checkpoint is
+        f"INSERT INTO checkpoints ({_CHECKPOINT_NAMES}) VALUES ({', '.join('?' * 13)})",
+        (target, version, step, now, messages, summary, *totals, status, _text(record.get("run_id")),
+         _text(record.get("stop_reason")), short_error(record.get("error"))),
+    )
     return int(version)
 
 
@@ -227,6 +270,10 @@ class SQLiteStore(Store):
         self.path = Path(path).expanduser().absolute()
         self._db = Database(self.path)
         self._damaged: dict[str, str] = {}
+        self._runs: dict[str, tuple[int, tuple[str | None, str | None, str | None]]] = {}
+        """Per thread, the version this process last wrote and the run (id, stop reason, error)
+        of its meta record: the next append without a meta record, if it finds the thread at
+        that version, writes its checkpoint's run from here instead of reading the stored record."""
         """Threads whose stored rows could not be decoded, with the error: never appended to."""
 
     def __repr__(self) -> str:
@@ -323,6 +370,12 @@ class SQLiteStore(Store):
         if title:
             title = " ".join(title.split())[:80]
         status = None if record is None else record.get("status")
+        run = None if record is None else (_text(record.get("run_id")), _text(record.get("stop_reason")),
+                                           short_error(record.get("error")))
+        if run is None and count_new:  # the run of the record this process wrote, if still current
+            known = self._runs.get(thread)
+            if known is not None and known[0] == version:
+                run = known[1]
 
         def write(conn: sqlite3.Connection) -> int:
             if version == 0:
@@ -357,9 +410,15 @@ class SQLiteStore(Store):
                         _INSERT_MESSAGE,
                         [(thread, first + i, step, new_version, d) for i, d in enumerate(data)],
                     )
+            if run is not None:
                 conn.execute(_INSERT_CHECKPOINT, (
+                    thread, new_version, step, now, count, summarize(messages[-1]) if count_new else None,
+                    thread, total_in, total_out, total_cost, new_status, *run,
+                ))
+            elif count_new:
+                conn.execute(_INSERT_CHECKPOINT_OF_STORED_META, (
                     thread, new_version, step, now, count, summarize(messages[-1]), total_in,
-                    total_out, total_cost, new_status,
+                    total_out, total_cost, new_status, thread,
                 ))
             if usage:
                 if len(usage) == 1:
@@ -385,7 +444,12 @@ class SQLiteStore(Store):
                     ])
             return int(new_version)
 
-        return await self._db.run(write, write=True)
+        written = await self._db.run(write, write=True)
+        if run is not None:
+            if len(self._runs) >= 4096:
+                self._runs.clear()
+            self._runs[thread] = (written, run)
+        return written
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
         stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
@@ -410,13 +474,19 @@ class SQLiteStore(Store):
         return [ThreadInfo(*r) for r in rows]
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
-        """The checkpoints of a thread (one per append that wrote messages), oldest first."""
+        """The checkpoints of a thread (one per append that wrote messages or a meta record),
+        oldest first."""
         rows = await self._db.run(lambda conn: conn.execute(
-            "SELECT thread, version, step, time, messages, last_message, input_tokens, "
-            "output_tokens, cost_total, status FROM checkpoints WHERE thread = ? ORDER BY version",
-            (thread,),
+            f"SELECT {_CHECKPOINT_NAMES} FROM checkpoints WHERE thread = ? ORDER BY version", (thread,),
         ).fetchall(), write=False)
         return [Checkpoint(*r) for r in rows]
+
+    async def last_checkpoints(self, thread: str) -> dict[str, Checkpoint]:
+        """The last checkpoint of each run of a thread, by run id (one query); see
+        `Store.last_checkpoints`."""
+        rows = await self._db.run(lambda conn: conn.execute(_LAST_CHECKPOINTS, (thread,)).fetchall(),
+                                  write=False)
+        return {r[10]: Checkpoint(*r) for r in rows}
 
     async def delete(self, thread: str) -> bool:
         """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
@@ -428,12 +498,14 @@ class SQLiteStore(Store):
 
         existed = await self._db.run(remove, write=True)
         self._damaged.pop(thread, None)
+        self._runs.pop(thread, None)
         return existed
 
     async def _prune(self, cutoff: float) -> list[str]:
         gone = await self._db.run(lambda conn: _prune_rows(conn, cutoff), write=True)
         for thread in gone:
             self._damaged.pop(thread, None)
+            self._runs.pop(thread, None)
         return gone
 
     async def copy(
@@ -449,6 +521,7 @@ class SQLiteStore(Store):
         if source in self._damaged:
             raise StoreCorruptError(self._damaged[source], path=str(self.path))
         now = time.time()
+        self._runs.pop(target, None)
         try:
             return await self._db.run(
                 lambda conn: _copy_thread(conn, self.path, source, target, messages, last, meta, now), write=True
