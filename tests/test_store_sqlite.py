@@ -25,10 +25,11 @@ from nbagent.exceptions import (
     UserError,
 )
 from nbagent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
-from nbagent.models import FunctionModel, tool_call
+from nbagent.models import FunctionModel
 from nbagent.store import FORMAT_VERSION, LedgerEntry, MemoryStore, SQLiteStore, default_store
 from nbagent.store.sqlite import USAGE_COLUMNS
 from nbagent.usage import ModelCallUsage
+from tests.test_store_contract import add, add_then_answer
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -53,22 +54,6 @@ def row(thread: str, step: int, cost: float | None = 0.001) -> ModelCallUsage:
     )
 
 
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool(requires_approval=True)
-def refund(order: int) -> str:
-    """Refund an order."""
-    return f"refunded {order}"
-
-
-def add_then_answer(messages, info):  # type: ignore[no-untyped-def]
-    if messages[-1].kind == "user":
-        return tool_call("add", a=len(messages), b=1)
-    return f"the sum is {messages[-1].content}"
 
 
 @pytest.fixture
