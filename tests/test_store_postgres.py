@@ -328,3 +328,41 @@ def test_the_command_line_copies_threads_from_sqlite_into_postgres_and_back(
     done = again.resume_sync(thread="cli-copy", approve=again.pending_sync("cli-copy"))
     assert done.status == "completed" and done.output == "Refunded."
     asyncio.run(again.store.close())
+
+
+def test_a_store_dropped_without_close_is_collected_quietly_on_the_pools_own_thread(
+    postgres_url: str, pg_schema: str
+) -> None:
+    """A notebook drops an agent (and its PostgresStore) without closing it, and Python's cycle
+    collector happens to free it on one of the connection pool's own threads (it did in a Ray
+    test). The pool is closed all the same, with no "Exception ignored ... cannot join current
+    thread" printed."""
+    import gc
+    import threading
+
+    store = PostgresStore(postgres_url, schema=pg_schema)
+    asyncio.run(store.threads())  # opens the pool
+    tasks = store._db._pool._tasks  # the pool's worker threads run what is put here
+    workers = list(store._db._pool._workers)
+    cycle: list[Any] = [store]
+    cycle.append(cycle)  # only the cycle collector frees it now
+    del store, cycle
+    collected = threading.Event()
+
+    class CollectHere:  # a maintenance task: runs on a pool worker thread
+        def run(self) -> None:
+            gc.collect()
+            collected.set()
+
+    ignored: list[Any] = []
+    before, sys.unraisablehook = sys.unraisablehook, ignored.append
+    try:
+        tasks.put(CollectHere())
+        assert collected.wait(10)
+        for worker in workers:  # closed: its threads end
+            worker.join(10)
+            assert not worker.is_alive(), "the pool was not closed"
+        gc.collect()
+    finally:
+        sys.unraisablehook = before
+    assert [f"{u.exc_type.__name__}: {u.exc_value}" for u in ignored] == []

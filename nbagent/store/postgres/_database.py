@@ -24,6 +24,7 @@ import concurrent.futures
 import os
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -73,6 +74,7 @@ class Database:
         self.leases: dict[str, str] = {}
         """Threads whose lease this process renews, with the run holding it."""
         self._beater: threading.Thread | None = None
+        self._release: weakref.finalize[Any, Any] | None = None
         self.renew_sql = ""
         """The heartbeat's statement (set by the store: it owns the SQL)."""
 
@@ -117,6 +119,7 @@ class Database:
             )
             pool.open(wait=False)
             self._pool, self._pid = pool, os.getpid()
+            self._release = weakref.finalize(self, _release, pool, self._pid)
             return pool
 
     def prepare_schema(self, conn: Any) -> None:
@@ -270,10 +273,24 @@ class Database:
             pool, self._pool = self._pool, None
             executor, self._executor = self._executor, None
             self.leases.clear()
+            if self._release is not None:
+                self._release.detach()
+                self._release = None
         if executor is not None and self._executor_pid == os.getpid():
             executor.shutdown(wait=False)
         if pool is not None and self._pid == os.getpid():
             pool.close()
+
+
+def _release(pool: Any, pid: int) -> None:
+    """Close the pool of a store that was dropped without `close` (when Python frees it). Not on
+    one of the pool's own threads, where the cycle collector may run: closing joins them."""
+    if os.getpid() != pid:  # a forked child: the parent's pool is not ours
+        return
+    if threading.current_thread().name.startswith(f"{pool.name}-"):
+        threading.Thread(target=pool.close, name="nbagent-pg-release", daemon=True).start()
+    else:
+        pool.close()
 
 
 def _is_operational(exc: BaseException) -> bool:
