@@ -242,6 +242,31 @@ def _pack_one(conn: sqlite3.Connection) -> bool:
     return _pack_tail(conn, limit=1) > 0
 
 
+_Run = tuple[str | None, str | None, str | None]
+
+
+class _Runs:
+    """Per thread, the version this process last wrote and the run (id, stop reason, error) of
+    the meta record written with it: the next append without a meta record, if it finds the
+    thread at that version (nobody wrote in between), writes its checkpoint's run from here
+    instead of reading the stored record."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[int, _Run]] = {}
+
+    def at(self, thread: str, version: int) -> _Run | None:
+        known = self._known.get(thread)
+        return known[1] if known is not None and known[0] == version else None
+
+    def wrote(self, thread: str, version: int, run: _Run) -> None:
+        if len(self._known) >= 4096:
+            self._known.clear()
+        self._known[thread] = (version, run)
+
+    def pop(self, thread: str, default: None = None) -> None:
+        self._known.pop(thread, None)
+
+
 class SQLiteStore(Store):
     """Threads in one SQLite file: survives kernel restarts; several processes may share it.
 
@@ -270,10 +295,7 @@ class SQLiteStore(Store):
         self.path = Path(path).expanduser().absolute()
         self._db = Database(self.path)
         self._damaged: dict[str, str] = {}
-        self._runs: dict[str, tuple[int, tuple[str | None, str | None, str | None]]] = {}
-        """Per thread, the version this process last wrote and the run (id, stop reason, error)
-        of its meta record: the next append without a meta record, if it finds the thread at
-        that version, writes its checkpoint's run from here instead of reading the stored record."""
+        self._runs = _Runs()
         """Threads whose stored rows could not be decoded, with the error: never appended to."""
 
     def __repr__(self) -> str:
@@ -373,9 +395,7 @@ class SQLiteStore(Store):
         run = None if record is None else (_text(record.get("run_id")), _text(record.get("stop_reason")),
                                            short_error(record.get("error")))
         if run is None and count_new:  # the run of the record this process wrote, if still current
-            known = self._runs.get(thread)
-            if known is not None and known[0] == version:
-                run = known[1]
+            run = self._runs.at(thread, version)
 
         def write(conn: sqlite3.Connection) -> int:
             if version == 0:
@@ -446,9 +466,7 @@ class SQLiteStore(Store):
 
         written = await self._db.run(write, write=True)
         if run is not None:
-            if len(self._runs) >= 4096:
-                self._runs.clear()
-            self._runs[thread] = (written, run)
+            self._runs.wrote(thread, written, run)
         return written
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
@@ -474,16 +492,14 @@ class SQLiteStore(Store):
         return [ThreadInfo(*r) for r in rows]
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
-        """The checkpoints of a thread (one per append that wrote messages or a meta record),
-        oldest first."""
+        """The checkpoints of a thread, oldest first (see `Checkpoint`)."""
         rows = await self._db.run(lambda conn: conn.execute(
             f"SELECT {_CHECKPOINT_NAMES} FROM checkpoints WHERE thread = ? ORDER BY version", (thread,),
         ).fetchall(), write=False)
         return [Checkpoint(*r) for r in rows]
 
     async def last_checkpoints(self, thread: str) -> dict[str, Checkpoint]:
-        """The last checkpoint of each run of a thread, by run id (one query); see
-        `Store.last_checkpoints`."""
+        """One query for `Store.last_checkpoints`: the last checkpoint of each run, by run id."""
         rows = await self._db.run(lambda conn: conn.execute(_LAST_CHECKPOINTS, (thread,)).fetchall(),
                                   write=False)
         return {r[10]: Checkpoint(*r) for r in rows}
