@@ -434,9 +434,9 @@ view = agent.chat(thread="notes")
 view'''),
     ("md", """## A write waits for you
 `add_note` is not marked read-only, so the run pauses with the call and the arguments the model chose;
-in the view above its row has **Approve / Deny / Edit**. (The tiny local model invents its own title
-and text: this is why you see the arguments before anything is written.)"""),
-    ("code", '''handle = view.ask("Use the add_note tool to save a note titled milk with the text buy 2 litres.")
+in the view above its row has **Approve / Deny / Edit**. You see the arguments before anything is
+written: check them (a small model may change a title or a text; **Edit** fixes them)."""),
+    ("code", '''handle = view.ask('Call add_note with title "milk" and text "buy 2 litres".')
 paused = await handle
 print(paused.status, [(p.name, p.args) for p in paused.pending])
 assert paused.status == "paused" and [p.name for p in paused.pending] == ["add_note"], paused.error'''),

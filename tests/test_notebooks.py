@@ -279,10 +279,12 @@ def check_mcp_tools(ran: Ran) -> None:
     assert re.search(r"add_note\s+needs approval: True", listing), listing
     assert "NOTES_DB" in listing and "/tmp" not in listing.split("env=", 1)[1], listing  # names, never values
     # The view's request waits for approval of add_note; approved, the server saves the note once.
-    asked = ran.after('view.ask("Use the add_note tool')
+    asked = ran.after("view.ask('Call add_note")
     assert asked.startswith("paused [('add_note', {'title': "), asked
-    [call] = ran.calls("notes")
-    assert call.name == "add_note" and call.status == "done" and (call.result or "").startswith("saved note")
+    calls = ran.calls("notes")  # the model may look at the notes first (read-only: no pause)
+    assert {c.name for c in calls} <= {"add_note", "list_notes", "read_note"}, calls
+    [call] = [c for c in calls if c.name == "add_note"]
+    assert call.status == "done" and (call.result or "").startswith("saved note")
     title = call.args["title"]
     assert f"saved note '{title}'" in ran.after("approve=paused.pending")
     # A read-only tool runs with no pause; the note is on the server.
