@@ -68,6 +68,8 @@ class ScriptedServer:
         self.served = 0
         self.active = 0
         self.max_active = 0
+        self.connections = 0
+        """Client connections open now."""
         self.held: list[tuple[str, int]] = []
         """(prompt, client port) of each request the gate holds now."""
         self._lock = threading.Lock()
@@ -147,6 +149,7 @@ class ScriptedServer:
     def stats(self) -> dict[str, Any]:
         with self._lock:
             return {"served": self.served, "max_active": self.max_active, "active": self.active,
+                    "open_connections": self.connections,
                     "held": len(self.held), "requests": dict(self.requests),
                     "tool_results": dict(self.tool_results), "answered": dict(self.answered)}
 
@@ -163,6 +166,8 @@ class ScriptedServer:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer_port = writer.get_extra_info("peername")[1]
+        with self._lock:
+            self.connections += 1
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
@@ -181,6 +186,8 @@ class ScriptedServer:
         except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
             pass
         finally:
+            with self._lock:
+                self.connections -= 1
             writer.close()
 
     async def _answer(self, method: str, path: str, body: bytes, peer_port: int) -> tuple[int, dict[str, str], Any]:

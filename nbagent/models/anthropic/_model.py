@@ -19,12 +19,13 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from anthropic import AsyncAnthropic
 
 from ...exceptions import ModelError, ModelResponseError, UserError
+from .._clients import close_at_loop_shutdown, close_when_dropped
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
@@ -172,7 +173,7 @@ class AnthropicModel(Travelling, Model):
         client = AsyncAnthropic(
             api_key=self._api_key.get(), base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
         )
-        closer = _close_at_loop_shutdown(client)
+        closer = close_at_loop_shutdown(client)
         await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
         with self._clients_lock:
             for old in [lp for lp in self._clients if lp.is_closed()]:
@@ -180,6 +181,8 @@ class AnthropicModel(Travelling, Model):
             entry = self._clients.setdefault(loop, (client, closer))
         if entry[0] is not client:
             await closer.aclose()
+        else:
+            close_when_dropped(self, loop, closer)
         return entry[0]
 
     async def aclose(self) -> None:
@@ -297,9 +300,3 @@ def _unfinished(parts: list[ModelResponse], continuations: int) -> ModelResponse
     too_many_pauses(response, continuations)
     return response
 
-
-async def _close_at_loop_shutdown(client: AsyncAnthropic) -> AsyncGenerator[None, None]:
-    try:
-        yield
-    finally:
-        await client.close()

@@ -27,6 +27,7 @@ import openai
 from openai import AsyncOpenAI
 
 from ...exceptions import ModelError, UserError
+from .._clients import close_at_loop_shutdown, close_when_dropped
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
@@ -163,7 +164,7 @@ class OpenAIModel(Travelling, Model):
             max_retries=self.max_retries,
             http_client=self._http_client,
         )
-        closer = _close_at_loop_shutdown(client)
+        closer = close_at_loop_shutdown(client)
         await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
         with self._clients_lock:
             for old in [lp for lp in self._clients if lp.is_closed()]:
@@ -171,6 +172,8 @@ class OpenAIModel(Travelling, Model):
             entry = self._clients.setdefault(loop, (client, closer))
         if entry[0] is not client:  # another task of this loop won the race
             await closer.aclose()
+        else:
+            close_when_dropped(self, loop, closer)
         return entry[0]
 
     async def aclose(self) -> None:
@@ -334,9 +337,3 @@ async def _aiter(items: list[Any]) -> AsyncIterator[Any]:
     for item in items:
         yield item
 
-
-async def _close_at_loop_shutdown(client: AsyncOpenAI) -> AsyncGenerator[None, None]:
-    try:
-        yield
-    finally:
-        await client.close()

@@ -1,0 +1,47 @@
+"""How a provider's SDK client lives: one per event loop (`OpenAIModel.client`,
+`AnthropicModel.client`), closed when that loop shuts down, or soon after the model that made it
+is dropped (a notebook cell run again makes a new agent and model), so that no socket is left open
+for the garbage collector to find ("unclosed transport")."""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncGenerator
+from typing import Any
+
+__all__ = ["close_at_loop_shutdown", "close_when_dropped"]
+
+_closing: set[asyncio.Future[Any]] = set()
+"""Closes under way (a task is only weakly held by its loop)."""
+
+
+async def close_at_loop_shutdown(client: Any) -> AsyncGenerator[None, None]:
+    """Advanced once, this generator is registered with the running loop: the loop's
+    ``shutdown_asyncgens()`` (``asyncio.run`` and nbagent's own loop call it) closes `client`."""
+    try:
+        yield
+    finally:
+        await client.close()
+
+
+def close_when_dropped(model: object, loop: asyncio.AbstractEventLoop,
+                       closer: AsyncGenerator[None, None]) -> None:
+    """When `model` is freed, close the client of `closer` (`close_at_loop_shutdown`) on `loop`.
+
+    The finalizer keeps the client reachable until then, so the cycle collector never frees its
+    sockets with the model; at interpreter exit it does nothing (the loop's shutdown closes)."""
+    weakref.finalize(model, _close_soon, loop, closer).atexit = False
+
+
+def _close_soon(loop: asyncio.AbstractEventLoop, closer: AsyncGenerator[None, None]) -> None:
+    try:
+        loop.call_soon_threadsafe(_close, closer)  # whatever thread the collector runs on
+    except RuntimeError:  # the loop is closed: its shutdown closed the client
+        pass
+
+
+def _close(closer: AsyncGenerator[None, None]) -> None:
+    task = asyncio.ensure_future(closer.aclose())  # a no-op when it was closed already
+    _closing.add(task)
+    task.add_done_callback(_closing.discard)
