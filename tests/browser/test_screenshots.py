@@ -1,10 +1,10 @@
 """The README's pictures, made by the test run: each example notebook after Run All in JupyterLab,
 and the chat view of a real run with a call waiting for approval (the hero image).
 
-What a newcomer does: a folder with the five notebooks (built from scripts/make_notebooks.py, so
+What a newcomer does: a folder with the example notebooks (built from scripts/make_notebooks.py, so
 without saved outputs), JupyterLab on it, no API key (the bundled local model, which the
 ``local_llm_base_url`` fixture has started and the kernels reuse), the default store
-``./.nbagent/threads.db`` shared by all five notebooks. Each notebook is opened, run with Run All,
+``./.nbagent/threads.db`` shared by all the notebooks. Each notebook is opened, run with Run All,
 checked (every code cell ran, no error output, no traceback), and photographed whole:
 
 - docs/img/notebook_0N.png (light theme, committed: the README shows them), and
@@ -17,15 +17,15 @@ with a tool and waits for approval of a second one (its dark twin goes to the ar
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import nbformat
 import pytest
+
+from tests.test_notebooks import MAKER
 
 from .harness import KNOWN_CONSOLE_NOISE, JupyterServer, NotebookPage, write_notebook
 
@@ -90,21 +90,12 @@ view
 '''
 
 
-def _maker() -> Any:
-    spec = importlib.util.spec_from_file_location("make_notebooks", REPO / "scripts" / "make_notebooks.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def user_folder(tmp_path_factory: pytest.TempPathFactory, local_llm_base_url: str) -> Iterator[JupyterServer]:
     """A folder with the notebooks and JupyterLab on it, as after `make lab` with no key."""
     root = tmp_path_factory.mktemp("user-folder")
-    maker = _maker()
-    for name in maker.NOTEBOOKS:
-        nbformat.write(maker.build(name), root / name)
+    for name in MAKER.NOTEBOOKS:
+        nbformat.write(MAKER.build(name), root / name)
     write_notebook(root / "hero.ipynb", [HERO])
     # no key of any provider (auto() then picks the local model) and the default store in the folder
     env = {"OPENAI_API_KEY": "", "ANTHROPIC_API_KEY": "", "OLLAMA_MODEL": "", "NBAGENT_STORE": "",
