@@ -14,22 +14,11 @@ import asyncio
 import pandas as pd
 import pytest
 
-from nbagent import Agent, tool
+from nbagent import Agent
 from nbagent.dataframe import plot_cost, plot_tokens, runs_frame, tool_calls_frame, usage_frame
 from nbagent.models import ScriptedModel, tool_call
 from nbagent.store import SQLiteStore
-
-
-@tool
-def add(a: int, b: int) -> int:
-    """Add two numbers."""
-    return a + b
-
-
-@tool(requires_approval=True)
-def refund(order: int) -> str:
-    """Refund an order (needs approval)."""
-    return f"refunded {order}"
+from tests.test_store_contract import add, refund
 
 
 @pytest.fixture
