@@ -24,17 +24,15 @@ from pydantic import BaseModel
 from nbagent import Agent
 from nbagent.exceptions import ContentFilterError, ModelResponseError, ModelTimeoutError, UserError
 from nbagent.messages import UserMessage
-from nbagent.models.anthropic import DEFAULT_DEADLINE, REDACTED_THINKING, AnthropicModel
+from nbagent.models.anthropic import DEFAULT_DEADLINE, REDACTED_THINKING
 from nbagent.models.base import ModelRequest
-from nbagent.retry import Retry
 from nbagent.store.memory import MemoryStore
 from nbagent.tools import Tool
 from tests.anthropic_script import json_case, message, stream_case
+from tests.test_anthropic_model import FAST, KEY, case, model_at
 from tests.test_anthropic_wire import recorded_message
-from tests.wire.replay_server import ANTHROPIC_CASES_DIR, ReplayServer, load_case
+from tests.wire.replay_server import ReplayServer
 
-KEY = "sk-ant-loop-test-0123456789abcdef"
-FAST = Retry(attempts=2, initial_delay=0, max_delay=0, jitter=0)
 EPHEMERAL = {"type": "ephemeral"}
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,14 +41,6 @@ ROOT = Path(__file__).resolve().parent.parent
 def server() -> Any:
     with ReplayServer() as srv:
         yield srv
-
-
-def case(name: str) -> dict[str, Any]:
-    return load_case(name, ANTHROPIC_CASES_DIR)
-
-
-def model_at(base_url: str, name: str = "claude-sonnet-4-5", **kwargs: Any) -> AnthropicModel:
-    return AnthropicModel(name, base_url=base_url, api_key=KEY, **kwargs)
 
 
 def tools_of(*names: str, calls: list[tuple[str, dict[str, Any]]], **options: Any) -> list[Tool]:
