@@ -242,31 +242,6 @@ def _pack_one(conn: sqlite3.Connection) -> bool:
     return _pack_tail(conn, limit=1) > 0
 
 
-_Run = tuple[str | None, str | None, str | None]
-
-
-class _Runs:
-    """Per thread, the version this process last wrote and the run (id, stop reason, error) of
-    the meta record written with it: the next append without a meta record, if it finds the
-    thread at that version (nobody wrote in between), writes its checkpoint's run from here
-    instead of reading the stored record."""
-
-    def __init__(self) -> None:
-        self._known: dict[str, tuple[int, _Run]] = {}
-
-    def at(self, thread: str, version: int) -> _Run | None:
-        known = self._known.get(thread)
-        return known[1] if known is not None and known[0] == version else None
-
-    def wrote(self, thread: str, version: int, run: _Run) -> None:
-        if len(self._known) >= 4096:
-            self._known.clear()
-        self._known[thread] = (version, run)
-
-    def pop(self, thread: str, default: None = None) -> None:
-        self._known.pop(thread, None)
-
-
 class SQLiteStore(Store):
     """Threads in one SQLite file: survives kernel restarts; several processes may share it.
 
@@ -295,7 +270,6 @@ class SQLiteStore(Store):
         self.path = Path(path).expanduser().absolute()
         self._db = Database(self.path)
         self._damaged: dict[str, str] = {}
-        self._runs = _Runs()
         """Threads whose stored rows could not be decoded, with the error: never appended to."""
 
     def __repr__(self) -> str:
@@ -394,8 +368,6 @@ class SQLiteStore(Store):
         status = None if record is None else record.get("status")
         run = None if record is None else (_text(record.get("run_id")), _text(record.get("stop_reason")),
                                            short_error(record.get("error")))
-        if run is None and count_new:  # the run of the record this process wrote, if still current
-            run = self._runs.at(thread, version)
 
         def write(conn: sqlite3.Connection) -> int:
             if version == 0:
@@ -464,10 +436,7 @@ class SQLiteStore(Store):
                     ])
             return int(new_version)
 
-        written = await self._db.run(write, write=True)
-        if run is not None:
-            self._runs.wrote(thread, written, run)
-        return written
+        return await self._db.run(write, write=True)
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
         stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
@@ -514,14 +483,12 @@ class SQLiteStore(Store):
 
         existed = await self._db.run(remove, write=True)
         self._damaged.pop(thread, None)
-        self._runs.pop(thread, None)
         return existed
 
     async def _prune(self, cutoff: float) -> list[str]:
         gone = await self._db.run(lambda conn: _prune_rows(conn, cutoff), write=True)
         for thread in gone:
             self._damaged.pop(thread, None)
-            self._runs.pop(thread, None)
         return gone
 
     async def copy(
@@ -537,7 +504,6 @@ class SQLiteStore(Store):
         if source in self._damaged:
             raise StoreCorruptError(self._damaged[source], path=str(self.path))
         now = time.time()
-        self._runs.pop(target, None)
         try:
             return await self._db.run(
                 lambda conn: _copy_thread(conn, self.path, source, target, messages, last, meta, now), write=True
