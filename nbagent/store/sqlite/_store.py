@@ -222,10 +222,16 @@ def _prune_rows(conn: sqlite3.Connection, cutoff: float) -> list[str]:
     `cutoff`, with everything stored for them; returns their ids, sorted."""
     gone = [r[0] for r in conn.execute("SELECT id FROM threads WHERE updated < ? ORDER BY id", (cutoff,))]
     for thread in gone:
-        conn.execute("DELETE FROM threads WHERE id = ?", (thread,))
-        for table in ("messages", "usage", "ledger", "checkpoints"):
-            conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
+        _delete_rows(conn, thread)
     return gone
+
+
+def _delete_rows(conn: sqlite3.Connection, thread: str) -> bool:
+    """A thread's rows, deleted in the caller's transaction; True if it existed."""
+    existed = conn.execute("DELETE FROM threads WHERE id = ?", (thread,)).rowcount
+    for table in ("messages", "usage", "ledger", "checkpoints"):
+        conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
+    return bool(existed)
 
 
 def _needs_packing(conn: sqlite3.Connection) -> bool:
@@ -475,13 +481,7 @@ class SQLiteStore(Store):
 
     async def delete(self, thread: str) -> bool:
         """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
-        def remove(conn: sqlite3.Connection) -> bool:
-            existed = conn.execute("DELETE FROM threads WHERE id = ?", (thread,)).rowcount
-            for table in ("messages", "usage", "ledger", "checkpoints"):
-                conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
-            return bool(existed)
-
-        existed = await self._db.run(remove, write=True)
+        existed = await self._db.run(lambda conn: _delete_rows(conn, thread), write=True)
         self._damaged.pop(thread, None)
         return existed
 
