@@ -42,15 +42,6 @@ index and header levels, a caption). No img, style, class or id: the view styles
 _RICH_ATTRIBUTES = {"a": {"href", "title"}, "th": {"colspan", "rowspan"}, "td": {"colspan", "rowspan"},
                     "col": {"span"}, "colgroup": {"span"}, "ol": {"start"}}
 
-RICH_TAGS = ALLOWED_TAGS | frozenset({
-    "caption", "col", "colgroup", "div", "small", "span", "sub", "sup", "tfoot",
-})
-"""What a tool result's ``_repr_html_`` may keep: table and text markup (a DataFrame's table, its
-index and header levels, a caption). No img, style, class or id: the view styles it."""
-
-_RICH_ATTRIBUTES = {"a": {"href", "title"}, "th": {"colspan", "rowspan"}, "td": {"colspan", "rowspan"},
-                    "col": {"span"}, "colgroup": {"span"}, "ol": {"start"}}
-
 
 def escape(text: Any) -> str:
     """Plain text -> HTML text (``& < > " '`` escaped). Non-strings are converted with ``str``."""
@@ -77,19 +68,22 @@ def _renderer() -> Any:
     return md
 
 
-def _clean(fragment: str) -> str:
+def _clean(fragment: str, tags: frozenset[str] = ALLOWED_TAGS,
+           attributes: dict[str, set[str]] = _ATTRIBUTES, **options: Any) -> str:
+    """`fragment` cut down to `tags` and `attributes`, links to `ALLOWED_URL_SCHEMES` only."""
     import nh3
 
-    return nh3.clean(
+    cleaned: str = nh3.clean(
         fragment,
-        tags=set(ALLOWED_TAGS),
-        attributes={k: set(v) for k, v in _ATTRIBUTES.items()},
+        tags=set(tags),
+        attributes={k: set(v) for k, v in attributes.items()},
         url_schemes=set(ALLOWED_URL_SCHEMES),
         link_rel="noopener noreferrer nofollow",
         strip_comments=True,
         clean_content_tags={"script", "style"},
-        filter_style_properties={"text-align"},
+        **options,
     )
+    return cleaned
 
 
 def _aligned_cells(html: str) -> str:
@@ -109,15 +103,7 @@ def rich_html(html: str | None) -> str | None:
         import nh3
     except ImportError:  # pragma: no cover - the notebook extra is not installed
         return None
-    cleaned: str = nh3.clean(
-        html,
-        tags=set(RICH_TAGS),
-        attributes={k: set(v) for k, v in _RICH_ATTRIBUTES.items()},
-        url_schemes=set(ALLOWED_URL_SCHEMES),
-        link_rel="noopener noreferrer nofollow",
-        strip_comments=True,
-        clean_content_tags={"script", "style"},
-    ).strip()
+    cleaned = _clean(html, RICH_TAGS, _RICH_ATTRIBUTES).strip()
     if not nh3.clean(cleaned, tags=set()).strip():  # markup with no text (a script-only widget)
         return None
     return cleaned
@@ -138,4 +124,4 @@ def markdown_html(text: str | None) -> str:
         import nh3  # noqa: F401
     except ImportError:  # pragma: no cover
         return f'<div style="white-space:pre-wrap">{escape(text)}</div>'
-    return _aligned_cells(_clean(md.render(text)))
+    return _aligned_cells(_clean(md.render(text), filter_style_properties={"text-align"}))
