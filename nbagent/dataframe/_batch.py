@@ -134,7 +134,6 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
         row["error"] = "missing input (None / NaN): nothing was run"
         return row
     clock = time.perf_counter()
-    agent._touch(thread)  # a row done by an earlier batch is this agent's thread too (usage_frame(agent))
     try:
         previous = await agent.store.load(thread)
         before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
@@ -191,6 +190,9 @@ def _inputs(
     threads = batch_thread_ids(agent, prompts, keys, thread_prefix)
     if len(set(threads)) != len(threads):
         raise UserError("batch(): the index of the inputs has duplicate labels; reset_index() first")
+    for prompt, thread in zip(prompts, threads, strict=True):
+        if prompt is not None:  # a row's thread is this agent's: run here, on a cluster, or skipped
+            agent._touch(thread)
     return values, index, prompts, threads
 
 

@@ -201,9 +201,6 @@ def run_on_cluster(
 ) -> pd.DataFrame:
     """`batch` on a cluster engine (see `nbagent.dataframe.batch` for the arguments)."""
     values, index, prompts, threads = _inputs(agent, inputs, concurrency, thread_prefix)
-    for i, thread in enumerate(threads):  # the rows' threads are this agent's, as in the local path
-        if prompts[i] is not None:
-            agent._touch(thread)
     engine = engine_for(executor)
     data = payload(agent, engine)
     in_flight, per_chunk, size = plan(len(values), engine.slots(), concurrency, chunk_size)
