@@ -146,8 +146,9 @@ async def load(
                 loaded.columns.append(columns)
                 return loaded
         loaded.threads = await load_threads(store, threads)
-        if ends:
-            loaded.ends = {t.thread: await store.last_checkpoints(t.thread) for t in loaded.threads}
+        if ends:  # only threads with earlier runs: the latest run's end is in the meta record
+            loaded.ends = {t.thread: await store.last_checkpoints(t.thread) for t in loaded.threads
+                           if any(row.run_id != t.meta.run_id for row in t.usage)}
         return loaded
     items = source if isinstance(source, (list, tuple)) else [source]
     for item in items:
