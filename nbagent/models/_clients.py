@@ -7,13 +7,44 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-__all__ = ["close_at_loop_shutdown", "close_when_dropped"]
+__all__ = ["client_for_loop", "close_at_loop_shutdown", "close_for_loop", "close_when_dropped"]
 
 _closing: set[asyncio.Future[Any]] = set()
 """Closes under way (a task is only weakly held by its loop)."""
+
+
+async def client_for_loop(model: Any, make: Callable[[], Any]) -> Any:
+    """`model`'s SDK client for the running loop, made with ``make()`` on first use there.
+
+    `model` keeps them in ``_clients`` (a `weakref.WeakKeyDictionary` of loop -> (client, closer))
+    under ``_clients_lock``; each is closed when its loop shuts down or `model` is dropped."""
+    loop = asyncio.get_running_loop()
+    entry = model._clients.get(loop)
+    if entry is not None:
+        return entry[0]
+    client = make()
+    closer = close_at_loop_shutdown(client)
+    await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
+    with model._clients_lock:
+        for old in [lp for lp in model._clients if lp.is_closed()]:
+            del model._clients[old]
+        entry = model._clients.setdefault(loop, (client, closer))
+    if entry[0] is not client:  # another task of this loop won the race
+        await closer.aclose()
+    else:
+        close_when_dropped(model, loop, closer)
+    return entry[0]
+
+
+async def close_for_loop(model: Any) -> None:
+    """Close `model`'s SDK client of the running loop (its pooled connections), if it has one."""
+    with model._clients_lock:
+        entry = model._clients.pop(asyncio.get_running_loop(), None)
+    if entry is not None:
+        await entry[1].aclose()
 
 
 async def close_at_loop_shutdown(client: Any) -> AsyncGenerator[None, None]:

@@ -25,7 +25,7 @@ from typing import Any
 from anthropic import AsyncAnthropic
 
 from ...exceptions import ModelError, ModelResponseError, UserError
-from .._clients import close_at_loop_shutdown, close_when_dropped
+from .._clients import client_for_loop, close_for_loop
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
@@ -166,33 +166,16 @@ class AnthropicModel(Travelling, Model):
         the loop shuts down)."""
         if self._client is not None:
             return self._client
-        loop = asyncio.get_running_loop()
-        entry = self._clients.get(loop)
-        if entry is not None:
-            return entry[0]
-        client = AsyncAnthropic(
+        client: AsyncAnthropic = await client_for_loop(self, lambda: AsyncAnthropic(
             api_key=self._api_key.get(), base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
-        )
-        closer = close_at_loop_shutdown(client)
-        await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
-        with self._clients_lock:
-            for old in [lp for lp in self._clients if lp.is_closed()]:
-                del self._clients[old]
-            entry = self._clients.setdefault(loop, (client, closer))
-        if entry[0] is not client:
-            await closer.aclose()
-        else:
-            close_when_dropped(self, loop, closer)
-        return entry[0]
+        ))
+        return client
 
     async def aclose(self) -> None:
         """Close the SDK client of the running event loop (its pooled connections)."""
         if self._client is not None:
             return
-        with self._clients_lock:
-            entry = self._clients.pop(asyncio.get_running_loop(), None)
-        if entry is not None:
-            await entry[1].aclose()
+        await close_for_loop(self)
 
     # ------------------------------------------------------------------ request building, errors
     def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:

@@ -27,7 +27,7 @@ import openai
 from openai import AsyncOpenAI
 
 from ...exceptions import ModelError, UserError
-from .._clients import close_at_loop_shutdown, close_when_dropped
+from .._clients import client_for_loop, close_for_loop
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
 from ..base import Model, ModelRequest, ModelResponse
@@ -153,37 +153,20 @@ class OpenAIModel(Travelling, Model):
         """
         if self._client is not None:
             return self._client
-        loop = asyncio.get_running_loop()
-        entry = self._clients.get(loop)
-        if entry is not None:
-            return entry[0]
-        client = AsyncOpenAI(
+        client: AsyncOpenAI = await client_for_loop(self, lambda: AsyncOpenAI(
             api_key=self._api_key.get(),
             base_url=self.base_url,
             timeout=self.timeout,
             max_retries=self.max_retries,
             http_client=self._http_client,
-        )
-        closer = close_at_loop_shutdown(client)
-        await closer.__anext__()  # registered with this loop's shutdown_asyncgens()
-        with self._clients_lock:
-            for old in [lp for lp in self._clients if lp.is_closed()]:
-                del self._clients[old]
-            entry = self._clients.setdefault(loop, (client, closer))
-        if entry[0] is not client:  # another task of this loop won the race
-            await closer.aclose()
-        else:
-            close_when_dropped(self, loop, closer)
-        return entry[0]
+        ))
+        return client
 
     async def aclose(self) -> None:
         """Close the SDK client of the running event loop (its pooled connections)."""
         if self._client is not None:
             return  # the caller's client: the caller closes it
-        with self._clients_lock:
-            entry = self._clients.pop(asyncio.get_running_loop(), None)
-        if entry is not None:
-            await entry[1].aclose()
+        await close_for_loop(self)
 
     # ------------------------------------------------------------------ request building, errors
     def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
