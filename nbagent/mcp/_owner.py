@@ -8,7 +8,7 @@ nbagent's private loop of the sync twins (``run_sync``, ``agent.map``), a script
 process per `MCPTools`, shared by every run of the kernel. `on_owner` runs a coroutine there and
 awaits it from the caller's loop without blocking it (no hop when the caller is that loop).
 
-Owns `on_owner`, `owner_loop` and the registry of open sources that `atexit` closes. Imports
+Owns `on_owner` and the registry of open sources that `atexit` closes. Imports
 nbagent._sync only.
 """
 
@@ -23,17 +23,12 @@ from typing import Any, Protocol, TypeVar
 
 from .._sync import background_loop
 
-__all__ = ["on_owner", "owner_loop", "register", "unregister"]
+__all__ = ["on_owner", "register", "unregister"]
 
 T = TypeVar("T")
 
 CLOSE_AT_EXIT_S = 10.0
 """How long interpreter exit waits for the servers to be closed (stdio servers are stopped)."""
-
-
-def owner_loop() -> asyncio.AbstractEventLoop:
-    """The loop MCP connections live on (started on first use)."""
-    return background_loop()
 
 
 async def on_owner(coro: Coroutine[Any, Any, T]) -> T:

@@ -73,7 +73,6 @@ class MCPTools:
         self._last: tuple[Tool, ...] | None = None
         self._secrets = spec.secrets
         self._changes = 0
-        self._restarts = 0
         self._pid = os.getpid()
 
     # ------------------------------------------------------------------ constructors
@@ -193,10 +192,14 @@ class MCPTools:
         return f"MCPTools.{spec.kind}({', '.join(parts)})"
 
     # ------------------------------------------------------------------ on the owner loop
+    def _forget_if_forked(self) -> None:
+        """In a forked child, drop the parent's connection and locks: they are not ours to use."""
+        if self._pid != os.getpid():
+            self._pid, self._session, self._lock, self._list_lock = os.getpid(), None, None, None
+
     async def _ready(self) -> Session:
         """The live session, opening one (again) when there is none or the server died."""
-        if self._pid != os.getpid():  # a forked child: the parent's connection is not ours to use
-            self._pid, self._session, self._lock = os.getpid(), None, None
+        self._forget_if_forked()
         if self._lock is None:
             self._lock = asyncio.Lock()
         async with self._lock:
@@ -212,7 +215,6 @@ class MCPTools:
             self._session = session
             register(self)
             if restart:  # a new server process may list other tools: list them again
-                self._restarts += 1
                 self._tools_changed()
             return session
 
@@ -223,7 +225,8 @@ class MCPTools:
     async def _list_on_owner(self) -> tuple[Tool, ...]:
         if self._tools is not None:
             return self._tools
-        if self._list_lock is None or self._pid != os.getpid():
+        self._forget_if_forked()
+        if self._list_lock is None:
             self._list_lock = asyncio.Lock()
         async with self._list_lock:  # runs starting together (agent.map) list once
             if self._tools is not None:
