@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._html import FONT, MUTED, assistant_html, header_html, messages_html, user_html
+from .._html import ERROR, FONT, MUTED, assistant_html, header_html, messages_html, user_html
 from .._sanitize import escape
 from ..messages import Prompt, UserMessage
 from ._calls import validate_args
@@ -414,7 +414,7 @@ class ChatView(widgets.VBox):
             self._log.children = tuple(c for c in self._log.children if c is not bubble)
 
     def show_status(self, text: str, error: bool, note: str) -> None:
-        colour = "var(--jp-error-color1,#c62828)" if error else "var(--jp-ui-font-color2,#666)"
+        colour = ERROR.removeprefix("color:") if error else "var(--jp-ui-font-color2,#666)"
         out = f'<div style="{FONT};color:{colour};white-space:pre-wrap">{escape(text)}</div>' if text else ""
         if note:
             out += f'<div class="nbagent-queue-note" style="{FONT};{MUTED};white-space:pre-wrap">{escape(note)}</div>'

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._html import pretty_args, question_html, table_header_html, tool_row_html
+from .._html import ERROR, pretty_args, question_html, table_header_html, tool_row_html
 from .._sanitize import escape
 from ._calls import TICKING, WAITING
 
@@ -46,7 +46,6 @@ Decide = Callable[[str, str, Any], None]
 """``decide(call_id, action, payload)`` on the loop; action: approve, deny, edit, result, always."""
 
 _HIDDEN = "none"
-_ERROR = "color:var(--jp-error-color1,#c62828)"
 
 
 def themed_button(label: str, style: str = "", tooltip: str = "", **layout: Any) -> widgets.Button:
@@ -59,9 +58,6 @@ def themed_button(label: str, style: str = "", tooltip: str = "", **layout: Any)
     if style:
         button.add_class(f"nbagent-button-{style}")
     return button
-
-
-_button = themed_button
 
 
 def on_enter(box: widgets.Text, schedule: Schedule, fn: Callable[..., None], *args: Any) -> None:
@@ -168,7 +164,7 @@ class ToolRow(widgets.VBox):
                                description="Your answer", style={"description_width": "initial"},
                                layout=widgets.Layout(width="60%"))
             box.add_class("nbagent-answer-box")
-            submit = _button("Submit", "primary", f"send this answer as the result of {pending.name}")
+            submit = themed_button("Submit", "primary", f"send this answer as the result of {pending.name}")
             submit.on_click(lambda _: self._schedule(self._submit_answer, box))
             on_enter(box, self._schedule, self._submit_answer, box)
             if not unavailable:
@@ -176,18 +172,18 @@ class ToolRow(widgets.VBox):
             self.answer_box = box
             children = [question] if unavailable else [question, widgets.HBox([box, submit])]
         else:
-            approve = _button("Approve", "success", "run this call with the arguments shown")
-            deny = _button("Deny", "danger", "answer the model that you denied it")
-            edit = _button("Edit", "", "change the arguments, then approve")
-            always = _button(f"Always allow {pending.name}", "",
+            approve = themed_button("Approve", "success", "run this call with the arguments shown")
+            deny = themed_button("Deny", "danger", "answer the model that you denied it")
+            edit = themed_button("Edit", "", "change the arguments, then approve")
+            always = themed_button(f"Always allow {pending.name}", "",
                              f"approve this and every later {pending.name} call of this thread")
             reason = widgets.Text(placeholder="reason for the model (optional)", continuous_update=True,
                                   layout=widgets.Layout(width="60%"))
-            confirm = _button("Confirm deny", "danger")
+            confirm = themed_button("Confirm deny", "danger")
             deny_box = widgets.HBox([reason, confirm], layout=widgets.Layout(display=_HIDDEN))
             area = widgets.Textarea(value=pretty_args(pending.args), continuous_update=True,
                                     layout=widgets.Layout(width="90%", height="8em"))
-            save = _button("Approve edited", "success", "validate these arguments and approve")
+            save = themed_button("Approve edited", "success", "validate these arguments and approve")
             error = widgets.HTML()
             edit_box = widgets.VBox([area, error, save], layout=widgets.Layout(display=_HIDDEN))
             approve.on_click(lambda _: self._schedule(self._decide_now, "approve", None))
@@ -234,16 +230,16 @@ class ToolRow(widgets.VBox):
         try:
             args = json.loads(area.value)
         except ValueError as exc:
-            error.value = f'<span style="{_ERROR}">not valid JSON: {escape(exc)}</span>'
+            error.value = f'<span style="{ERROR}">not valid JSON: {escape(exc)}</span>'
             return
         if not isinstance(args, dict):
-            error.value = f'<span style="{_ERROR}">the arguments must be a JSON object {{...}}</span>'
+            error.value = f'<span style="{ERROR}">the arguments must be a JSON object {{...}}</span>'
             return
         if self._validate is not None:
             try:
                 self._validate(self.name, args)
             except Exception as exc:
-                error.value = f'<span style="{_ERROR}">{escape(exc)}</span>'
+                error.value = f'<span style="{ERROR}">{escape(exc)}</span>'
                 return
         error.value = ""
         if not self.decided and self.pending is not None:
