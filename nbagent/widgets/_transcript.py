@@ -19,7 +19,7 @@ from typing import Any
 
 from .._html import BORDER, FONT, MUTED, messages_html, table_header_html, tool_row_html
 from .._sanitize import escape
-from ..messages import Message, unanswered_calls
+from ..messages import Message, ToolCall, unanswered_calls
 
 __all__ = ["MAX_MESSAGES", "SavedCopy", "transcript_bundle", "transcript_text"]
 
@@ -34,8 +34,9 @@ def _clip(text: str, limit: int = _TEXT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def transcript_text(thread: str, messages: Sequence[Message]) -> str:
-    """The conversation as plain text: one line per message, tool calls and results indented."""
+def transcript_text(thread: str, messages: Sequence[Message], waiting: Sequence[ToolCall] | None = None) -> str:
+    """The conversation as plain text: one line per message, tool calls and results indented;
+    `waiting`: its unanswered calls, when the caller has them already."""
     lines = [f"nbagent chat · thread {thread!r} · saved copy (run the cell in Jupyter to continue)"]
     shown = list(messages)[-MAX_MESSAGES:]
     if len(messages) > len(shown):
@@ -50,13 +51,12 @@ def transcript_text(thread: str, messages: Sequence[Message]) -> str:
                 lines.append(f"  tool call {call.name}({_clip(call.args_json, 200)})")
         elif m.kind == "tool-result":
             lines.append(f"  {m.name} {m.status}: {_clip(m.content, 200)}")  # type: ignore[union-attr]
-    for call in unanswered_calls(list(messages)):
+    for call in unanswered_calls(messages) if waiting is None else waiting:
         lines.append(f"  {call.name} waits for a decision")
     return "\n".join(lines)
 
 
-def _waiting_html(messages: Sequence[Message]) -> str:
-    calls = unanswered_calls(list(messages))
+def _waiting_html(calls: Sequence[ToolCall]) -> str:
     if not calls:
         return ""
     rows = [table_header_html(), *(tool_row_html(c.name, c.args_json, "waiting") for c in calls)]
@@ -70,11 +70,12 @@ def transcript_bundle(thread: str, messages: Sequence[Message]) -> dict[str, Any
     head = (f'<div style="{MUTED};font-size:12px;margin-bottom:4px">nbagent chat · thread '
             f"<code>{escape(thread)}</code> · saved copy (run the cell in Jupyter to continue)"
             + (f" · {earlier} earlier messages not shown" if earlier else "") + "</div>")
-    calls = {c.id for c in unanswered_calls(list(messages))}
-    body = messages_html(shown, skip_call_ids=calls) if shown else f'<div style="{MUTED}">no messages yet</div>'
+    waiting = unanswered_calls(messages)
+    body = (messages_html(shown, skip_call_ids={c.id for c in waiting}) if shown
+            else f'<div style="{MUTED}">no messages yet</div>')
     html = (f'<div class="nbagent-transcript" style="{FONT};border:{BORDER};border-radius:6px;padding:8px 10px;'
-            f'max-width:960px">{head}{body}{_waiting_html(messages)}</div>')
-    return {"text/html": html, "text/plain": transcript_text(thread, messages)}
+            f'max-width:960px">{head}{body}{_waiting_html(waiting)}</div>')
+    return {"text/html": html, "text/plain": transcript_text(thread, messages, waiting)}
 
 
 class SavedCopy:
