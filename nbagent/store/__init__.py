@@ -90,18 +90,15 @@ def open_store(value: Store | str | os.PathLike[str] | None) -> Store:
         raise UserError(f"store must be a Store, a file path or 'memory', got {type(value).__name__}")
     if isinstance(value, str) and value.strip().lower() == "memory":
         return MemoryStore()
+    key: str | Path  # a PostgreSQL URL, or a SQLite file's absolute path
     if isinstance(value, str) and is_postgres_url(value):
-        with _shared_lock:
-            key = value.strip()
-            store = _shared.get(key)
-            if store is None:
-                store = _shared[key] = PostgresStore(key)
-            return store
-    path = Path(value).expanduser().absolute()
+        key = value.strip()
+    else:
+        key = Path(value).expanduser().absolute()
     with _shared_lock:
-        store = _shared.get(path)
+        store = _shared.get(key)
         if store is None:
-            store = _shared[path] = SQLiteStore(path)
+            store = _shared[key] = PostgresStore(key) if isinstance(key, str) else SQLiteStore(key)
         return store
 
 
