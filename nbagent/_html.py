@@ -54,6 +54,7 @@ __all__ = [
     "tint",
     "tool_row_html",
     "usage_html",
+    "usage_text",
     "user_html",
 ]
 
@@ -420,14 +421,18 @@ def budget_texts(usage: Usage, token_budget: int | None, cost_budget: float | No
     return out
 
 
-def usage_html(usage: Usage, *, label: str = "run") -> str:
-    """One line: model calls, tokens (input / cached / output) and cost."""
-    parts = [
-        f"{escape(label)}: {calls_text(usage.requests)}",
+def usage_text(usage: Usage, label: str) -> str:
+    """One line of text: ``label: model calls | tokens (input / cached / output) | cost``."""
+    return " | ".join([
+        f"{label}: {calls_text(usage.requests)}",
         f"tokens in {usage.input_tokens:,} · cached {usage.cache_read_tokens:,} · out {usage.output_tokens:,}",
         cost_text(usage),
-    ]
-    return f'<div style="{FONT};{MUTED};font-size:12px">' + " | ".join(parts) + "</div>"
+    ])
+
+
+def usage_html(usage: Usage, *, label: str = "run") -> str:
+    """`usage_text` as a muted line of HTML."""
+    return f'<div style="{FONT};{MUTED};font-size:12px">{escape(usage_text(usage, label))}</div>'
 
 
 def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = (),

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._html import FONT, MUTED, budget_texts, calls_text, cost_text
+from .._html import FONT, MUTED, budget_texts, calls_text, cost_text, usage_text
 from .._sanitize import escape
 from ..usage import ModelCallUsage, Usage
 
@@ -82,12 +82,7 @@ def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budg
     if not thread.requests and not tally.running:
         return ""
     label = "this turn (running)" if tally.running else "last turn"
-    parts = [
-        f"{label}: {calls_text(turn.requests)}",
-        f"tokens in {turn.input_tokens:,} · cached {turn.cache_read_tokens:,} · out {turn.output_tokens:,}",
-        cost_text(turn),
-    ]
-    line = " | ".join(parts)
+    line = usage_text(turn, label)
     whole = f"thread: {calls_text(thread.requests)} · {thread.total_tokens:,} tokens · {cost_text(thread)}"
     budget = budget_texts(run, token_budget, cost_budget)
     if budget:
