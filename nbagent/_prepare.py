@@ -60,9 +60,21 @@ def _refuse_live(loaded: ThreadState) -> None:
 async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
     """The state of a run that sends `prompt` (None: continue a thread whose last run stopped)."""
     message = None if prompt is None else user_message(prompt)  # bad input fails before any I/O
-    # (a state that cannot be stored fails in run_state, after the read and before any write)
-    # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
-    loaded = await config.store.load(thread) if thread else None
+    # (a state that cannot be stored fails in run_state, before any write)
+    if thread and message is not None:
+        # The run as it starts on a new thread; the store writes it only if the thread is new
+        # (one round trip either way), else hands back the thread as stored.
+        run = run_state(config, thread, None, state)
+        run.messages.append(message)
+        got = await config.store.create_or_load(thread, step=0, messages=[message], meta=run.meta())
+        if isinstance(got, int):
+            run.version = got
+            run.meta_dirty = False
+            return run
+        loaded: ThreadState | None = got
+    else:
+        # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
+        loaded = await config.store.load(thread) if thread else None
     thread = thread or "thread_" + uuid.uuid4().hex[:16]
     run = run_state(config, thread, loaded, state)
     if loaded is not None:

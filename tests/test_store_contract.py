@@ -128,6 +128,32 @@ async def test_append_load_round_trip(store: Store) -> None:
     assert await store.load("missing") is None
 
 
+async def test_create_or_load_starts_a_new_thread_or_reads_the_stored_one(store: Store) -> None:
+    """A run's first store call: the prompt and meta record are written only on a new thread;
+    a stored thread comes back as it is, with nothing written (its version unchanged)."""
+    got = await store.create_or_load("t", messages=[UserMessage("first")], meta={"status": "running", "run_id": "r1"})
+    assert got == 1
+    again = await store.create_or_load("t", messages=[UserMessage("second")], meta={"status": "running"})
+    assert not isinstance(again, int) and again.version == 1
+    assert [m.content for m in again.messages] == ["first"]  # type: ignore[union-attr]
+    assert again.meta.status == "running" and again.meta.run_id == "r1"
+    v = await store.append("t", version=1, step=1, messages=[AssistantMessage("hi")], meta={"status": "completed"})
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.version == v == 2 and loaded.meta.status == "completed"
+    assert [c.messages for c in await store.checkpoints("t")] == [1, 2]
+
+
+async def test_a_thread_started_by_two_writers_at_once_is_written_once(durable: Stores) -> None:
+    """Two kernels send the first prompt of one thread at once: one starts it, the other gets it
+    as stored (and its run then continues it, or refuses while the first runs)."""
+    stores = [durable.new(), durable.new()]
+    got = await asyncio.gather(*(s.create_or_load("both", messages=[UserMessage(f"from {i}")])
+                                 for i, s in enumerate(stores)))
+    assert sorted(isinstance(g, int) for g in got) == [False, True]
+    loaded = await stores[0].load("both")
+    assert loaded is not None and loaded.version == 1 and len(loaded.messages) == 1
+
+
 async def test_conflict_names_thread_and_both_versions(store: Store) -> None:
     v = await store.append("t", version=0, step=0, messages=[UserMessage("a")])
     await store.append("t", version=v, step=0, messages=[UserMessage("b")])

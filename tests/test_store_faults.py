@@ -101,6 +101,16 @@ class Reporting:
         print(f"persisted {version} {self.count} {last}", flush=True)
         return version
 
+    async def create_or_load(self, thread: str, **kwargs: Any) -> Any:
+        before = self.count
+        got = await super().create_or_load(thread, **kwargs)  # type: ignore[misc]
+        if isinstance(got, int) and self.count == before:  # written in one call, not through append
+            messages = kwargs.get("messages", ())
+            self.count += len(messages)
+            last = json.dumps(messages[-1].to_dict()) if messages else "-"
+            print(f"persisted {got} {self.count} {last}", flush=True)
+        return got
+
 
 class ReportingSQLite(Reporting, SQLiteStore):
     pass

@@ -187,7 +187,7 @@ async def test_a_schema_1_database_is_migrated_and_keeps_its_latest_runs_end(pos
 
     assert await asyncio.to_thread(ends) == [("run_a", None, None), ("run_b", "failed", meta["error"])]
     with psycopg.connect(postgres_url, autocommit=True) as conn:
-        assert conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone() == (2,)
+        assert conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone() == (SCHEMA_VERSION,)
     more = await Agent(FunctionModel(lambda m, i: "ok"), store=store).run("c", thread="t")
     assert await asyncio.to_thread(ends) == [("run_a", None, None), ("run_b", "failed", meta["error"][:500]),
                                              (more.run_id, "completed", None)]
@@ -257,34 +257,41 @@ async def test_connections_cut_between_steps_are_replaced_and_the_run_goes_on(
     await store.close()
 
 
+@pytest.mark.parametrize("call", ["append", "create_or_load"])
 async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
-    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, call: str
 ) -> None:
-    """The connection drops after the server committed an append but before the answer arrived:
-    the retry finds the append's mark and returns its version instead of writing it again (or
+    """The connection drops after the server committed a write but before the answer arrived:
+    the retry finds the write's mark and returns its version instead of writing it again (or
     failing with a ConflictError against itself)."""
     store = PostgresStore(postgres_url, schema=pg_schema)
     v = await store.append("t", version=0, step=0, messages=[UserMessage("one")])
-    call = store._db.call
+    run = store._db.run
     lost: list[int] = []
 
-    def losing_the_answer(work: Any) -> Any:
-        def once(conn: Any, attempt: int) -> Any:
-            result = work(conn, attempt)
+    async def losing_the_answer(work: Any) -> Any:
+        async def once(conn: Any, attempt: int) -> Any:
+            result = await work(conn, attempt)
             if not lost:
                 lost.append(attempt)
-                conn.close()
+                await conn.close()
                 raise psycopg.OperationalError("server closed the connection unexpectedly")
             return result
 
-        return call(once)
+        return await run(once)
 
-    monkeypatch.setattr(store._db, "call", losing_the_answer)
-    assert await store.append("t", version=v, step=0, messages=[UserMessage("two")]) == 2
+    monkeypatch.setattr(store._db, "run", losing_the_answer)
+    if call == "append":
+        assert await store.append("t", version=v, step=0, messages=[UserMessage("two")]) == 2
+        thread, expected = "t", ["one", "two"]
+    else:
+        assert await store.create_or_load("new", messages=[UserMessage("two")]) == 1
+        thread, expected = "new", ["two"]
     monkeypatch.undo()
-    loaded = await store.load("t")
-    assert loaded is not None and loaded.version == 2
-    assert [m.content for m in loaded.messages] == ["one", "two"]  # type: ignore[union-attr]
+    assert lost == [0]
+    loaded = await store.load(thread)
+    assert loaded is not None and loaded.version == len(expected)
+    assert [m.content for m in loaded.messages] == expected  # type: ignore[union-attr]
     await store.close()
 
 
@@ -330,39 +337,54 @@ def test_the_command_line_copies_threads_from_sqlite_into_postgres_and_back(
     asyncio.run(again.store.close())
 
 
-def test_a_store_dropped_without_close_is_collected_quietly_on_the_pools_own_thread(
-    postgres_url: str, pg_schema: str
-) -> None:
+def test_a_store_dropped_without_close_is_collected_quietly_on_any_thread(postgres_url: str, pg_schema: str) -> None:
     """A notebook drops an agent (and its PostgresStore) without closing it, and Python's cycle
-    collector happens to free it on one of the connection pool's own threads (it did in a Ray
-    test). The pool is closed all the same, with no "Exception ignored ... cannot join current
-    thread" printed."""
+    collector frees it on some other thread (it did on a worker thread in a Ray test). Its
+    connections are closed all the same, with nothing printed ("Exception ignored ...") and no
+    "connection was deleted while still open" warning."""
     import gc
     import threading
 
-    store = PostgresStore(postgres_url, schema=pg_schema)
-    asyncio.run(store.threads())  # opens the pool
-    tasks = store._db._pool._tasks  # the pool's worker threads run what is put here
-    workers = list(store._db._pool._workers)
-    cycle: list[Any] = [store]
-    cycle.append(cycle)  # only the cycle collector frees it now
-    del store, cycle
-    collected = threading.Event()
-
-    class CollectHere:  # a maintenance task: runs on a pool worker thread
-        def run(self) -> None:
-            gc.collect()
-            collected.set()
-
-    ignored: list[Any] = []
-    before, sys.unraisablehook = sys.unraisablehook, ignored.append
+    loop = asyncio.new_event_loop()  # a long-lived loop, as a kernel's: it does not shut down here
     try:
-        tasks.put(CollectHere())
-        assert collected.wait(10)
-        for worker in workers:  # closed: its threads end
-            worker.join(10)
-            assert not worker.is_alive(), "the pool was not closed"
-        gc.collect()
+        store = PostgresStore(postgres_url, schema=pg_schema)
+        loop.run_until_complete(store.threads())
+        (conn,) = store._db._loops[loop].idle
+        cycle: list[Any] = [store]
+        cycle.append(cycle)  # only the cycle collector frees it now
+        del store, cycle
+        ignored: list[Any] = []
+        before, sys.unraisablehook = sys.unraisablehook, ignored.append
+        try:
+            collector = threading.Thread(target=gc.collect)
+            collector.start()
+            collector.join(10)
+            assert conn.closed, "the dropped store's connection was left open"
+            del conn
+            gc.collect()
+        finally:
+            sys.unraisablehook = before
+        assert [f"{u.exc_type.__name__}: {u.exc_value}" for u in ignored] == []
     finally:
-        sys.unraisablehook = before
-    assert [f"{u.exc_type.__name__}: {u.exc_value}" for u in ignored] == []
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def test_each_event_loop_has_its_own_connections_closed_when_it_shuts_down(postgres_url: str, pg_schema: str) -> None:
+    """A script's ``asyncio.run`` (or a cluster worker's) leaves no connection open behind it, and
+    the store keeps working on the next loop."""
+    store = PostgresStore(postgres_url, schema=pg_schema)
+
+    async def use(write: bool) -> Any:
+        if write:
+            await store.append("loops", version=0, step=0, messages=[UserMessage("hi")])
+        await store.load("loops")
+        return list((await store._db.connections()).idle)
+
+    first = asyncio.run(use(True))
+    second = asyncio.run(use(False))
+    assert first and second and not set(map(id, first)) & set(map(id, second))
+    assert all(c.closed for c in first + second)
+    loaded = asyncio.run(store.load("loops"))
+    assert loaded is not None and [m.content for m in loaded.messages] == ["hi"]  # type: ignore[union-attr]
+    asyncio.run(store.close())

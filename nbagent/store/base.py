@@ -180,6 +180,34 @@ class Store:
         """
         raise NotImplementedError
 
+    async def create_or_load(
+        self,
+        thread: str,
+        *,
+        step: int = 0,
+        messages: Sequence[Message] = (),
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
+    ) -> int | ThreadState:
+        """Start `thread` with a first checkpoint if it does not exist yet and return its version
+        (1); or, writing nothing, return the thread as stored.
+
+        What a run with a prompt does first: the prompt is written with the run's meta record if
+        the thread is new, and read otherwise. This default loads, then appends (a thread
+        another writer starts in between is loaded); `PostgresStore` does both in one round trip.
+        """
+        from ..exceptions import ConflictError
+
+        loaded = await self.load(thread)
+        if loaded is not None:
+            return loaded
+        try:
+            return await self.append(thread, version=0, step=step, messages=messages, meta=meta)
+        except ConflictError:
+            loaded = await self.load(thread)  # started by another writer since the load
+            if loaded is None:
+                raise
+            return loaded
+
     async def threads(self) -> list[ThreadInfo]:
         """All stored threads, most recently updated first."""
         raise NotImplementedError

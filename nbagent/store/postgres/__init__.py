@@ -1,4 +1,4 @@
-"""`PostgresStore`: threads kept in a PostgreSQL database (psycopg 3 and psycopg_pool).
+"""`PostgresStore`: threads kept in a PostgreSQL database (psycopg 3).
 
 For teams and clusters: every kernel and machine that reaches the database shares the threads,
 pending approvals, the tool-call ledger and usage, with the guarantees `SQLiteStore` gives on one
@@ -8,14 +8,20 @@ machine. ``pip install "nbagent[postgres]"``; the driver is imported on first us
 The work is split by responsibility into private modules, each importing only the ones below it:
 
 - `_conninfo`: the URL or ``key=value`` string, split into what can be shown and the password;
-- `_schema`: the DDL, the version table, migrations;
+- `_schema`: the DDL, the functions, the version table, migrations;
 - `_sql`: the statements (one per store call wherever possible);
+- `_records`: the JSON an append sends and a load decodes;
 - `_copy`: the rows of a fork (`PostgresStore.copy`);
-- `_database`: this process's pool, worker threads, retries, leases, errors;
+- `_leases`: the leases of the runs going on here, and their heartbeat thread;
+- `_database`: the connections of each event loop (psycopg's asyncio connection, no worker
+  thread), retries, errors;
 - `_store`: the `PostgresStore` class.
 
-Schema version 1 (table ``<schema>.schema_version`` holds one row per migration applied; every
-JSON record has the same shape as in SQLite's format 1, so threads copy across as they are)::
+Schema version 3 (table ``<schema>.schema_version`` holds one row per migration applied; every
+JSON record has the same shape as in SQLite, so threads copy across as they are). Version 2 gave
+checkpoints ``run_id``, ``stop_reason`` and ``error``; version 3 added the functions
+``load_thread`` and ``begin_thread`` beside ``append_step`` and dropped the index on
+``threads.updated`` (so an append updates the thread's row in place)::
 
     schema_version  version, applied_at, applied_by
     threads         id, version, step, meta JSONB, created, updated, title, status, messages,
@@ -27,7 +33,7 @@ JSON record has the same shape as in SQLite's format 1, so threads copy across a
                     one column per `ModelCallUsage` field
     ledger          thread, call_id, tool, args_hash, status, time, version
     checkpoints     thread, version, step, time, messages, last_message, input_tokens,
-                    output_tokens, cost_total, status
+                    output_tokens, cost_total, status, run_id, stop_reason, error
 
 Times are seconds since the epoch (``double precision``), as in SQLite; leases use the server's
 clock, so the machines' clocks need not agree.

@@ -1,6 +1,6 @@
 """The rows of `PostgresStore.copy` (a fork): the start of a thread copied into a new one.
 
-Owns `copy_rows`, which runs in the caller's transaction on the caller's connection, the same
+Owns `copy_rows`, which runs in the caller's transaction on the caller's (asyncio) connection, the same
 steps as SQLite's fork copy: the new thread's row, its messages (the last one possibly
 replaced), the usage rows of the steps copied, the ledger entries of the copied tool calls, the
 checkpoints (with the outcomes of the copied runs, `cut_run_ends`), then the totals. Imports the
@@ -29,7 +29,7 @@ class _Undecodable(Exception):
         self.what, self.cause = what, cause
 
 
-def copy_rows(
+async def copy_rows(
     conn: Any, s: str, where: str, source: str, target: str, messages: int, last: Message | None,
     record: dict[str, Any], now: float, write_id: str,
 ) -> int:
@@ -39,79 +39,80 @@ def copy_rows(
         StoreError: `source` does not exist or has fewer messages.
         ConflictError: `target` exists.
     """
-    src = conn.execute(f"SELECT messages FROM {s}.threads WHERE id = %s", (source,)).fetchone()
+    src = await (await conn.execute(f"SELECT messages FROM {s}.threads WHERE id = %s", (source,))).fetchone()
     if src is None:
         raise StoreError(f"thread {source!r} is not in {where}", path=where)
     if not 0 <= messages <= src[0]:
         raise StoreError(f"thread {source!r} has {src[0]} messages; cannot copy {messages}", path=where)
-    created = conn.execute(
+    created = await (await conn.execute(
         f"INSERT INTO {s}.threads (id, version, created, updated) VALUES (%s, 0, %s, %s) "
         "ON CONFLICT (id) DO NOTHING RETURNING id", (target, now, now),
-    ).fetchone()
+    )).fetchone()
     if created is None:
         raise ConflictError(f"thread {target!r} already exists in {where}", path=where)
-    conn.execute(
+    await conn.execute(
         f"INSERT INTO {s}.messages SELECT %s, seq, step, version, data FROM {s}.messages "
         "WHERE thread = %s AND seq < %s", (target, source, messages),
     )
     step, summary = 0, ""
     if messages:
-        step, data = conn.execute(
+        step, data = await (await conn.execute(
             f"SELECT step, data::text FROM {s}.messages WHERE thread = %s AND seq = %s", (target, messages - 1)
-        ).fetchone()
+        )).fetchone()
         if last is not None:
             data = json.dumps(last.to_dict(), ensure_ascii=False)
-            conn.execute(f"UPDATE {s}.messages SET data = %s::jsonb WHERE thread = %s AND seq = %s",
+            await conn.execute(f"UPDATE {s}.messages SET data = %s::jsonb WHERE thread = %s AND seq = %s",
                          (data, target, messages - 1))
         try:
             summary = summarize(message_from_dict(json.loads(data)))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise _Undecodable(f"message {messages - 1}", exc) from exc
-    conn.execute(
+    await conn.execute(
         f"INSERT INTO {s}.usage (thread, {_COLS}) SELECT %s, {_COLS} FROM {s}.usage "
         "WHERE thread = %s AND step <= %s ORDER BY id", (target, source, step),
     )
-    conn.execute(
+    await conn.execute(
         f"INSERT INTO {s}.ledger SELECT %s, call_id, tool, args_hash, status, time, version FROM {s}.ledger "
         f"WHERE thread = %s AND call_id IN (SELECT c->>'id' FROM {s}.messages m, jsonb_array_elements("
         "CASE WHEN jsonb_typeof(m.data->'tool_calls') = 'array' THEN m.data->'tool_calls' ELSE '[]' END) c "
         "WHERE m.thread = %s)",
         (target, source, target),
     )
-    conn.execute(
+    await conn.execute(
         f"INSERT INTO {s}.checkpoints ({CHECKPOINT_NAMES}) SELECT %s, {CHECKPOINT_NAMES.split(', ', 1)[1]} "
         f"FROM {s}.checkpoints WHERE thread = %s AND messages < %s",
         (target, source, messages),
     )
-    version = conn.execute(
+    (version,) = await (await conn.execute(
         f"SELECT coalesce(max(version), 0) + 1 FROM {s}.checkpoints WHERE thread = %s", (target,)
-    ).fetchone()[0]
-    totals = conn.execute(
+    )).fetchone()
+    totals = await (await conn.execute(
         f"SELECT coalesce(sum(input_tokens), 0), coalesce(sum(output_tokens), 0), sum(cost_total) "
         f"FROM {s}.usage WHERE thread = %s", (target,),
-    ).fetchone()
+    )).fetchone()
     # The copied runs whose last checkpoint comes later keep how they ended (see `Store.copy`).
-    history = [Checkpoint(*r) for r in conn.execute(LAST_CHECKPOINTS.replace("{s}", s), (source,)).fetchall()]
-    held = {r for (r,) in conn.execute(
+    ends = await (await conn.execute(LAST_CHECKPOINTS.replace("{s}", s), (source,))).fetchall()
+    history = [Checkpoint(*r) for r in ends]
+    held = {r for (r,) in await (await conn.execute(
         f"SELECT run_id FROM {s}.checkpoints WHERE thread = %s AND run_id IS NOT NULL "
-        f"UNION SELECT run_id FROM {s}.usage WHERE thread = %s", (target, target)).fetchall()}
+        f"UNION SELECT run_id FROM {s}.usage WHERE thread = %s", (target, target))).fetchall()}
     insert = f"INSERT INTO {s}.checkpoints ({CHECKPOINT_NAMES}) VALUES ({', '.join(['%s'] * 13)})"
     for end in cut_run_ends(history, held, messages, step):
-        conn.execute(insert, (target, version, step, now, messages, summary, *totals, end.status, end.run_id,
+        await conn.execute(insert, (target, version, step, now, messages, summary, *totals, end.status, end.run_id,
                               end.stop_reason, end.error))
         version += 1
-    title_row = conn.execute(
+    title_row = await (await conn.execute(
         f"SELECT data->>'content' FROM {s}.messages WHERE thread = %s AND data->>'kind' = 'user' "
         "ORDER BY seq LIMIT 1", (target,),
-    ).fetchone()
+    )).fetchone()
     title = " ".join((title_row[0] if title_row and title_row[0] else "").split())[:80]
     status = record.get("status")
-    conn.execute(
+    await conn.execute(
         f"UPDATE {s}.threads SET version = %s, step = %s, meta = %s::jsonb, title = %s, status = %s, "
         "messages = %s, input_tokens = %s, output_tokens = %s, cost_total = %s, last_write = %s WHERE id = %s",
         (version, step, json.dumps(record, ensure_ascii=False), title, status, messages, *totals, write_id, target),
     )
     run = [None if record.get(k) is None else str(record[k]) for k in ("run_id", "stop_reason")]
-    conn.execute(insert, (target, version, step, now, messages, summary, *totals, status, *run,  # the copy's own
+    await conn.execute(insert, (target, version, step, now, messages, summary, *totals, status, *run,  # the copy's own
                           short_error(record.get("error"))))
     return int(version)

@@ -1,20 +1,28 @@
-"""Access to the server: the pool of this process, retries, leases, and errors that hide the password.
+"""Access to the server: this process's connections, retries, leases, and errors that hide the password.
 
 Owns opening (a first direct connection that checks or migrates the schema and fails at once
-with the server's words, then a `psycopg_pool.ConnectionPool`), the per-process state (a forked
-child, or an unpickled copy, opens its own pool), the worker threads that run the blocking
-driver calls off the event loop, retrying a call whose connection was lost, the lease heartbeat,
-and turning driver errors into the `StoreError` family with the password scrubbed. Imports
-`_conninfo`, `_schema`, the exceptions and the store's ``live_runs``; psycopg and psycopg_pool
-are imported on first use only.
+with the server's words), the connections of each event loop (`LoopConnections`), the
+per-process state (a forked child, or an unpickled copy, opens its own), retrying a call whose
+connection was lost, and turning driver errors into the `StoreError` family with the password
+scrubbed. Imports `_conninfo`, `_leases` (the heartbeat, which it owns one of), `_schema` and the
+exceptions; psycopg is imported on first use only.
 
-Every call is one function of a connection run in a worker thread (`Database.run`), in
-autocommit mode, so a single statement is a transaction by itself: this is what PgBouncer's
-transaction mode needs, together with no server-side prepared statements (``prepare_threshold``
-None unless a user asks for them). A call whose connection breaks (the server restarted, a
-network cut, PgBouncer dropped it) is tried again on a fresh connection until ``wait_s`` has
-passed; the append's own function tells whether its lost commit had in fact happened (see
-`PostgresStore.append`), so a step is written exactly once or not at all.
+Every store call is one coroutine of a connection (`Database.run`) on psycopg's asyncio
+connection, on the caller's own event loop: no worker thread in between, so a call costs one
+round trip to the server and no thread wake-ups (a thread hop cost 0.1-0.3 ms a call, more than
+the statement). Connections are kept per event loop (a connection belongs to the loop that
+opened it) in autocommit mode, so a single statement is a transaction by itself: this is what
+PgBouncer's transaction mode needs, together with no server-side prepared statements
+(``prepare_threshold`` None unless a user asks for them). A call whose connection breaks (the
+server restarted, a network cut, PgBouncer dropped it) is tried again on a fresh connection
+until ``wait_s`` has passed; the append's own function tells whether its lost commit had in fact
+happened (see `PostgresStore.append`), so a step is written exactly once or not at all.
+
+Why not psycopg_pool's ``AsyncConnectionPool``: it runs background tasks on the loop that opened
+it, and a store is used from several loops in one process (a kernel's, nbagent's own background
+loop, each ``asyncio.run`` of a script or a cluster worker); ``asyncio.run`` cancels those tasks
+before a pool could be closed at the loop's shutdown. `LoopConnections` has no task at all: it
+only keeps idle connections, and closing one is a plain libpq call that works from any thread.
 """
 
 from __future__ import annotations
@@ -25,24 +33,97 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from ...exceptions import StoreConnectionError, StoreError, StoreReadOnlyError
-from ..meta import live_runs
 from ._conninfo import Secret
+from ._leases import Leases
 from ._schema import check, migrate
 
 _T = TypeVar("_T")
-Work = Callable[[Any, int], _T]
-"""A store call: ``work(connection, attempt)``; `attempt` counts the tries before this one."""
+Work = Callable[[Any, int], Awaitable[_T]]
+"""A store call: ``await work(connection, attempt)`` on an asyncio connection; `attempt` counts
+the tries before this one."""
+SyncWork = Callable[[Any, int], _T]
+"""The same on a blocking connection (migrations, the lease heartbeat)."""
 
 _RETRY_STATES = ("40001", "40P01", "57P01", "57P02", "57P03")
 """Serialization failure, deadlock, and the server shutting down or starting: try again."""
 
+_IDLE = 0
+"""libpq's PQTRANS_IDLE (``psycopg.pq.TransactionStatus.IDLE``): no statement or transaction open."""
+
+_orphans: list[Any] = []
+"""Connections a forked child inherited: never used or closed there (closing would end the
+parent's session on the shared socket), and kept so that freeing them warns of nothing."""
+
+
+class NoConnection(Exception):
+    """Every connection this loop may open stayed busy for `wait_s` (turned into
+    `StoreConnectionError`)."""
+
+
+class LoopConnections:
+    """The idle connections of one event loop, and a limit of `size` in use at once.
+
+    No background task and no lock: only that loop takes and gives back. `close` may run on any
+    thread (a store's close, a finalizer): it closes the idle ones, and a connection in use is
+    closed when it comes back."""
+
+    def __init__(self, size: int) -> None:
+        self.idle: list[Any] = []
+        self.free = asyncio.Semaphore(size)
+        self.closed = False
+        self.closer: AsyncGenerator[None, None] | None = None
+
+    async def take(self, db: Database, deadline: float) -> Any:
+        """A connection for the running call (a new one when none is idle)."""
+        if self.free.locked():
+            try:
+                await asyncio.wait_for(self.free.acquire(), max(0.0, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                raise NoConnection() from None
+        else:
+            await self.free.acquire()  # returns at once
+        try:
+            while self.idle:
+                conn = self.idle.pop()
+                if not conn.closed:
+                    return conn
+            return await db.connect_async()
+        except BaseException:
+            self.free.release()
+            raise
+
+    def give(self, conn: Any) -> None:
+        """Back after a call: kept if it is healthy and idle (not mid-statement or mid-transaction)."""
+        self.free.release()
+        if conn.closed:
+            return
+        if self.closed or conn.broken or conn.pgconn.transaction_status != _IDLE:
+            conn.pgconn.finish()  # mid-statement (a cancelled call) or mid-transaction: not reusable
+        else:
+            self.idle.append(conn)
+
+    def close(self) -> None:
+        self.closed = True
+        idle, self.idle = self.idle, []
+        for conn in idle:
+            conn.pgconn.finish()
+
+
+async def _close_at_shutdown(connections: LoopConnections) -> AsyncGenerator[None, None]:
+    """Advanced once, registered with the running loop: its ``shutdown_asyncgens()`` (which
+    ``asyncio.run`` and nbagent's own loop call) closes the loop's connections."""
+    try:
+        yield
+    finally:
+        connections.close()
+
 
 class Database:
-    """One database (and schema) as seen from this process: its pool, opened on first use."""
+    """One database (and schema) as seen from this process: its connections, opened on first use."""
 
     def __init__(
         self,
@@ -67,16 +148,17 @@ class Database:
         self.wait_s = wait_s
         self.lease_s = lease_s
         self.lock = threading.Lock()
-        self._pid = 0
-        self._pool: Any = None
+        self._ready_lock = threading.Lock()
+        self._ready_pid = 0
+        """The process that checked (or migrated) the schema; 0 before."""
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, LoopConnections] = (
+            weakref.WeakKeyDictionary())
+        self._loops_pid = 0
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._executor_pid = 0
-        self.leases: dict[str, str] = {}
-        """Threads whose lease this process renews, with the run holding it."""
-        self._beater: threading.Thread | None = None
         self._release: weakref.finalize[Any, Any] | None = None
-        self.renew_sql = ""
-        """The heartbeat's statement (set by the store: it owns the SQL)."""
+        self.leases = Leases(self.call, lease_s)
+        """The leases of the runs going on in this process, renewed by a heartbeat thread."""
 
     # ------------------------------------------------------------------ opening
     def connect_kwargs(self) -> dict[str, Any]:
@@ -91,36 +173,38 @@ class Database:
         return kwargs
 
     def connect(self) -> Any:
-        """A new connection of its own (not from the pool), e.g. for migrations."""
+        """A new blocking connection of its own, e.g. for migrations."""
         import psycopg
 
         return psycopg.connect(self.conninfo, **self.connect_kwargs())
 
-    def pool(self) -> Any:
-        """This process's pool, opened (and the schema checked or migrated) on first use."""
-        if self._pool is not None and self._pid == os.getpid():
-            return self._pool
-        with self.lock:
-            if self._pool is not None and self._pid == os.getpid():
-                return self._pool
-            if self._pid not in (0, os.getpid()):  # a forked child: the parent's pool is not ours
-                self._pool, self._beater = None, None
-                self.leases.clear()
-            from psycopg_pool import ConnectionPool
+    async def connect_async(self) -> Any:
+        """A new asyncio connection (for `LoopConnections`)."""
+        import psycopg
 
-            conn = self.connect()  # fails at once with the server's words (not after a pool timeout)
+        return await psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs())
+
+    def ready(self) -> None:
+        """Check (or migrate) the schema once per process, on a connection of its own: fails at
+        once with the server's words. Blocking: `run` calls it in a worker thread."""
+        import psycopg
+
+        failure: BaseException | None = None
+        with self._ready_lock:
+            if self._ready_pid == os.getpid():
+                return
             try:
-                self.prepare_schema(conn)
-            finally:
-                conn.close()
-            pool = ConnectionPool(
-                self.conninfo, kwargs=self.connect_kwargs(), min_size=1, max_size=self.pool_size,
-                open=False, timeout=self.wait_s, name="nbagent", max_idle=300.0,
-            )
-            pool.open(wait=False)
-            self._pool, self._pid = pool, os.getpid()
-            self._release = weakref.finalize(self, _release, pool, self._pid)
-            return pool
+                conn = self.connect()
+                try:
+                    self.prepare_schema(conn)
+                finally:
+                    conn.close()
+            except psycopg.Error as exc:
+                failure = exc
+            else:
+                self._ready_pid = os.getpid()
+                return
+        raise self.error(failure)  # outside the except block: the driver's frames are not chained
 
     def prepare_schema(self, conn: Any) -> None:
         if self.migrate:
@@ -135,39 +219,78 @@ class Database:
             )
 
     def executor(self) -> concurrent.futures.ThreadPoolExecutor:
-        """This process's worker threads (the driver blocks; the event loop must not)."""
+        """This process's worker thread for blocking work (the schema check, migrations)."""
         executor = self._executor
         if executor is None or self._executor_pid != os.getpid():
             with self.lock:
                 if self._executor is None or self._executor_pid != os.getpid():
                     self._executor = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=self.pool_size, thread_name_prefix="nbagent-pg"
+                        max_workers=1, thread_name_prefix="nbagent-pg"
                     )
                     self._executor_pid = os.getpid()
                 executor = self._executor
         return executor
 
+    async def connections(self) -> LoopConnections:
+        """The running loop's connections (made on first use there; closed at the loop's
+        shutdown, when the loop is freed, or by `close`)."""
+        loop = asyncio.get_running_loop()
+        found = self._loops.get(loop)
+        if found is not None and self._loops_pid == os.getpid():
+            return found
+        if self._ready_pid != os.getpid():
+            await loop.run_in_executor(self.executor(), self.ready)
+        made = LoopConnections(self.pool_size)
+        with self.lock:
+            if self._loops_pid != os.getpid():
+                if self._loops_pid:  # a forked child: the parent's connections are not ours
+                    for old in self._loops.values():
+                        _orphans.extend(old.idle)
+                        old.idle = []
+                    if self._release is not None:
+                        self._release.detach()
+                        self._release = None
+                    self.leases.forget()
+                self._loops = weakref.WeakKeyDictionary()
+                self._loops_pid = os.getpid()
+            for old_loop in [lp for lp in self._loops if lp.is_closed()]:
+                self._loops.pop(old_loop).close()
+            found = self._loops.setdefault(loop, made)
+            if self._release is None:
+                self._release = weakref.finalize(self, _release, self._loops, os.getpid())
+        if found is made:
+            weakref.finalize(loop, made.close)  # a loop freed without shutting its async generators
+            made.closer = _close_at_shutdown(made)
+            await made.closer.__anext__()  # registered with this loop's shutdown_asyncgens()
+        return found
+
     # ------------------------------------------------------------------ calls
     async def run(self, work: Work[_T]) -> _T:
-        """``work(connection, attempt)`` in a worker thread (the event loop keeps running)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor(), self.call, work)
-
-    def call(self, work: Work[_T]) -> _T:
-        """``work(connection, attempt)`` on a pooled connection, tried again on a fresh one when
-        the connection is lost, until `wait_s` has passed. Errors become `StoreError`s."""
+        """``await work(connection, attempt)`` on one of this loop's connections, tried again on
+        a fresh one when the connection is lost, until `wait_s` has passed. Errors become
+        `StoreError`s."""
         import psycopg
 
+        connections = await self.connections()
         deadline = time.monotonic() + self.wait_s
         attempt, pause = 0, 0.05
         while True:
             failure: BaseException | None = None
             conn = None
             try:
-                pool = self.pool()
-                with pool.connection() as conn:
-                    return work(conn, attempt)
+                conn = await connections.take(self, deadline)
+                try:
+                    return await work(conn, attempt)
+                finally:
+                    connections.give(conn)
+            except NoConnection:
+                raise StoreConnectionError(
+                    f"the PostgreSQL store {self.display} gave no connection within {self.wait_s:g} s: "
+                    f"all {self.pool_size} connections (pool_size) of this event loop stayed in use",
+                    path=self.display) from None
             except psycopg.Error as exc:
-                lost = _lost(exc, conn)
+                # A connection that cannot be opened now is lost too: the server was reached before.
+                lost = _lost(exc, conn) or (conn is None and _is_operational(exc))
                 if not lost or time.monotonic() + pause > deadline:
                     failure = exc
             if failure is not None:
@@ -176,35 +299,54 @@ class Database:
                 # connection's settings) is not chained to what the user sees.
                 raise error
             attempt += 1
-            time.sleep(pause)
+            await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
 
-    async def run_direct(self, work: Work[_T]) -> _T:
-        """``work(connection, 0)`` on a connection of its own (no pool, no schema check)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor(), self._direct, work)
+    async def fetchone(self, sql: str, params: Any = ()) -> Any:
+        """The first row of one statement (None if it returned none)."""
+        async def work(conn: Any, _: int) -> Any:
+            return await (await conn.execute(sql, params)).fetchone()
 
-    def _direct(self, work: Work[_T]) -> _T:
+        return await self.run(work)
+
+    async def fetchall(self, sql: str, params: Any = ()) -> list[Any]:
+        """The rows of one statement."""
+        async def work(conn: Any, _: int) -> list[Any]:
+            return await (await conn.execute(sql, params)).fetchall()
+
+        return await self.run(work)
+
+    def call(self, work: SyncWork[_T], conn: Any = None) -> tuple[_T, Any]:
+        """``work(connection, 0)`` on the blocking connection `conn` (a new one if None or
+        lost); returns the result and the connection to use next time. Errors become
+        `StoreError`s (the connection is then closed)."""
         import psycopg
 
         failure: BaseException | None = None
         try:
-            with self.connect() as conn:
-                return work(conn, 0)
+            if conn is None or conn.closed or conn.broken:
+                conn = self.connect()
+            return work(conn, 0), conn
         except psycopg.Error as exc:
             failure = exc
+        if conn is not None:
+            conn.close()
         raise self.error(failure)
+
+    async def run_direct(self, work: SyncWork[_T]) -> _T:
+        """``work(connection, 0)`` on a blocking connection of its own (no schema check), in a
+        worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor(), self._direct, work)
+
+    def _direct(self, work: SyncWork[_T]) -> _T:
+        result, conn = self.call(work)
+        conn.close()
+        return result
 
     def error(self, exc: BaseException) -> StoreError:
         """The `StoreError` for a driver error, naming the server (never the password)."""
-        from psycopg_pool import PoolTimeout
-
         words = self.scrub(" ".join(str(exc).split()))
         state = getattr(exc, "sqlstate", None) or ""
-        if isinstance(exc, PoolTimeout):
-            words = self._why_no_connection() or words
-            return StoreConnectionError(
-                f"the PostgreSQL store {self.display} gave no connection within {self.wait_s:g} s: {words}",
-                path=self.display)
         if state == "42501" or state == "25006":
             return StoreReadOnlyError(f"the PostgreSQL store {self.display} cannot be written: {words}",
                                       path=self.display)
@@ -214,15 +356,6 @@ class Database:
                 path=self.display)
         return StoreError(f"the PostgreSQL store {self.display} failed: {words}", path=self.display)
 
-    def _why_no_connection(self) -> str | None:
-        import psycopg
-
-        try:
-            self.connect().close()
-        except psycopg.Error as exc:
-            return self.scrub(" ".join(str(exc).split()))
-        return None
-
     def scrub(self, text: str) -> str:
         """`text` with the password (if it occurs, and is not too short to tell) replaced."""
         secret = self.password.reveal() if self.password is not None else ""
@@ -230,67 +363,29 @@ class Database:
             text = text.replace(secret, "***")
         return text
 
-    # ------------------------------------------------------------------ leases
-    def hold(self, thread: str, run_id: str) -> None:
-        """Renew the lease of `thread` while `run_id` goes on in this process."""
-        with self.lock:
-            self.leases[thread] = run_id
-            if self._beater is None or not self._beater.is_alive():
-                self._beater = threading.Thread(target=self._beat, name="nbagent-pg-lease", daemon=True)
-                self._beater.start()
-
-    def release(self, thread: str) -> None:
-        with self.lock:
-            self.leases.pop(thread, None)
-
-    def _beat(self) -> None:
-        pid = os.getpid()
-        while True:
-            time.sleep(self.lease_s / 3)
-            with self.lock:
-                if os.getpid() != pid:
-                    return
-                for thread, run in list(self.leases.items()):
-                    if run not in live_runs:  # the run ended without saying so (an error, a kill)
-                        del self.leases[thread]
-                pairs = list(self.leases.items())
-                if not pairs:
-                    self._beater = None
-                    return
-            params = (self.lease_s, [p[0] for p in pairs], [p[1] for p in pairs])
-
-            def renew(conn: Any, _: int, params: tuple[Any, ...] = params) -> None:
-                conn.execute(self.renew_sql, params)
-
-            try:
-                self.call(renew)
-            except StoreError:
-                pass  # the next beat tries again; a lapsed lease only lets others take over
-
     def close(self) -> None:
-        """Close this process's pool (it is opened again if used again)."""
+        """Close this process's connections (they are opened again if used again)."""
         with self.lock:
-            pool, self._pool = self._pool, None
+            loops = list(self._loops.values()) if self._loops_pid == os.getpid() else []
+            self._loops = weakref.WeakKeyDictionary()
             executor, self._executor = self._executor, None
-            self.leases.clear()
+            self.leases.forget()
             if self._release is not None:
                 self._release.detach()
                 self._release = None
         if executor is not None and self._executor_pid == os.getpid():
             executor.shutdown(wait=False)
-        if pool is not None and self._pid == os.getpid():
-            pool.close()
+        for connections in loops:
+            connections.close()
 
 
-def _release(pool: Any, pid: int) -> None:
-    """Close the pool of a store that was dropped without `close` (when Python frees it). Not on
-    one of the pool's own threads, where the cycle collector may run: closing joins them."""
-    if os.getpid() != pid:  # a forked child: the parent's pool is not ours
+def _release(loops: weakref.WeakKeyDictionary[Any, LoopConnections], pid: int) -> None:
+    """Close the connections of a store that was dropped without `close` (when Python frees it;
+    on whatever thread: closing a connection is a plain libpq call)."""
+    if os.getpid() != pid:  # a forked child: the parent's connections are not ours
         return
-    if threading.current_thread().name.startswith(f"{pool.name}-"):
-        threading.Thread(target=pool.close, name="nbagent-pg-release", daemon=True).start()
-    else:
-        pool.close()
+    for connections in list(loops.values()):
+        connections.close()
 
 
 def _is_operational(exc: BaseException) -> bool:
@@ -301,10 +396,6 @@ def _is_operational(exc: BaseException) -> bool:
 
 def _lost(exc: BaseException, conn: Any) -> bool:
     """Whether `exc` means the connection (or the server) went away, so trying again may work."""
-    from psycopg_pool import PoolTimeout
-
-    if isinstance(exc, PoolTimeout):
-        return False  # the pool already waited `wait_s`
     state = getattr(exc, "sqlstate", None) or ""
     if state in _RETRY_STATES or state.startswith("08"):
         return True

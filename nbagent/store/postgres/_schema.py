@@ -19,9 +19,10 @@ from ..base import ERROR_KEPT
 
 __all__ = ["SCHEMA_VERSION", "USAGE_TYPES", "check", "migrate", "quote_schema"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The newest schema this nbagent creates and reads (rows of ``<schema>.schema_version``).
-Version 2 gives checkpoints the run's ``run_id``, ``stop_reason`` and ``error``."""
+Version 2 gives checkpoints the run's ``run_id``, ``stop_reason`` and ``error``; version 3 adds
+the functions ``load_thread`` and ``begin_thread`` and drops the index on ``threads.updated``."""
 
 USAGE_TYPES = {
     "run_id": "text", "thread": "text", "step": "integer", "time": "double precision",
@@ -216,10 +217,80 @@ END
 $fn$"""
 
 
-MIGRATIONS = [_version_1, _version_2]
+def _version_3(s: str) -> list[str]:
+    """The functions ``load_thread`` and ``begin_thread`` (`_functions`: every migration creates
+    the functions again). And no index on ``threads.updated``, as in SQLite: every append changes
+    that column, so the index made each append write a new index entry and kept PostgreSQL from
+    updating the thread's row in place (a HOT update, for which the table keeps free room in its
+    pages); listing the threads sorts them, and `prune` reads the table, instead."""
+    return [f"DROP INDEX IF EXISTS {s}.threads_updated", f"ALTER TABLE {s}.threads SET (fillfactor = 80)"]
+
+
+def _load_function(s: str) -> str:
+    """``<schema>.load_thread(id)``: the whole thread as one snapshot, as the text of one JSON
+    array ``[version, meta, leased, [[step, message], ...], [usage row, ...], [ledger row, ...]]``
+    (NULL when the thread does not exist).
+
+    In a PL/pgSQL function its query is planned once per session: as a plain statement it was
+    planned again on every call (no prepared statements, for PgBouncer), which cost more than
+    running it. One text value is the cheapest result to send and to decode."""
+    usage = ", ".join("u." + n for n in USAGE_TYPES)
+    return f"""CREATE OR REPLACE FUNCTION {s}.load_thread(p_thread text)
+RETURNS text LANGUAGE plpgsql STABLE AS $fn$
+DECLARE
+    found text;
+BEGIN
+    SELECT json_build_array(
+        t.version, t.meta, coalesce(t.lease_run IS NOT NULL AND t.lease_until > clock_timestamp(), false),
+        (SELECT coalesce(json_agg(json_build_array(m.step, m.data) ORDER BY m.seq), '[]')
+         FROM {s}.messages m WHERE m.thread = t.id),
+        (SELECT coalesce(json_agg(json_build_array({usage}) ORDER BY u.id), '[]')
+         FROM {s}.usage u WHERE u.thread = t.id),
+        (SELECT coalesce(json_agg(json_build_array(l.call_id, l.tool, l.args_hash, l.status, l.time)
+                                  ORDER BY l.version, l.time), '[]')
+         FROM {s}.ledger l WHERE l.thread = t.id))::text
+    INTO found
+    FROM {s}.threads t WHERE t.id = p_thread;
+    RETURN found;
+END
+$fn$"""
+
+
+def _begin_function(s: str) -> str:
+    """``<schema>.begin_thread(...)``: `PostgresStore.create_or_load` in one call.
+
+    Appends the first checkpoint of a new thread (``append_step`` at version 0) and returns its
+    version as text; when the thread exists, writes nothing and returns ``load_thread``'s JSON
+    array (read after the attempt, so a thread another writer has just started is seen), or
+    NULL if it was deleted since."""
+    return f"""CREATE OR REPLACE FUNCTION {s}.begin_thread(
+    p_thread text, p_step integer, p_now double precision, p_n integer,
+    p_tin bigint, p_tout bigint, p_cost double precision, p_meta jsonb, p_status text, p_title text,
+    p_lease_run text, p_lease_s double precision, p_write_id text, p_msgs jsonb, p_summary text,
+    p_usage jsonb, p_ledger jsonb
+) RETURNS text LANGUAGE plpgsql AS $fn$
+DECLARE
+    created bigint;
+BEGIN
+    created := {s}.append_step(p_thread, 0, p_step, p_now, p_n, p_tin, p_tout, p_cost, p_meta, p_status,
+                               p_title, p_lease_run, p_lease_s, p_write_id, p_msgs, p_summary, p_usage, p_ledger);
+    IF created IS NOT NULL THEN
+        RETURN created::text;
+    END IF;
+    RETURN {s}.load_thread(p_thread);
+END
+$fn$"""
+
+
+def _functions(s: str) -> list[str]:
+    """The functions of the newest schema, created again by every migration (code, not data)."""
+    return [_append_function(s), _load_function(s), _begin_function(s)]
+
+
+MIGRATIONS = [_version_1, _version_2, _version_3]
 """Migration *i* (0-based) brings a schema from version *i* to *i + 1*; each returns its
 statements for a quoted schema name. A new one is appended here and `SCHEMA_VERSION` raised.
-The append function (`_append_function`, for the newest schema) is created after them."""
+The functions (`_functions`, for the newest schema) are created after them."""
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 
@@ -270,7 +341,8 @@ def migrate(conn: Any, schema: str, who: str) -> tuple[int, int]:
                 conn.execute(statement)
             conn.execute(f"INSERT INTO {s}.schema_version (version, applied_by) VALUES (%s, %s)",
                          (number + 1, who))
-        conn.execute(_append_function(s))
+        for function in _functions(s):
+            conn.execute(function)
     return before, SCHEMA_VERSION
 
 

@@ -1,17 +1,16 @@
 """The SQL of `PostgresStore`, one statement per store call wherever that is possible.
 
 Owns the statements (templates with ``{s}`` for the quoted schema) and `Statements`, which fills
-them in once per store. Imports `_schema` (the usage columns) only.
+them in once per store. Imports nothing of nbagent.
 
 Why single statements: in autocommit mode one statement is one transaction, which costs one
 round trip, sees one snapshot (a `load` is consistent without ``BEGIN``), and is what PgBouncer's
-transaction mode needs. An append is one call of the schema's ``append_step`` function
-(`_schema`), whose statements the server plans once per session.
+transaction mode needs. A load, an append and a run's start are calls of the schema's functions
+``load_thread``, ``append_step`` and ``begin_thread`` (`_schema`), whose statements the server
+plans once per session (a plain statement is planned again on every call).
 """
 
 from __future__ import annotations
-
-from ._schema import USAGE_TYPES
 
 __all__ = ["CHECKPOINT_NAMES", "LAST_CHECKPOINTS", "Statements"]
 
@@ -24,17 +23,6 @@ SELECT * FROM (SELECT DISTINCT ON (run_id) {CHECKPOINT_NAMES} FROM {{s}}.checkpo
                WHERE thread = %s AND run_id IS NOT NULL ORDER BY run_id, version DESC) AS last
 ORDER BY version"""
 """The last checkpoint of each run of a thread, in the order they were written."""
-
-_LOAD = f"""
-SELECT t.version, t.meta::text, coalesce(t.lease_run IS NOT NULL AND t.lease_until > clock_timestamp(), false),
-    (SELECT coalesce(json_agg(json_build_array(m.step, m.data) ORDER BY m.seq), '[]')::text
-     FROM {{s}}.messages m WHERE m.thread = t.id),
-    (SELECT coalesce(json_agg(json_build_array({", ".join("u." + n for n in USAGE_TYPES)}) ORDER BY u.id), '[]')::text
-     FROM {{s}}.usage u WHERE u.thread = t.id),
-    (SELECT coalesce(json_agg(json_build_array(l.call_id, l.tool, l.args_hash, l.status, l.time)
-                              ORDER BY l.version, l.time), '[]')::text
-     FROM {{s}}.ledger l WHERE l.thread = t.id)
-FROM {{s}}.threads t WHERE t.id = %s"""
 
 _DELETE = """
 WITH t AS (DELETE FROM {s}.threads WHERE {where} RETURNING id),
@@ -58,7 +46,7 @@ class Statements:
             return template.replace("{s}", schema)
 
         self.schema = schema
-        self.load = fill(_LOAD)
+        self.load = fill("SELECT {s}.load_thread(%s)")
         self.delete = fill(_DELETE.replace("{where}", "id = %s"))
         self.prune = fill(_DELETE.replace(
             "{where}",
@@ -75,6 +63,12 @@ class Statements:
         return (f"SELECT {self.schema}.append_step(%(thread)s, %(version)s, %(step)s, %(now)s, %(n)s, "
                 "%(tin)s, %(tout)s, %(cost)s, %(meta)s::jsonb, %(status)s, %(title)s, %(lease_run)s, "
                 "%(lease_s)s, %(write_id)s, %(msgs)s::jsonb, %(summary)s, %(usage)s::jsonb, %(ledger)s::jsonb)")
+
+    def begin_call(self) -> str:
+        """The call of the schema's ``begin_thread`` function (`PostgresStore.create_or_load`)."""
+        return (f"SELECT {self.schema}.begin_thread(%(thread)s, %(step)s, %(now)s, %(n)s, %(tin)s, "
+                "%(tout)s, %(cost)s, %(meta)s::jsonb, %(status)s, %(title)s, %(lease_run)s, %(lease_s)s, "
+                "%(write_id)s, %(msgs)s::jsonb, %(summary)s, %(usage)s::jsonb, %(ledger)s::jsonb)")
 
     def usage_columns(self, names: tuple[str, ...], one_thread: bool) -> str:
         where = " WHERE thread = %s" if one_thread else ""

@@ -1,60 +1,32 @@
 """The `PostgresStore` class: the store protocol on a PostgreSQL database.
 
-Owns the protocol's calls (load, append, listings, delete, prune, fork copy, usage columns), the
-JSON of stored records and the store's picklable identity (its URL and options). Imports
-`_conninfo`, `_database` (pool, retries, leases, errors), `_schema`, `_sql` (the statements), the
-store protocol, messages, usage and exceptions; psycopg only through `_database`, on first use.
+Owns the protocol's calls (load, append, a run's start, listings, delete, prune, fork copy,
+usage columns) and the store's picklable identity (its URL and options). Imports `_conninfo`,
+`_database` (connections, retries, leases, errors), `_records` (the JSON of records), `_schema`,
+`_sql` (the statements), `_copy`, the store protocol, messages, usage and exceptions; psycopg only
+through `_database`, on first use.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import json
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...exceptions import ConflictError, StoreCorruptError, UserError
-from ...messages import Message, message_from_dict
+from ...messages import Message
 from ...usage import ModelCallUsage
 from .._columnar import UsageColumns, column_names, encode_rows
-from ..base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, summarize
+from ..base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState
 from ..meta import ThreadMeta, meta_record
 from ._conninfo import Secret, split_password
 from ._copy import _Undecodable, copy_rows
 from ._database import Database
-from ._schema import USAGE_TYPES, quote_schema
+from ._records import append_params, decode_thread
+from ._schema import quote_schema
 from ._sql import Statements
-
-_FLOATS = [i for i, kind in enumerate(USAGE_TYPES.values()) if kind == "double precision"]
-_DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
-
-
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-def _finite(value: float | None) -> float | None:
-    # JSON (and so jsonb) has no NaN: a NaN cost is stored as NULL, as SQLite does.
-    return None if value is None or math.isnan(value) else value
-
-
-def _usage_json(row: ModelCallUsage) -> list[Any]:
-    return [
-        row.run_id, None, row.step, row.time, row.provider, row.model, row.input_tokens,
-        row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
-        _finite(row.latency_s), row.finish_reason, row.tool_calls, _finite(row.cost_input),
-        _finite(row.cost_output), _finite(row.cost_total), row.currency, bool(row.usage_reported),
-    ]
-
-
-def _usage_row(values: list[Any]) -> ModelCallUsage:
-    for i in _FLOATS:  # JSON gives 1 for 1.0
-        if values[i] is not None:
-            values[i] = float(values[i])
-    return ModelCallUsage(*values)
 
 
 class PostgresStore(Store):
@@ -83,7 +55,7 @@ class PostgresStore(Store):
         schema: the PostgreSQL schema holding the tables (created if needed).
         migrate: create or upgrade the tables on first use; with False the store refuses a
             database whose tables are missing or older (``python -m nbagent.store migrate URL``).
-        pool_size: connections this process may open (and worker threads that use them).
+        pool_size: connections each event loop of this process may have open at once.
         prepare_threshold: psycopg's; None (the default) never prepares statements on the
             server, which PgBouncer in transaction mode requires. Give a number to allow them
             when connecting to PostgreSQL directly.
@@ -107,8 +79,8 @@ class PostgresStore(Store):
         wait_s: float = 15.0,
         lease_s: float = 30.0,
     ) -> None:
-        if importlib.util.find_spec("psycopg") is None or importlib.util.find_spec("psycopg_pool") is None:
-            raise UserError('PostgresStore needs psycopg 3 and psycopg_pool: pip install "nbagent[postgres]"')
+        if importlib.util.find_spec("psycopg") is None:
+            raise UserError('PostgresStore needs psycopg 3: pip install "nbagent[postgres]"')
         if not isinstance(url, str) or not url.strip():
             raise UserError(f"PostgresStore needs a PostgreSQL URL, got {type(url).__name__}")
         if pool_size < 1 or wait_s <= 0 or lease_s <= 0:
@@ -126,7 +98,7 @@ class PostgresStore(Store):
             migrate=migrate, pool_size=pool_size, prepare_threshold=prepare_threshold, wait_s=wait_s,
             lease_s=lease_s,
         )
-        self._db.renew_sql = self._sql.renew
+        self._db.leases.renew_sql = self._sql.renew
         self.lease_s = lease_s
         self._damaged: dict[str, str] = {}
 
@@ -141,26 +113,8 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ reading
     async def load(self, thread: str) -> ThreadState | None:
         """The whole thread as one consistent snapshot (one statement), or None."""
-        sql = self._sql.load
-        row = await self._db.run(lambda conn, _: conn.execute(sql, (thread,)).fetchone())
-        if row is None:
-            return None
-        version, meta_text, leased, messages_text, usage_text, ledger_text = row
-        try:
-            meta = ThreadMeta.from_dict(json.loads(meta_text))
-        except _DECODE_ERRORS as exc:
-            raise self._damage(thread, "its meta record", exc) from exc
-        pairs = json.loads(messages_text)
-        messages, steps = [], []
-        for i, (step, data) in enumerate(pairs):
-            try:
-                messages.append(message_from_dict(data))
-            except _DECODE_ERRORS as exc:
-                raise self._damage(thread, f"message {i}", exc) from exc
-            steps.append(step)
-        ledger = {r[0]: LedgerEntry(r[0], r[1], r[2], r[3], float(r[4])) for r in json.loads(ledger_text)}
-        usage = [_usage_row(r) for r in json.loads(usage_text)]
-        return ThreadState(thread, int(version), messages, steps, meta, ledger, usage, leased=bool(leased))
+        (found,) = await self._db.fetchone(self._sql.load, (thread,))
+        return None if found is None else decode_thread(thread, found, self._damage)
 
     def _damage(self, thread: str, what: str, exc: BaseException) -> StoreCorruptError:
         message = (
@@ -174,21 +128,21 @@ class PostgresStore(Store):
     async def threads(self) -> list[ThreadInfo]:
         """All stored threads, most recently updated first."""
         sql = self._sql.threads
-        rows = await self._db.run(lambda conn, _: conn.execute(sql).fetchall())
+        rows = await self._db.fetchall(sql)
         return [ThreadInfo(*r) for r in rows]
 
     async def checkpoints(self, thread: str) -> list[Checkpoint]:
         """The checkpoints of a thread (one per append that wrote messages or a meta record),
         oldest first."""
         sql = self._sql.checkpoints
-        rows = await self._db.run(lambda conn, _: conn.execute(sql, (thread,)).fetchall())
+        rows = await self._db.fetchall(sql, (thread,))
         return [Checkpoint(*r) for r in rows]
 
     async def last_checkpoints(self, thread: str) -> dict[str, Checkpoint]:
         """The last checkpoint of each run of a thread, by run id (one statement); see
         `Store.last_checkpoints`."""
         sql = self._sql.last_checkpoints
-        rows = await self._db.run(lambda conn, _: conn.execute(sql, (thread,)).fetchall())
+        rows = await self._db.fetchall(sql, (thread,))
         return {r[10]: Checkpoint(*r) for r in rows}
 
     async def usage_columns(
@@ -198,7 +152,7 @@ class PostgresStore(Store):
         names = column_names(columns)
         sql = self._sql.usage_columns(names, thread is not None)
         params = (thread,) if thread is not None else ()
-        rows = await self._db.run(lambda conn, _: conn.execute(sql, params).fetchall())
+        rows = await self._db.fetchall(sql, params)
         return UsageColumns([encode_rows(rows, names)] if rows else [], names)
 
     # ------------------------------------------------------------------ writing
@@ -222,53 +176,68 @@ class PostgresStore(Store):
         """
         if self._damaged and thread in self._damaged:
             raise StoreCorruptError(self._damaged[thread], path=self.url)
-        record = meta_record(meta)
-        tokens_in = sum(r.input_tokens for r in usage)
-        tokens_out = sum(r.output_tokens for r in usage)
-        costs = [r.cost_total for r in usage if r.cost_total is not None and not math.isnan(r.cost_total)]
-        title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
-        status = None if record is None else record.get("status")
-        lease_run = None
-        if record is not None and status == "running" and record.get("owner") and record.get("run_id"):
-            lease_run = str(record["run_id"])
-        entries = {e.call_id: e for e in ledger}  # one row per call in one statement
-        write_id = os.urandom(8).hex()
-        params = {
-            "thread": thread, "version": version, "step": step, "now": time.time(),
-            "n": len(messages), "tin": tokens_in, "tout": tokens_out, "cost": sum(costs) if costs else None,
-            "meta": None if record is None else _dumps(record), "status": status,
-            "title": " ".join(title.split())[:80] if title else "",
-            "lease_run": lease_run, "lease_s": float(self.lease_s), "write_id": write_id,
-            "msgs": _dumps([m.to_dict() for m in messages]),
-            "summary": summarize(messages[-1]) if messages else "",
-            "usage": _dumps([_usage_json(r) for r in usage]) if usage else None,
-            "ledger": _dumps([[e.call_id, e.tool, e.args_hash, e.status, e.time] for e in entries.values()])
-            if entries else None,
-        }
+        params, record, lease_run = append_params(thread, step, messages, usage, ledger, meta, self.lease_s)
+        params["version"] = version
         sql = self._sql.append_call()
         head_sql = self._sql.head
+        write_id = params["write_id"]
 
-        def write(conn: Any, attempt: int) -> int | tuple[int, Any] | None:
+        async def write(conn: Any, attempt: int) -> int | tuple[int, Any] | None:
             if attempt:
-                found = conn.execute(head_sql, (thread,)).fetchone()
+                found = await (await conn.execute(head_sql, (thread,))).fetchone()
                 if found is not None and found[1] == write_id:
                     return int(found[0])  # the lost commit had happened
-            row = conn.execute(sql, params).fetchone()
+            row = await (await conn.execute(sql, params)).fetchone()
             if row[0] is not None:
                 return int(row[0])
-            found = conn.execute(head_sql, (thread,)).fetchone()
+            found = await (await conn.execute(head_sql, (thread,))).fetchone()
             return (-1, None if found is None else found[0])
 
         got = await self._db.run(write)
         if isinstance(got, tuple):
             raise self._conflict(thread, version, got[1])
         assert isinstance(got, int)
+        self._lease(thread, record, lease_run)
+        return got
+
+    async def create_or_load(
+        self,
+        thread: str,
+        *,
+        step: int = 0,
+        messages: Sequence[Message] = (),
+        meta: ThreadMeta | Mapping[str, Any] | None = None,
+    ) -> int | ThreadState:
+        """Start a new thread, or read the stored one, in one statement; see
+        `Store.create_or_load`. A lost connection is handled as in `append`."""
+        params, record, lease_run = append_params(thread, step, messages, (), (), meta, self.lease_s)
+        sql = self._sql.begin_call()
+        head_sql = self._sql.head
+        write_id = params["write_id"]
+
+        async def begin(conn: Any, attempt: int) -> int | str | None:
+            if attempt:
+                found = await (await conn.execute(head_sql, (thread,))).fetchone()
+                if found is not None and found[1] == write_id:
+                    return int(found[0])  # the lost commit had happened
+            (got,) = await (await conn.execute(sql, params)).fetchone()
+            return got  # type: ignore[no-any-return]
+
+        got = await self._db.run(begin)
+        if got is None:  # started and deleted by other writers meanwhile: the slow way
+            return await super().create_or_load(thread, step=step, messages=messages, meta=meta)
+        if isinstance(got, int) or not got.startswith("["):
+            self._lease(thread, record, lease_run)
+            return int(got)
+        return decode_thread(thread, got, self._damage)
+
+    def _lease(self, thread: str, record: dict[str, Any] | None, lease_run: str | None) -> None:
+        """After a write with a meta record: renew the thread's lease while its run goes on here."""
         if record is not None:
             if lease_run is not None:
-                self._db.hold(thread, lease_run)
+                self._db.leases.hold(thread, lease_run)
             else:
-                self._db.release(thread)
-        return got
+                self._db.leases.release(thread)
 
     def _conflict(self, thread: str, version: int, stored: int | None) -> ConflictError:
         if version == 0:
@@ -293,14 +262,14 @@ class PostgresStore(Store):
     async def delete(self, thread: str) -> bool:
         """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
         sql = self._sql.delete
-        rows = await self._db.run(lambda conn, _: conn.execute(sql, (thread,)).fetchall())
+        rows = await self._db.fetchall(sql, (thread,))
         self._damaged.pop(thread, None)
-        self._db.release(thread)
+        self._db.leases.release(thread)
         return bool(rows)
 
     async def _prune(self, cutoff: float) -> list[str]:
         sql = self._sql.prune
-        rows = await self._db.run(lambda conn, _: conn.execute(sql, (cutoff,)).fetchall())
+        rows = await self._db.fetchall(sql, (cutoff,))
         for (thread,) in rows:
             self._damaged.pop(thread, None)
         return [r[0] for r in rows]
@@ -322,13 +291,14 @@ class PostgresStore(Store):
         head_sql = self._sql.head
         record = meta_record(meta) or {}
 
-        def work(conn: Any, attempt: int) -> int:
+        async def work(conn: Any, attempt: int) -> int:
             if attempt:
-                found = conn.execute(head_sql, (target,)).fetchone()
+                found = await (await conn.execute(head_sql, (target,))).fetchone()
                 if found is not None and found[1] == write_id:
                     return int(found[0])
-            with conn.transaction():
-                return copy_rows(conn, schema, self.url, source, target, messages, last, record, now, write_id)
+            async with conn.transaction():
+                return await copy_rows(conn, schema, self.url, source, target, messages, last, record, now,
+                                       write_id)
 
         try:
             return await self._db.run(work)
