@@ -193,7 +193,8 @@ class Store:
 
         What a run with a prompt does first: the prompt is written with the run's meta record if
         the thread is new, and read otherwise. This default loads, then appends (a thread
-        another writer starts in between is loaded); `PostgresStore` does both in one round trip.
+        another writer starts in between is loaded); `PostgresStore` does both in one round trip,
+        without calling `append` (a subclass that watches appends should watch this too).
         """
         from ..exceptions import ConflictError
 

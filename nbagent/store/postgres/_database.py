@@ -115,11 +115,17 @@ class LoopConnections:
 
 async def _close_at_shutdown(connections: LoopConnections) -> AsyncGenerator[None, None]:
     """Advanced once, registered with the running loop: its ``shutdown_asyncgens()`` (which
-    ``asyncio.run`` and nbagent's own loop call) closes the loop's connections."""
+    ``asyncio.run`` and nbagent's own loop call) closes the loop's connections.
+
+    `connections` keeps this generator alive (the loop holds it only weakly), and the generator
+    keeps the loop alive (its finalizer is the loop's): the link is dropped once it has run, so
+    the loop can be freed. A loop closed without ``shutdown_asyncgens()`` has its connections
+    closed by the next loop's first call, by `Database.close`, or when the store is freed."""
     try:
         yield
     finally:
         connections.close()
+        connections.closer = None
 
 
 class Database:
@@ -233,7 +239,7 @@ class Database:
 
     async def connections(self) -> LoopConnections:
         """The running loop's connections (made on first use there; closed at the loop's
-        shutdown, when the loop is freed, or by `close`)."""
+        shutdown, by `close`, or when the store is freed)."""
         loop = asyncio.get_running_loop()
         found = self._loops.get(loop)
         if found is not None and self._loops_pid == os.getpid():
@@ -259,7 +265,6 @@ class Database:
             if self._release is None:
                 self._release = weakref.finalize(self, _release, self._loops, os.getpid())
         if found is made:
-            weakref.finalize(loop, made.close)  # a loop freed without shutting its async generators
             made.closer = _close_at_shutdown(made)
             await made.closer.__anext__()  # registered with this loop's shutdown_asyncgens()
         return found
