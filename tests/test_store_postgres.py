@@ -371,11 +371,16 @@ def test_a_store_dropped_without_close_is_collected_quietly_on_any_thread(postgr
 
 
 def test_each_event_loop_has_its_own_connections_closed_when_it_shuts_down(postgres_url: str, pg_schema: str) -> None:
-    """A script's ``asyncio.run`` (or a cluster worker's) leaves no connection open behind it, and
-    the store keeps working on the next loop."""
+    """A script's ``asyncio.run`` (or a cluster worker's) leaves no connection open behind it, nor
+    its loop alive, and the store keeps working on the next loop."""
+    import gc
+    import weakref
+
     store = PostgresStore(postgres_url, schema=pg_schema)
+    loops: list[Any] = []
 
     async def use(write: bool) -> Any:
+        loops.append(weakref.ref(asyncio.get_running_loop()))
         if write:
             await store.append("loops", version=0, step=0, messages=[UserMessage("hi")])
         await store.load("loops")
@@ -385,6 +390,8 @@ def test_each_event_loop_has_its_own_connections_closed_when_it_shuts_down(postg
     second = asyncio.run(use(False))
     assert first and second and not set(map(id, first)) & set(map(id, second))
     assert all(c.closed for c in first + second)
+    gc.collect()
+    assert [ref() for ref in loops] == [None, None], "a finished loop is kept alive"
     loaded = asyncio.run(store.load("loops"))
     assert loaded is not None and [m.content for m in loaded.messages] == ["hi"]  # type: ignore[union-attr]
     asyncio.run(store.close())
