@@ -398,3 +398,37 @@ def test_workers_share_a_postgres_store_and_a_rerun_from_it_skips_every_row(
     assert tool_runs(log) == {row: 1 for row in rows}
     stored = {info.thread: info.status for info in asyncio.run(agent.threads())}  # read here, in the notebook
     assert all(stored[thread] == "completed" for thread in first["thread"])
+
+
+def _stubborn_chunk(marker: str) -> Any:
+    """A chunk task that yields one row, then ignores Ray's cancellation (a KeyboardInterrupt
+    raised where it cannot stop at once, e.g. inside a blocking call of some library)."""
+    import time as _time
+
+    yield (0, {"status": "completed"})
+    end = _time.monotonic() + 40
+    while _time.monotonic() < end:
+        try:
+            _time.sleep(0.2)
+        except KeyboardInterrupt:
+            Path(marker).write_text("interrupted")
+
+
+def test_ray_cancel_returns_within_its_wait_even_when_a_chunk_does_not_stop(ray_cluster: Any, tmp_path: Path) -> None:
+    """Ctrl-C on a Ray batch: the driver waits at most its grace period for the chunks to stop,
+    then raises, even if a chunk task never ends (it hung the whole test run once, waiting for
+    the end of a cancelled chunk's stream with no time limit)."""
+    import ray
+
+    from nbagent.dataframe._ray import RayEngine, _Chunk
+
+    engine = RayEngine()
+    stubborn = ray.remote(max_retries=0)(_stubborn_chunk)
+    generator = stubborn.remote(str(tmp_path / "marker"))
+    engine._chunks[generator] = _Chunk([], 0)
+    assert ray.get(next(generator)) == (0, {"status": "completed"})  # the task is running
+    start = time.monotonic()
+    engine.cancel(2.0)
+    assert time.monotonic() - start < 6.0
+    assert engine.running() == 0
+    ray.cancel(generator, force=True)

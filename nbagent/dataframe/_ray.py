@@ -16,7 +16,6 @@ and `_executors`' token.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,19 +127,15 @@ class RayEngine:
         return [("row", position, row)]
 
     def cancel(self, wait_s: float) -> None:
+        """Cancel every chunk and wait up to `wait_s` for their tasks to end (their rows store
+        themselves cancelled). Never longer: reading a cancelled chunk's stream to its end
+        waits for its task with no time limit, so only the tasks' end refs are waited for."""
         for generator in self._chunks:
             ray.cancel(generator)  # a KeyboardInterrupt in the task: its rows end cancelled
-        deadline = time.monotonic() + wait_s
-        while self._chunks and time.monotonic() < deadline:
-            pending = list(self._chunks)
-            ready: list[Any] = ray.wait(pending, num_returns=1, timeout=max(0.0, deadline - time.monotonic()))[0]
-            for generator in ready:
-                try:
-                    ray.get(next(generator))
-                except StopIteration:
-                    del self._chunks[generator]
-                except RayError:
-                    del self._chunks[generator]
+        ends = [generator.completed() for generator in self._chunks]
+        if ends:
+            ray.wait(ends, num_returns=len(ends), timeout=wait_s, fetch_local=False)
+        self._chunks.clear()
 
     def close(self) -> None:
         self._chunks.clear()
