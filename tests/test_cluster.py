@@ -342,9 +342,15 @@ def test_ctrl_c_cancels_the_remaining_chunks_and_a_rerun_completes_them(executor
         finally:
             _thread.interrupt_main()  # what the kernel's Stop button does
 
-    threading.Thread(target=press_stop, daemon=True).start()
-    with pytest.raises(KeyboardInterrupt):
-        agent.map(prompts, executor=executor, concurrency=4, chunk_size=4, progress=False)
+    # A kernel handles SIGINT; a process started in the background may inherit it ignored, and
+    # then interrupt_main() does nothing at all (the batch would run until the test's timeout).
+    handler = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=press_stop, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            agent.map(prompts, executor=executor, concurrency=4, chunk_size=4, progress=False)
+    finally:
+        signal.signal(signal.SIGINT, handler)
     stopped_at = server.served + len(server.held)
     done_before = set(server.stats()["answered"])  # (the held requests are answered on release,
     server.release()                               # to clients that are gone)
