@@ -102,7 +102,9 @@ def test_stream_approve_deny_and_other_cells_in_jupyterlab(jupyter_lab, make_not
     partial = page.output_text(0)
     assert "STREAMEND" not in partial
     page.wait_text("STREAMEND", timeout=60)
-    assert page.eval("() => !!document.querySelector('.nbagent-chat strong')")  # **STREAMEND** rendered
+    # The last delta shows as text first; the finished answer is then rendered as Markdown.
+    page.wait_for(lambda: page.eval("() => !!document.querySelector('.nbagent-chat strong')"),
+                  "**STREAMEND** rendered as Markdown")
 
     # a tool needing approval shows its arguments and the buttons
     page.type_text("refund order 42")
