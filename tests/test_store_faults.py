@@ -31,7 +31,7 @@ if __name__ == "__main__":  # the child: make `nbagent` importable without the t
     sys.path.insert(0, str(ROOT))
 
 from nbagent import Agent, RunContext, tool  # noqa: E402
-from nbagent.exceptions import ConflictError  # noqa: E402
+from nbagent.exceptions import ConflictError, UnknownCallError  # noqa: E402
 from nbagent.messages import Message, UserMessage  # noqa: E402
 from nbagent.models import FunctionModel, tool_call  # noqa: E402
 from nbagent.store import PostgresStore, SQLiteStore, Store  # noqa: E402
@@ -65,8 +65,13 @@ async def idem(ctx: RunContext[Any], n: int) -> str:
 
 @tool(requires_approval=True)
 async def risky(ctx: RunContext[Any], n: int) -> str:
-    """A tool a person approves."""
+    """A tool a person approves. With NBAGENT_TEST_HOLD set, it waits (up to a minute) for that
+    file: the parent holds a run inside it while another process tries the same thread."""
     _mark(ctx, "risky")
+    hold = os.environ.get("NBAGENT_TEST_HOLD")
+    deadline = time.monotonic() + 60
+    while hold and not Path(hold).exists() and time.monotonic() < deadline:
+        await asyncio.sleep(0.01)
     await asyncio.sleep(0.05 * DELAY)
     return f"risky {n} done"
 
@@ -173,6 +178,8 @@ async def child(mode: str, db: str, thread: str, *rest: str) -> None:
             print(f"ended {result.status}", flush=True)
         except ConflictError as exc:
             print(f"conflict {exc}", flush=True)
+        except UnknownCallError as exc:  # the call is no longer waiting: the other process took it
+            print(f"refused {exc}", flush=True)
     elif mode == "conflict-store":
         store = open_spec(db)
         loaded = await store.load(thread)
@@ -540,23 +547,37 @@ async def _paused_thread(db: str, thread: str, env: dict[str, str]) -> list[str]
 @pytest.mark.timeout(120)
 async def test_two_kernels_on_two_machines_resume_one_paused_thread_at_once(tmp_path: Path, where: Any) -> None:
     """Both approve the same waiting call at the same moment: exactly one runs the tool, the other
-    gets ConflictError, and nothing runs twice."""
+    is refused (ConflictError; see below for SQLite), and nothing runs twice."""
     db, thread = where("threads"), "race"
     env = child_env(tmp_path, delay=0.1)
     ids = await _paused_thread(db, thread, env)
     risky_before = markers(tmp_path / f"{thread}.marker")
-    go = tmp_path / "go"
-    # The winner's resume (the approved tool, then the last answer) lasts about 2 s, so the other
-    # process, even descheduled for a while on a loaded machine, resumes while it goes on: a race,
-    # not a resume of a thread that has already completed.
-    race = {**env, "NBAGENT_TEST_DELAY": "20"}
+    go, hold = tmp_path / "go", tmp_path / "hold"
+    # The winner is held inside the approved tool until the other process has given up, so the
+    # other one always tries while the winner's run goes on (a race, not a resume of a thread
+    # that has already completed, however long a loaded machine deschedules it).
+    race = {**env, "NBAGENT_TEST_HOLD": str(hold)}
     procs = [await spawn("race-resume", db, thread, str(go), *ids, env={**race, "NBAGENT_TEST_HOST": f"machine-{k}"})
              for k in "AB"]
     for p in procs:
         assert (await p.stdout.readline()).decode().strip() == "ready"  # type: ignore[union-attr]
     go.touch()
-    outs = [(await p.communicate())[0].decode().strip().splitlines()[-1] for p in procs]
-    assert sorted(o.split(" ", 1)[0] for o in outs) == ["conflict", "ended"], outs
+    waiting = {asyncio.ensure_future(p.communicate()): p for p in procs}
+    first, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED, timeout=60)
+    hold.touch()  # the loser has finished (or a minute passed): let the winner's tool end
+    done = [await task for task in waiting]
+    assert first, "neither process gave up while the other was inside the tool"
+    for out, err in done:  # a child that printed nothing failed: say how
+        assert out.strip(), err.decode()[-3000:]
+    outs = [out.decode().strip().splitlines()[-1] for out, _ in done]
+    # The loser is refused either way. With PostgreSQL the lease says the winner's run goes on:
+    # ConflictError, whenever it looks. SQLite keeps no lease, and a run recorded by another
+    # machine cannot be checked by pid: if the loser reads the thread after the winner took the
+    # call, it is told the call is no longer waiting (UnknownCallError); before, ConflictError.
+    refusals = ["conflict"] if db.startswith("postgresql://") else ["conflict", "refused"]
+    loser = (await next(iter(first)))[0].decode().strip().splitlines()[-1]
+    assert loser.split(" ", 1)[0] in refusals, outs
+    assert sorted(o.split(" ", 1)[0] for o in outs) == sorted([loser.split(" ", 1)[0], "ended"]), outs
     assert "ended completed" in outs
     after = markers(tmp_path / f"{thread}.marker")
     assert after[ids[0]] == 1 and risky_before[ids[0]] == 0, "the approved tool ran exactly once"
