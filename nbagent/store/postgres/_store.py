@@ -183,10 +183,8 @@ class PostgresStore(Store):
         write_id = params["write_id"]
 
         async def write(conn: Any, attempt: int) -> int | tuple[int, Any] | None:
-            if attempt:
-                found = await (await conn.execute(head_sql, (thread,))).fetchone()
-                if found is not None and found[1] == write_id:
-                    return int(found[0])  # the lost commit had happened
+            if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
+                return landed
             row = await (await conn.execute(sql, params)).fetchone()
             if row[0] is not None:
                 return int(row[0])
@@ -216,10 +214,8 @@ class PostgresStore(Store):
         write_id = params["write_id"]
 
         async def begin(conn: Any, attempt: int) -> int | str | None:
-            if attempt:
-                found = await (await conn.execute(head_sql, (thread,))).fetchone()
-                if found is not None and found[1] == write_id:
-                    return int(found[0])  # the lost commit had happened
+            if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
+                return landed
             (got,) = await (await conn.execute(sql, params)).fetchone()
             return got  # type: ignore[no-any-return]
 
@@ -292,10 +288,8 @@ class PostgresStore(Store):
         record = meta_record(meta) or {}
 
         async def work(conn: Any, attempt: int) -> int:
-            if attempt:
-                found = await (await conn.execute(head_sql, (target,))).fetchone()
-                if found is not None and found[1] == write_id:
-                    return int(found[0])
+            if attempt and (landed := await _landed(conn, head_sql, target, write_id)) is not None:
+                return landed
             async with conn.transaction():
                 return await copy_rows(conn, schema, self.url, source, target, messages, last, record, now,
                                        write_id)
@@ -308,6 +302,13 @@ class PostgresStore(Store):
     async def close(self) -> None:
         """Close this process's connections (the store opens them again if used again)."""
         self._db.close()
+
+
+async def _landed(conn: Any, head_sql: str, thread: str, write_id: str) -> int | None:
+    """After a lost connection: the thread's version if the write marked `write_id` had in fact
+    committed (its ``last_write`` mark is on the thread), else None (try it again)."""
+    found = await (await conn.execute(head_sql, (thread,))).fetchone()
+    return int(found[0]) if found is not None and found[1] == write_id else None
 
 
 def _reopen(url: str, password: str | None, options: dict[str, Any]) -> PostgresStore:
