@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from nbagent import Agent, tool
-from nbagent.exceptions import StoreConnectionError, StoreError, StoreVersionError
+from nbagent.exceptions import StoreConnectionError, StoreError, StoreReadOnlyError, StoreVersionError
 from nbagent.messages import UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import PostgresStore, open_store
@@ -292,6 +292,60 @@ async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
     loaded = await store.load(thread)
     assert loaded is not None and loaded.version == len(expected)
     assert [m.content for m in loaded.messages] == expected  # type: ignore[union-attr]
+    await store.close()
+
+
+# ---------------------------------------------------------------------- the calls sent to libpq directly
+# A load, an append and a run's start skip psycopg's execute (nbagent/store/postgres/_libpq.py):
+# these pin what psycopg did for them before.
+async def test_a_nul_character_is_refused_with_a_store_error_and_nothing_is_written(
+    postgres_url: str, pg_schema: str
+) -> None:
+    """libpq reads a text parameter up to its first NUL: "a\\x00b" would silently become "a"."""
+    store = PostgresStore(postgres_url, schema=pg_schema)
+    for call in (store.append("a\x00b", version=0, step=0, messages=[UserMessage("x")]),
+                 store.create_or_load("a\x00b", messages=[UserMessage("x")]), store.load("a\x00b")):
+        with pytest.raises(StoreError, match="cannot contain NUL"):
+            await call
+    assert await store.threads() == []
+    await store.close()
+
+
+async def test_a_call_cancelled_while_the_server_works_leaves_nothing_for_the_next_call(
+    postgres_url: str, pg_schema: str
+) -> None:
+    """A load cancelled while its statement waits for a lock: its connection is not used again
+    (the next call on it would read the cancelled statement's answer, or fail)."""
+    store = PostgresStore(postgres_url, schema=pg_schema, pool_size=1)
+    for thread in "ab":
+        await store.append(thread, version=0, step=0, messages=[UserMessage(thread.upper())])
+    locker = await psycopg.AsyncConnection.connect(postgres_url)  # a transaction: holds the lock
+    await locker.execute(f'LOCK TABLE "{pg_schema}".threads IN ACCESS EXCLUSIVE MODE')
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(store.load("a"), 0.5)
+    await locker.rollback()
+    await locker.close()
+    loaded = await store.load("b")
+    assert loaded is not None and [m.content for m in loaded.messages] == ["B"]  # type: ignore[union-attr]
+    assert await store.append("b", version=1, step=1, messages=[UserMessage("C")]) == 2
+    await store.close()
+
+
+async def test_the_servers_error_keeps_its_kind_read_only_database(
+    postgres_server: PgCluster, postgres_url: str, pg_schema: str
+) -> None:
+    writer = PostgresStore(postgres_url, schema=pg_schema)
+    await writer.append("t", version=0, step=0, messages=[UserMessage("one")])
+    await writer.close()
+    url = postgres_url + "?options=-c%20default_transaction_read_only%3Don"
+    store = PostgresStore(url, schema=pg_schema)
+    loaded = await store.load("t")
+    assert loaded is not None and loaded.version == 1
+    for call in (store.append("t", version=1, step=1, messages=[UserMessage("two")]),
+                 store.create_or_load("new", messages=[UserMessage("x")])):
+        with pytest.raises(StoreReadOnlyError, match=r"cannot be written: .*read-only transaction") as info:
+            await call
+        assert postgres_server.password not in str(info.value)
     await store.close()
 
 

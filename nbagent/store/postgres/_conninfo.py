@@ -10,7 +10,7 @@ psycopg: nothing here needs the driver).
 from __future__ import annotations
 
 import re
-from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlsplit, urlunsplit
 
 from ...exceptions import UserError
 
@@ -81,11 +81,16 @@ def _split_url(url: str) -> tuple[str, str | None]:
             user, raw = userinfo.split(":", 1)
             password = unquote(raw)
             netloc = f"{user}@{hosts}"
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    kept = [(k, v) for k, v in query if k != "password"]
-    if len(kept) != len(query):
-        password = next(v for k, v in query if k == "password")
-    clean = urlunsplit((parts.scheme, netloc, parts.path, urlencode(kept) if kept else "", parts.fragment))
+    # The query is kept as given, but for its password: encoded again, "options=-c%20x" would
+    # become "-c+x", and libpq does not read "+" as a space.
+    kept = []
+    for item in parts.query.split("&") if parts.query else []:
+        pairs = parse_qsl(item, keep_blank_values=True)
+        if pairs and pairs[0][0] == "password":
+            password = pairs[0][1]
+        else:
+            kept.append(item)
+    clean = urlunsplit((parts.scheme, netloc, parts.path, "&".join(kept), parts.fragment))
     return clean, password
 
 

@@ -10,7 +10,8 @@ exceptions; psycopg is imported on first use only.
 Every store call is one coroutine of a connection (`Database.run`) on psycopg's asyncio
 connection, on the caller's own event loop: no worker thread in between, so a call costs one
 round trip to the server and no thread wake-ups (a thread hop cost 0.1-0.3 ms a call, more than
-the statement). Connections are kept per event loop (a connection belongs to the loop that
+the statement). The calls every run makes (a load, an append, a run's start) send their one
+statement through the connection's libpq handle (`_libpq`); the others use psycopg's execute. Connections are kept per event loop (a connection belongs to the loop that
 opened it) in autocommit mode, so a single statement is a transaction by itself: this is what
 PgBouncer's transaction mode needs, together with no server-side prepared statements
 (``prepare_threshold`` None unless a user asks for them). A call whose connection breaks (the
@@ -173,6 +174,7 @@ class Database:
             "prepare_threshold": self.prepare_threshold,
             "connect_timeout": max(1, int(min(self.wait_s, 10))),
             "application_name": "nbagent",
+            "client_encoding": "UTF8",  # the text `_libpq` sends and reads
         }
         if self.password is not None:
             kwargs["password"] = self.password.reveal()

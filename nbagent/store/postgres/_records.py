@@ -28,8 +28,8 @@ _FLOATS = [i for i, kind in enumerate(USAGE_TYPES.values()) if kind == "double p
 _DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""Compact JSON text (one encoder: `json.dumps` with options builds a new one for every call)."""
 
 
 def _finite(value: float | None) -> float | None:
@@ -84,8 +84,10 @@ def append_params(
     return params, record, lease_run
 
 
-def decode_thread(thread: str, text: str, damaged: Callable[[str, str, BaseException], Exception]) -> ThreadState:
-    """The thread from ``load_thread``'s JSON text (see `_schema`).
+def decode_thread(
+    thread: str, text: str | bytes, damaged: Callable[[str, str, BaseException], Exception]
+) -> ThreadState:
+    """The thread from ``load_thread``'s JSON text (see `_schema`; bytes: UTF-8).
 
     Raises:
         Exception: ``damaged(thread, what, cause)`` for a meta record or a message that does not

@@ -12,7 +12,7 @@ plans once per session (a plain statement is planned again on every call).
 
 from __future__ import annotations
 
-__all__ = ["CHECKPOINT_NAMES", "LAST_CHECKPOINTS", "Statements"]
+__all__ = ["APPEND_ARGS", "CHECKPOINT_NAMES", "LAST_CHECKPOINTS", "Statements"]
 
 CHECKPOINT_NAMES = ("thread, version, step, time, messages, last_message, input_tokens, output_tokens, cost_total, "
                     "status, run_id, stop_reason, error")
@@ -38,6 +38,22 @@ FROM unnest(%s::text[], %s::text[]) AS l(id, run)
 WHERE t.id = l.id AND t.lease_run = l.run"""
 
 
+APPEND_ARGS = (
+    ("thread", "text"), ("version", "bigint"), ("step", "integer"), ("now", "double precision"),
+    ("n", "integer"), ("tin", "bigint"), ("tout", "bigint"), ("cost", "double precision"), ("meta", "jsonb"),
+    ("status", "text"), ("title", "text"), ("lease_run", "text"), ("lease_s", "double precision"),
+    ("write_id", "text"), ("msgs", "jsonb"), ("summary", "text"), ("usage", "jsonb"), ("ledger", "jsonb"),
+)
+"""The parameters of the schema's ``append_step`` function, in order, with their types (its
+``p_<name>`` arguments, see `_schema`); ``begin_thread`` takes the same but the version."""
+
+
+def _call(schema: str, function: str, args: tuple[tuple[str, str], ...]) -> bytes:
+    """``SELECT <schema>.<function>($1::type, ...)``, each parameter typed (as text from libpq)."""
+    placeholders = ", ".join(f"${i}::{kind}" for i, (_, kind) in enumerate(args, 1))
+    return f"SELECT {schema}.{function}({placeholders})".encode()
+
+
 class Statements:
     """The statements of one store, for its schema."""
 
@@ -46,7 +62,6 @@ class Statements:
             return template.replace("{s}", schema)
 
         self.schema = schema
-        self.load = fill("SELECT {s}.load_thread(%s)")
         self.delete = fill(_DELETE.replace("{where}", "id = %s"))
         self.prune = fill(_DELETE.replace(
             "{where}",
@@ -57,18 +72,10 @@ class Statements:
         self.checkpoints = fill(f"SELECT {CHECKPOINT_NAMES} FROM {{s}}.checkpoints WHERE thread = %s ORDER BY version")
         self.last_checkpoints = fill(LAST_CHECKPOINTS)
         self.head = fill("SELECT version, last_write FROM {s}.threads WHERE id = %s")
-
-    def append_call(self) -> str:
-        """The call of the schema's ``append_step`` function (see `_schema`)."""
-        return (f"SELECT {self.schema}.append_step(%(thread)s, %(version)s, %(step)s, %(now)s, %(n)s, "
-                "%(tin)s, %(tout)s, %(cost)s, %(meta)s::jsonb, %(status)s, %(title)s, %(lease_run)s, "
-                "%(lease_s)s, %(write_id)s, %(msgs)s::jsonb, %(summary)s, %(usage)s::jsonb, %(ledger)s::jsonb)")
-
-    def begin_call(self) -> str:
-        """The call of the schema's ``begin_thread`` function (`PostgresStore.create_or_load`)."""
-        return (f"SELECT {self.schema}.begin_thread(%(thread)s, %(step)s, %(now)s, %(n)s, %(tin)s, "
-                "%(tout)s, %(cost)s, %(meta)s::jsonb, %(status)s, %(title)s, %(lease_run)s, %(lease_s)s, "
-                "%(write_id)s, %(msgs)s::jsonb, %(summary)s, %(usage)s::jsonb, %(ledger)s::jsonb)")
+        # The three calls every run makes go to libpq directly (`_libpq`): $n placeholders, bytes.
+        self.load_call = fill("SELECT {s}.load_thread($1::text)").encode()
+        self.append_call = _call(schema, "append_step", APPEND_ARGS)
+        self.begin_call = _call(schema, "begin_thread", APPEND_ARGS[:1] + APPEND_ARGS[2:])
 
     def usage_columns(self, names: tuple[str, ...], one_thread: bool) -> str:
         where = " WHERE thread = %s" if one_thread else ""

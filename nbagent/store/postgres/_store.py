@@ -24,9 +24,10 @@ from ..meta import ThreadMeta, meta_record
 from ._conninfo import Secret, split_password
 from ._copy import _Undecodable, copy_rows
 from ._database import Database
+from ._libpq import params, value
 from ._records import append_params, decode_thread
 from ._schema import quote_schema
-from ._sql import Statements
+from ._sql import APPEND_ARGS, Statements
 
 
 class PostgresStore(Store):
@@ -113,7 +114,12 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ reading
     async def load(self, thread: str) -> ThreadState | None:
         """The whole thread as one consistent snapshot (one statement), or None."""
-        (found,) = await self._db.fetchone(self._sql.load, (thread,))
+        sql = self._sql.load_call
+
+        async def read(conn: Any, _: int) -> bytes | None:
+            return await value(conn, sql, params((thread,)))
+
+        found = await self._db.run(read)
         return None if found is None else decode_thread(thread, found, self._damage)
 
     def _damage(self, thread: str, what: str, exc: BaseException) -> StoreCorruptError:
@@ -176,18 +182,18 @@ class PostgresStore(Store):
         """
         if self._damaged and thread in self._damaged:
             raise StoreCorruptError(self._damaged[thread], path=self.url)
-        params, record, lease_run = append_params(thread, step, messages, usage, ledger, meta, self.lease_s)
-        params["version"] = version
-        sql = self._sql.append_call()
+        fields, record, lease_run = append_params(thread, step, messages, usage, ledger, meta, self.lease_s)
+        fields["version"] = version
+        sql, args = self._sql.append_call, [fields[name] for name, _ in APPEND_ARGS]
         head_sql = self._sql.head
-        write_id = params["write_id"]
+        write_id = fields["write_id"]
 
         async def write(conn: Any, attempt: int) -> int | tuple[int, Any] | None:
             if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
                 return landed
-            row = await (await conn.execute(sql, params)).fetchone()
-            if row[0] is not None:
-                return int(row[0])
+            written = await value(conn, sql, params(args))
+            if written is not None:
+                return int(written)
             found = await (await conn.execute(head_sql, (thread,))).fetchone()
             return (-1, None if found is None else found[0])
 
@@ -208,21 +214,21 @@ class PostgresStore(Store):
     ) -> int | ThreadState:
         """Start a new thread, or read the stored one, in one statement; see
         `Store.create_or_load`. A lost connection is handled as in `append`."""
-        params, record, lease_run = append_params(thread, step, messages, (), (), meta, self.lease_s)
-        sql = self._sql.begin_call()
+        fields, record, lease_run = append_params(thread, step, messages, (), (), meta, self.lease_s)
+        sql = self._sql.begin_call
+        args = [fields[name] for name, _ in APPEND_ARGS if name != "version"]
         head_sql = self._sql.head
-        write_id = params["write_id"]
+        write_id = fields["write_id"]
 
-        async def begin(conn: Any, attempt: int) -> int | str | None:
+        async def begin(conn: Any, attempt: int) -> int | bytes | None:
             if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
                 return landed
-            (got,) = await (await conn.execute(sql, params)).fetchone()
-            return got  # type: ignore[no-any-return]
+            return await value(conn, sql, params(args))
 
         got = await self._db.run(begin)
         if got is None:  # started and deleted by other writers meanwhile: the slow way
             return await super().create_or_load(thread, step=step, messages=messages, meta=meta)
-        if isinstance(got, int) or not got.startswith("["):
+        if isinstance(got, int) or not got.startswith(b"["):
             self._lease(thread, record, lease_run)
             return int(got)
         return decode_thread(thread, got, self._damage)
