@@ -11,8 +11,10 @@ Every store call is one coroutine of a connection (`Database.run`) on psycopg's 
 connection, on the caller's own event loop: no worker thread in between, so a call costs one
 round trip to the server and no thread wake-ups (a thread hop cost 0.1-0.3 ms a call, more than
 the statement). The calls every run makes (a load, an append, a run's start) send their one
-statement through the connection's libpq handle (`_libpq`); the others use psycopg's execute. Connections are kept per event loop (a connection belongs to the loop that
-opened it) in autocommit mode, so a single statement is a transaction by itself: this is what
+statement through the connection's libpq handle (`_libpq`); the others use psycopg's execute.
+
+Connections are kept per event loop (a connection belongs to the loop that opened it) in
+autocommit mode, so a single statement is a transaction by itself: this is what
 PgBouncer's transaction mode needs, together with no server-side prepared statements
 (``prepare_threshold`` None unless a user asks for them). A call whose connection breaks (the
 server restarted, a network cut, PgBouncer dropped it) is tried again on a fresh connection

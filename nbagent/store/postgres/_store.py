@@ -59,7 +59,9 @@ class PostgresStore(Store):
         pool_size: connections each event loop of this process may have open at once.
         prepare_threshold: psycopg's; None (the default) never prepares statements on the
             server, which PgBouncer in transaction mode requires. Give a number to allow them
-            when connecting to PostgreSQL directly.
+            when connecting to PostgreSQL directly. (A load, an append and a run's start are
+            never prepared: each calls a function whose statements the server plans once per
+            session anyway.)
         wait_s: how long a call waits for a connection, and keeps trying again after the
             connection was lost, before it fails with `StoreConnectionError`.
         lease_s: how long a run's lease lasts without being renewed (renewed every third of it).
