@@ -9,7 +9,9 @@ temporary folder and a free 127.0.0.1 port, as the ``postgres`` user when run as
 server settings, fsync on) and stops it at the end. Both frameworks get the same instant fake
 model and the same tool and persist every step to that server; everything is measured twice,
 with the server's defaults (each commit waits for the disk) and with ``synchronous_commit=off``
-(what remains is the frameworks' own work and round trips):
+(what remains is the frameworks' own work and round trips). The two frameworks' runs are
+interleaved (one nbagent run, then one LangGraph run, and so on), so a busy spell of the machine
+hits both alike:
 
 1. per tool round trip: prompt -> tool call -> tool -> answer, a new thread per run (wall time);
 2. per durable step: a 50-step tool loop, time per step;
@@ -170,24 +172,40 @@ async def timed(runner: Any, thread: str, steps: int, prompt: str = "Check the o
     return time.perf_counter() - start
 
 
-async def measure(runner: Any, name: str, runs: int, loops: int) -> dict[str, float]:
-    await runner.run(f"{name}-warm", 3)
-    round_trips = [await timed(runner, f"{name}-rt-{k}", 1) for k in range(runs)]
-    per_step = [await timed(runner, f"{name}-loop-{k}", LOOP) / LOOP for k in range(loops)]
+async def measure(runners: dict[str, tuple[Any, str]], runs: int, loops: int) -> dict[str, dict[str, float]]:
+    """Every measurement of every framework, interleaved (one framework's run, then the other's),
+    so that a busy spell of the machine hits both alike instead of skewing their ratio."""
+    for runner, name in runners.values():
+        await runner.run(f"{name}-warm", 3)
+    samples: dict[str, dict[str, list[float]]] = {key: {} for key in runners}
+
+    def add(key: str, what: str, value: float) -> None:
+        samples[key].setdefault(what, []).append(value)
+
+    for k in range(runs):
+        for key, (runner, name) in runners.items():
+            add(key, "round_trip", await timed(runner, f"{name}-rt-{k}", 1))
+    for k in range(loops):
+        for key, (runner, name) in runners.items():
+            add(key, "per_step", await timed(runner, f"{name}-loop-{k}", LOOP) / LOOP)
     # Flat: 20 more steps on a thread of 10 messages vs one of 1,000 (prefilled by the framework).
-    await runner.run(f"{name}-short", 4)  # prompt + 4 x (answer, result) + answer = 10 messages
-    await runner.run(f"{name}-long", 499)  # prompt + 499 x 2 + answer = 1,000 messages
-    short, long = [], []
-    for k in range(loops):  # interleaved: noise hits both alike
-        gc.collect()
-        short.append(await runner.inner_steps(f"{name}-short", 20, f"more {k}"))
-        gc.collect()
-        long.append(await runner.inner_steps(f"{name}-long", 20, f"more {k}"))
+    for runner, name in runners.values():
+        await runner.run(f"{name}-short", 4)  # prompt + 4 x (answer, result) + answer = 10 messages
+        await runner.run(f"{name}-long", 499)  # prompt + 499 x 2 + answer = 1,000 messages
+    for k in range(loops):  # short and long interleaved too
+        for key, (runner, name) in runners.items():
+            gc.collect()
+            add(key, "short", await runner.inner_steps(f"{name}-short", 20, f"more {k}"))
+            gc.collect()
+            add(key, "long", await runner.inner_steps(f"{name}-long", 20, f"more {k}"))
     return {
-        "round_trip": statistics.median(round_trips),
-        "per_step": statistics.median(per_step),
-        "step_at_10": min(short),
-        "step_at_1000": min(long),
+        key: {
+            "round_trip": statistics.median(got["round_trip"]),
+            "per_step": statistics.median(got["per_step"]),
+            "step_at_10": min(got["short"]),
+            "step_at_1000": min(got["long"]),
+        }
+        for key, got in samples.items()
     }
 
 
@@ -196,12 +214,10 @@ def ms(value: float) -> str:
 
 
 async def main_async(url: str, quick: bool, label: str) -> None:
-    runs, loops = (10, 2) if quick else (30, 4)
-    results: dict[str, dict[str, float]] = {}
+    runs, loops = (10, 2) if quick else (60, 8)
     print(f"\n{label}")
     nb = NbagentRunner(url, label[0])
-    results["nbagent PostgresStore"] = await measure(nb, "nb", runs, loops)
-    await nb.close()
+    runners: dict[str, tuple[Any, str]] = {"nbagent PostgresStore": (nb, "nb")}
     try:
         lg = LangGraphRunner(url)
         await lg.open()
@@ -209,7 +225,10 @@ async def main_async(url: str, quick: bool, label: str) -> None:
         lg = None
         print("(LangGraph or langgraph-checkpoint-postgres is not installed: run in bench/.venv-peers)")
     if lg is not None:
-        results["LangGraph AsyncPostgresSaver"] = await measure(lg, f"lg{label[0]}", runs, loops)
+        runners["LangGraph AsyncPostgresSaver"] = (lg, f"lg{label[0]}")
+    results = await measure(runners, runs, loops)
+    await nb.close()
+    if lg is not None:
         await lg.close()
     print(f"{'framework':<30} | {'round trip':>11} | {'per step (50)':>13} | {'step @10 msgs':>13} | "
           f"{'step @1,000':>12} | {'1,000 / 10':>10}")
