@@ -311,13 +311,6 @@ class Database:
             await asyncio.sleep(pause)
             pause = min(pause * 2, 1.0)
 
-    async def fetchone(self, sql: str, params: Any = ()) -> Any:
-        """The first row of one statement (None if it returned none)."""
-        async def work(conn: Any, _: int) -> Any:
-            return await (await conn.execute(sql, params)).fetchone()
-
-        return await self.run(work)
-
     async def fetchall(self, sql: str, params: Any = ()) -> list[Any]:
         """The rows of one statement."""
         async def work(conn: Any, _: int) -> list[Any]:
