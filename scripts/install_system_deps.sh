@@ -82,8 +82,10 @@ install_postgres() {
     missing=""
     postgres_bin >/dev/null || missing="postgresql"
     command -v pgbouncer >/dev/null 2>&1 || [ -x /usr/sbin/pgbouncer ] || missing="$missing pgbouncer"
+    # openssl makes the self-signed certificate of the TLS test's cluster.
+    command -v openssl >/dev/null 2>&1 || missing="$missing openssl"
     if [ -z "$missing" ]; then
-        say "PostgreSQL found: $(postgres_bin); PgBouncer found"
+        say "PostgreSQL found: $(postgres_bin); PgBouncer and openssl found"
         return 0
     fi
     say "missing:$missing (the PostgresStore tests run a private cluster and PgBouncer)"

@@ -63,7 +63,7 @@ class PgCluster:
         return subprocess.run(list(args), capture_output=True, text=True, check=check, timeout=120,
                               cwd=self.folder, **self.as_user)
 
-    def start(self, durable: bool = False) -> None:
+    def start(self, durable: bool = False, tls: bool = False) -> None:
         pwfile = self.folder / "pw"
         pwfile.write_text(self.password + "\n")
         self._own(pwfile)
@@ -72,6 +72,11 @@ class PgCluster:
         pwfile.unlink()
         # Tests never crash the server (only clients): fsync off makes their many commits cheap.
         fast = "" if durable else "-c fsync=off -c full_page_writes=off "
+        if tls:  # a self-signed certificate for 127.0.0.1 (clients connect with sslmode=require)
+            self.run("openssl", "req", "-new", "-x509", "-days", "2", "-nodes", "-subj", "/CN=127.0.0.1",
+                     "-keyout", str(self.data / "server.key"), "-out", str(self.data / "server.crt"))
+            (self.data / "server.key").chmod(0o600)
+            fast += "-c ssl=on "
         options = (f"-p {self.port} -k {self.folder} -c listen_addresses=127.0.0.1 {fast}"
                    "-c max_connections=200 -c shared_buffers=32MB")
         self.run(str(self.bin / "pg_ctl"), "-D", str(self.data), "-l", str(self.folder / "server.log"),
@@ -124,9 +129,10 @@ class PgCluster:
         raise RuntimeError(f"pgbouncer did not start: {log[-1000:]}")
 
     @classmethod
-    def create(cls, binaries: Path, durable: bool = False) -> PgCluster:
+    def create(cls, binaries: Path, durable: bool = False, tls: bool = False) -> PgCluster:
         """A new cluster in a new temporary folder, started (as ``postgres`` when root); `durable`
-        keeps the server's default fsync settings (the benchmark), else fsync is off (tests).
+        keeps the server's default fsync settings (the benchmark), else fsync is off (tests);
+        `tls` turns SSL on with a new self-signed certificate (``openssl`` makes it).
 
         Raises:
             RuntimeError: it did not start (with the server's log).
@@ -139,7 +145,7 @@ class PgCluster:
         folder.chmod(0o700)
         cluster = cls(binaries, folder, free_port(), "pw-" + secrets.token_hex(8), as_user)
         try:
-            cluster.start(durable)
+            cluster.start(durable, tls)
         except subprocess.CalledProcessError as exc:
             log = cluster.folder / "server.log"
             detail = (exc.stderr or "") + (log.read_text()[-2000:] if log.exists() else "")

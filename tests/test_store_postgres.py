@@ -8,6 +8,7 @@ in tests/test_store_faults.py. All of these use the private cluster of tests/con
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import pickle
 import subprocess
 import sys
@@ -347,6 +348,65 @@ async def test_the_servers_error_keeps_its_kind_read_only_database(
             await call
         assert postgres_server.password not in str(info.value)
     await store.close()
+
+
+async def test_a_statement_larger_than_the_sockets_buffer_is_sent_in_pieces(postgres_url: str) -> None:
+    """A send buffer of a few kilobytes: libpq takes the statement in many flushes, the loop
+    waiting for the socket between them, and the answer is still the statement's."""
+    import socket
+
+    from nbagent.store.postgres._libpq import params, value
+
+    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    try:
+        sock = socket.socket(fileno=conn.pgconn.socket)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        finally:
+            sock.detach()  # the socket stays libpq's
+        text = "é" * 3_000_000
+        assert await value(conn, b"SELECT length($1::text)", params([text])) == b"3000000"
+        digest = hashlib.md5(text.encode()).hexdigest().encode()
+        assert await value(conn, b"SELECT md5($1::text)", params([text])) == digest
+    finally:
+        await conn.close()
+
+
+def test_a_run_over_tls_with_megabytes_of_text_is_stored_whole() -> None:
+    """Over SSL a statement is sent in several pieces and an answer read in several (libpq's TLS
+    records): a 4 MB prompt and 1 MB tool results go in, and come back, whole."""
+    from tests.pgcluster import bin_dir
+
+    binaries = bin_dir()
+    assert binaries is not None
+    cluster = PgCluster.create(binaries, tls=True)
+    try:
+        url = cluster.url() + "?sslmode=require"
+        with psycopg.connect(url) as conn:
+            assert conn.pgconn.ssl_in_use
+
+        @tool
+        def page(n: int) -> str:
+            """A big page."""
+            return "é" * 1_000_000
+
+        model = FunctionModel(lambda messages, info: tool_call("page", n=1) if messages[-1].kind != "tool-result"
+                              or sum(m.kind == "tool-result" for m in messages) < 2 else "done")
+
+        async def main() -> list[int]:
+            store = PostgresStore(url)
+            result = await Agent(model, tools=[page], store=store).run("x" * 4_000_000, thread="big")
+            assert result.status == "completed", result.error
+            await store.close()
+            reader = PostgresStore(url)  # a new store: read back from the server
+            loaded = await reader.load("big")
+            await reader.close()
+            assert loaded is not None
+            return [len(m.content) for m in loaded.messages if m.kind != "assistant"]  # type: ignore[union-attr]
+
+        assert asyncio.run(main()) == [4_000_000, 1_000_000, 1_000_000]
+    finally:
+        cluster.stop()
 
 
 # ---------------------------------------------------------------------- choosing the store
