@@ -12,7 +12,7 @@ plans once per session (a plain statement is planned again on every call).
 
 from __future__ import annotations
 
-__all__ = ["APPEND_ARGS", "CHECKPOINT_NAMES", "LAST_CHECKPOINTS", "Statements"]
+__all__ = ["APPEND_ARGS", "BEGIN_ARGS", "CHECKPOINT_NAMES", "LAST_CHECKPOINTS", "Statements"]
 
 CHECKPOINT_NAMES = ("thread, version, step, time, messages, last_message, input_tokens, output_tokens, cost_total, "
                     "status, run_id, stop_reason, error")
@@ -46,6 +46,8 @@ APPEND_ARGS = (
 )
 """The parameters of the schema's ``append_step`` function, in order, with their types (its
 ``p_<name>`` arguments, see `_schema`); ``begin_thread`` takes the same but the version."""
+BEGIN_ARGS = tuple(arg for arg in APPEND_ARGS if arg[0] != "version")
+"""The parameters of ``begin_thread``: those of ``append_step`` but the version."""
 
 
 def _call(schema: str, function: str, args: tuple[tuple[str, str], ...]) -> bytes:
@@ -75,7 +77,7 @@ class Statements:
         # The three calls every run makes go to libpq directly (`_libpq`): $n placeholders, bytes.
         self.load_call = fill("SELECT {s}.load_thread($1::text)").encode()
         self.append_call = _call(schema, "append_step", APPEND_ARGS)
-        self.begin_call = _call(schema, "begin_thread", APPEND_ARGS[:1] + APPEND_ARGS[2:])
+        self.begin_call = _call(schema, "begin_thread", BEGIN_ARGS)
 
     def usage_columns(self, names: tuple[str, ...], one_thread: bool) -> str:
         where = " WHERE thread = %s" if one_thread else ""

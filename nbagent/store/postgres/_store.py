@@ -27,7 +27,7 @@ from ._database import Database
 from ._libpq import params, value
 from ._records import append_params, decode_thread
 from ._schema import quote_schema
-from ._sql import APPEND_ARGS, Statements
+from ._sql import APPEND_ARGS, BEGIN_ARGS, Statements
 
 
 class PostgresStore(Store):
@@ -218,7 +218,7 @@ class PostgresStore(Store):
         `Store.create_or_load`. A lost connection is handled as in `append`."""
         fields, record, lease_run = append_params(thread, step, messages, (), (), meta, self.lease_s)
         sql = self._sql.begin_call
-        args = [fields[name] for name, _ in APPEND_ARGS if name != "version"]
+        args = [fields[name] for name, _ in BEGIN_ARGS]
         head_sql = self._sql.head
         write_id = fields["write_id"]
 
