@@ -31,6 +31,8 @@ KINDS = [
     pytest.param("memory", id="memory"),
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+    # The same calls on statements prepared on the server (the option for direct connections).
+    pytest.param("postgres-prepared", id="postgres-prepared", marks=pytest.mark.postgres),
 ]
 DURABLE = KINDS[1:]
 
@@ -43,7 +45,7 @@ class Stores:
         self.kind = kind
         self.opened: list[Store] = []
         self.memory = MemoryStore()
-        if kind == "postgres":
+        if kind.startswith("postgres"):
             self.spec = request.getfixturevalue("postgres_url")
             self.schema = request.getfixturevalue("pg_schema")
         else:
@@ -53,7 +55,11 @@ class Stores:
         store: Store
         if self.kind == "memory":
             return self.memory
-        store = SQLiteStore(self.spec) if self.kind == "sqlite" else PostgresStore(self.spec, schema=self.schema)
+        if self.kind == "sqlite":
+            store = SQLiteStore(self.spec)
+        else:
+            prepare = 0 if self.kind == "postgres-prepared" else None
+            store = PostgresStore(self.spec, schema=self.schema, prepare_threshold=prepare)
         self.opened.append(store)
         return store
 

@@ -20,7 +20,13 @@ import psycopg
 import pytest
 
 from nbagent import Agent, tool
-from nbagent.exceptions import StoreConnectionError, StoreError, StoreReadOnlyError, StoreVersionError
+from nbagent.exceptions import (
+    StoreConnectionError,
+    StoreError,
+    StoreReadOnlyError,
+    StoreVersionError,
+    UserError,
+)
 from nbagent.messages import UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import PostgresStore, open_store
@@ -370,6 +376,55 @@ async def test_a_statement_larger_than_the_sockets_buffer_is_sent_in_pieces(post
         assert await value(conn, b"SELECT md5($1::text)", params([text])) == digest
     finally:
         await conn.close()
+
+
+async def test_prepare_threshold_prepares_a_statement_after_that_many_runs_and_again_when_the_server_lost_it(
+    postgres_url: str,
+) -> None:
+    from nbagent.store.postgres._libpq import params, value
+
+    async def prepared(conn: psycopg.AsyncConnection[Any]) -> list[str]:
+        rows = await (await conn.execute("SELECT name FROM pg_prepared_statements ORDER BY name")).fetchall()
+        return [r[0] for r in rows]
+
+    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    try:
+        sql = b"SELECT 10 / $1::integer"
+        for _ in range(2):
+            assert await value(conn, sql, params([5]), prepare_threshold=2) == b"2"
+        assert await prepared(conn) == []
+        assert await value(conn, sql, params([2]), prepare_threshold=2) == b"5"
+        names = await prepared(conn)
+        assert len(names) == 1 and names[0].startswith("nbagent_")
+        with pytest.raises(psycopg.errors.DivisionByZero):  # the server's error, as unprepared
+            await value(conn, sql, params([0]), prepare_threshold=2)
+        await conn.execute("DEALLOCATE ALL")  # what a pooler moving the session would leave
+        assert await value(conn, sql, params([1]), prepare_threshold=2) == b"10"
+        assert await prepared(conn) == names
+        assert await value(conn, b"SELECT 3", [], prepare_threshold=None) == b"3"
+        assert await prepared(conn) == names  # None: never prepared
+    finally:
+        await conn.close()
+
+
+async def test_a_store_with_prepare_threshold_0_runs_pauses_and_resumes_on_prepared_calls(
+    postgres_url: str, pg_schema: str
+) -> None:
+    store = PostgresStore(postgres_url, schema=pg_schema, prepare_threshold=0, pool_size=1)
+    agent = Agent(paused_then_done(), tools=[refund], store=store)
+    paused = await agent.run("refund 7", thread="p")
+    done = await agent.resume(thread="p", approve=paused.pending)
+    assert done.status == "completed" and done.output == "Refunded."
+
+    async def names(conn: Any, _: int) -> list[str]:
+        sql = "SELECT statement FROM pg_prepared_statements WHERE name LIKE 'nbagent\\_%'"
+        rows = await (await conn.execute(sql)).fetchall()
+        return sorted(r[0].split(".")[1].split("(")[0] for r in rows)
+
+    assert await store._db.run(names) == ["append_step", "begin_thread", "load_thread"]
+    with pytest.raises(UserError, match="prepare_threshold must be None or a number >= 0"):
+        PostgresStore(postgres_url, prepare_threshold=-1)
+    await store.close()
 
 
 def test_a_run_over_tls_with_megabytes_of_text_is_stored_whole() -> None:

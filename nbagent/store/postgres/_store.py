@@ -57,11 +57,11 @@ class PostgresStore(Store):
         migrate: create or upgrade the tables on first use; with False the store refuses a
             database whose tables are missing or older (``python -m nbagent.store migrate URL``).
         pool_size: connections each event loop of this process may have open at once.
-        prepare_threshold: psycopg's; None (the default) never prepares statements on the
-            server, which PgBouncer in transaction mode requires. Give a number to allow them
-            when connecting to PostgreSQL directly. (A load, an append and a run's start are
-            never prepared: each calls a function whose statements the server plans once per
-            session anyway.)
+        prepare_threshold: as psycopg's: None (the default) never prepares statements on the
+            server, which PgBouncer in transaction mode requires. Connecting to PostgreSQL
+            directly (or through PgBouncer 1.21+ with ``max_prepared_statements``), a number
+            *n* prepares each statement on a connection after *n* runs there; ``0`` prepares
+            at once and makes a tool round trip ~10% faster.
         wait_s: how long a call waits for a connection, and keeps trying again after the
             connection was lost, before it fails with `StoreConnectionError`.
         lease_s: how long a run's lease lasts without being renewed (renewed every third of it).
@@ -88,6 +88,8 @@ class PostgresStore(Store):
             raise UserError(f"PostgresStore needs a PostgreSQL URL, got {type(url).__name__}")
         if pool_size < 1 or wait_s <= 0 or lease_s <= 0:
             raise UserError("pool_size must be at least 1, and wait_s and lease_s positive")
+        if prepare_threshold is not None and (not isinstance(prepare_threshold, int) or prepare_threshold < 0):
+            raise UserError(f"prepare_threshold must be None or a number >= 0, got {prepare_threshold!r}")
         conninfo, password = split_password(url)
         self.url = conninfo
         """The URL without its password (what the repr and errors show)."""
@@ -116,10 +118,10 @@ class PostgresStore(Store):
     # ------------------------------------------------------------------ reading
     async def load(self, thread: str) -> ThreadState | None:
         """The whole thread as one consistent snapshot (one statement), or None."""
-        sql = self._sql.load_call
+        sql, prepare = self._sql.load_call, self._db.prepare_threshold
 
         async def read(conn: Any, _: int) -> bytes | None:
-            return await value(conn, sql, params((thread,)))
+            return await value(conn, sql, params((thread,)), prepare)
 
         found = await self._db.run(read)
         return None if found is None else decode_thread(thread, found, self._damage)
@@ -187,13 +189,13 @@ class PostgresStore(Store):
         fields, record, lease_run = append_params(thread, step, messages, usage, ledger, meta, self.lease_s)
         fields["version"] = version
         sql, args = self._sql.append_call, [fields[name] for name, _ in APPEND_ARGS]
-        head_sql = self._sql.head
+        head_sql, prepare = self._sql.head, self._db.prepare_threshold
         write_id = fields["write_id"]
 
         async def write(conn: Any, attempt: int) -> int | tuple[int, Any] | None:
             if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
                 return landed
-            written = await value(conn, sql, params(args))
+            written = await value(conn, sql, params(args), prepare)
             if written is not None:
                 return int(written)
             found = await (await conn.execute(head_sql, (thread,))).fetchone()
@@ -219,13 +221,13 @@ class PostgresStore(Store):
         fields, record, lease_run = append_params(thread, step, messages, (), (), meta, self.lease_s)
         sql = self._sql.begin_call
         args = [fields[name] for name, _ in BEGIN_ARGS]
-        head_sql = self._sql.head
+        head_sql, prepare = self._sql.head, self._db.prepare_threshold
         write_id = fields["write_id"]
 
         async def begin(conn: Any, attempt: int) -> int | bytes | None:
             if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
                 return landed
-            return await value(conn, sql, params(args))
+            return await value(conn, sql, params(args), prepare)
 
         got = await self._db.run(begin)
         if got is None:  # started and deleted by other writers meanwhile: the slow way
