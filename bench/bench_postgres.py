@@ -13,7 +13,9 @@ with the server's defaults (each commit waits for the disk) and with ``synchrono
 interleaved (one nbagent run, then one LangGraph run, and so on), so a busy spell of the machine
 hits both alike:
 
-1. per tool round trip: prompt -> tool call -> tool -> answer, a new thread per run (wall time);
+1. per tool round trip: prompt -> tool call -> tool -> answer, a new thread per run (wall time),
+   each after a ``gc.collect()`` (a run that follows a pause, as in a notebook), and back to back
+   (blocks of 10 in a row: a batch over many threads);
 2. per durable step: a 50-step tool loop, time per step;
 3. flat: the time per step inside a run of 20 more steps (first to last tool result; the run's
    start, which reads the thread once, is left out) on a thread that already holds 10 messages
@@ -187,6 +189,16 @@ async def measure(runners: dict[str, tuple[Any, str]], runs: int, loops: int) ->
     for k in range(runs):
         for key, (runner, name) in runners.items():
             add(key, "round_trip", await timed(runner, f"{name}-rt-{k}", 1))
+    # Back to back: blocks of 10 round trips in a row, no collection in between (a batch over many
+    # threads, where nothing pauses between runs), per round trip.
+    for k in range(runs // 10):
+        for key, (runner, name) in runners.items():
+            gc.collect()
+            await runner.run(f"{name}-bb-{k}-warm", 1)
+            start = time.perf_counter()
+            for j in range(10):
+                await runner.run(f"{name}-bb-{k}-{j}", 1)
+            add(key, "back_to_back", (time.perf_counter() - start) / 10)
     for k in range(loops):
         for key, (runner, name) in runners.items():
             add(key, "per_step", await timed(runner, f"{name}-loop-{k}", LOOP) / LOOP)
@@ -203,6 +215,7 @@ async def measure(runners: dict[str, tuple[Any, str]], runs: int, loops: int) ->
     return {
         key: {
             "round_trip": statistics.median(got["round_trip"]),
+            "back_to_back": statistics.median(got["back_to_back"]),
             "per_step": statistics.median(got["per_step"]),
             "step_at_10": min(got["short"]),
             "step_at_1000": min(got["long"]),
@@ -239,16 +252,18 @@ async def main_async(url: str, quick: bool, label: str) -> None:
     await nbp.close()
     if lg is not None:
         await lg.close()
-    print(f"{'framework':<36} | {'round trip':>11} | {'per step (50)':>13} | {'step @10 msgs':>13} | "
-          f"{'step @1,000':>12} | {'1,000 / 10':>10}")
+    print(f"{'framework':<36} | {'round trip':>11} | {'back to back':>12} | {'per step (50)':>13} | "
+          f"{'step @10 msgs':>13} | {'step @1,000':>12} | {'1,000 / 10':>10}")
     for name, r in results.items():
-        print(f"{name:<36} | {ms(r['round_trip']):>11} | {ms(r['per_step']):>13} | {ms(r['step_at_10']):>13} | "
+        print(f"{name:<36} | {ms(r['round_trip']):>11} | {ms(r['back_to_back']):>12} | {ms(r['per_step']):>13} | "
+              f"{ms(r['step_at_10']):>13} | "
               f"{ms(r['step_at_1000']):>12} | {r['step_at_1000'] / r['step_at_10']:>9.2f}x")
     lgr = results.get("LangGraph AsyncPostgresSaver")
     for name in ("nbagent PostgresStore", PREPARED):
         nbr = results[name]
         if lgr is not None:
-            print(f"{name} / LangGraph: round trip {nbr['round_trip'] / lgr['round_trip']:.2f}x, "
+            print(f"{name} / LangGraph: round trip {nbr['round_trip'] / lgr['round_trip']:.2f}x "
+                  f"(back to back {nbr['back_to_back'] / lgr['back_to_back']:.2f}x), "
                   f"per step {nbr['per_step'] / lgr['per_step']:.2f}x (goal <= 0.3x); ", end="")
         print(f"flat 10 -> 1,000 messages: {nbr['step_at_1000'] / nbr['step_at_10']:.2f}x (goal <= 1.2x)")
 
