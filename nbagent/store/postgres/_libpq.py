@@ -38,8 +38,13 @@ _TUPLES_OK = 2
 """libpq's PGRES_TUPLES_OK (``psycopg.pq.ExecStatus.TUPLES_OK``)."""
 _COMMAND_OK = 1
 """PGRES_COMMAND_OK: a statement that returns no rows."""
+_SQLSTATE = ord("C")
+"""libpq's PG_DIAG_SQLSTATE (``psycopg.pq.DiagnosticField.SQLSTATE``)."""
 _NO_SUCH_STATEMENT = b"26000"
 """SQLSTATE invalid_sql_statement_name: the server has no prepared statement of that name."""
+_ALREADY_PREPARED = b"42P05"
+"""SQLSTATE duplicate_prepared_statement: one of that name is there, the same statement (names
+come from the text)."""
 
 _names: dict[bytes, bytes] = {}
 """Statement text -> its prepared statement's name."""
@@ -96,7 +101,7 @@ async def value(
     if uses is None:
         uses = _uses[conn] = {}
     count = uses.get(sql, 0)
-    if count >= 0 and count < prepare_threshold:
+    if 0 <= count < prepare_threshold:
         uses[sql] = count + 1
         conn.pgconn.send_query_params(sql, args)
         return _value(await _results(conn.pgconn))
@@ -115,17 +120,13 @@ async def value(
     return _value(results)
 
 
-_SQLSTATE = ord("C")
-"""libpq's PG_DIAG_SQLSTATE (``psycopg.pq.DiagnosticField.SQLSTATE``)."""
-
-
 async def _prepare(pgconn: Any, name: bytes, sql: bytes) -> None:
     """Prepare `sql` as `name` on the connection (a statement of that name already there is the
     same statement: names come from the text)."""
     pgconn.send_prepare(name, sql)
     results = await _results(pgconn)
-    if results and results[0].status != _COMMAND_OK and results[0].error_field(_SQLSTATE) != b"42P05":
-        _value(results)  # raises the server's error (42P05: it already exists, which is fine)
+    if results and results[0].status != _COMMAND_OK and results[0].error_field(_SQLSTATE) != _ALREADY_PREPARED:
+        _value(results)  # raises the server's error
 
 
 async def _results(pgconn: Any) -> list[Any]:
