@@ -140,19 +140,6 @@ def __getattr__(name: str) -> Any:
         from . import dataframe
 
         return getattr(dataframe, name)
-    if name in ("batch", "abatch"):  # nbagent 0.1's twins of agent.map
-        import warnings
-
-        warnings.warn(f"nbagent.{name}(agent, inputs) is now agent.map(inputs); the old name goes away in 0.3",
-                      DeprecationWarning, stacklevel=2)
-        from . import dataframe
-
-        return getattr(dataframe, name)
-    from .events import deprecated_event
-
-    cls = deprecated_event(name)
-    if cls is not None:
-        return cls
     raise AttributeError(f"module 'nbagent' has no attribute {name!r}")
 
 

@@ -8,7 +8,6 @@ the run state, sync helpers, approvals, messages, store and usage.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Awaitable, Mapping
 from typing import Any
 
@@ -65,11 +64,6 @@ class ThreadMethods:
         """The checkpoints of a thread (`Checkpoint`: step, time, last message, usage so far)."""
         return await self.store.checkpoints(thread)
 
-    async def history(self, thread: str) -> list[Checkpoint]:
-        """Deprecated name of `checkpoints` (nbagent 0.1); goes away in 0.3."""
-        _deprecated("Agent.history", "Agent.checkpoints")
-        return await self.checkpoints(thread)
-
     async def pending(self, thread: str) -> list[PendingCall]:
         """The calls of a stored thread that wait for a decision or a client result, e.g. after
         a kernel restart: ``await agent.resume(thread=t, approve=await agent.pending(t))``."""
@@ -95,7 +89,7 @@ class ThreadMethods:
         """Copy a thread up to a step into a new thread, to try another path from there.
 
         ```python
-        for c in await agent.history("support-42"):         # step, last message, tokens so far
+        for c in await agent.checkpoints("support-42"):         # step, last message, tokens so far
             print(c.step, c.last_message)
         alt = await agent.fork("support-42", at_step=2, edit={"content": "order 42 was never shipped"})
         result = await agent.resume(thread=alt)             # the model sees the edited tool result
@@ -115,7 +109,7 @@ class ThreadMethods:
 
         Args:
             thread: the thread to copy (it is not changed).
-            at_step: the last step to copy (see `history`); None copies the whole thread.
+            at_step: the last step to copy (see `checkpoints`); None copies the whole thread.
             new_thread: the new thread's id (default: ``"<thread>-fork-<random>"``).
             edit: changes the last copied message, the one at the fork point: a ``str`` replaces
                 its text (``content`` of a prompt or tool result, ``text`` of an answer); a dict
@@ -143,11 +137,6 @@ class ThreadMethods:
         """`checkpoints` from sync code."""
         return run_sync(lambda: self.checkpoints(thread))
 
-    def history_sync(self, thread: str) -> list[Checkpoint]:
-        """Deprecated name of `checkpoints_sync` (nbagent 0.1); goes away in 0.3."""
-        _deprecated("Agent.history_sync", "Agent.checkpoints_sync")
-        return run_sync(lambda: self.checkpoints(thread))
-
     def pending_sync(self, thread: str) -> list[PendingCall]:
         """`pending` from sync code."""
         return run_sync(lambda: self.pending(thread))
@@ -167,6 +156,3 @@ class ThreadMethods:
         """`fork` from sync code."""
         return run_sync(lambda: self.fork(thread, at_step=at_step, new_thread=new_thread, edit=edit))
 
-
-def _deprecated(old: str, new: str) -> None:
-    warnings.warn(f"{old} is now {new}; the old name goes away in 0.3", DeprecationWarning, stacklevel=3)

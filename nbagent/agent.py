@@ -32,7 +32,6 @@ from .result import RunResult
 from .retry import Retry
 from .store import Store, open_store
 from .tools import Tool, ToolSource
-from .usage import ModelCallUsage
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict, Unpack
@@ -208,10 +207,6 @@ class Agent(ThreadMethods, Generic[OutputT]):
             object.__setattr__(self, "_config", config)
         return config
 
-    def price(self, row: ModelCallUsage) -> None:
-        """Fill the cost columns of a usage row (prices are looked up when the row is made)."""
-        self.config().price(row)
-
     __repr__ = _repr
 
     # ------------------------------------------------------------------ runs
@@ -308,7 +303,7 @@ class Agent(ThreadMethods, Generic[OutputT]):
         thread: str | None = None,
         state: Any = None,
         on_event: EventCallback | None = None,
-        resume: Decisions | Mapping[str, Any] | None = None,
+        resume: Decisions | None = None,
         result: RunResult[Any] | None = None,
     ) -> RunHandle:
         """Start a run as a background task on the running loop and return at once.
@@ -320,12 +315,10 @@ class Agent(ThreadMethods, Generic[OutputT]):
         """
         box = RunBox()
         if resume is not None:
-            if isinstance(resume, Mapping):  # nbagent 0.1 took resume's keywords as a dict
-                options = dict(resume)
-                result = options.pop("result", result)
-                chosen = _decisions(None, **_resume_keywords(options))
-            else:
-                chosen = _decisions(resume)
+            if not isinstance(resume, Decisions):
+                raise UserError(f"start(resume=...) takes a nbagent.Decisions (Decisions() continues a stopped "
+                                f"run), got {type(resume).__name__}")
+            chosen = _decisions(resume)
             events = _events(self, lambda config: prepare_resume(config, result, thread, chosen, state), box)
         else:
             events = _events(self, lambda config: prepare_run(config, prompt, thread, state), box)
@@ -446,14 +439,4 @@ def _decisions(
     keywords = Decisions.of(approve=approve, deny=deny, edit=edit, results=results, always_allow=always_allow)
     chosen = keywords if decisions is None else decisions.extended(keywords)
     return chosen.decided_by(decided_by) if decided_by is not None else chosen
-
-
-def _resume_keywords(options: dict[str, Any]) -> dict[str, Any]:
-    known = ("approve", "deny", "edit", "results", "always_allow", "decided_by")
-    unknown = sorted(set(options) - set(known))
-    if unknown:
-        raise UserError(f"unknown resume options: {unknown}")
-    if not isinstance(options.get("edit") or {}, Mapping) or not isinstance(options.get("results") or {}, Mapping):
-        raise UserError("resume={'edit': {...}, 'results': {...}} must be dicts")
-    return {k: options[k] for k in known if options.get(k) is not None}
 

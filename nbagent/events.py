@@ -18,14 +18,13 @@ Owns the event shapes; imports approvals (`PendingCall`), messages and usage onl
 | run-paused / run-completed / run-stopped / run-failed / run-cancelled | RunEndedEvent | result |
 
 Naming: every event class ends in ``Event`` and its `kind` is the class name before ``Event``
-in kebab case. The names without the suffix (``TextDelta``, ``RunEnded``, ...) were the names
-of nbagent 0.1; they still work, with a `DeprecationWarning`, until 0.3.
+in kebab case.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from .approvals import PendingCall, args_hash
 from .messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
@@ -184,34 +183,3 @@ Event = (
     | RunEndedEvent
 )
 
-
-_DEPRECATED = {
-    "RunStarted": "RunStartedEvent",
-    "TextDelta": "TextDeltaEvent",
-    "ReasoningDelta": "ReasoningDeltaEvent",
-    "ToolCallStarted": "ToolCallStartedEvent",
-    "ToolCallFinished": "ToolCallFinishedEvent",
-    "ApprovalRequested": "ApprovalRequestedEvent",
-    "ClientCallRequested": "ClientCallRequestedEvent",
-    "RunEnded": "RunEndedEvent",
-}
-"""Event class names of nbagent 0.1 -> their names now."""
-
-
-def deprecated_event(name: str) -> Any:
-    """The class behind an old event name, with a `DeprecationWarning` (None if not one)."""
-    new = _DEPRECATED.get(name)
-    if new is None:
-        return None
-    import warnings
-
-    warnings.warn(f"nbagent.{name} is now nbagent.{new}; the old name goes away in 0.3",
-                  DeprecationWarning, stacklevel=3)
-    return globals()[new]
-
-
-def __getattr__(name: str) -> Any:
-    cls = deprecated_event(name)
-    if cls is None:
-        raise AttributeError(f"module 'nbagent.events' has no attribute {name!r}")
-    return cls

@@ -2,7 +2,7 @@
 
 Owns the price lookup; imports usage and exceptions only, and `genai_prices` lazily (on the first
 priced call), never pandas. Prices change over time and history must not: the loop prices each
-`ModelCallUsage` row once (`Agent.price` -> `price_row`) and the store keeps the numbers.
+`ModelCallUsage` row once (`RunConfig.price` -> `price_row`) and the store keeps the numbers.
 
 Where a price comes from, first match wins:
 

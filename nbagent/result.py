@@ -6,7 +6,6 @@ summary (built by the core module `nbagent._html`, imported only when a notebook
 
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
@@ -79,22 +78,6 @@ class RunResult(Generic[OutputT]):
     @property
     def completed(self) -> bool:
         return self.status == "completed"
-
-    def usage_df(self) -> Any:
-        """Deprecated (nbagent 0.1): use ``nbagent.usage_frame(result)``; goes away in 0.3."""
-        warnings.warn("result.usage_df() is now nbagent.usage_frame(result); the old name goes away in 0.3",
-                      DeprecationWarning, stacklevel=2)
-        from .dataframe import usage_frame
-
-        return usage_frame(self)
-
-    def tool_calls_df(self) -> Any:
-        """Deprecated (nbagent 0.1): use ``nbagent.tool_calls_frame(result)``; goes away in 0.3."""
-        warnings.warn("result.tool_calls_df() is now nbagent.tool_calls_frame(result); the old name goes "
-                      "away in 0.3", DeprecationWarning, stacklevel=2)
-        from .dataframe import tool_calls_frame
-
-        return tool_calls_frame(self)
 
     def _repr_html_(self) -> str:
         from ._html import render_result_html

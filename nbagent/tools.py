@@ -62,7 +62,6 @@ class Tool:
     """
 
     __slots__ = (
-        "_call_plain",
         "_ctx_name",
         "_model_param",
         "_params_model",
@@ -109,7 +108,6 @@ class Tool:
         self.idempotent = idempotent
         self.sequential = sequential or ctx_name is not None
         self.is_async = function is not None and inspect.iscoroutinefunction(function)
-        self._call_plain = function is not None and model_param is None and ctx_name is None
 
     # ------------------------------------------------------------------ construction
     @classmethod

@@ -35,12 +35,13 @@ def test_all_is_complete_and_sorted() -> None:
         assert getattr(nbagent, name) is not None
 
 
-def test_event_classes_end_in_event_and_old_names_warn() -> None:
+def test_event_classes_end_in_event_and_the_unreleased_names_are_gone() -> None:
     event_names = [n for n in nbagent.__all__ if n.endswith("Event") and n != "Event"]
     assert len(event_names) == 11
-    with pytest.warns(DeprecationWarning, match="TextDelta is now nbagent.TextDeltaEvent"):
-        assert nbagent.TextDelta is nbagent.TextDeltaEvent
-    with pytest.warns(DeprecationWarning, match="RunEnded is now"):
+    for old in ("TextDelta", "RunEnded", "batch", "abatch"):
+        with pytest.raises(AttributeError):
+            getattr(nbagent, old)
+    with pytest.raises(ImportError):
         from nbagent.events import RunEnded  # noqa: F401
 
 
@@ -60,15 +61,22 @@ def test_resume_stream_takes_what_resume_takes() -> None:
     assert _params(Agent.resume_stream) == _params(Agent.resume)
 
 
-def test_deprecated_names_still_work_with_a_warning() -> None:
+def test_each_concept_has_one_spelling() -> None:
+    """0.1's spellings were never released; each concept has one name (no aliases, no warnings)."""
+    import nbagent.dataframe
+    from nbagent.store.base import Store
+
+    for name in ("history", "history_sync", "price"):
+        assert not hasattr(Agent, name)
+    for name in ("usage_df", "tool_calls_df"):
+        assert not hasattr(nbagent.RunResult, name)
+    assert not hasattr(Store, "delete") and hasattr(Store, "delete_thread")
+    for name in ("ausage_frame", "atool_calls_frame", "aruns_frame", "abatch"):
+        with pytest.raises(AttributeError):
+            getattr(nbagent.dataframe, name)
     agent = Agent(TestModel(), store=MemoryStore())
-    result = agent.run_sync("hi", thread="t")
-    with pytest.warns(DeprecationWarning, match="Agent.checkpoints"):
-        assert [c.step for c in agent.history_sync("t")] == [c.step for c in agent.checkpoints_sync("t")]
-    pytest.importorskip("pandas")
-    with pytest.warns(DeprecationWarning, match=r"nbagent.usage_frame\(result\)"):
-        old = result.usage_df()
-    assert old.equals(nbagent.usage_frame(result))
+    with pytest.raises(nbagent.UserError, match="takes a nbagent.Decisions"):
+        agent.start("hi", resume={"approve": []})  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("store", ["memory", "file"])

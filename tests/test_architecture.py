@@ -21,8 +21,6 @@ ALLOWED_EDGE_IMPORTS = {
     ("nbagent", "__getattr__"),          # nbagent.usage_frame & co. load the pandas edge on first use
     ("nbagent.agent", "Agent.chat"),     # agent.chat() shows the view
     ("nbagent.agent", "Agent.map"),      # agent.map() runs a batch into a DataFrame
-    ("nbagent.result", "RunResult.usage_df"),       # deprecated alias of usage_frame(result)
-    ("nbagent.result", "RunResult.tool_calls_df"),  # deprecated alias of tool_calls_frame(result)
 }
 
 MAX_MODULE_LINES = 600

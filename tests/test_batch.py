@@ -180,12 +180,10 @@ def test_paused_rows_are_reported_and_not_rerun():
     assert done["status"].tolist() == ["completed"] and done["output"].tolist() == ["ok"]
 
 
-async def test_abatch_from_async_code_and_progress_bar(capsys):
+async def test_map_from_async_code_and_progress_bar(capsys):
     fake = Counter()
     agent = make_agent(fake)
-    with pytest.warns(DeprecationWarning, match="call agent.map"):
-        from nbagent.dataframe import abatch
-    df = await abatch(agent, ["a", "b"], concurrency=2, progress=True, desc="questions")
+    df = agent.map(["a", "b"], concurrency=2, progress=True, desc="questions")  # blocks, even on a loop
     assert df["output"].tolist() == ["echo: a", "echo: b"]
     err = capsys.readouterr().err
     assert "questions" in err and "2/2" in err
@@ -198,11 +196,6 @@ def test_thread_ids_are_deterministic_and_depend_on_the_agent():
     assert ids1 == batch_thread_ids(make_agent(Counter(), system="Be brief."), ["x", "y"], [0, 1])
     assert ids1 != batch_thread_ids(a2, ["x", "y"], [0, 1])
     assert batch_thread_ids(a1, ["x"], [0], "exp1")[0].startswith("exp1-0-")
-
-
-def test_package_level_batch_name_is_a_deprecated_alias_of_agent_map():
-    with pytest.warns(DeprecationWarning, match=r"agent\.map\(inputs\)"):
-        assert nbagent.batch is batch
 
 
 def test_costs_are_summed_per_row():

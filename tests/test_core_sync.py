@@ -200,7 +200,7 @@ def _params(fn: Any) -> list[tuple[str, Any, Any, Any]]:
     ("run", "run_sync"),
     ("resume", "resume_sync"),
     ("threads", "threads_sync"),
-    ("history", "history_sync"),
+    ("checkpoints", "checkpoints_sync"),
 ])
 def test_sync_twins_take_the_same_parameters(async_name: str, sync_name: str) -> None:
     assert inspect.iscoroutinefunction(getattr(Agent, async_name))

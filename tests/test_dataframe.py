@@ -202,13 +202,11 @@ def test_sqlite_store_uses_the_columnar_reader(tmp_path, monkeypatch):
     assert usage_frame(store, thread=results[1].thread)["run_id"].tolist() == [results[1].run_id]
 
 
-async def test_the_deprecated_async_twin_still_works_on_a_running_loop():
+async def test_the_frame_functions_work_on_a_running_loop():
     store = MemoryStore()
     agent = Agent(openai_model([answer(text("x"), 7, 0, 0, 3, 0)]), store=store)
     await agent.run("q")
-    with pytest.warns(DeprecationWarning, match="call usage_frame"):
-        from nbagent.dataframe import ausage_frame
-    df = await ausage_frame(agent)
+    df = await asyncio.to_thread(usage_frame, agent)  # the documented form for async code
     assert df["input_tokens"].tolist() == [7]
     # the sync function also works while a loop runs (as in a notebook cell)
     assert usage_frame(agent)["output_tokens"].tolist() == [3]

@@ -331,7 +331,7 @@ async def test_a_damaged_thread_fails_with_store_corrupt_error_and_is_not_writte
     good = await store.load("good")  # other threads stay usable
     assert good is not None and len(good.messages) == 3
     assert (await agent.run("and again", thread="good")).output == "never asked"
-    assert await store.delete("bad")  # the way out (besides a backup): the damaged thread goes
+    assert await store.delete_thread("bad")  # the way out (besides a backup): the damaged thread goes
     assert await store.load("bad") is None
     await store.close()
 
@@ -361,7 +361,7 @@ async def test_garbage_over_a_page_gives_store_corrupt_error_and_nothing_is_writ
     with pytest.raises(StoreCorruptError, match=r"garbage\.db"):
         await store.append("good", version=40, step=40, messages=[UserMessage("more")])
     with pytest.raises(StoreCorruptError, match=r"garbage\.db"):
-        await store.delete("good")
+        await store.delete_thread("good")
     await store.close()
     assert path.read_bytes() == before
 

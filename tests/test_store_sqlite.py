@@ -561,7 +561,7 @@ async def test_usage_chunks_follow_deletes_forks_and_edits_by_hand(
 ) -> None:
     await write_rows(store, many_rows(100))
     await store.usage_columns()  # everything packed but the last few rows
-    await store.delete("t1")  # its rows sit inside most chunks: those chunks are dropped ...
+    await store.delete_thread("t1")  # its rows sit inside most chunks: those chunks are dropped ...
     await assert_columns_match(store)  # ... and the ranges are read, then packed, again
     assert chunk_count(store.path)[1] == 64
     await store.copy("t0", "t0-fork", messages=0)

@@ -19,14 +19,11 @@ when a batch shows its progress bar. Every frame exports with ``to_csv`` / ``to_
 (categoricals and UTC datetimes round-trip through parquet with pyarrow).
 
 Naming: these functions are for notebook cells. They block and return the DataFrame, in a cell
-(where a loop runs) as in a script, and have one form each. (The awaitable forms of nbagent 0.1,
-``ausage_frame``, ``atool_calls_frame``, ``aruns_frame`` and ``abatch``, still work with a
-`DeprecationWarning` until 0.3; from async code call ``await asyncio.to_thread(usage_frame, ...)``.)
+(where a loop runs) as in a script, and have one form each; from async code call
+``await asyncio.to_thread(usage_frame, ...)``.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from ._batch import BATCH_COLUMNS, batch, batch_thread_ids, output_frame
 from ._columns import USAGE_SCHEMA, usage_from_columns
@@ -56,19 +53,3 @@ __all__ = [
     "usage_from_columns",
 ]
 
-
-_DEPRECATED = {"ausage_frame": "usage_frame", "atool_calls_frame": "tool_calls_frame",
-               "aruns_frame": "runs_frame", "abatch": "agent.map"}
-
-
-def __getattr__(name: str) -> Any:
-    if name not in _DEPRECATED:
-        raise AttributeError(f"module 'nbagent.dataframe' has no attribute {name!r}")
-    import warnings
-
-    warnings.warn(f"nbagent.dataframe.{name} is deprecated (goes away in 0.3): call {_DEPRECATED[name]}, "
-                  "which works in notebook cells and scripts, or await asyncio.to_thread(...) of it",
-                  DeprecationWarning, stacklevel=2)
-    from . import _batch, _frames
-
-    return getattr(_batch if name == "abatch" else _frames, name)

@@ -1,6 +1,6 @@
 """Batch runs: many independent conversations, concurrently, into one DataFrame.
 
-Owns `batch` / `abatch` and the deterministic thread ids that make a re-run skip finished rows;
+Owns `batch` and the deterministic thread ids that make a re-run skip finished rows;
 imports pandas, the core (agent, store, sync) and ``tqdm.auto`` (only when a progress bar is
 shown). Rate limits are the model's business: each row's model calls go through the agent's
 `Retry` (which honours ``Retry-After``); the batch only bounds how many rows run at once.
@@ -27,7 +27,7 @@ from ..store.meta import ThreadMeta
 from ..usage import ModelCallUsage, Usage
 from ._columns import categorical, strings
 
-__all__ = ["BATCH_COLUMNS", "abatch", "batch", "batch_thread_ids", "output_frame"]
+__all__ = ["BATCH_COLUMNS", "batch", "batch_thread_ids", "output_frame"]
 
 BATCH_COLUMNS = (
     "input",
@@ -206,7 +206,7 @@ def _progress(total: int, enabled: bool, desc: str | None) -> Any:
     return tqdm(total=total, desc=desc or "batch", unit="row")
 
 
-async def abatch(
+async def _map_local(
     agent: Agent,
     inputs: Any,
     *,
@@ -215,7 +215,7 @@ async def abatch(
     progress: bool = True,
     desc: str | None = None,
 ) -> pd.DataFrame:
-    """The awaitable form of `batch` (deprecated as a public name: nbagent.dataframe warns)."""
+    """`batch` on the running loop (the local executor): rows run as `concurrency` workers."""
     values, index, prompts, threads = _inputs(agent, inputs, concurrency, thread_prefix)
     rows: list[dict[str, Any] | None] = [None] * len(values)
     bar = _progress(len(values), progress, desc)
@@ -283,7 +283,7 @@ def batch(
     """Run one independent conversation per input, `concurrency` at a time; return a DataFrame.
 
     ```python
-    answers = agent.map(df["question"], concurrency=8)      # or nbagent.batch(agent, ...)
+    answers = agent.map(df["question"], concurrency=8)
     df.join(answers[["output", "cost"]])
     answers = agent.map(df["question"], executor="ray", concurrency=32)     # on a Ray cluster
     answers = agent.map(df["question"], executor=client, concurrency=32)    # a dask Client
@@ -344,7 +344,7 @@ def batch(
     from .._sync import run_sync
 
     return run_sync(
-        lambda: abatch(
+        lambda: _map_local(
             agent, inputs, concurrency=concurrency, thread_prefix=thread_prefix, progress=progress, desc=desc
         )
     )

@@ -19,14 +19,11 @@ from ..result import RunResult
 from ..store.base import Checkpoint, LedgerEntry, ThreadState
 from ..store.meta import ThreadMeta
 from ._columns import categorical, empty_usage_frame, strings, times, usage_from_columns, usage_from_rows
-from ._sources import Loaded, load, load_now, thread_names
+from ._sources import Loaded, load_now, thread_names
 
 __all__ = [
     "RUN_SCHEMA",
     "TOOL_CALL_SCHEMA",
-    "aruns_frame",
-    "atool_calls_frame",
-    "ausage_frame",
     "runs_frame",
     "tool_calls_frame",
     "usage_frame",
@@ -85,12 +82,6 @@ def usage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd
     """
     names = thread_names(thread)
     return _usage(load_now(source, threads=names, usage_only=True), names)
-
-
-async def ausage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
-    """`usage_frame` for async code (awaits the store on the running loop)."""
-    names = thread_names(thread)
-    return _usage(await load(source, threads=names, usage_only=True), names)
 
 
 # ---------------------------------------------------------------------------------------- tool calls
@@ -276,12 +267,6 @@ def tool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) 
     return _tool_frame(load_now(source, threads=names), names)
 
 
-async def atool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
-    """`tool_calls_frame` for async code."""
-    names = thread_names(thread)
-    return _tool_frame(await load(source, threads=names), names)
-
-
 # ---------------------------------------------------------------------------------------- runs
 
 RUN_SCHEMA: dict[str, str] = {
@@ -442,9 +427,3 @@ def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.
     """
     names = thread_names(thread)
     return _runs(load_now(source, threads=names, ends=True), names)
-
-
-async def aruns_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
-    """`runs_frame` for async code."""
-    names = thread_names(thread)
-    return _runs(await load(source, threads=names, ends=True), names)

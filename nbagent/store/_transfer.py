@@ -41,7 +41,7 @@ async def copy_threads(
                     f"thread {name!r} already exists in {target!r}; nothing was copied over it "
                     "(pass replace=True to replace it)"
                 )
-            await target.delete(name)
+            await target.delete_thread(name)
         parts = [c for c in await source.checkpoints(name) if c.messages <= len(state.messages)]
         step = state.step
         if parts and parts[-1].messages == len(state.messages):

@@ -226,14 +226,10 @@ class Store:
         """
         return last_of_runs(await self.checkpoints(thread))
 
-    async def delete(self, thread: str) -> bool:
-        """Remove a thread; True if it existed (the same as `delete_thread`)."""
-        raise NotImplementedError
-
     async def delete_thread(self, thread: str) -> bool:
         """Remove a thread with everything stored for it (messages, usage, ledger, checkpoints,
         pending calls); True if it existed."""
-        return await self.delete(thread)
+        raise NotImplementedError
 
     async def prune(self, older_than: float | timedelta | datetime) -> list[str]:
         """Delete the threads last written before a time (retention); returns their ids, sorted.
@@ -261,7 +257,7 @@ class Store:
         """Delete the threads with ``updated < cutoff`` (stores override it with one statement)."""
         gone = []
         for info in await self.threads():
-            if info.updated < cutoff and await self.delete(info.thread):
+            if info.updated < cutoff and await self.delete_thread(info.thread):
                 gone.append(info.thread)
         return sorted(gone)
 

@@ -104,5 +104,5 @@ class MemoryStore(Store):
         t = self._threads.get(thread)
         return list(t.checkpoints) if t else []
 
-    async def delete(self, thread: str) -> bool:
+    async def delete_thread(self, thread: str) -> bool:
         return self._threads.pop(thread, None) is not None

@@ -219,7 +219,7 @@ class Database:
     def prepare_schema(self, conn: Any) -> None:
         if self.migrate:
             migrate(conn, self.schema, "nbagent (first use)")
-        elif check(conn, self.schema, "") is None:
+        elif check(conn, self.schema) is None:
             raise StoreError(
                 f"{self.display}: the schema {self.schema!r} has no nbagent tables of the version this "
                 "nbagent uses, and migrate=False. Run  python -m nbagent.store migrate <URL>"

@@ -346,7 +346,7 @@ def migrate(conn: Any, schema: str, who: str) -> tuple[int, int]:
     return before, SCHEMA_VERSION
 
 
-def check(conn: Any, schema: str, migrate_hint: str) -> int | None:
+def check(conn: Any, schema: str) -> int | None:
     """The schema's version if this nbagent can use it as it is, else None (it needs migrating).
 
     Raises:

@@ -265,7 +265,7 @@ class PostgresStore(Store):
             path=self.url,
         )
 
-    async def delete(self, thread: str) -> bool:
+    async def delete_thread(self, thread: str) -> bool:
         """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
         sql = self._sql.delete
         rows = await self._db.fetchall(sql, (thread,))

@@ -332,7 +332,7 @@ class SQLiteStore(Store):
             f"{self.path}: thread {thread!r} is damaged: {what} cannot be read "
             f"({type(exc).__name__}: {exc}). It was not changed, and nbagent will not add to this "
             "thread; the other threads are unaffected. Restore the file from a backup, or delete "
-            f"the thread (store.delete({thread!r}))."
+            f"the thread (store.delete_thread({thread!r}))."
         )
         self._damaged[thread] = message
         return StoreCorruptError(message, path=str(self.path))
@@ -479,7 +479,7 @@ class SQLiteStore(Store):
                                   write=False)
         return {r[10]: Checkpoint(*r) for r in rows}
 
-    async def delete(self, thread: str) -> bool:
+    async def delete_thread(self, thread: str) -> bool:
         """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
         existed = await self._db.run(lambda conn: _delete_rows(conn, thread), write=True)
         self._damaged.pop(thread, None)
