@@ -186,7 +186,7 @@ def scenario_sqlite_v1(n: int, path: str) -> dict[str, Any]:
 def scenario_append(n: int, path: str) -> dict[str, Any]:
     from nbagent.messages import AssistantMessage
     from nbagent.store import SQLiteStore
-    from nbagent.store import sqlite as sqlite_store
+    from nbagent.store.sqlite import _chunks as sqlite_store
     from nbagent.usage import ModelCallUsage
 
     async def run(thread: str) -> list[float]:

@@ -23,7 +23,7 @@ from typing import Any
 import ipywidgets as widgets
 
 from nbagent import Agent
-from nbagent._sanitize import escape
+from nbagent.display.sanitize import escape
 from nbagent.models import FunctionModel
 from nbagent.store.memory import MemoryStore
 from nbagent.widgets import ChatView

@@ -1,9 +1,11 @@
-"""`Agent`: a model, tools and settings; runs, streams and resumes conversations.
+"""`Agent`: a model, tools and settings; runs, streams and resumes conversations, and reads its
+stored threads.
 
 Owns `Agent` (the configuration, frozen into a `RunConfig` for each run) and its public methods.
-The work lives below it: `_prepare` (the run's starting state), `_loop` (the run), `_fork`,
-`_handle` (`RunHandle`). Imports the core; never widgets or pandas, except in the two facade
-methods `chat` and `map`, which import the edge when called.
+Layer 4: the run itself lives below it, in `nbagent._run` (``prepare`` a run's starting state,
+``loop`` the run, ``fork``, ``handle`` for `RunHandle`). Imports the base, models, store and the
+run; never widgets or pandas, except in the two facade methods `chat` and `map`, which import
+the edge when called.
 
 Naming: the awaitable form of an operation has the plain name, its blocking twin adds ``_sync``
 (``run`` / ``run_sync``, ``resume`` / ``resume_sync``); a method with one form has the plain name.
@@ -11,27 +13,30 @@ Naming: the awaitable form of an operation has the plain name, its blocking twin
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
-from ._config import RunConfig
-from ._handle import EventCallback, RunBox, RunHandle, consume
-from ._loop import drive
-from ._prepare import prepare_resume, prepare_run
-from ._sources import SourceSet
+from ._run.config import RunConfig
+from ._run.fork import fork_thread
+from ._run.handle import EventCallback, RunBox, RunHandle, consume
+from ._run.loop import drive
+from ._run.prepare import prepare_resume, prepare_run
+from ._run.sources import SourceSet
+from ._run.state import RunState
 from ._sync import run_sync
-from ._threads import ThreadMethods
-from .approvals import CallRef, Decisions
+from .approvals import CallRef, Decisions, PendingCall
 from .events import Event
 from .exceptions import DuplicateToolError, ToolDefinitionError, UserError
-from .messages import Prompt
+from .messages import Message, Prompt
 from .models import infer_model
 from .models.base import Model
 from .output import OUTPUT_TOOL, OutputSpec
 from .result import RunResult
 from .retry import Retry
 from .store import Store, open_store
+from .store.base import Checkpoint, ThreadInfo, UsageColumns
 from .tools import Tool, ToolSource
+from .usage import Usage
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict, Unpack
@@ -58,19 +63,7 @@ OutputT = TypeVar("OutputT")
 Deny = Mapping[str, "str | None"] | Iterable[CallRef]
 
 
-def _definition(agent: Agent[Any]) -> dict[str, Any]:
-    """What an `Agent` pickles as (``agent.map(..., executor="ray")`` sends it to workers): its
-    definition; the model without its API key, the default store resolved here (so workers use
-    this process's file). The `RunConfig` is made again where it arrives."""
-    return {**agent.__dict__, "_store": agent.store, "_config": None}
-
-
-def _repr(agent: Agent[Any]) -> str:
-    sources = f", sources={list(agent.tool_sources)!r}" if agent.tool_sources else ""
-    return f"Agent({agent.model!r}, tools={list(agent.tools)}{sources})"
-
-
-class Agent(ThreadMethods, Generic[OutputT]):
+class Agent(Generic[OutputT]):
     """A model with tools. Configure once, run many conversations.
 
     ```python
@@ -80,6 +73,12 @@ class Agent(ThreadMethods, Generic[OutputT]):
 
     ``Agent[T]`` is generic in the type of its answer: `str` unless an `output_type` is given,
     so a type checker knows what ``result.output`` is.
+
+    An agent's threads are the ones it has worked with in this process: run, resumed, forked
+    (the new thread) or shown in a view (`Agent.chat` with a ``thread``). `threads` lists them,
+    and the DataFrame functions given an agent read only them, so agents of other notebooks
+    sharing the store (``./.nbagent/threads.db``) do not mix in. Every stored thread:
+    ``await agent.store.threads()``, ``nbagent.usage_frame(agent.store)``.
 
     Args:
         model: a `Model`, or a string: ``"openai:gpt-4.1-mini"``, ``"local"``, ``"test"``.
@@ -110,6 +109,8 @@ class Agent(ThreadMethods, Generic[OutputT]):
     """
 
     _config: RunConfig | None
+    _own_threads: dict[str, None]
+    """This agent's threads, in the order it first touched them (a dict as an ordered set)."""
 
     @overload
     def __init__(self: Agent[str], model: Model | str, *, output_type: None = None,
@@ -196,18 +197,35 @@ class Agent(ThreadMethods, Generic[OutputT]):
         object.__setattr__(self, name, value)
         object.__setattr__(self, "_config", None)  # setting an attribute makes a new RunConfig
 
-    __getstate__ = _definition  # pickled as its definition, for workers (docs/scale.md)
+    def __getstate__(self) -> dict[str, Any]:
+        """What an `Agent` pickles as (``agent.map(..., executor="ray")`` sends it to workers): its
+        definition; the model without its API key, the default store resolved here (so workers use
+        this process's file). The `RunConfig` is made again where it arrives."""
+        return {**self.__dict__, "_store": self.store, "_config": None}
 
     def config(self) -> RunConfig:
         """The agent's settings as a run sees them, frozen. It is made again after any attribute
         of the agent is set, so a change affects the runs started after it."""
         config: RunConfig | None = self._config
         if config is None:
-            config = _config_of(self)
+            sources = None
+            if self.tool_sources:
+                sources = SourceSet(self.tool_sources, self.tools, self.tool_definitions,
+                                    (OUTPUT_TOOL,) if self.output is not None else ())
+            config = RunConfig(
+                model=self.model, tools=self.tools, tool_definitions=self.tool_definitions,
+                request_settings=self.request_settings, store=self.store, retry=self.retry,
+                system=self.system, max_steps=self.max_steps, tools_in_order=self.tools_in_order,
+                token_budget=self.token_budget, cost_budget=self.cost_budget, stop_when=self.stop_when,
+                output=self.output, output_retries=self.output_retries, prices=self.prices,
+                state_type=self.state_type, sources=sources,
+            )
             object.__setattr__(self, "_config", config)
         return config
 
-    __repr__ = _repr
+    def __repr__(self) -> str:
+        sources = f", sources={list(self.tool_sources)!r}" if self.tool_sources else ""
+        return f"Agent({self.model!r}, tools={list(self.tools)}{sources})"
 
     # ------------------------------------------------------------------ runs
     async def run(self, prompt: Prompt | None = None, *, thread: str | None = None,
@@ -348,6 +366,124 @@ class Agent(ThreadMethods, Generic[OutputT]):
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
         return run_sync(lambda: self.resume(result, thread=thread, decisions=chosen, state=state))
 
+    # ------------------------------------------------------------------ stored threads
+    def _touch(self, thread: str) -> None:
+        """Count `thread` among this agent's threads (see the class docstring)."""
+        self._own_threads.setdefault(thread, None)
+
+    async def _prepared(self, preparing: Awaitable[RunState]) -> RunState:
+        """The prepared run (of `Agent.run`, `stream`, `resume`, `start`), its thread counted."""
+        run = await preparing
+        self._touch(run.thread)
+        return run
+
+    def own_threads(self) -> list[str]:
+        """The ids of this agent's threads (class docstring), in the order it first touched them.
+        Whether each is still stored is not checked: `threads` lists the stored ones."""
+        return list(self._own_threads)
+
+    async def threads(self) -> list[ThreadInfo]:
+        """This agent's stored threads (`ThreadInfo`: see the class docstring), most recently
+        updated first. After a kernel restart a new agent has none yet: list every thread of the
+        store with ``await agent.store.threads()``."""
+        return [info for info in await self.store.threads() if info.thread in self._own_threads]
+
+    async def checkpoints(self, thread: str) -> list[Checkpoint]:
+        """The checkpoints of a thread (`Checkpoint`: step, time, last message, usage so far)."""
+        return await self.store.checkpoints(thread)
+
+    async def pending(self, thread: str) -> list[PendingCall]:
+        """The calls of a stored thread that wait for a decision or a client result, e.g. after
+        a kernel restart: ``await agent.resume(thread=t, approve=await agent.pending(t))``."""
+        loaded = await self.store.load(thread)
+        return loaded.open_pending() if loaded is not None else []
+
+    async def thread_usage(self, thread: str) -> Usage:
+        """All model calls stored for a thread, summed (read column-wise, without the messages)."""
+        columns = await self.store.usage_columns(thread)
+        if isinstance(columns, UsageColumns):
+            return Usage.of(columns.to_rows())
+        loaded = await self.store.load(thread)  # a store overriding usage_columns with plain lists
+        return Usage.of(loaded.usage if loaded else [])
+
+    async def fork(
+        self,
+        thread: str,
+        *,
+        at_step: int | None = None,
+        new_thread: str | None = None,
+        edit: str | Mapping[str, Any] | Message | None = None,
+    ) -> str:
+        """Copy a thread up to a step into a new thread, to try another path from there.
+
+        ```python
+        for c in await agent.checkpoints("support-42"):         # step, last message, tokens so far
+            print(c.step, c.last_message)
+        alt = await agent.fork("support-42", at_step=2, edit={"content": "order 42 was never shipped"})
+        result = await agent.resume(thread=alt)             # the model sees the edited tool result
+        ```
+
+        Which messages are copied: every message written at a step ``<= at_step`` (all of them
+        when `at_step` is None). The prompt that starts a thread has step 0; the model's answer of
+        step *n* and the results of its tool calls have step *n*; a prompt sent after the final
+        answer of step *n* also has step *n*, so it is copied too (and can be edited). A fork
+        never leaves a tool call without its result: when the copy would end with an answer some
+        of whose calls have no result (the source was paused or interrupted in that step), the
+        copy ends before that answer (its partial results and its usage row stay behind too).
+        The usage rows of the copied steps and the ledger entries of the copied tool calls come
+        along, so no copied call runs again. The user's state object is not copied (the store
+        keeps only its latest value, which may reflect later steps): pass ``state=`` when you
+        continue the fork. Pending approvals are not copied.
+
+        Args:
+            thread: the thread to copy (it is not changed).
+            at_step: the last step to copy (see `checkpoints`); None copies the whole thread.
+            new_thread: the new thread's id (default: ``"<thread>-fork-<random>"``).
+            edit: changes the last copied message, the one at the fork point: a ``str`` replaces
+                its text (``content`` of a prompt or tool result, ``text`` of an answer); a dict
+                sets fields, e.g. ``{"content": "...", "is_error": False}``; a message instance
+                replaces it (a tool result must keep the ``call_id``, an answer may not add tool
+                calls).
+
+        Returns:
+            The new thread's id. Continue it with ``agent.resume(thread=new)`` (when it ends with
+            a prompt or a tool result) or ``agent.run(prompt, thread=new)``.
+
+        Raises:
+            UserError: the thread does not exist, `at_step` is negative, or `edit` does not fit.
+            ConflictError: `new_thread` already exists.
+        """
+        new = await fork_thread(self.store, thread, at_step, new_thread, edit)
+        self._touch(new)
+        return new
+
+    def threads_sync(self) -> list[ThreadInfo]:
+        """`threads` from sync code."""
+        return run_sync(self.threads)
+
+    def checkpoints_sync(self, thread: str) -> list[Checkpoint]:
+        """`checkpoints` from sync code."""
+        return run_sync(lambda: self.checkpoints(thread))
+
+    def pending_sync(self, thread: str) -> list[PendingCall]:
+        """`pending` from sync code."""
+        return run_sync(lambda: self.pending(thread))
+
+    def thread_usage_sync(self, thread: str) -> Usage:
+        """`thread_usage` from sync code."""
+        return run_sync(lambda: self.thread_usage(thread))
+
+    def fork_sync(
+        self,
+        thread: str,
+        *,
+        at_step: int | None = None,
+        new_thread: str | None = None,
+        edit: str | Mapping[str, Any] | Message | None = None,
+    ) -> str:
+        """`fork` from sync code."""
+        return run_sync(lambda: self.fork(thread, at_step=at_step, new_thread=new_thread, edit=edit))
+
     # ------------------------------------------------------------------ edges
     def chat(self, thread: str | None = None, **kwargs: Any) -> Any:
         """Show the chat view in the notebook cell (see `nbagent.widgets.ChatView`)."""
@@ -382,19 +518,6 @@ def _tools_by_name(tools: Iterable[Tool | Callable[..., Any] | ToolSource]) -> t
             raise DuplicateToolError(f"two tools are named {t.name!r}; tool names must be unique")
         out[t.name] = t
     return out, tuple(sources)
-
-
-def _config_of(agent: Agent[Any]) -> RunConfig:
-    return RunConfig(
-        model=agent.model, tools=agent.tools, tool_definitions=agent.tool_definitions,
-        request_settings=agent.request_settings, store=agent.store, retry=agent.retry,
-        system=agent.system, max_steps=agent.max_steps, tools_in_order=agent.tools_in_order,
-        token_budget=agent.token_budget, cost_budget=agent.cost_budget, stop_when=agent.stop_when,
-        output=agent.output, output_retries=agent.output_retries, prices=agent.prices,
-        state_type=agent.state_type,
-        sources=SourceSet(agent.tool_sources, agent.tools, agent.tool_definitions,
-                          (OUTPUT_TOOL,) if agent.output is not None else ()) if agent.tool_sources else None,
-    )
 
 
 async def _with_sources(config: RunConfig) -> RunConfig:

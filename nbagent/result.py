@@ -1,7 +1,7 @@
 """`RunResult`: how a run ended, its conversation, pending calls and usage.
 
 Imports approvals, messages and usage. ``display(result)`` in a notebook renders a static HTML
-summary (built by the core module `nbagent._html`, imported only when a notebook asks for HTML).
+summary (built by `nbagent.display.html`, imported only when a notebook asks for HTML).
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ class RunResult(Generic[OutputT]):
         return self.status == "completed"
 
     def _repr_html_(self) -> str:
-        from ._html import render_result_html
+        from .display.html import render_result_html
 
         return render_result_html(self)
 

@@ -75,7 +75,7 @@ def test_each_concept_has_one_spelling() -> None:
         with pytest.raises(AttributeError):
             getattr(nbagent.dataframe, name)
     agent = Agent(TestModel(), store=MemoryStore())
-    with pytest.raises(nbagent.UserError, match="takes a nbagent.Decisions"):
+    with pytest.raises(nbagent.UserError, match=r"takes a nbagent\.Decisions"):
         agent.start("hi", resume={"approve": []})  # type: ignore[arg-type]
 
 

@@ -1,9 +1,24 @@
-"""The shape of the package: the core never imports the edge, and has no import circles.
+"""The shape of the package: layers whose imports all point down, and no import circles.
 
-The core is everything in `nbagent` outside `nbagent.widgets` and `nbagent.dataframe` (the edge,
-which loads ipywidgets and pandas). Imports are read with `ast`, lazy imports inside functions
-included, so a circle cannot hide behind a deferred import; ``if TYPE_CHECKING:`` blocks are left
-out (they never run: a type-only reference is not a dependency).
+nbagent is five layers (`LAYERS`); a module may import its own layer and the layers below it:
+
+1. the base: plain data, the error tree, tools and decisions (``exceptions``, ``messages``,
+   ``usage``, ``approvals``, ``tools``, ``retry``, ``output``, ``events``, ``pricing``) and the
+   two process-wide helpers (``_sync``: sync twins and the background loop; ``_watch``: a
+   thread's observers);
+2. what implements a protocol the base owns, and plain renderings of base data: ``models``,
+   ``store``, ``mcp``, ``display`` (sanitising and static HTML), ``result``;
+3. the run: ``_run``;
+4. ``agent`` and the package facade ``nbagent``;
+5. the edges, which load ipywidgets, pandas, IPython or OpenTelemetry: ``widgets``,
+   ``dataframe``, ``notebook``, ``evals``, ``tracing``.
+
+Imports are read with `ast`, lazy imports inside functions included, and so are
+``importlib.import_module("nbagent...")`` calls (an f-string on ``__name__`` counts as the module's
+own package), so neither a deferred import nor a dynamic one can hide an upward dependency or a
+circle; ``if TYPE_CHECKING:`` blocks are left out (they never run: a type-only reference is not a
+dependency). The facade methods that hand a user over to an upper layer when called are named
+in `ALLOWED_UPWARD`, each with its reason.
 """
 
 from __future__ import annotations
@@ -14,17 +29,30 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent / "nbagent"
-EDGE = ("nbagent.widgets", "nbagent.dataframe")
 
-# Facade methods that hand a user over to the edge, imported only when called.
-ALLOWED_EDGE_IMPORTS = {
-    ("nbagent", "__getattr__"),          # nbagent.usage_frame & co. load the pandas edge on first use
-    ("nbagent.agent", "Agent.chat"),     # agent.chat() shows the view
-    ("nbagent.agent", "Agent.map"),      # agent.map() runs a batch into a DataFrame
+LAYERS: dict[str, int] = {
+    **dict.fromkeys(["nbagent.exceptions", "nbagent.messages", "nbagent.usage", "nbagent.approvals",
+                     "nbagent.tools", "nbagent.retry", "nbagent.output", "nbagent.events",
+                     "nbagent.pricing", "nbagent._sync", "nbagent._watch"], 1),
+    **dict.fromkeys(["nbagent.models", "nbagent.store", "nbagent.mcp", "nbagent.display",
+                     "nbagent.result"], 2),
+    "nbagent._run": 3,
+    **dict.fromkeys(["nbagent.agent", "nbagent"], 4),
+    **dict.fromkeys(["nbagent.widgets", "nbagent.dataframe", "nbagent.notebook", "nbagent.evals",
+                     "nbagent.tracing"], 5),
+}
+EDGE_LAYER = 5
+
+# Imports that point up, each made only when a user asks for what the upper layer gives.
+ALLOWED_UPWARD = {
+    ("nbagent", "__getattr__"),                     # nbagent.usage_frame & co. load the pandas edge on first use
+    ("nbagent.agent", "Agent.chat"),                # agent.chat() shows the view
+    ("nbagent.agent", "Agent.map"),                 # agent.map() runs a batch into a DataFrame
+    ("nbagent.result", "RunResult._repr_html_"),    # display(result) renders the static summary
 }
 
 MAX_MODULE_LINES = 600
-MAX_CLASS_LINES = 300
+MAX_CLASS_LINES = 500
 
 
 def _module_name(path: Path) -> str:
@@ -71,6 +99,10 @@ def _imports(module: str, path: Path, known: set[str]) -> list[tuple[str, str]]:
                 for alias in child.names:
                     if alias.name.startswith("nbagent") and (t := target(alias.name)):
                         found.append((t, ".".join(where) or "module"))
+            elif isinstance(child, ast.Call) and _is_import_module(child):
+                name = _dynamic_target(child.args[0], module, is_package)
+                if name and (t := target(name)):
+                    found.append((t, ".".join(where) or "module"))
             elif isinstance(child, ast.ImportFrom):
                 base = _resolve(module, is_package, child)
                 if not base.startswith("nbagent"):
@@ -85,8 +117,37 @@ def _imports(module: str, path: Path, known: set[str]) -> list[tuple[str, str]]:
     return found
 
 
+def _is_import_module(call: ast.Call) -> bool:
+    func = call.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
+    return name == "import_module" and len(call.args) >= 1
+
+
+def _dynamic_target(arg: ast.expr, module: str, is_package: bool) -> str | None:
+    """The nbagent module an ``import_module(...)`` call loads, as far as the source says."""
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        return arg.value if arg.value.startswith("nbagent") else None
+    if isinstance(arg, ast.JoinedStr) and arg.values:
+        first = arg.values[0]
+        if isinstance(first, ast.FormattedValue) and isinstance(first.value, ast.Name) and first.value.id == "__name__":
+            return module if is_package else module.rpartition(".")[0]  # at least its own package
+        if isinstance(first, ast.Constant) and str(first.value).startswith("nbagent"):
+            return str(first.value).rstrip(".")
+    return None
+
+
+def layer(module: str) -> int:
+    """The layer of a module: that of the longest `LAYERS` prefix naming it."""
+    name = module
+    while name not in LAYERS:
+        if "." not in name:
+            raise AssertionError(f"{module} is in no layer: add it to LAYERS in tests/test_architecture.py")
+        name = name.rpartition(".")[0]
+    return LAYERS[name]
+
+
 def _is_edge(module: str) -> bool:
-    return any(module == e or module.startswith(e + ".") for e in EDGE)
+    return layer(module) == EDGE_LAYER
 
 
 def _graph() -> dict[str, list[tuple[str, str]]]:
@@ -95,15 +156,41 @@ def _graph() -> dict[str, list[tuple[str, str]]]:
     return {m: _imports(m, p, known) for m, p in modules.items()}
 
 
+def test_every_module_is_in_a_layer() -> None:
+    for module in _modules():
+        layer(module)
+
+
+def test_every_import_points_down() -> None:
+    bad = []
+    for module, imports in _graph().items():
+        for target, where in imports:
+            if layer(target) > layer(module) and (module, where) not in ALLOWED_UPWARD:
+                bad.append(f"{module} ({where}, layer {layer(module)}) imports {target} (layer {layer(target)})")
+    assert bad == []
+
+
 def test_the_core_never_imports_the_edge() -> None:
     bad = []
     for module, imports in _graph().items():
         if _is_edge(module):
             continue
         for target, where in imports:
-            if _is_edge(target) and (module, where) not in ALLOWED_EDGE_IMPORTS:
+            if _is_edge(target) and (module, where) not in ALLOWED_UPWARD:
                 bad.append(f"{module} ({where}) imports {target}")
     assert bad == []
+
+
+def test_the_layer_test_sees_lazy_and_dynamic_imports(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    source.write_text(
+        "import importlib\n"
+        "def f():\n    from .widgets import ChatView\n"
+        "def g():\n    return importlib.import_module('nbagent.dataframe')\n"
+    )
+    known = set(_modules())
+    found = _imports("nbagent.fake", source, known)
+    assert ("nbagent.widgets", "f") in found and ("nbagent.dataframe", "g") in found
 
 
 def _parent_packages(module: str) -> list[str]:
@@ -114,12 +201,11 @@ def _parent_packages(module: str) -> list[str]:
 def test_no_import_circle_in_the_core() -> None:
     graph = _graph()
     core = {m for m in graph if not _is_edge(m)}
-    # Importing a submodule runs its packages' __init__ first: those are not edges of the graph
-    # (nbagent/__init__ importing nbagent.agent is the package facade, not a dependency).
-    edges = {
-        m: sorted({t for t, _ in graph[m] if t in core and t != m and t not in _parent_packages(m)})
-        for m in core
-    }
+    # A package's __init__ importing its own submodules is its facade, not a dependency: a circle
+    # made only of package facades is allowed.
+    # A module's explicit import of its own package (``from .. import sqlite`` to read a setting at
+    # call time) is a real dependency, and so part of a circle with the package's own imports.
+    edges = {m: sorted({t for t, _ in graph[m] if t in core and t != m}) for m in core}
     facades = {m for m in core if (ROOT.parent / m.replace(".", "/") / "__init__.py").exists()}
     circles: list[list[str]] = []
     state: dict[str, int] = {}

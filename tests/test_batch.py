@@ -9,7 +9,6 @@ from typing import Any
 import pandas as pd
 import pytest
 
-import nbagent
 from nbagent import Agent, Retry, UserError, tool
 from nbagent.dataframe import BATCH_COLUMNS, batch, batch_thread_ids
 from nbagent.messages import AssistantMessage

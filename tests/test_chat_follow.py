@@ -124,13 +124,13 @@ async def test_a_decision_made_here_but_overtaken_elsewhere_is_dropped_and_said(
 
 async def test_another_process_decided_first_a_click_reads_the_store_and_says_so(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import nbagent._loop
+    import nbagent._run.loop
 
     store = MemoryStore()
     _, view, screen = await paused_view("f-process", store, prompt="two refunds")
     first, _ = view.board.waiting
     with monkeypatch.context() as elsewhere:  # another process: its runs are not heard here
-        elsewhere.setattr(nbagent._loop, "publish", lambda *args: None)
+        elsewhere.setattr(nbagent._run.loop, "publish", lambda *args: None)
         await make_agent(store).resume(thread="f-process", deny={first.id: "no"}, decided_by="bob")
     await settle()
     assert screen.rows[first.id]["status"] == "waits"  # this view cannot know yet
@@ -144,12 +144,12 @@ async def test_another_process_decided_first_a_click_reads_the_store_and_says_so
 
 async def test_a_message_refused_because_another_process_left_calls_waiting_is_queued_after_them(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import nbagent._loop
+    import nbagent._run.loop
 
     store = MemoryStore()
     view, screen = await controller_for(make_agent(store), "f-pending")
     with monkeypatch.context() as elsewhere:
-        elsewhere.setattr(nbagent._loop, "publish", lambda *args: None)
+        elsewhere.setattr(nbagent._run.loop, "publish", lambda *args: None)
         await make_agent(store).run("refund elsewhere", thread="f-pending")
     view.send(UserMessage("hello"))
     await view.wait()

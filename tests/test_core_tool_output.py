@@ -1,5 +1,5 @@
 """What a tool's return value becomes: the text the model reads (`content`), the images it is sent
-(`images`) and what only the view shows (`display`) — `nbagent._execute.tool_output` — and how
+(`images`) and what only the view shows (`display`) — `nbagent._run.execute.tool_output` — and how
 those are stored and sent to OpenAI-compatible and Anthropic servers over real HTTP (loopback)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from nbagent import Agent, Image, Tool, tool
-from nbagent._execute import MAX_RESULT_CHARS, tool_output
+from nbagent._run.execute import MAX_RESULT_CHARS, tool_output
 from nbagent.messages import ToolResultMessage, message_from_dict
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.models.anthropic import AnthropicModel

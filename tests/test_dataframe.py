@@ -235,7 +235,7 @@ def _stored_rows(n: int) -> list[ModelCallUsage]:
 def test_usage_frame_from_sqlite_chunks_equals_the_frame_from_rows(tmp_path, monkeypatch):
     """The columnar chunks (shared by threads, filtered per thread) give the very frame the
     rows give: values, NaN for missing costs, dtypes and categories in the same order."""
-    import nbagent.store.sqlite as sqlite_store
+    import nbagent.store.sqlite._chunks as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "CHUNK_ROWS", 8)  # many chunks, plus rows not packed yet
     monkeypatch.setattr(sqlite_store, "_SMALL_THREAD", 4)  # threads read from shared chunks

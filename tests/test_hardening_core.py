@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from nbagent import Agent, InvalidPromptError, UserError, tool
-from nbagent._html import pretty_args, render_result_html
+from nbagent.display.html import pretty_args, render_result_html
 from nbagent.messages import AssistantMessage, ToolCall
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.models.base import ModelResponse
@@ -255,7 +255,7 @@ def test_a_thread_whose_process_died_can_still_be_recovered(tmp_path: Any) -> No
 
 def test_a_stored_thread_with_reused_call_ids_shows_each_result_with_its_own_call() -> None:
     """Threads written before ids were made unique: the readers pair results by position."""
-    from nbagent._html import messages_html
+    from nbagent.display.html import messages_html
     from nbagent.messages import ToolResultMessage, UserMessage
 
     messages = [

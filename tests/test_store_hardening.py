@@ -367,7 +367,7 @@ async def test_garbage_over_a_page_gives_store_corrupt_error_and_nothing_is_writ
 
 
 async def test_a_damaged_usage_chunk_is_read_from_its_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import nbagent.store.sqlite as sqlite_store
+    import nbagent.store.sqlite._chunks as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "CHUNK_ROWS", 8)
     store = SQLiteStore(tmp_path / "chunks.db")

@@ -511,7 +511,7 @@ def chunk_count(path: Path) -> tuple[int, int]:
 @pytest.fixture
 def small_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Chunks of 8 rows, and threads read from the chunks (not the index) from 4 rows up."""
-    import nbagent.store.sqlite as sqlite_store
+    import nbagent.store.sqlite._chunks as sqlite_store
 
     monkeypatch.setattr(sqlite_store, "CHUNK_ROWS", 8)
     monkeypatch.setattr(sqlite_store, "_SMALL_THREAD", 4)

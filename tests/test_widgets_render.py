@@ -17,8 +17,8 @@ import pytest
 
 import nbagent
 from nbagent import Agent, Image, tool
-from nbagent._html import question_html, render_result_html, tool_row_html
-from nbagent._sanitize import markdown_html
+from nbagent.display.html import question_html, render_result_html, tool_row_html
+from nbagent.display.sanitize import markdown_html
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store.memory import MemoryStore
 
@@ -200,7 +200,7 @@ def test_the_row_html_fills_its_row_without_overflowing() -> None:
 
 # ---------------------------------------------------------------------------- Markdown, static summary
 def test_answers_carry_jupyterlabs_markdown_classes_and_cells_state_their_alignment() -> None:
-    from nbagent._html import assistant_html
+    from nbagent.display.html import assistant_html
 
     html = assistant_html("| a | b |\n|---|--:|\n| 1 | 2 |")
     assert 'class="nbagent-answer jp-RenderedHTMLCommon jp-RenderedMarkdown"' in html

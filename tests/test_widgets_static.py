@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from nbagent import Agent, tool
-from nbagent._html import expandable, tool_row_html
-from nbagent._sanitize import escape, markdown_html
+from nbagent.display.html import expandable, tool_row_html
+from nbagent.display.sanitize import escape, markdown_html
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store.memory import MemoryStore
 from nbagent.widgets import render_result_html
@@ -80,8 +80,8 @@ def test_markdown_payloads_render_inert(payload: str) -> None:
 def test_a_tools_own_html_renders_inert(payload: str) -> None:
     """A tool result's ``_repr_html_`` (what a DataFrame shows) is cut to table and text markup:
     no style, class, id or event attribute, no image, no script."""
-    from nbagent._execute import tool_output
-    from nbagent._html import rich_result_html
+    from nbagent._run.execute import tool_output
+    from nbagent.display.html import rich_result_html
 
     class Rich:
         def _repr_html_(self) -> str:
@@ -185,7 +185,7 @@ async def test_static_summary_of_completed_run_renders_markdown() -> None:
 
 
 async def test_static_summary_shows_reasoning_closed_and_escaped() -> None:
-    from nbagent._html import MAX_CHARS, reasoning_html
+    from nbagent.display.html import MAX_CHARS, reasoning_html
     from nbagent.messages import AssistantMessage
 
     reasoning = "\n".join(PAYLOADS)
@@ -207,7 +207,7 @@ async def test_static_summary_shows_reasoning_closed_and_escaped() -> None:
 
 @pytest.mark.parametrize("payload", PAYLOADS, ids=[f"p{i}" for i in range(len(PAYLOADS))])
 def test_reasoning_and_queued_bubbles_escape_payloads(payload: str) -> None:
-    from nbagent._html import reasoning_html, user_html
+    from nbagent.display.html import reasoning_html, user_html
 
     for html in (reasoning_html(payload), user_html(payload, note=payload)):
         found = inspect_html(html)
@@ -228,7 +228,7 @@ def _png(size: int = 4) -> bytes:
 
 def test_prompt_images_show_as_thumbnails_or_labels() -> None:
     from nbagent import Image
-    from nbagent._html import MAX_INLINE_IMAGE_BYTES, messages_html
+    from nbagent.display.html import MAX_INLINE_IMAGE_BYTES, messages_html
     from nbagent.messages import UserMessage
 
     small = Image(_png())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from .._html import render_result_html
+from ..display.html import render_result_html
 
 if TYPE_CHECKING:
     from .chat import ChatView

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .._html import FONT, MUTED, budget_texts, calls_text, cost_text, usage_text
-from .._sanitize import escape
+from ..display.html import FONT, MUTED, budget_texts, calls_text, cost_text, usage_text
+from ..display.sanitize import escape
 from ..usage import ModelCallUsage, Usage
 
 __all__ = ["UsageTally", "footer_html"]

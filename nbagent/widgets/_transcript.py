@@ -1,7 +1,7 @@
 """The copy of a chat view's conversation that is saved with the notebook.
 
 Owns `transcript_bundle` (the conversation as stored, as inert HTML — inline styles only, no
-JavaScript, the static summary's builders from `nbagent._html` — and as plain text) and
+JavaScript, the static summary's builders from `nbagent.display.html` — and as plain text) and
 `SavedCopy`, which a `ChatView` uses to display it as a second output under the live view and
 keep it current (``update_display``) when a run on its thread ends. So a saved notebook shows
 the conversation where no widget can run: on GitHub, in nbviewer, in JupyterLab after the kernel
@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from .._html import BORDER, FONT, MUTED, messages_html, table_header_html, tool_row_html
-from .._sanitize import escape
+from ..display.html import BORDER, FONT, MUTED, messages_html, table_header_html, tool_row_html
+from ..display.sanitize import escape
 from ..messages import Message, ToolCall, unanswered_calls
 
 __all__ = ["MAX_MESSAGES", "SavedCopy", "transcript_bundle", "transcript_text"]

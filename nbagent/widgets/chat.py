@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._html import ERROR, FONT, MUTED, assistant_html, header_html, messages_html, user_html
-from .._sanitize import escape
+from ..display.html import ERROR, FONT, MUTED, assistant_html, header_html, messages_html, user_html
+from ..display.sanitize import escape
 from ..messages import Prompt, UserMessage
 from ._calls import validate_args
 from ._controller import ChatController

@@ -24,7 +24,7 @@ from typing import Any
 import anywidget
 import traitlets
 
-from .._sanitize import markdown_html
+from ..display.sanitize import markdown_html
 
 __all__ = ["StreamText", "ThinkingText", "Throttle"]
 

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from .._html import ERROR, pretty_args, question_html, table_header_html, tool_row_html
-from .._sanitize import escape
+from ..display.html import ERROR, pretty_args, question_html, table_header_html, tool_row_html
+from ..display.sanitize import escape
 from ._calls import TICKING, WAITING
 
 if TYPE_CHECKING:

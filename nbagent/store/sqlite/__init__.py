@@ -24,7 +24,7 @@ a record's JSON shape only gains fields with defaults, so format 1 files stay re
 
 The ``usage`` table stays the record (one row per model call, queryable with SQL).
 ``usage_chunks`` is a derived, columnar copy of it for fast reads (`usage_columns`): each chunk
-holds every usage row with ``first_id <= id <= last_id`` (at most `CHUNK_ROWS` rows) as one blob
+holds every usage row with ``first_id <= id <= last_id`` (at most `_chunks.CHUNK_ROWS` rows) as one blob
 (format in `nbagent.store._columnar`). Chunks never overlap; rows above the last chunk, or in a
 range whose chunk is gone, are read from the ``usage`` table. Triggers on ``usage`` delete the
 chunk covering any row inserted, updated or deleted, so a chunk is never stale, even when the file
@@ -48,14 +48,4 @@ from __future__ import annotations
 from ._schema import USAGE_COLUMNS
 from ._store import SQLiteStore
 
-__all__ = ["CHUNK_ROWS", "USAGE_COLUMNS", "SQLiteStore"]
-
-CHUNK_ROWS = 4096
-"""Usage rows per chunk. An append that leaves this many rows unpacked packs them (10-40 ms,
-once every 4,096 model calls, inside the append's transaction); a bigger chunk makes that pause
-longer, a smaller one makes `usage_columns` handle more blobs. Read at call time by `_chunks`
-and `_store`, so setting it here takes effect at once."""
-
-_SMALL_THREAD = 4 * CHUNK_ROWS
-"""A thread with at most this many usage rows is read through the (thread, id) index (read at
-call time, like `CHUNK_ROWS`)."""
+__all__ = ["USAGE_COLUMNS", "SQLiteStore"]

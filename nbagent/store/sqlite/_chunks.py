@@ -5,8 +5,9 @@ range into one blob) and `read_blocks`, which turns chunks plus unpacked rows in
 `ColumnBlock`s. Imports `_columnar` (the blob format) and `_schema` (the usage columns) only;
 every function runs inside the caller's transaction, on the caller's connection.
 
-The sizes ``CHUNK_ROWS`` and ``_SMALL_THREAD`` live in the package (``nbagent.store.sqlite``) and
-are read from it at call time, so setting them there (tests, benchmarks) changes the packing.
+The sizes ``CHUNK_ROWS`` and ``_SMALL_THREAD`` are this module's globals, read at call time, so
+setting them here (tests, benchmarks: ``nbagent.store.sqlite._chunks.CHUNK_ROWS = 8``) changes the
+packing.
 """
 
 from __future__ import annotations
@@ -15,12 +16,21 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Any
 
-from .. import sqlite as _package
 from .._columnar import ColumnBlock, decode_chunk, encode_chunk, encode_rows, keep_matching
 from ._schema import USAGE_COLUMNS
 
 _MIN_ID, _MAX_ID = -(2**63), 2**63 - 1
 _USAGE_SELECT = ", ".join(USAGE_COLUMNS)
+
+CHUNK_ROWS = 4096
+"""Usage rows per chunk. An append that leaves this many rows unpacked packs them (10-40 ms,
+once every 4,096 model calls, inside the append's transaction); a bigger chunk makes that pause
+longer, a smaller one makes `usage_columns` handle more blobs. Read at call time here and by
+`_store`, so setting it takes effect at once."""
+
+_SMALL_THREAD = 4 * CHUNK_ROWS
+"""A thread with at most this many usage rows is read through the (thread, id) index (read at
+call time, like `CHUNK_ROWS`)."""
 
 
 def _uncovered(conn: sqlite3.Connection) -> tuple[list[tuple[int, int]], int]:
@@ -55,7 +65,7 @@ def _tail_floor(conn: sqlite3.Connection) -> int | None:
 def _pack_range(conn: sqlite3.Connection, lo: int, hi: int) -> int:
     """Pack the rows with ``lo <= id <= hi`` (the first CHUNK_ROWS of them) into one chunk that
     starts at `lo`; returns the chunk's last id."""
-    chunk_rows = _package.CHUNK_ROWS
+    chunk_rows = CHUNK_ROWS
     rows = conn.execute(
         f"SELECT id, {_USAGE_SELECT} FROM usage WHERE id BETWEEN ? AND ? ORDER BY id LIMIT {chunk_rows}",
         (lo, hi),
@@ -77,7 +87,7 @@ def _pack_tail(conn: sqlite3.Connection, *, limit: int) -> int:
     while done < limit:
         last = conn.execute("SELECT max(last_id) FROM usage_chunks").fetchone()[0]
         start = _MIN_ID if last is None else last + 1
-        if _tail_span(conn, start) < _package.CHUNK_ROWS:
+        if _tail_span(conn, start) < CHUNK_ROWS:
             break
         top = conn.execute("SELECT max(id) FROM usage").fetchone()[0]
         _pack_range(conn, start, top)
@@ -104,7 +114,7 @@ def _read_blocks(conn: sqlite3.Connection, names: Sequence[str], thread: str | N
         ).fetchone()
         if not count:
             return []
-        if count <= _package._SMALL_THREAD:
+        if count <= _SMALL_THREAD:
             return [_rows_block(conn, names, lo, hi, thread)]
     need = list(names) if thread is None or "thread" in names else [*names, "thread"]
     blocks: list[ColumnBlock] = []

@@ -3,7 +3,7 @@
 Owns the protocol's SQL (load, append, listings, delete, copy, usage columns) and the JSON of
 stored records. Imports `_database` (connection, transactions, errors), `_chunks` (usage packing
 and columnar reads), `_schema` (the usage columns), the store protocol, messages, usage and
-exceptions; the package's ``CHUNK_ROWS`` is read at call time (see `_chunks`).
+exceptions; ``_chunks.CHUNK_ROWS`` is read at call time.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from typing import Any
 from ...exceptions import ConflictError, StoreCorruptError, StoreError
 from ...messages import Message, message_from_dict
 from ...usage import ModelCallUsage
-from .. import sqlite as _package
 from .._columnar import UsageColumns, column_names
 from ..base import (
     ERROR_KEPT,
@@ -33,6 +32,7 @@ from ..base import (
     summarize,
 )
 from ..meta import ThreadMeta, meta_record
+from . import _chunks
 from ._chunks import _pack_range, _pack_tail, _read_blocks, _tail_floor, _tail_span, _uncovered
 from ._database import Database
 from ._schema import CHECKPOINT_COLUMNS, USAGE_COLUMNS
@@ -236,7 +236,7 @@ def _delete_rows(conn: sqlite3.Connection, thread: str) -> bool:
 
 def _needs_packing(conn: sqlite3.Connection) -> bool:
     gaps, tail = _uncovered(conn)
-    return bool(gaps) or _tail_span(conn, tail) >= _package.CHUNK_ROWS
+    return bool(gaps) or _tail_span(conn, tail) >= _chunks.CHUNK_ROWS
 
 
 def _pack_one(conn: sqlite3.Connection) -> bool:
@@ -424,7 +424,7 @@ class SQLiteStore(Store):
                 else:
                     conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
                     top = None
-                floor, chunk_rows = self._db.tail_floor, _package.CHUNK_ROWS
+                floor, chunk_rows = self._db.tail_floor, _chunks.CHUNK_ROWS
                 if top is None or floor is None or top - floor >= chunk_rows:
                     # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole
                     # backlog of a file that predates chunks (`usage_columns` packs that).

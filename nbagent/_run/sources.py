@@ -15,11 +15,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .exceptions import DuplicateToolError, ToolDefinitionError
-from .tools import Tool, ToolSource
+from ..exceptions import DuplicateToolError, ToolDefinitionError
+from ..tools import Tool, ToolSource
 
 if TYPE_CHECKING:
-    from ._config import RunConfig
+    from .config import RunConfig
 
 __all__ = ["SourceSet"]
 

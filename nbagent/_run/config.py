@@ -1,9 +1,9 @@
 """`RunConfig`: everything a run needs to know about its agent, frozen when the run starts.
 
-`Agent` builds one per run (`Agent.config`); the loop (`_loop`), the run preparation
-(`_prepare`) and the tool phase (`_plan`, `_execute`) read only this, never the `Agent`, so the
+`Agent` builds one per run (`Agent.config`); the loop (`loop`), the run preparation
+(`prepare`) and the tool phase (`plan`, `execute`) read only this, never the `Agent`, so the
 loop does not import `agent`. Imports models, tools, output, retry, store, usage and the
-agent's tool sources (`_sources`).
+agent's tool sources (`sources`).
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ._sources import SourceSet
-from .models.base import Model
-from .output import OutputSpec
-from .retry import Retry
-from .store.base import Store
-from .tools import Tool
-from .usage import ModelCallUsage
+from ..models.base import Model
+from ..output import OutputSpec
+from ..retry import Retry
+from ..store.base import Store
+from ..tools import Tool
+from ..usage import ModelCallUsage
+from .sources import SourceSet
 
 if TYPE_CHECKING:
-    from .result import RunResult
+    from ..result import RunResult
 
 __all__ = ["RunConfig"]
 
@@ -56,7 +56,7 @@ class RunConfig:
         """Fill the cost columns of a usage row (prices are looked up when the row is made)."""
         if not self.model.priced and not self.prices:
             return
-        from .pricing import price_row
+        from ..pricing import price_row
 
         price_row(row, self.prices)
 

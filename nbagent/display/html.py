@@ -9,11 +9,12 @@ CSS would change (alignment, padding, stripes), so no host CSS can misalign it. 
 JupyterLab theme variables (with fallbacks), and text on a coloured label is the theme's own text
 colour on a tint, so light, dark and high-contrast themes all read. Answers carry JupyterLab's
 Markdown classes. Every piece of model text, tool arguments and tool results goes through
-`_sanitize` (Markdown, a tool's own HTML) or is escaped.
+`sanitize` (Markdown, a tool's own HTML) or is escaped.
 
-A core module: imports the core's data shapes and `_sanitize`, never ipywidgets or the edge, so
-``RunResult._repr_html_`` points downward and a saved ``RunResult`` renders without a widget
-front end. The live view (`nbagent.widgets`) reuses these builders.
+Part of `nbagent.display` (layer 2): imports the base data shapes and `sanitize`, never
+ipywidgets or the edge, so a saved ``RunResult`` renders without a widget front end
+(``RunResult._repr_html_`` imports it when a notebook asks for HTML). The live view
+(`nbagent.widgets`) reuses these builders.
 """
 
 from __future__ import annotations
@@ -22,15 +23,15 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ._sanitize import escape, markdown_html
-from ._sanitize import rich_html as clean_rich_html
-from .messages import IMAGE_TYPES, call_results
+from ..messages import IMAGE_TYPES, call_results
+from .sanitize import escape, markdown_html
+from .sanitize import rich_html as clean_rich_html
 
 if TYPE_CHECKING:
-    from .approvals import PendingCall
-    from .messages import Message
-    from .result import RunResult
-    from .usage import Usage
+    from ..approvals import PendingCall
+    from ..messages import Message
+    from ..result import RunResult
+    from ..usage import Usage
 
 __all__ = [
     "STATUS_STYLE",

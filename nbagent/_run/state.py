@@ -18,13 +18,13 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .approvals import Decision, PendingCall
-from .exceptions import UserError
-from .messages import Message
-from .result import RunResult, RunStatus, StopReason
-from .store.base import LedgerEntry
-from .store.meta import ThreadMeta, live_runs
-from .usage import Usage
+from ..approvals import Decision, PendingCall
+from ..exceptions import UserError
+from ..messages import Message
+from ..result import RunResult, RunStatus, StopReason
+from ..store.base import LedgerEntry
+from ..store.meta import ThreadMeta, live_runs
+from ..usage import Usage
 
 __all__ = ["END_KINDS", "RunState", "new_run_id", "state_to_json"]
 

@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._config import RunConfig
-from ._execute import tool_output
-from ._state import RunState
-from .approvals import Decision, PendingCall, args_hash
-from .exceptions import ContentFilterError, InvalidArgumentsError, ModelError, ModelResponseError
-from .messages import AssistantMessage, ToolCall, ToolCallStatus, ToolResultMessage, UserMessage
-from .store.base import LedgerEntry
-from .tools import Tool
+from ..approvals import Decision, PendingCall, args_hash
+from ..exceptions import ContentFilterError, InvalidArgumentsError, ModelError, ModelResponseError
+from ..messages import AssistantMessage, ToolCall, ToolCallStatus, ToolResultMessage, UserMessage
+from ..store.base import LedgerEntry
+from ..tools import Tool
+from .config import RunConfig
+from .execute import tool_output
+from .state import RunState
 
 __all__ = ["CUT_OFF", "Plan", "error_result", "finish", "plan", "plan_final", "text_answer", "unusable_answer"]
 

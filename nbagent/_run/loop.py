@@ -1,7 +1,7 @@
 """The run loop: model -> tools -> approvals -> model ... -> done, as one async generator.
 
 Owns `drive`, which yields events: it calls the model, commits each step, runs the calls that
-`_plan.plan` lets through (`_execute.execute`) and records their results. It reads its agent's
+`plan.plan` lets through (`execute.execute`) and records their results. It reads its agent's
 settings from a `RunConfig` and never imports `agent`; it imports the core modules (config,
 state, plan, execute, events, messages, models, store), never widgets or pandas. The loop is
 driven by the conversation itself: unanswered tool calls of the last answer are handled first,
@@ -12,7 +12,7 @@ step; a tool call is recorded as ``started`` in the ledger before it runs, so af
 with a result is never run again and an unfinished one is not silently re-run. A model answer
 with tool calls is committed in one append together with its usage row, the results known
 without running anything (invalid arguments, unknown tools, denials) and the ``started`` entries
-of the calls about to run (`_plan.plan`), so a tool step costs two commits: that one, and the
+of the calls about to run (`plan.plan`), so a tool step costs two commits: that one, and the
 results.
 """
 
@@ -25,14 +25,9 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
-from ._config import RunConfig
-from ._execute import execute, tool_result_text
-from ._plan import CUT_OFF, Plan, error_result, text_answer, unusable_answer
-from ._plan import plan as plan_calls
-from ._state import END_KINDS, RunState
-from ._watch import ThreadChangedNotice, ToolOutcomeNotice, publish
-from .approvals import Decision
-from .events import (
+from .._watch import ThreadChangedNotice, ToolOutcomeNotice, publish
+from ..approvals import Decision
+from ..events import (
     ApprovalRequestedEvent,
     ClientCallRequestedEvent,
     Event,
@@ -47,8 +42,8 @@ from .events import (
     ToolCallStartedEvent,
     UsageEvent,
 )
-from .exceptions import ConflictError, ModelResponseError
-from .messages import (
+from ..exceptions import ConflictError, ModelResponseError
+from ..messages import (
     AssistantMessage,
     Message,
     SystemMessage,
@@ -58,12 +53,17 @@ from .messages import (
     unanswered_calls,
     unique_call_ids,
 )
-from .models.base import ModelRequest, ModelResponse, ReasoningText
-from .result import StopReason
-from .store.base import LedgerEntry, Store
-from .store.meta import live_runs
-from .tools import Tool
-from .usage import ModelCallUsage, Usage
+from ..models.base import ModelRequest, ModelResponse, ReasoningText
+from ..result import StopReason
+from ..store.base import LedgerEntry, Store
+from ..store.meta import live_runs
+from ..tools import Tool
+from ..usage import ModelCallUsage, Usage
+from .config import RunConfig
+from .execute import execute, tool_result_text
+from .plan import CUT_OFF, Plan, error_result, text_answer, unusable_answer
+from .plan import plan as plan_calls
+from .state import END_KINDS, RunState
 
 __all__ = ["drive"]
 

@@ -12,10 +12,10 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-from .exceptions import UserError
-from .messages import AssistantMessage, Message, SystemMessage, ToolResultMessage, UserMessage, unanswered_calls
-from .store.base import Store
-from .store.meta import ThreadMeta
+from ..exceptions import UserError
+from ..messages import AssistantMessage, Message, SystemMessage, ToolResultMessage, UserMessage, unanswered_calls
+from ..store.base import Store
+from ..store.meta import ThreadMeta
 
 __all__ = ["fork_thread"]
 

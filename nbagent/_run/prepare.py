@@ -11,13 +11,13 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ._config import RunConfig
-from ._state import RunState, new_run_id, owner_alive, state_to_json
-from .approvals import Decisions
-from .exceptions import ConflictError, NotResumableError, PendingCallsError, UserError
-from .messages import Prompt, user_message
-from .result import RunResult
-from .store.base import ThreadState
+from ..approvals import Decisions
+from ..exceptions import ConflictError, NotResumableError, PendingCallsError, UserError
+from ..messages import Prompt, user_message
+from ..result import RunResult
+from ..store.base import ThreadState
+from .config import RunConfig
+from .state import RunState, new_run_id, owner_alive, state_to_json
 
 __all__ = ["prepare_resume", "prepare_run", "run_state"]
 

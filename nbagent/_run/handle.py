@@ -11,9 +11,9 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from ._state import RunState
-from .events import Event, RunEndedEvent
-from .result import RunResult
+from ..events import Event, RunEndedEvent
+from ..result import RunResult
+from .state import RunState
 
 __all__ = ["EventCallback", "RunBox", "RunHandle", "consume"]
 

@@ -5,7 +5,7 @@ Owns `execute` and `tool_output` (with its text-only twin `tool_result_text`): t
 turns a tool's return value into what the model reads (``content``), the images it is sent
 (``images``) and what only the view shows (``display``, a sanitized ``_repr_html_``). Pandas,
 PIL and matplotlib are never imported: their objects are recognised by duck typing. Imports
-approvals, exceptions, messages, `_sanitize`, tools and the run state; no store: the loop
+approvals, exceptions, messages, `display.sanitize`, tools and the run state; no store: the loop
 records each result.
 """
 
@@ -19,14 +19,14 @@ import os
 import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ._sanitize import rich_html
-from .approvals import Decision
-from .exceptions import ModelRetry
-from .messages import Image, ToolCall, ToolResultMessage, clean_text
-from .tools import RunContext, Tool
+from ..approvals import Decision
+from ..display.sanitize import rich_html
+from ..exceptions import ModelRetry
+from ..messages import Image, ToolCall, ToolResultMessage, clean_text
+from ..tools import RunContext, Tool
 
 if TYPE_CHECKING:
-    from ._state import RunState
+    from .state import RunState
 
 __all__ = ["MAX_DISPLAY_CHARS", "MAX_RESULT_CHARS", "ToolOutput", "execute", "tool_output", "tool_result_text"]
 
@@ -229,7 +229,7 @@ async def execute(
             # A thread cannot be interrupted: the run may be stopped while the function goes on.
             # `run.blocking` keeps the thread's own future (which outlives a cancelled await) so
             # the run can say so, and record the real outcome when the function returns (see
-            # `_loop._answer_open_calls`). The same cost as asyncio.to_thread: no extra loop hop.
+            # `loop._answer_open_calls`). The same cost as asyncio.to_thread: no extra loop hop.
             work = _tool_threads().submit(contextvars.copy_context().run, fn)
             run.blocking[call.id] = work
             try:
