@@ -13,7 +13,9 @@ Naming: the awaitable form of an operation has the plain name, its blocking twin
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ._run.config import RunConfig
@@ -109,6 +111,8 @@ class Agent(Generic[OutputT]):
     """
 
     _config: RunConfig | None
+    _seen: tuple[dict[str, Any], dict[str, Tool]] | None
+    """The settings and tools `_config` was made from (to notice a change made in place)."""
     _own_threads: dict[str, None]
     """This agent's threads, in the order it first touched them (a dict as an ordered set)."""
 
@@ -168,10 +172,6 @@ class Agent(Generic[OutputT]):
             self.prices = None
         self.name = name
         self._own_threads = {}
-        self.tool_definitions = [t.definition() for t in self.tools.values()]
-        self.request_settings = self.settings
-        """The settings sent with each request: `settings`, plus ``tool_choice="required"`` when
-        there is an `output_type` and no ``tool_choice`` was set (the answer must be a tool call)."""
         self.output: OutputSpec | None = None
         if output_type is not None:
             self.output = OutputSpec(output_type)
@@ -180,12 +180,10 @@ class Agent(Generic[OutputT]):
                     f"a tool is named {OUTPUT_TOOL!r}, the name of the tool that carries the structured "
                     "answer (output_type); rename it"
                 )
-            self.tool_definitions.append(self.output.tool.definition())
-            if "tool_choice" not in self.settings:
-                self.request_settings = {**self.settings, "tool_choice": "required"}
         if not isinstance(output_retries, int) or output_retries < 0:
             raise UserError(f"output_retries must be a non-negative integer, got {output_retries!r}")
         self.output_retries = output_retries
+        self._seen = None
 
     @property
     def store(self) -> Store:
@@ -201,26 +199,47 @@ class Agent(Generic[OutputT]):
         """What an `Agent` pickles as (``agent.map(..., executor="ray")`` sends it to workers): its
         definition; the model without its API key, the default store resolved here (so workers use
         this process's file). The `RunConfig` is made again where it arrives."""
-        return {**self.__dict__, "_store": self.store, "_config": None}
+        return {**self.__dict__, "_store": self.store, "_config": None, "_seen": None}
+
+    @property
+    def tool_definitions(self) -> list[dict[str, Any]]:
+        """The tools as the model is told of them: the agent's own, then the structured answer's
+        tool when there is an `output_type` (a tool source's tools join when a run lists them)."""
+        definitions = [t.definition() for t in self.tools.values()]
+        if self.output is not None:
+            definitions.append(self.output.tool.definition())
+        return definitions
 
     def config(self) -> RunConfig:
-        """The agent's settings as a run sees them, frozen. It is made again after any attribute
-        of the agent is set, so a change affects the runs started after it."""
-        config: RunConfig | None = self._config
-        if config is None:
-            sources = None
-            if self.tool_sources:
-                sources = SourceSet(self.tool_sources, self.tools, self.tool_definitions,
-                                    (OUTPUT_TOOL,) if self.output is not None else ())
-            config = RunConfig(
-                model=self.model, tools=self.tools, tool_definitions=self.tool_definitions,
-                request_settings=self.request_settings, store=self.store, retry=self.retry,
-                system=self.system, max_steps=self.max_steps, tools_in_order=self.tools_in_order,
-                token_budget=self.token_budget, cost_budget=self.cost_budget, stop_when=self.stop_when,
-                output=self.output, output_retries=self.output_retries, prices=self.prices,
-                state_type=self.state_type, sources=sources,
-            )
-            object.__setattr__(self, "_config", config)
+        """The agent's settings as a run sees them, frozen (immutable copies: see `RunConfig`).
+
+        A change to the agent applies to the runs started after it, never to one going on: it
+        is made again after any attribute is set, and when `settings` or `tools` were changed in
+        place (``agent.settings["temperature"] = 0``), which each call compares with what the
+        config was made from."""
+        config, seen = self._config, self._seen
+        if config is not None and seen is not None and self.settings == seen[0] and self.tools == seen[1]:
+            return config
+        definitions = tuple(self.tool_definitions)
+        settings = copy.deepcopy(self.settings)
+        request_settings = dict(settings)
+        if self.output is not None and "tool_choice" not in settings:
+            request_settings["tool_choice"] = "required"  # the answer must be a tool call
+        tools = dict(self.tools)
+        sources = None
+        if self.tool_sources:
+            reserved = (OUTPUT_TOOL,) if self.output is not None else ()
+            sources = SourceSet(self.tool_sources, tools, definitions, reserved)
+        config = RunConfig(
+            model=self.model, tools=MappingProxyType(tools), tool_definitions=definitions,
+            request_settings=MappingProxyType(request_settings), store=self.store, retry=self.retry,
+            system=self.system, max_steps=self.max_steps, tools_in_order=self.tools_in_order,
+            token_budget=self.token_budget, cost_budget=self.cost_budget, stop_when=self.stop_when,
+            output=self.output, output_retries=self.output_retries, prices=self.prices,
+            state_type=self.state_type, sources=sources,
+        )
+        object.__setattr__(self, "_config", config)
+        object.__setattr__(self, "_seen", (settings, tools))
         return config
 
     def __repr__(self) -> str:

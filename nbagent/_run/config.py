@@ -1,5 +1,9 @@
 """`RunConfig`: everything a run needs to know about its agent, frozen when the run starts.
 
+Frozen for real: its containers are immutable copies (`MappingProxyType`, tuples), so changing
+the agent (``agent.settings["temperature"] = 0``, ``agent.system = ...``) never reaches a run
+that already started; it applies to the runs started after it (`Agent.config` notices).
+
 `Agent` builds one per run (`Agent.config`); the loop (`loop`), the run preparation
 (`prepare`) and the tool phase (`plan`, `execute`) read only this, never the `Agent`, so the
 loop does not import `agent`. Imports models, tools, output, retry, store, usage and the
@@ -8,7 +12,7 @@ agent's tool sources (`sources`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,10 +36,11 @@ class RunConfig:
 
     model: Model
     tools: Mapping[str, Tool]
-    tool_definitions: list[dict[str, Any]]
-    """The tools as the model is told of them (the output tool included)."""
-    request_settings: dict[str, Any]
-    """The settings sent with each request."""
+    """Read-only (`MappingProxyType`)."""
+    tool_definitions: Sequence[dict[str, Any]]
+    """The tools as the model is told of them (the output tool included), a tuple."""
+    request_settings: Mapping[str, Any]
+    """The settings sent with each request, read-only."""
     store: Store
     retry: Retry
     system: str | None = None

@@ -220,23 +220,24 @@ async def execute(
     clock = time.perf_counter()
     ctx = None
     if tool.takes_ctx:
-        ctx = RunContext(run.state, run.run_id, run.thread, run.thread_step, run.messages, call.id)
+        stored = run.stored
+        ctx = RunContext(stored.state, run.run_id, stored.id, stored.step, stored.messages, call.id)
     try:
         fn = tool.bind(validated, ctx)
         if tool.is_async:
             value = await fn()
         else:
             # A thread cannot be interrupted: the run may be stopped while the function goes on.
-            # `run.blocking` keeps the thread's own future (which outlives a cancelled await) so
+            # `run.work.blocking` keeps the thread's own future (which outlives a cancelled await) so
             # the run can say so, and record the real outcome when the function returns (see
             # `loop._answer_open_calls`). The same cost as asyncio.to_thread: no extra loop hop.
             work = _tool_threads().submit(contextvars.copy_context().run, fn)
-            run.blocking[call.id] = work
+            run.work.blocking[call.id] = work
             try:
                 value = await asyncio.wrap_future(work)
             finally:
                 if work.done():  # kept only while the thread outlives a cancelled await
-                    run.blocking.pop(call.id, None)
+                    run.work.blocking.pop(call.id, None)
         output, is_error, status = tool_output(value), False, "done"
     except ModelRetry as exc:
         output, is_error, status = ToolOutput(exc.message, [], None), True, "failed"

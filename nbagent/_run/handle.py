@@ -29,8 +29,8 @@ async def consume(events: AsyncIterator[Event], run: RunState) -> RunResult:
             ended = event.result
     if ended is not None:
         return ended
-    assert run.result is not None
-    return run.result
+    assert run.outcome.result is not None
+    return run.outcome.result
 
 
 class RunBox:
@@ -83,9 +83,9 @@ class RunHandle:
             if uncancel is not None:
                 uncancel()
             run = self._box.run
-            if run is not None and run.result is not None:
-                self.result = run.result
-                self._emit(RunEndedEvent("run-cancelled", run.result))
+            if run is not None and run.outcome.result is not None:
+                self.result = run.outcome.result
+                self._emit(RunEndedEvent("run-cancelled", run.outcome.result))
         except Exception as exc:  # e.g. PendingCallsError before the run started
             self.error = exc
             raise

@@ -1,7 +1,8 @@
 """The run loop: model -> tools -> approvals -> model ... -> done, as one async generator.
 
-Owns `drive`, which yields events: it calls the model, commits each step, runs the calls that
-`plan.plan` lets through (`execute.execute`) and records their results. It reads its agent's
+Owns `drive`, which yields events: it calls the model, commits each step, applies the plans
+of `plan.plan` (in one place, `_Loop.apply_plan`), runs the calls they let through
+(`execute.execute`) and records their results. It reads its agent's
 settings from a `RunConfig` and never imports `agent`; it imports the core modules (config,
 state, plan, execute, events, messages, models, store), never widgets or pandas. The loop is
 driven by the conversation itself: unanswered tool calls of the last answer are handled first,
@@ -26,7 +27,6 @@ from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
 from .._watch import ThreadChangedNotice, ToolOutcomeNotice, publish
-from ..approvals import Decision
 from ..events import (
     ApprovalRequestedEvent,
     ClientCallRequestedEvent,
@@ -49,6 +49,7 @@ from ..messages import (
     SystemMessage,
     ToolCall,
     ToolResultMessage,
+    UserMessage,
     clean_message,
     unanswered_calls,
     unique_call_ids,
@@ -61,7 +62,7 @@ from ..tools import Tool
 from ..usage import ModelCallUsage, Usage
 from .config import RunConfig
 from .execute import execute, tool_result_text
-from .plan import CUT_OFF, Plan, error_result, text_answer, unusable_answer
+from .plan import CUT_OFF, Plan, TextVerdict, ToRun, error_result, judge_text, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
 
@@ -71,9 +72,10 @@ __all__ = ["drive"]
 def _fix_call_ids(run: RunState, message: AssistantMessage) -> None:
     # Some servers send empty ids (Gemini), repeat them within an answer, or name every call
     # "call_0": each result must map to exactly one call of the whole thread.
-    if run.call_ids is None:
-        run.call_ids = {c.id for m in run.messages if m.kind == "assistant" for c in m.tool_calls}
-    unique_call_ids(message.tool_calls, run.call_ids)
+    work = run.work
+    if work.call_ids is None:
+        work.call_ids = {c.id for m in run.stored.messages if m.kind == "assistant" for c in m.tool_calls}
+    unique_call_ids(message.tool_calls, work.call_ids)
 
 
 def _usage_snapshot(usage: Usage) -> Usage:
@@ -98,6 +100,16 @@ def _stop_reason(config: RunConfig, run: RunState) -> StopReason | None:
     return None
 
 
+@dataclasses.dataclass(slots=True)
+class _Reply:
+    """One model call's answer as it arrives (`_Loop.call_model` fills it)."""
+
+    step: int
+    response: ModelResponse | None = None
+    started: float = 0.0
+    latency: float = 0.0
+
+
 class _Loop:
     """One run of the loop; `events()` is the async generator."""
 
@@ -106,10 +118,7 @@ class _Loop:
         self.run = run
         self.stream = stream
         self.store = config.store
-        self.decided: dict[str, Decision] = {}
-        """Decisions of calls about to run, stamped on their results."""
         self.final_saved = False  # the completing answer's save carried the final meta
-        self.planned: Plan | None = None  # the plan committed with the last model answer
         self.told_end = False  # the thread's observers heard how the run ended
 
     def tell(self, event: Event) -> Event:
@@ -117,7 +126,8 @@ class _Loop:
         never called for text or reasoning deltas."""
         if isinstance(event, RunEndedEvent):
             self.told_end = True
-        publish(self.run.thread, self.run.run_id, event)
+        run = self.run
+        publish(run.stored.id, run.run_id, event)
         return event
 
     async def save(
@@ -127,100 +137,183 @@ class _Loop:
         ledger: Sequence[LedgerEntry] = (),
         meta: bool = False,
     ) -> None:
-        run = self.run
+        run, stored = self.run, self.run.stored
         record = None
-        if meta or run.meta_dirty:
+        if meta or run.work.dirty:
             record = run.meta()
-            run.meta_dirty = False
-        run.version = await self.store.append(
-            run.thread, version=run.version, step=run.thread_step, messages=messages,
+            run.work.dirty = False
+        stored.version = await self.store.append(
+            stored.id, version=stored.version, step=stored.step, messages=messages,
             usage=usage, ledger=ledger, meta=record,
         )
 
     # ------------------------------------------------------------------ the loop
     async def events(self) -> AsyncGenerator[Event, None]:
-        run, config = self.run, self.config
+        run, stored, outcome = self.run, self.run.stored, self.run.outcome
         live_runs.add(run.run_id)  # so that this process refuses to resume the thread meanwhile
         try:
-            first = run.messages[run.new_message_index] if len(run.messages) > run.new_message_index else None
-            prompt = first if first is not None and first.kind == "user" else None
-            yield self.tell(RunStartedEvent(run.run_id, run.thread, prompt))
+            yield self.tell(RunStartedEvent(run.run_id, stored.id, self.prompt()))
             try:
+                plan = None
                 while True:
-                    plan, self.planned = self.planned, None
-                    calls = plan.calls if plan is not None else unanswered_calls(run.messages)
-                    if calls:
-                        async for event in self.tool_phase(calls, plan):
+                    if plan is None:
+                        plan = await self.open_plan()
+                    if plan is not None:  # the open calls of the last answer come first
+                        async for event in self.tool_phase(plan):
                             yield self.tell(event)
-                        if run.status == "completed":  # the model gave its structured answer
+                        plan = None
+                        if outcome.status == "completed":  # the model gave its structured answer
                             break
-                        if run.pending:
-                            run.status = "paused"
-                            for p in run.pending:
+                        if stored.pending:
+                            outcome.status = "paused"
+                            for p in stored.pending:
                                 client = p.reason == "client"
                                 yield self.tell(ClientCallRequestedEvent(p) if client else ApprovalRequestedEvent(p))
                             break
                         continue
-                    last = run.messages[-1] if run.messages else None
-                    if last is not None and last.kind == "assistant":
-                        if config.output is None:
-                            run.status = "completed"
-                            run.output = last.text or ""
-                            break
-                        # a text answer saved before a crash: judge it now, as model_step would have
-                        text_answer(config, run, last)
-                        if run.status in ("completed", "failed"):
-                            break
-                        await self.save(messages=run.messages[-1:], meta=True)
-                        continue
-                    stop = _stop_reason(config, run)
-                    if stop is not None:
-                        run.status, run.stop_reason = "stopped", stop
+                    if outcome.status != "running" or await self.settled():
                         break
-                    async for event in self.model_step():
+                    reply = _Reply(stored.step + 1)
+                    async for event in self.call_model(reply):
                         yield event
-                    if run.status == "failed":
+                    if reply.response is None:  # failed
                         break
+                    plan, told = await self.take_answer(reply)
+                    for event in told:
+                        yield self.tell(event)
             except (asyncio.CancelledError, GeneratorExit):
-                if run.status == "paused":
-                    # Closed while announcing the pause (a view stops at approval-requested): nothing
-                    # runs any more, so the pause stands and can be resumed.
-                    try:
-                        await self.save(meta=True)
-                    except Exception:
-                        pass
-                else:
-                    await self.cancel_cleanup()
-                run.result = run.to_result()
-                self.tell(RunEndedEvent(END_KINDS[run.status], run.result))  # type: ignore[arg-type]
+                await self.closed_early()
                 raise
-            if not (self.final_saved and run.status == "completed" and not run.meta_dirty):
-                run.ended_at = time.time()
-                await self.save(meta=True)
-            result = run.result = run.to_result()
-            yield self.tell(RunEndedEvent(END_KINDS[run.status], result))  # type: ignore[arg-type]
+            result = await self.finish()
+            yield self.tell(RunEndedEvent(END_KINDS[outcome.status], result))
         finally:
             live_runs.discard(run.run_id)
             if not self.told_end:  # an error escaped the run: its observers read the thread again
-                publish(run.thread, run.run_id, ThreadChangedNotice(run.thread))
+                publish(stored.id, run.run_id, ThreadChangedNotice(stored.id))
+
+    def prompt(self) -> UserMessage | None:
+        """The message that started the run (None for a resume)."""
+        run = self.run
+        messages = run.stored.messages
+        first = messages[run.new_message_index] if len(messages) > run.new_message_index else None
+        return first if isinstance(first, UserMessage) else None
+
+    async def open_plan(self) -> Plan | None:
+        """The plan for the unanswered calls of the thread's last answer (a resume, or a run that
+        continues after a crash), applied and committed; None when no call is open."""
+        calls = unanswered_calls(self.run.stored.messages)
+        if not calls:
+            return None
+        plan = plan_calls(self.config, self.run.stored, calls)
+        self.apply_plan(plan)
+        if plan.writes:
+            await self.save(messages=plan.results, ledger=plan.ledger)
+        return plan
+
+    async def settled(self) -> bool:
+        """Whether the run ends before another model call: the thread ends with an answer (saved
+        before a crash: judged now, as `take_answer` would have), or a limit stops the run."""
+        config, run = self.config, self.run
+        messages, outcome = run.stored.messages, run.outcome
+        last = messages[-1] if messages else None
+        if isinstance(last, AssistantMessage):
+            if config.output is None:
+                outcome.status, outcome.output = "completed", last.text or ""
+                return True
+            nudge = self.apply_verdict(judge_text(config, run.output_retries, last))
+            if outcome.status != "running":
+                return True
+            await self.save(messages=nudge, meta=True)
+        stop = _stop_reason(config, run)
+        if stop is not None:
+            outcome.status, outcome.stop_reason = "stopped", stop
+            return True
+        return False
+
+    async def finish(self) -> Any:
+        """Write how the run ended (unless the completing answer's save did) and hand out the
+        `RunResult`."""
+        run, outcome = self.run, self.run.outcome
+        if not (self.final_saved and outcome.status == "completed" and not run.work.dirty):
+            outcome.ended_at = time.time()
+            await self.save(meta=True)
+        outcome.result = run.to_result()
+        return outcome.result
+
+    async def closed_early(self) -> None:
+        """The run's generator was cancelled or closed before the end."""
+        run, outcome = self.run, self.run.outcome
+        if outcome.status == "paused":
+            # Closed while announcing the pause (a view stops at approval-requested): nothing
+            # runs any more, so the pause stands and can be resumed.
+            try:
+                await self.save(meta=True)
+            except Exception:
+                pass
+        else:
+            await self.cancel_cleanup()
+        outcome.result = run.to_result()
+        self.tell(RunEndedEvent(END_KINDS[outcome.status], outcome.result))
+
+    # ------------------------------------------------------------------ applying decisions
+    def apply_plan(self, plan: Plan) -> None:
+        """Make `plan`'s writes in memory: the one place a plan changes the run (the caller
+        commits them)."""
+        stored, work = self.run.stored, self.run.work
+        for entry in plan.ledger:
+            stored.ledger[entry.call_id] = entry
+        stored.messages.extend(plan.results)
+        for call_id in plan.used:
+            stored.decisions.pop(call_id, None)
+        stored.pending = plan.pending
+        work.decided.update(plan.decided)
+        if plan.completes:
+            self.complete(plan.answer)
+        work.dirty = True
+
+    def apply_verdict(self, verdict: TextVerdict) -> list[Message]:
+        """Make a `judge_text` verdict's writes in memory; returns the messages it added."""
+        run = self.run
+        if verdict.completes:
+            self.complete(verdict.answer)
+        elif verdict.error is not None:
+            run.outcome.fail(verdict.error)
+        elif verdict.nudge is not None:
+            run.output_retries += 1
+            run.stored.messages.append(verdict.nudge)
+            return [verdict.nudge]
+        return []
+
+    def complete(self, value: Any) -> None:
+        """Complete the run with a structured answer."""
+        spec = self.config.output
+        assert spec is not None
+        outcome = self.run.outcome
+        outcome.status, outcome.output, outcome.output_data = "completed", value, spec.dump(value)
+        self.run.work.dirty = True
 
     # ------------------------------------------------------------------ model
-    async def model_step(self) -> AsyncIterator[Event]:
-        run, config = self.run, self.config
-        if config.sources is not None:  # a source's list may have changed since the last step
-            config = self.config = await config.sources.current(config, strict=False)
-        model = config.model
-        step = run.thread_step + 1
-        messages: list[Message] = run.messages
+    def request(self, step: int) -> ModelRequest:
+        config = self.config
+        messages: list[Message] = self.run.stored.messages
         if config.system:
             messages = [SystemMessage(config.system), *messages]
-        request = ModelRequest(messages, config.tool_definitions, config.request_settings, step,
-                               config.output.name if config.output is not None else None,
-                               not config.tools_in_order)
+        return ModelRequest(messages, config.tool_definitions, config.request_settings, step,
+                            config.output.name if config.output is not None else None,
+                            not config.tools_in_order)
+
+    async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:
+        """Ask the model (streamed when someone consumes the events), retrying as `Retry` says;
+        fills `reply`, or fails the run."""
+        config = self.config
+        if config.sources is not None:  # a source's list may have changed since the last step
+            config = self.config = await config.sources.current(config, strict=False)
+        model, step = config.model, reply.step
+        request = self.request(step)
         attempt = 0
         while True:
             attempt += 1
-            started = time.time()
+            reply.started = time.time()
             clock = time.perf_counter()
             try:
                 if self.stream:
@@ -240,158 +333,161 @@ class _Loop:
                                                  provider=model.provider)
                 else:
                     response = await model.request(request)
-                break
             except Exception as exc:
                 if config.retry.should_retry(exc, attempt):
                     delay = config.retry.delay(exc, attempt)
                     yield self.tell(ModelRetryEvent(attempt, str(exc), delay, step))
                     await asyncio.sleep(delay)
                     continue
-                run.status = "failed"
-                run.error = f"{type(exc).__name__}: {exc}"
-                run.exception = exc
+                self.run.outcome.fail(exc)
                 return
-        latency = time.perf_counter() - clock
-        message = clean_message(response.message)  # lone surrogates can be neither stored nor sent
-        if message.tool_calls:
-            _fix_call_ids(run, message)
+            reply.latency = time.perf_counter() - clock
+            reply.response = response
+            return
+
+    def usage_row(self, reply: _Reply, message: AssistantMessage) -> ModelCallUsage:
+        run, model = self.run, self.config.model
+        response = reply.response
+        assert response is not None
         counts = response.usage
         row = ModelCallUsage(
-            run.run_id, run.thread, step, started, model.provider, response.model or model.model_name,
+            run.run_id, run.stored.id, reply.step, reply.started, model.provider, response.model or model.model_name,
             counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
-            counts.reasoning_tokens, latency, message.finish_reason, len(message.tool_calls),
+            counts.reasoning_tokens, reply.latency, message.finish_reason, len(message.tool_calls),
             usage_reported=counts.reported,
         )
-        config.price(row)
+        self.config.price(row)
+        return row
+
+    async def take_answer(self, reply: _Reply) -> tuple[Plan | None, list[Event]]:
+        """Commit the model's answer with its usage row: with the plan for its tool calls (the
+        calls' immediate results and the ``started`` entries of the calls about to run, all
+        durable before any of them runs: one commit), or as the run's end. Returns the plan
+        (None: no calls) and the events to tell."""
+        run, config = self.run, self.config
+        stored, outcome = run.stored, run.outcome
+        assert reply.response is not None
+        message = clean_message(reply.response.message)  # lone surrogates can be neither stored nor sent
+        if message.tool_calls:
+            _fix_call_ids(run, message)
+        row = self.usage_row(reply, message)
         run.usage.add(row)
-        run.thread_step = step
+        stored.step = reply.step
         run.steps += 1
-        problem = response.error or unusable_answer(message, model.provider)
+        usage_event = UsageEvent(row, _usage_snapshot(run.usage))
+        problem = reply.response.error or unusable_answer(message, config.model.provider)
         if problem is not None:
             # Billed but unusable (a call cut off mid-arguments can never be answered validly; a
             # refused turn must not be sent again): its usage row is kept, the answer is not.
-            run.status = "failed"
-            run.error, run.exception = f"{type(problem).__name__}: {problem}", problem
+            outcome.fail(problem)
             await self.save(usage=[row])
-            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
-            return
-        run.messages.append(message)
+            return None, [usage_event]
+        stored.messages.append(message)
         if message.finish_reason in CUT_OFF:
-            run.truncated = True
+            outcome.truncated = True
+        plan = None
+        written: list[Message] = [message]
         if message.tool_calls:
-            # One commit for the answer, its usage row, the calls' immediate results (invalid,
-            # denied, unknown) and the "started" entries of the calls about to run: all durable
-            # before any of them runs.
-            plan = self.planned = plan_calls(config, run, message.tool_calls, self.decided)
-            if run.status == "completed":  # the structured answer came: nothing else runs
-                run.ended_at = time.time()
-                self.final_saved = True
-            await self.save(messages=[message, *plan.immediate], usage=[row], ledger=plan.ledger, meta=True)
+            plan = plan_calls(config, stored, message.tool_calls)
+            self.apply_plan(plan)
+            written.extend(plan.results)
         elif config.output is None:  # a text answer completes the run: one save for it and the end
-            run.status, run.output = "completed", message.text or ""
-            run.ended_at = time.time()
-            await self.save(messages=[message], usage=[row], meta=True)  # thread_step moved on
-            self.final_saved = True
+            outcome.status, outcome.output = "completed", message.text or ""
         else:  # text where a structured answer was asked for: use it if it fits, else ask again
-            text_answer(config, run, message)
-            if run.status == "completed":
-                run.ended_at = time.time()
-                self.final_saved = True
-            await self.save(messages=run.messages[-2:] if run.status == "running" else [message],
-                            usage=[row], meta=True)
-        yield self.tell(ModelResponseEvent(message, step))
-        yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
+            written.extend(self.apply_verdict(judge_text(config, run.output_retries, message)))
+        if outcome.status == "completed":
+            outcome.ended_at = time.time()
+            self.final_saved = True
+        await self.save(messages=written, usage=[row], ledger=plan.ledger if plan else (), meta=True)
+        return plan, [ModelResponseEvent(message, reply.step), usage_event]
 
-    # ------------------------------------------------------------------ structured answers
-    async def tool_phase(self, calls: list[ToolCall], plan: Plan | None = None) -> AsyncIterator[Event]:
-        """Run the open calls: `plan` them and commit that (unless the model step already did,
-        together with the answer), then run the calls and record each result."""
-        run, config = self.run, self.config
-        step = run.thread_step
-        if plan is None:
-            plan = plan_calls(self.config, run, calls, self.decided)
-            if plan.immediate or plan.ledger or plan.to_run:
-                await self.save(messages=plan.immediate, ledger=plan.ledger)
-        if plan.immediate:
+    # ------------------------------------------------------------------ tools
+    async def tool_phase(self, plan: Plan) -> AsyncIterator[Event]:
+        """Tell the plan's immediate results, then run its calls and record each result."""
+        step = self.run.stored.step
+        if plan.results:
             by_id = {c.id: c for c in plan.calls}
-            for result in plan.immediate:
+            for result in plan.results:
                 yield ToolCallFinishedEvent(by_id[result.call_id], result, step)
         to_run = plan.to_run
         if not to_run:
             return
-
-        for call, _, _, _ in to_run:
-            yield ToolCallStartedEvent(call, step)
-
+        for item in to_run:
+            yield ToolCallStartedEvent(item.call, step)
         if len(to_run) == 1:
-            results = [await self.execute(*to_run[0])]
-            for result in results:
-                for event in await self.record([(result, to_run[0][0], to_run[0][1])], step):
-                    yield event
+            item = to_run[0]
+            for event in await self.record([(await self.execute(item), item.call, item.tool)], step):
+                yield event
             return
+        async for event in self.run_concurrently(to_run, step):
+            yield event
 
+    async def run_concurrently(self, to_run: list[ToRun], step: int) -> AsyncIterator[Event]:
+        """Run several calls as concurrent groups (sequential tools, or all with
+        ``tools_in_order``, one after the other in a group of their own), recording results as
+        they come in; results that come in together share one checkpoint."""
+        work = self.run.work
         queue: asyncio.Queue[tuple[ToolResultMessage, ToolCall, Tool]] = asyncio.Queue()
 
-        async def worker(items: list[tuple[ToolCall, Tool, Any, dict[str, Any] | None]]) -> None:
+        async def worker(items: list[ToRun]) -> None:
             for item in items:
-                queue.put_nowait((await self.execute(*item), item[0], item[1]))
+                queue.put_nowait((await self.execute(item), item.call, item.tool))
 
-        if config.tools_in_order:
+        if self.config.tools_in_order:
             groups = [to_run]
         else:
-            sequential = [item for item in to_run if item[1].sequential]
-            groups = [[item] for item in to_run if not item[1].sequential]
+            sequential = [item for item in to_run if item.tool.sequential]
+            groups = [[item] for item in to_run if not item.tool.sequential]
             if sequential:
                 groups.append(sequential)
         for group in groups:
             task = asyncio.ensure_future(worker(group))
-            run.tasks.add(task)
-            task.add_done_callback(run.tasks.discard)
+            work.tasks.add(task)
+            task.add_done_callback(work.tasks.discard)
         left = len(to_run)
         while left:
             ready = [await queue.get()]
-            while not queue.empty():  # results that came in together share one checkpoint
+            while not queue.empty():
                 ready.append(queue.get_nowait())
             left -= len(ready)
             for event in await self.record(ready, step):
                 yield event
 
     async def record(self, ready: list[tuple[ToolResultMessage, ToolCall, Tool]], step: int) -> list[Event]:
-        run = self.run
+        stored = self.run.stored
         entries = []
         for result, call, _ in ready:
-            entry = LedgerEntry(call.id, call.name, run.ledger[call.id].args_hash,
+            entry = LedgerEntry(call.id, call.name, stored.ledger[call.id].args_hash,
                                 "failed" if result.is_error else "finished")
-            run.ledger[call.id] = entry
-            run.messages.append(result)
+            stored.ledger[call.id] = entry
+            stored.messages.append(result)
             entries.append(entry)
         await self.save(messages=[r for r, _, _ in ready], ledger=entries,
                         meta=any(tool.takes_ctx for _, _, tool in ready))
         return [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
 
+    async def execute(self, item: ToRun) -> ToolResultMessage:
+        decision = self.run.work.decided.pop(item.call.id, None)
+        return await execute(self.run, item.call, item.tool, item.args, item.edited, decision)
+
     async def cancel_cleanup(self) -> None:
         """Leave a valid conversation: stop running tools, answer every open call."""
-        run = self.run
-        for task in list(run.tasks):
+        run, stored, work = self.run, self.run.stored, self.run.work
+        for task in list(work.tasks):
             task.cancel()
-        if run.tasks:
-            await asyncio.gather(*run.tasks, return_exceptions=True)
+        if work.tasks:
+            await asyncio.gather(*work.tasks, return_exceptions=True)
         results, ledger = _answer_open_calls(run, self.store)
         for entry in ledger:
-            run.ledger[entry.call_id] = entry
-        run.messages.extend(results)
-        run.pending = []
-        run.status = "cancelled"
-        run.ended_at = time.time()
+            stored.ledger[entry.call_id] = entry
+        stored.messages.extend(results)
+        stored.pending = []
+        run.outcome.status = "cancelled"
+        run.outcome.ended_at = time.time()
         try:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation
             pass
-
-
-    async def execute(self, call: ToolCall, tool: Tool, validated: Any,
-                      edited: dict[str, Any] | None) -> ToolResultMessage:
-        return await execute(self.run, call, tool, validated, edited, self.decided.pop(call.id, None))
 
 
 _STILL_RUNNING = (
@@ -407,9 +503,9 @@ def _answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMess
     or "interrupted ... still running" for a blocking call whose thread goes on (its real outcome
     is recorded in the ledger when it ends)."""
     results, ledger = [], []
-    for call in unanswered_calls(run.messages):
-        blocking = run.blocking.pop(call.id, None)
-        started = run.ledger.get(call.id)
+    for call in unanswered_calls(run.stored.messages):
+        blocking = run.work.blocking.pop(call.id, None)
+        started = run.stored.ledger.get(call.id)
         if blocking is not None and not blocking.done():
             results.append(error_result(call, _STILL_RUNNING, "interrupted"))
             if started is not None:

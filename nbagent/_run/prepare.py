@@ -17,32 +17,28 @@ from ..messages import Prompt, user_message
 from ..result import RunResult
 from ..store.base import ThreadState
 from .config import RunConfig
-from .state import RunState, new_run_id, owner_alive, state_to_json
+from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
 __all__ = ["prepare_resume", "prepare_run", "run_state"]
 
 
 def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state: Any) -> RunState:
     """A new run's state on `thread` as stored (`loaded`, None for a new thread)."""
-    run = RunState(new_run_id(), thread, list(loaded.messages) if loaded else [])
+    stored = StoredThread(thread, list(loaded.messages) if loaded else [])
     if state is not None:
-        run.stored_state = state_to_json(state)  # refused now, not silently stored as null
+        stored.stored_state = state_to_json(state)  # refused now, not silently stored as null
+    stored.state = state
     if loaded is not None:
         meta = loaded.meta
-        run.version = loaded.version
-        run.thread_step = loaded.step
-        run.ledger = dict(loaded.ledger)
-        run.always_allowed = set(meta.always_allowed)
-        run.decisions = dict(meta.decisions)
-        run.pending = list(meta.pending)
+        stored.version = loaded.version
+        stored.step = loaded.step
+        stored.ledger = dict(loaded.ledger)
+        stored.always_allowed = set(meta.always_allowed)
+        stored.decisions = dict(meta.decisions)
+        stored.pending = list(meta.pending)
         if state is None:
-            run.state, run.stored_state = config.restore_state(meta.state), meta.state
-        else:
-            run.state = state
-    else:
-        run.state = state
-    run.new_message_index = len(run.messages)
-    return run
+            stored.state, stored.stored_state = config.restore_state(meta.state), meta.state
+    return RunState(new_run_id(), stored, new_message_index=len(stored.messages))
 
 
 def _refuse_live(loaded: ThreadState) -> None:
@@ -65,11 +61,11 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
         # The run as it starts on a new thread; the store writes it only if the thread is new
         # (one round trip either way), else hands back the thread as stored.
         run = run_state(config, thread, None, state)
-        run.messages.append(message)
+        run.stored.messages.append(message)
         got = await config.store.create_or_load(thread, step=0, messages=[message], meta=run.meta())
         if isinstance(got, int):
-            run.version = got
-            run.meta_dirty = False
+            run.stored.version = got
+            run.work.dirty = False
             return run
         loaded: ThreadState | None = got
     else:
@@ -86,17 +82,18 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
             f"thread {thread!r} has tool calls waiting ({ids}); decide them with "
             f"agent.resume(thread={thread!r}, approve=[...], deny={{...}}) before sending a new prompt"
         )
-    run.pending = []
-    run.decisions = {}
+    stored = run.stored
+    stored.pending = []
+    stored.decisions = {}
     if message is None:
-        if not run.messages:
+        if not stored.messages:
             raise UserError("run() needs a prompt for a new thread")
     else:
-        run.messages.append(message)
-        run.version = await config.store.append(
-            thread, version=run.version, step=run.thread_step, messages=[message], meta=run.meta(),
+        stored.messages.append(message)
+        stored.version = await config.store.append(
+            thread, version=stored.version, step=stored.step, messages=[message], meta=run.meta(),
         )
-        run.meta_dirty = False
+        run.work.dirty = False
     return run
 
 
@@ -120,15 +117,16 @@ async def prepare_resume(
         raise NotResumableError(f"thread {thread!r} is not in the store ({config.store!r})")
     _refuse_live(loaded)
     run = run_state(config, thread, loaded, state if state is not None else (result.state if result else None))
-    last = run.messages[-1] if run.messages else None
+    stored = run.stored
+    last = stored.messages[-1] if stored.messages else None
     if not loaded.open_calls() and (last is None or last.kind == "assistant"):
         raise NotResumableError(
             f"the run on thread {thread!r} is completed; continue the conversation with "
             f"agent.run(prompt, thread={thread!r})"
         )
-    resolved = decisions.resolve(run.pending, config.tools, thread=thread,
+    resolved = decisions.resolve(stored.pending, config.tools, thread=thread,
                                  shown=result.pending if result is not None else ())
-    run.decisions.update(resolved)
-    run.always_allowed.update(decisions.always_allowed)
-    run.meta_dirty = True
+    stored.decisions.update(resolved)
+    stored.always_allowed.update(decisions.always_allowed)
+    run.work.dirty = True
     return run

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import DuplicateToolError, ToolDefinitionError
@@ -93,4 +94,4 @@ class SourceSet:
                 added.append(t.definition())
         own = len(self.tools)
         definitions = [*self.definitions[:own], *added, *self.definitions[own:]]
-        return dataclasses.replace(config, tools=tools, tool_definitions=definitions)
+        return dataclasses.replace(config, tools=MappingProxyType(tools), tool_definitions=tuple(definitions))

@@ -1,8 +1,15 @@
-"""`RunState`: what one run knows while it goes on, and what of it is checkpointed.
+"""`RunState`: what one run knows while it goes on, in three parts.
 
-Owns `RunState` (its `meta()` is the `ThreadMeta` written with each checkpoint, its `to_result()`
-the `RunResult` handed out) and the JSON form of the user's state object. Imports approvals,
-messages, result, store (the ledger and meta shapes) and usage only.
+- `StoredThread`: the thread as the store keeps it (messages, version, step, ledger, decisions,
+  pending calls, always-allowed tools, the user's state), as this run changes it;
+  `RunState.meta()` is the `ThreadMeta` written with each checkpoint.
+- `RunWork`: the machinery of this run in this process, never stored (running tool tasks,
+  blocking calls, the thread's call ids, whether the meta record needs writing).
+- `RunOutcome`: how the run ends (status, stop reason, error, answer), handed out as the
+  `RunResult` by `RunState.to_result()`.
+
+Owns these shapes and the JSON form of the user's state object. Imports approvals, events (the
+end kinds), exceptions, messages, result, store (the ledger and meta shapes) and usage only.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from ..approvals import Decision, PendingCall
+from ..events import RunEndKind
 from ..exceptions import UserError
 from ..messages import Message
 from ..result import RunResult, RunStatus, StopReason
@@ -26,9 +34,9 @@ from ..store.base import LedgerEntry
 from ..store.meta import ThreadMeta, live_runs
 from ..usage import Usage
 
-__all__ = ["END_KINDS", "RunState", "new_run_id", "state_to_json"]
+__all__ = ["END_KINDS", "RunOutcome", "RunState", "RunWork", "StoredThread", "new_run_id", "state_to_json"]
 
-END_KINDS = {
+END_KINDS: dict[str, RunEndKind] = {
     "completed": "run-completed",
     "paused": "run-paused",
     "stopped": "run-stopped",
@@ -37,22 +45,47 @@ END_KINDS = {
 }
 
 
-@dataclass
-class RunState:
-    """Everything one run knows. `meta()` is the part persisted with the thread."""
+@dataclass(slots=True)
+class StoredThread:
+    """The thread as stored, as this run changes it (what a checkpoint writes)."""
 
-    run_id: str
-    thread: str
-    messages: list[Message]
+    id: str
+    messages: list[Message] = field(default_factory=list)
     version: int = 0
-    thread_step: int = 0
-    steps: int = 0
-    usage: Usage = field(default_factory=Usage)
+    """The store's version of the thread, for optimistic concurrency."""
+    step: int = 0
+    """Model calls made on the thread so far."""
     ledger: dict[str, LedgerEntry] = field(default_factory=dict)
     decisions: dict[str, Decision] = field(default_factory=dict)
+    """Decisions made and not yet carried out, by call id."""
+    pending: list[PendingCall] = field(default_factory=list)
     always_allowed: set[str] = field(default_factory=set)
     state: Any = None
-    pending: list[PendingCall] = field(default_factory=list)
+    """The user's state object."""
+    stored_state: Any = None
+    """Its last storable JSON form."""
+
+
+@dataclass(slots=True)
+class RunWork:
+    """What only this run's process needs while it goes on; never stored."""
+
+    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
+    blocking: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
+    """Sync tool calls running in a worker thread, by call id (a thread cannot be cancelled)."""
+    call_ids: set[str] | None = None
+    """Every tool call id of the thread (built on the first answer with calls)."""
+    decided: dict[str, Decision] = field(default_factory=dict)
+    """Decisions of the calls about to run, stamped on their results."""
+    dirty: bool = True
+    """Whether the meta record changed since it was last written."""
+    state_warned: bool = False
+
+
+@dataclass(slots=True)
+class RunOutcome:
+    """How the run ends (``running`` until it does)."""
+
     status: RunStatus | Literal["running"] = "running"
     stop_reason: StopReason | None = None
     error: str | None = None
@@ -61,70 +94,86 @@ class RunState:
     """The final answer: its text, or the `output_type` instance of an agent with one."""
     output_data: Any = None
     """A structured answer as JSON-able data (what the thread's meta keeps)."""
-    output_retries: int = 0
     truncated: bool = False
-    new_message_index: int = 0
-    meta_dirty: bool = True
-    cancel_requested: bool = False
-    tasks: set[asyncio.Task[Any]] = field(default_factory=set)
-    blocking: dict[str, concurrent.futures.Future[Any]] = field(default_factory=dict)
-    """Sync tool calls running in a worker thread, by call id (a thread cannot be cancelled)."""
-    stored_state: Any = None
-    state_warned: bool = False
-    call_ids: set[str] | None = None
-    """Every tool call id of the thread (built on the first answer with calls)."""
-    result: RunResult | None = None
-    started_at: float = field(default_factory=time.time)
     ended_at: float | None = None
+    result: RunResult | None = None
+    """The `RunResult` handed out, once the run ended."""
+
+    def fail(self, error: BaseException) -> None:
+        self.status, self.error, self.exception = "failed", f"{type(error).__name__}: {error}", error
+
+
+@dataclass(slots=True)
+class RunState:
+    """One run: its counters, and the thread, the machinery and the outcome (see the module)."""
+
+    run_id: str
+    stored: StoredThread
+    work: RunWork = field(default_factory=RunWork)
+    outcome: RunOutcome = field(default_factory=RunOutcome)
+    steps: int = 0
+    """Model calls this run made."""
+    usage: Usage = field(default_factory=Usage)
+    output_retries: int = 0
+    new_message_index: int = 0
+    """Where this run's messages start in ``stored.messages``."""
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def thread(self) -> str:
+        return self.stored.id
 
     def _state_json(self) -> Any:
+        stored = self.stored
         try:
-            self.stored_state = state_to_json(self.state)
+            stored.stored_state = state_to_json(stored.state)
         except UserError as exc:
             # Checked at run start; a tool that later put something unstorable in it must not
             # make the step's results fail to save: the last storable value is kept, loudly.
-            if not self.state_warned:
+            if not self.work.state_warned:
                 warnings.warn(f"{exc}; the thread keeps its last storable state", RuntimeWarning, stacklevel=2)
-                self.state_warned = True
-        return self.stored_state
+                self.work.state_warned = True
+        return stored.stored_state
 
     def meta(self) -> ThreadMeta:
         """A new record of how the thread stands now (never changed after it is handed out)."""
+        stored, outcome = self.stored, self.outcome
         return ThreadMeta(
-            status=self.status,  # type: ignore[arg-type]
+            status=outcome.status,  # type: ignore[arg-type]
             run_id=self.run_id,
-            thread_step=self.thread_step,
-            pending=list(self.pending),
-            decisions=dict(self.decisions),
-            always_allowed=sorted(self.always_allowed),
+            thread_step=stored.step,
+            pending=list(stored.pending),
+            decisions=dict(stored.decisions),
+            always_allowed=sorted(stored.always_allowed),
             state=self._state_json(),
-            stop_reason=self.stop_reason,
-            error=self.error,
-            output=self.output_data if self.output_data is not None else self.output,
-            truncated=self.truncated,
+            stop_reason=outcome.stop_reason,
+            error=outcome.error,
+            output=outcome.output_data if outcome.output_data is not None else outcome.output,
+            truncated=outcome.truncated,
             started_at=self.started_at,
-            ended_at=self.ended_at,
-            owner=process_owner() if self.status == "running" else None,
+            ended_at=outcome.ended_at,
+            owner=process_owner() if outcome.status == "running" else None,
         )
 
     def to_result(self) -> RunResult:
+        stored, outcome = self.stored, self.outcome
         return RunResult(
             run_id=self.run_id,
-            thread=self.thread,
-            status=self.status,  # type: ignore[arg-type]  # never "running" once handed out
-            messages=self.messages,
+            thread=stored.id,
+            status=outcome.status,  # type: ignore[arg-type]  # never "running" once handed out
+            messages=stored.messages,
             usage=self.usage,
-            output=self.output if self.status == "completed" else None,
-            pending=list(self.pending),
-            stop_reason=self.stop_reason,
-            error=self.error,
-            truncated=self.truncated,
+            output=outcome.output if outcome.status == "completed" else None,
+            pending=list(stored.pending),
+            stop_reason=outcome.stop_reason,
+            error=outcome.error,
+            truncated=outcome.truncated,
             steps=self.steps,
-            state=self.state,
+            state=stored.state,
             new_message_index=self.new_message_index,
-            exception=self.exception,
+            exception=outcome.exception,
             started_at=self.started_at,
-            ended_at=self.ended_at,
+            ended_at=outcome.ended_at,
         )
 
 

@@ -329,9 +329,11 @@ class LocalServer:
 
 
 # ----------------------------------------------------------------------------------- start / stop
-def start_server(port: int | None = None, host: str = "127.0.0.1", threads: int | None = None,
-                 ctx: int = 4096, timeout: float = 180, reuse: bool = True, *,
-                 stop_at_exit: bool = True, directory: Path | str | None = None) -> LocalServer:
+def start_server(  # noqa: PLR0915  # Size: TODO(house): split after the first-hour changes to local() land
+    port: int | None = None, host: str = "127.0.0.1", threads: int | None = None,
+    ctx: int = 4096, timeout: float = 180, reuse: bool = True, *,
+    stop_at_exit: bool = True, directory: Path | str | None = None,
+) -> LocalServer:
     """Return a running local server, starting one if needed.
 
     ``port``: None = ``default_port()``; 0 = a free port.  ``reuse``: if our server (pid file +

@@ -7,7 +7,7 @@ stream (`request_stream`) of text deltas (``str``), `ReasoningText` deltas, and 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,9 +23,9 @@ class ModelRequest:
     """What the run loop asks a model for."""
 
     messages: list[Message]
-    tools: list[dict[str, Any]] = field(default_factory=list)
+    tools: Sequence[dict[str, Any]] = field(default_factory=list)
     """Tool definitions: ``{"name", "description", "parameters"}`` (JSON schema)."""
-    settings: dict[str, Any] = field(default_factory=dict)
+    settings: Mapping[str, Any] = field(default_factory=dict)
     """temperature, max_tokens, seed, tool_choice, parallel_tool_calls, extra_body, ..."""
     step: int = 0
     output_tool: str | None = None
@@ -59,7 +59,9 @@ class ReasoningText(str):
     __slots__ = ()
 
 
-StreamItem = "str | ReasoningText | ModelResponse"
+StreamItem = str | ReasoningText | ModelResponse
+"""What `Model.request_stream` yields: answer text deltas (plain ``str``), `ReasoningText` deltas,
+and last the whole `ModelResponse`."""
 
 
 class Model:
@@ -75,7 +77,7 @@ class Model:
     async def request(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError
 
-    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Yield text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`.
 
         The default asks for the whole answer and yields its text as one delta.

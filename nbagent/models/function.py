@@ -13,7 +13,7 @@ from typing import Any
 from ..exceptions import UserError
 from ..messages import AssistantMessage, Message, ToolCall, UserMessage
 from ..usage import TokenCounts
-from .base import Model, ModelRequest, ModelResponse, ReasoningText
+from .base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem
 
 __all__ = ["FunctionModel", "ScriptedModel", "estimate_tokens"]
 
@@ -148,7 +148,7 @@ class FunctionModel(Model):
         assert final is not None
         return final
 
-    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         if self.stream_function is None:
             response = await self._answer(request)
             if response.message.text:

@@ -203,7 +203,9 @@ class ChatView(widgets.VBox):
             the queued messages; status_line; footer: tokens, cost and budget.
     """
 
-    def __init__(self, agent: Agent, thread: str | None = None, *, interval: float = 0.05) -> None:
+    def __init__(  # Size: TODO(house): split once the first-hour changes land
+        self, agent: Agent, thread: str | None = None, *, interval: float = 0.05
+    ) -> None:
         self.agent = agent
         self.interval = interval
         # The rows' clicks go to the controller, looked up when they happen (it is made below:

@@ -28,7 +28,7 @@ from ...exceptions import ModelError, ModelResponseError, UserError
 from .._clients import client_for_loop, close_for_loop
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
-from ..base import Model, ModelRequest, ModelResponse
+from ..base import Model, ModelRequest, ModelResponse, StreamItem
 from . import _errors
 from ._stream import _StreamAssembler, joined, message_response, paused_content, too_many_pauses
 from ._wire import check_settings, request_params
@@ -224,7 +224,7 @@ class AnthropicModel(Travelling, Model):
                 return _unfinished(parts, self.max_continuations)
             params = _continued(params, paused_content(message))
 
-    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`;
         a paused turn is continued (`max_continuations`), its parts streamed as one answer."""
         params = self.request_params(request, stream=True)

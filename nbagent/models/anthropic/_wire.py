@@ -185,7 +185,7 @@ def _mark_last(blocks: list[dict[str, Any]]) -> None:
         blocks[-1] = {**blocks[-1], "cache_control": dict(_EPHEMERAL)}
 
 
-def request_params(
+def request_params(  # noqa: C901  TODO(house): split after the hardening changes land
     request: ModelRequest,
     *,
     model_name: str,

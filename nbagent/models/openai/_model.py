@@ -30,7 +30,7 @@ from ...exceptions import ModelError, UserError
 from .._clients import client_for_loop, close_for_loop
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
-from ..base import Model, ModelRequest, ModelResponse
+from ..base import Model, ModelRequest, ModelResponse, StreamItem
 from . import _errors
 from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
 from ._wire import WireCache, check_settings, request_params
@@ -220,7 +220,7 @@ class OpenAIModel(Travelling, Model):
         """Map a ``ChatCompletion`` to a `ModelResponse` (choice 0 when there are several)."""
         return completion_response(raw)
 
-    async def request_stream(self, request: ModelRequest) -> AsyncIterator[Any]:
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`,
         all within the call's `deadline`."""
         deadline = Deadline(self, _errors._where)

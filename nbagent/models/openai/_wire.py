@@ -14,7 +14,7 @@ May import: nbagent's messages, exceptions and model base, and the SDK's
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ...exceptions import UserError
@@ -168,7 +168,7 @@ class WireCache:
             out.append(_tool_images_message(with_images))
         return out
 
-    def wire_tools(self, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def wire_tools(self, tools: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         cached = self.tools
         if cached is not None and cached[0] is tools:
             return cached[1]

@@ -29,7 +29,7 @@ class _Undecodable(Exception):
         self.what, self.cause = what, cause
 
 
-async def copy_rows(
+async def copy_rows(  # Size: TODO(house): split once the concurrent hardening/first-hour changes land
     conn: Any, s: str, where: str, source: str, target: str, messages: int, last: Message | None,
     record: dict[str, Any], now: float, write_id: str,
 ) -> int:

@@ -133,7 +133,7 @@ def _usage_values() -> str:
     )
 
 
-def _append_function(s: str) -> str:
+def _append_function(s: str) -> str:  # Size: the text of one PL/pgSQL function, read as SQL
     """``<schema>.append_step(...)``: one append, version-checked, as one call.
 
     A PL/pgSQL function keeps its statements' plans for the session on the server side, so an
