@@ -11,15 +11,16 @@ def get_weather(city: str) -> str:
 
 result = Agent(TestModel(), tools=[get_weather]).run_sync("Weather in Paris?")
 ```
-`import nbagent` imports neither openai, ipywidgets nor pandas: they load at the edge, when used.
+`import nbagent` imports neither openai, ipywidgets nor pandas (they load at the edge, when used),
+nor a store backend, a provider SDK or asyncio (they load with the first run or store).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-# Agent and runs
-from .agent import Agent, RunHandle
+# Agent and runs (RunHandle: below, with the run's machinery, loaded on first use)
+from .agent import Agent
 
 # Approvals
 from .approvals import Decision, Decisions, PendingCall
@@ -136,6 +137,10 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
+    if name == "RunHandle":  # its module loads asyncio: on first use, like the run itself
+        from ._run.handle import RunHandle
+
+        return RunHandle
     if name in _EDGE:
         from . import dataframe
 

@@ -9,6 +9,9 @@ the edge when called.
 
 Naming: the awaitable form of an operation has the plain name, its blocking twin adds ``_sync``
 (``run`` / ``run_sync``, ``resume`` / ``resume_sync``); a method with one form has the plain name.
+
+Size: one class, the whole public surface of an agent (runs, resumes, stored threads), most of it
+docstrings; each method hands its work to `nbagent._run` in a few lines.
 """
 
 from __future__ import annotations
@@ -20,12 +23,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from ._run.config import RunConfig
 from ._run.fork import fork_thread
-from ._run.handle import EventCallback, RunBox, RunHandle, consume
-from ._run.loop import drive
 from ._run.prepare import prepare_resume, prepare_run
-from ._run.sources import SourceSet
-from ._run.state import RunState
-from ._sync import run_sync
 from .approvals import CallRef, Decisions, PendingCall
 from .events import Event
 from .exceptions import DuplicateToolError, ToolDefinitionError, UserError
@@ -43,6 +41,9 @@ from .usage import Usage
 if TYPE_CHECKING:
     from typing_extensions import TypedDict, Unpack
 
+    from ._run.handle import EventCallback, RunBox, RunHandle
+    from ._run.state import RunState
+
     class _Options(TypedDict, total=False):
         tools: Iterable[Tool | Callable[..., Any] | ToolSource]
         system: str | None
@@ -59,7 +60,7 @@ if TYPE_CHECKING:
         name: str | None
         output_retries: int
 
-__all__ = ["Agent", "RunHandle"]
+__all__ = ["Agent"]
 
 OutputT = TypeVar("OutputT")
 Deny = Mapping[str, "str | None"] | Iterable[CallRef]
@@ -229,6 +230,8 @@ class Agent(Generic[OutputT]):
         sources = None
         if self.tool_sources:
             reserved = (OUTPUT_TOOL,) if self.output is not None else ()
+            from ._run.sources import SourceSet
+
             sources = SourceSet(self.tool_sources, tools, definitions, reserved)
         config = RunConfig(
             model=self.model, tools=MappingProxyType(tools), tool_definitions=definitions,
@@ -263,7 +266,7 @@ class Agent(Generic[OutputT]):
         """
         config = await _with_sources(self.config())
         run = await self._prepared(prepare_run(config, prompt, thread, state))
-        return await consume(drive(config, run, stream=False), run)
+        return await _consume(config, run)
 
     def stream(
         self, prompt: Prompt | None = None, *, thread: str | None = None, state: Any = None
@@ -313,7 +316,7 @@ class Agent(Generic[OutputT]):
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
         config = await _with_sources(self.config())
         run = await self._prepared(prepare_resume(config, result, thread, chosen, state))
-        return await consume(drive(config, run, stream=False), run)
+        return await _consume(config, run)
 
     def resume_stream(
         self,
@@ -350,6 +353,8 @@ class Agent(Generic[OutputT]):
         With ``resume=Decisions(...)`` it continues `thread` (or the paused `result`) instead,
         as `resume` does (``Decisions()`` continues a stopped run with no decisions).
         """
+        from ._run.handle import RunBox, RunHandle
+
         box = RunBox()
         if resume is not None:
             if not isinstance(resume, Decisions):
@@ -365,7 +370,7 @@ class Agent(Generic[OutputT]):
                  state: Any = None) -> RunResult[OutputT]:
         """`run` from sync code: works in scripts and in notebook cells (no nest_asyncio).
         A call needing approval makes it return ``paused``; KeyboardInterrupt cancels the run."""
-        return run_sync(lambda: self.run(prompt, thread=thread, state=state))
+        return _blocking(lambda: self.run(prompt, thread=thread, state=state))
 
     def resume_sync(
         self,
@@ -383,7 +388,7 @@ class Agent(Generic[OutputT]):
     ) -> RunResult[OutputT]:
         """`resume` from sync code."""
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
-        return run_sync(lambda: self.resume(result, thread=thread, decisions=chosen, state=state))
+        return _blocking(lambda: self.resume(result, thread=thread, decisions=chosen, state=state))
 
     # ------------------------------------------------------------------ stored threads
     def _touch(self, thread: str) -> None:
@@ -478,19 +483,19 @@ class Agent(Generic[OutputT]):
 
     def threads_sync(self) -> list[ThreadInfo]:
         """`threads` from sync code."""
-        return run_sync(self.threads)
+        return _blocking(self.threads)
 
     def checkpoints_sync(self, thread: str) -> list[Checkpoint]:
         """`checkpoints` from sync code."""
-        return run_sync(lambda: self.checkpoints(thread))
+        return _blocking(lambda: self.checkpoints(thread))
 
     def pending_sync(self, thread: str) -> list[PendingCall]:
         """`pending` from sync code."""
-        return run_sync(lambda: self.pending(thread))
+        return _blocking(lambda: self.pending(thread))
 
     def thread_usage_sync(self, thread: str) -> Usage:
         """`thread_usage` from sync code."""
-        return run_sync(lambda: self.thread_usage(thread))
+        return _blocking(lambda: self.thread_usage(thread))
 
     def fork_sync(
         self,
@@ -501,7 +506,7 @@ class Agent(Generic[OutputT]):
         edit: str | Mapping[str, Any] | Message | None = None,
     ) -> str:
         """`fork` from sync code."""
-        return run_sync(lambda: self.fork(thread, at_step=at_step, new_thread=new_thread, edit=edit))
+        return _blocking(lambda: self.fork(thread, at_step=at_step, new_thread=new_thread, edit=edit))
 
     # ------------------------------------------------------------------ edges
     def chat(self, thread: str | None = None, **kwargs: Any) -> Any:
@@ -547,6 +552,8 @@ async def _with_sources(config: RunConfig) -> RunConfig:
 def _events(agent: Agent[Any], prepare: Callable[[RunConfig], Any], box: RunBox | None = None) -> AsyncIterator[Event]:
     """The events of a run `prepare` makes from the agent's config (its tool sources' tools
     listed when the stream starts); the run's thread counts among the agent's threads."""
+    from ._run.loop import drive
+
     config = agent.config()
 
     async def events() -> AsyncIterator[Event]:
@@ -582,3 +589,18 @@ def _decisions(
     chosen = keywords if decisions is None else decisions.extended(keywords)
     return chosen.decided_by(decided_by) if decided_by is not None else chosen
 
+
+async def _consume(config: RunConfig, run: RunState) -> RunResult[Any]:
+    """Run to the end without streaming."""
+    from ._run.handle import consume
+    from ._run.loop import drive
+
+    return await consume(drive(config, run, stream=False), run)
+
+
+def _blocking(work: Callable[[], Awaitable[Any]]) -> Any:
+    """`work` from sync code (`nbagent._sync.run_sync`). The run's machinery (asyncio, threads)
+    loads on the first run, so that ``import nbagent`` stays light."""
+    from ._sync import run_sync
+
+    return run_sync(work)

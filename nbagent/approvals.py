@@ -22,7 +22,6 @@ result = agent.resume_sync(paused, decisions=decisions)
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping
@@ -63,6 +62,8 @@ _LABELS: dict[str, DecisionLabel] = {
 
 def args_hash(args: Any) -> str:
     """A stable hash of tool arguments, so a decision binds to the exact arguments a person saw."""
+    import hashlib  # here: its OpenSSL binding is a few ms of `import nbagent` (then a dict look-up)
+
     text = json.dumps(args, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 

@@ -20,7 +20,6 @@ import io
 import json
 import os
 import re
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -83,7 +82,7 @@ def clean_message(message: AssistantMessage) -> AssistantMessage:
 
 def new_call_id() -> str:
     """A fresh tool-call id (used when a provider sends none, and by the fake models)."""
-    return "call_" + uuid.uuid4().hex[:24]
+    return "call_" + os.urandom(12).hex()
 
 
 def unique_call_ids(calls: Sequence[ToolCall], seen: set[str] | None = None) -> None:

@@ -268,3 +268,31 @@ def test_functions_stay_short(path: Path) -> None:
             if "# Size:" not in signature:
                 long.append(f"{node.name} ({_code_lines(node)} lines)")
     assert long == []
+
+
+NOT_LOADED_BY_IMPORT = (
+    # the stores' backends and the providers load when first used
+    "nbagent.store.sqlite", "nbagent.store.postgres", "nbagent.models.openai", "nbagent.models.anthropic",
+    "nbagent.mcp", "sqlite3", "psycopg", "openai", "anthropic", "mcp",
+    # the run's machinery loads with the first run: asyncio, and what asyncio brings
+    "asyncio", "ssl", "socket", "concurrent.futures", "logging", "selectors", "subprocess",
+    # and a few more a plain import does not need
+    "uuid", "hashlib", "pydantic",
+    # the edges
+    "nbagent.widgets", "nbagent.dataframe", "ipywidgets", "pandas", "numpy", "IPython",
+)
+"""Modules that ``import nbagent`` must not load (bench/run.py's S4 measures what it costs)."""
+
+
+def test_import_nbagent_loads_no_backend_no_provider_and_no_asyncio() -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    probe = ("import sys, json\nimport nbagent\n"
+             f"print(json.dumps([m for m in {NOT_LOADED_BY_IMPORT!r} if m in sys.modules]))")
+    env = {**os.environ, "PYTHONPATH": str(ROOT.parent)}
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == []

@@ -22,10 +22,10 @@ from ..retry import Retry
 from ..store.base import Store
 from ..tools import Tool
 from ..usage import ModelCallUsage
-from .sources import SourceSet
 
 if TYPE_CHECKING:
     from ..result import RunResult
+    from .sources import SourceSet
 
 __all__ = ["RunConfig"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
-import uuid
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,7 +44,7 @@ async def fork_thread(
         if not messages:
             raise UserError(f"nothing to edit: thread {thread!r} has no message at step {at_step}")
         last = _edited(messages[-1], edit)
-    new_thread = new_thread or f"{thread}-fork-{uuid.uuid4().hex[:8]}"
+    new_thread = new_thread or f"{thread}-fork-{os.urandom(4).hex()}"
     meta = ThreadMeta(
         status="forked",
         thread_step=steps[count - 1] if count else 0,

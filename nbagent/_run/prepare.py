@@ -8,7 +8,7 @@ config and state, approvals, exceptions, messages, result and store shapes.
 
 from __future__ import annotations
 
-import uuid
+import os
 from typing import Any
 
 from ..approvals import Decisions
@@ -71,7 +71,7 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
     else:
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
         loaded = await config.store.load(thread) if thread else None
-    thread = thread or "thread_" + uuid.uuid4().hex[:16]
+    thread = thread or "thread_" + os.urandom(8).hex()
     run = run_state(config, thread, loaded, state)
     if loaded is not None:
         _refuse_live(loaded)

@@ -14,16 +14,12 @@ end kinds), exceptions, messages, result, store (the ledger and meta shapes) and
 
 from __future__ import annotations
 
-import asyncio
-import concurrent.futures
 import dataclasses
 import os
-import socket
 import time
-import uuid
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..approvals import Decision, PendingCall
 from ..events import RunEndKind
@@ -33,6 +29,10 @@ from ..result import RunResult, RunStatus, StopReason
 from ..store.base import LedgerEntry
 from ..store.meta import ThreadMeta, live_runs
 from ..usage import Usage
+
+if TYPE_CHECKING:
+    import asyncio
+    import concurrent.futures
 
 __all__ = ["END_KINDS", "RunOutcome", "RunState", "RunWork", "StoredThread", "new_run_id", "state_to_json"]
 
@@ -188,11 +188,17 @@ def _start_time(pid: int) -> str | None:
         return None
 
 
+def _hostname() -> str:
+    import socket  # here: `import nbagent` does not load socket (asyncio loads it with the first run)
+
+    return socket.gethostname()
+
+
 def process_owner() -> dict[str, Any]:
     """This process, as a thread's `ThreadMeta.owner` names it."""
     global _owner
     if _owner is None or _owner["pid"] != os.getpid():  # computed again in a forked child
-        _owner = {"host": socket.gethostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
+        _owner = {"host": _hostname(), "pid": os.getpid(), "start": _start_time(os.getpid())}
     return _owner
 
 
@@ -205,7 +211,7 @@ def owner_alive(owner: dict[str, Any] | None, run_id: str | None, leased: bool |
     leases (None), or an nbagent that recorded no owner, counts it as not running."""
     if not owner:
         return False
-    if owner.get("host") != socket.gethostname():
+    if owner.get("host") != _hostname():
         return bool(leased)
     pid = owner.get("pid")
     if not isinstance(pid, int):
@@ -225,7 +231,7 @@ def owner_alive(owner: dict[str, Any] | None, run_id: str | None, leased: bool |
 
 
 def new_run_id() -> str:
-    return "run_" + uuid.uuid4().hex[:16]
+    return "run_" + os.urandom(8).hex()
 
 
 def state_to_json(state: Any) -> Any:

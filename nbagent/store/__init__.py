@@ -14,6 +14,9 @@ agents of one process that name the same file or URL share one store. None gives
 `copy(source, target, threads=...)` copies whole threads between any two stores (SQLite ↔
 PostgreSQL); ``python -m nbagent.store`` migrates a PostgreSQL database and copies threads from
 the command line.
+
+The backends load when first used (``import nbagent`` loads neither sqlite3 nor psycopg):
+``nbagent.store.SQLiteStore`` and ``PostgresStore`` are imported on first access.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ import os
 import threading
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from .._sync import run_sync
-from ._transfer import copy_threads
 from .base import FORMAT_VERSION, Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState
 from .memory import MemoryStore
-from .postgres import PostgresStore
-from .postgres._conninfo import is_postgres_url
-from .sqlite import SQLiteStore
+
+if TYPE_CHECKING:
+    from .postgres import PostgresStore
+    from .sqlite import SQLiteStore
 
 __all__ = [
     "DEFAULT_PATH",
@@ -90,6 +93,8 @@ def open_store(value: Store | str | os.PathLike[str] | None) -> Store:
         raise UserError(f"store must be a Store, a file path or 'memory', got {type(value).__name__}")
     if isinstance(value, str) and value.strip().lower() == "memory":
         return MemoryStore()
+    from .postgres._conninfo import is_postgres_url
+
     key: str | Path  # a PostgreSQL URL, or a SQLite file's absolute path
     if isinstance(value, str) and is_postgres_url(value):
         key = value.strip()
@@ -98,7 +103,14 @@ def open_store(value: Store | str | os.PathLike[str] | None) -> Store:
     with _shared_lock:
         store = _shared.get(key)
         if store is None:
-            store = _shared[key] = PostgresStore(key) if isinstance(key, str) else SQLiteStore(key)
+            if isinstance(key, str):
+                from .postgres import PostgresStore
+
+                store = _shared[key] = PostgresStore(key)
+            else:
+                from .sqlite import SQLiteStore
+
+                store = _shared[key] = SQLiteStore(key)
         return store
 
 
@@ -130,6 +142,8 @@ async def copy(
         ConflictError: a thread is already in `target` and `replace` is False (nothing of that
             thread is written).
     """
+    from ._transfer import copy_threads
+
     return await copy_threads(open_store(source), open_store(target), threads, replace=replace)
 
 
@@ -141,4 +155,18 @@ def copy_sync(
     replace: bool = False,
 ) -> list[str]:
     """Blocking twin of `copy`."""
+    from .._sync import run_sync
+
     return run_sync(lambda: copy(source, target, threads, replace=replace))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "SQLiteStore":
+        from .sqlite import SQLiteStore
+
+        return SQLiteStore
+    if name == "PostgresStore":
+        from .postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module 'nbagent.store' has no attribute {name!r}")
