@@ -17,7 +17,7 @@ docstrings; each method hands its work to `nbagent._run` in a few lines.
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
@@ -598,7 +598,7 @@ async def _consume(config: RunConfig, run: RunState) -> RunResult[Any]:
     return await consume(drive(config, run, stream=False), run)
 
 
-def _blocking(work: Callable[[], Awaitable[Any]]) -> Any:
+def _blocking(work: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
     """`work` from sync code (`nbagent._sync.run_sync`). The run's machinery (asyncio, threads)
     loads on the first run, so that ``import nbagent`` stays light."""
     from ._sync import run_sync
