@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PEERS_VENV ?= bench/.venv-peers
 
-.PHONY: install system-deps test test-fast lab bench lint typecheck clean
+.PHONY: install system-deps test test-fast test-perf lab bench lint typecheck clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 10), "nbagent needs Python >= 3.10"'
@@ -28,11 +28,18 @@ system-deps:
 test: $(STAMP) system-deps
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-## test-fast: the unit tests only (no local model, notebooks, browser, PostgreSQL or clusters).
+## test-fast: the unit tests only, selected by marker: no local model, notebooks, browser,
+## PostgreSQL, clusters, slow fault-injection suites (kill -9, many processes) or wall-clock checks.
+## About 2 minutes on two cores.
+FAST_MARKS := not (slow or perf or local_llm or browser or notebooks or postgres or cluster)
 test-fast: $(STAMP)
 	NBAGENT_SKIP_LOCAL_LLM=1 NBAGENT_SKIP_BROWSER=1 NBAGENT_SKIP_NOTEBOOKS=1 NBAGENT_SKIP_POSTGRES=1 \
-	NBAGENT_SKIP_CLUSTER=1 \
-		$(BIN)/python -m pytest $(PYTEST_ARGS)
+	NBAGENT_SKIP_CLUSTER=1 NBAGENT_SKIP_BINDER=1 \
+		$(BIN)/python -m pytest -m "$(FAST_MARKS)" $(PYTEST_ARGS)
+
+## test-perf: the wall-clock checks (tests marked perf), best on a quiet machine.
+test-perf: $(STAMP)
+	NBAGENT_PERF=1 $(BIN)/python -m pytest -m perf $(PYTEST_ARGS)
 
 ## lab: JupyterLab on 127.0.0.1 with the quickstart notebook open.
 ## LAB_ARGS: more `jupyter lab` options, e.g. LAB_ARGS="--port=8899 --no-browser".

@@ -385,7 +385,7 @@ async def test_a_whole_answer_that_takes_too_long_ends_at_the_deadline(server: A
             await model.request(ModelRequest([UserMessage("hi")]))
     finally:
         await model.aclose()
-    assert 0.9 <= time.perf_counter() - t0 < 2.5
+    assert 0.9 <= time.perf_counter() - t0 < 4.5  # the deadline (1 s), not the server's 5 s
 
 
 # ----------------------------------------------------------------------------- output_type with thinking

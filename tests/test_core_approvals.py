@@ -301,7 +301,7 @@ async def test_a_new_prompt_while_paused_is_refused() -> None:
     assert [m.content for m in done.messages if m.kind == "user"] == ["Refund order 42"]
 
 
-# ---------------------------------------------------------------------- client tools (point 5)
+# ---------------------------------------------------------------------- client tools
 class AskUser(BaseModel):
     question: str
 

@@ -258,7 +258,7 @@ async def test_cancel_does_not_wait_for_a_blocking_sync_tool() -> None:
 
     def answer(messages: list[Any], request: Any) -> Any:
         if messages[-1].kind == "user" and messages[-1].content == "go":
-            return tool_call("blocking", seconds=0.6)
+            return tool_call("blocking", seconds=3)
         return "all good"
 
     agent = Agent(FunctionModel(answer), tools=[blocking], store=MemoryStore())
@@ -267,7 +267,7 @@ async def test_cancel_does_not_wait_for_a_blocking_sync_tool() -> None:
     clock = time.perf_counter()
     handle.cancel()
     result = await asyncio.wait_for(handle.wait(), 5)
-    assert time.perf_counter() - clock < 0.4
+    assert time.perf_counter() - clock < 2  # the stop did not wait for the 3 s call
     assert result is not None and result.status == "cancelled"
     # The function goes on in its thread: the result says so instead of claiming it was cancelled
     # (nbagent 0.1 recorded "cancelled", and the model might repeat a side effect that happened).

@@ -33,7 +33,7 @@ def get_weather(city: str) -> str:
     return f"Sunny in {city}"
 
 
-# ---------------------------------------------------------------------- point 8: finish_reason length
+# ---------------------------------------------------------------------- finish_reason length
 async def test_text_cut_off_at_the_limit_completes_truncated() -> None:
     cut = AssistantMessage(text="The answer is a long story that", finish_reason="length")
     result = await Agent(ScriptedModel([cut]), store=MemoryStore()).run("tell me")
@@ -72,7 +72,7 @@ async def test_cut_off_inside_a_tool_call_fails_clearly_and_keeps_the_conversati
     assert [m.kind for m in again.messages] == ["user", "user", "assistant"]
 
 
-# ---------------------------------------------------------------------- point 9: retries
+# ---------------------------------------------------------------------- retries
 @pytest.mark.parametrize(
     "error",
     [
@@ -134,11 +134,9 @@ async def test_retry_after_is_honoured_and_capped() -> None:
 
     model = ScriptedModel([RateLimitError("wait", status_code=429, retry_after=60), "ok"])
     capped = Retry(initial_delay=0.01, max_delay=0.05)
-    clock = time.perf_counter()
     events = [e async for e in Agent(model, retry=capped, store=MemoryStore()).stream("hi")]
     (retry,) = [e for e in events if e.kind == "model-retry"]
-    assert retry.delay_s == 0.05
-    assert time.perf_counter() - clock < 2
+    assert retry.delay_s == 0.05  # capped: it waited 0.05 s, not the 60 s the server asked for
     assert events[-1].result.output == "ok"
 
 

@@ -40,7 +40,7 @@ def weather_answer(messages: list[Any], request: Any) -> Any:
     return "Sunny, and it is noon."
 
 
-# ---------------------------------------------------------------------- point 1: the loop
+# ---------------------------------------------------------------------- the loop
 async def test_the_loop_runs_tools_and_sends_results_back_until_a_text_answer() -> None:
     model = FunctionModel(weather_answer)
     agent = Agent(model, tools=[get_weather, get_time], system="Be brief.", store=MemoryStore())
@@ -146,7 +146,7 @@ def test_bad_agent_arguments() -> None:
         Agent(TestModel(), store=MemoryStore()).run_sync(42)  # type: ignore[arg-type]
 
 
-# ---------------------------------------------------------------------- point 10: budgets, stop_when
+# ---------------------------------------------------------------------- budgets, stop_when
 async def test_token_budget_stops_before_the_next_model_call_and_can_be_resumed() -> None:
     model = ScriptedModel([tool_call("get_weather", city="Rome"), "Rome is sunny."])
     agent = Agent(model, tools=[get_weather], token_budget=5, store=MemoryStore())
@@ -206,7 +206,7 @@ async def test_cost_budget_stops_with_known_prices() -> None:
     assert result.usage.cost_total is not None and result.usage.cost_total > 0.000001
 
 
-# ---------------------------------------------------------------------- point 12: usage
+# ---------------------------------------------------------------------- usage
 def reported(message: AssistantMessage, **counts: int) -> ModelResponse:
     return ModelResponse(message, TokenCounts(**counts), model="gpt-fake-1")
 

@@ -430,7 +430,7 @@ def test_runs_frame_from_results_and_from_the_store():
     stored = runs_frame(agent)
     assert stored["run_id"].tolist() == [r1.run_id, r2.run_id]
     assert stored["input_tokens"].tolist() == [220, 50]
-    assert stored["status"].tolist() == ["completed", "completed"]  # earlier runs too (issue 13)
+    assert stored["status"].tolist() == ["completed", "completed"]  # earlier runs too
     assert stored["cost_total"].tolist() == pytest.approx(df["cost_total"].tolist())
 
 

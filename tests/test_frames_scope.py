@@ -1,4 +1,4 @@
-"""Issue 13 point 10: frames and plots read what the user asked for.
+"""Frames and plots read what the user asked for.
 
 Notebooks of one folder share one store (``./.nbagent/threads.db``). An `Agent` given to a frame
 function or a plot means *its* threads (run, resumed, forked or shown by it in this process), a

@@ -1,4 +1,4 @@
-"""The bundled model's chat template (nbagent/models/smollm2-tools.jinja), issue 13 point 1.
+"""The bundled model's chat template (nbagent/models/smollm2-tools.jinja).
 
 A 135M model copies what it sees. With the old template its few-shot example ("2 plus 2 is 4.")
 leaked into answers after a tool result, and from the second message of a thread it wrote a fake

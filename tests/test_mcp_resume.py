@@ -38,6 +38,7 @@ def _ledger(store: Path) -> dict[str, str]:
     return {entry.tool: entry.status for entry in loaded.ledger.values()} if loaded else {}
 
 
+@pytest.mark.slow
 def test_resume_after_a_killed_process_runs_no_call_twice(tmp_path: Path) -> None:
     store, log, pids = tmp_path / "threads.db", tmp_path / "log.txt", tmp_path / "pids.txt"
     env = {**os.environ, "KITCHEN_LOG": str(log), "KITCHEN_PIDS": str(pids), "PYTHONPATH": str(ROOT)}

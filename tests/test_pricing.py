@@ -171,6 +171,7 @@ def test_unreported_usage_and_local_models():
     assert (local.cost_input, local.cost_output, local.cost_total) == (0.0, 0.0, 0.0)
 
 
+@pytest.mark.perf
 def test_pricing_is_fast_enough_for_the_loop():
     price_row(row("gpt-4o-mini", input_tokens=1))  # loads the price table once
     clock = time.perf_counter()

@@ -172,7 +172,7 @@ async def test_the_event_loop_keeps_running_while_another_process_holds_the_lock
     assert holder.wait(timeout=10) == 0
     holder.stdout.close()
     assert seconds > 1.0, "the append did not wait for the other process"
-    assert gap < 0.3, f"the event loop stood still for {gap:.2f} s"
+    assert gap < 1.0, f"the event loop stood still for {gap:.2f} s"  # a blocked loop: the lock's 2 s
     assert v == 2
     loaded = await store.load("t")
     assert loaded is not None and [m.content for m in loaded.messages] == ["one", "two"]  # type: ignore[union-attr]

@@ -375,6 +375,7 @@ def test_default_store_follows_nbagent_store(tmp_path: Path, monkeypatch: pytest
 
 
 # ---------------------------------------------------------------------- speed
+@pytest.mark.perf
 async def test_ten_thousand_messages_load_well_under_a_second(store: SQLiteStore) -> None:
     v = 0
     for i in range(5000):
@@ -404,6 +405,7 @@ async def test_ten_thousand_messages_load_well_under_a_second(store: SQLiteStore
     assert best < 0.7
 
 
+@pytest.mark.perf
 async def test_append_cost_does_not_grow_with_the_thread(store: SQLiteStore) -> None:
     async def steps(thread: str, n: int, v: int) -> tuple[float, int]:
         start = time.perf_counter()
@@ -663,6 +665,7 @@ def test_columnar_blob_round_trip() -> None:
         asyncio.run(MemoryStore().usage_columns(columns=["tokens"]))
 
 
+@pytest.mark.perf
 async def test_usage_frame_of_50k_stored_rows_is_fast(store: SQLiteStore) -> None:
     from nbagent.dataframe import usage_frame
 

@@ -12,9 +12,10 @@ The thread may move on elsewhere: a `ThreadFollower` (`_follow`) brings the runs
 other views of this kernel, late tool outcomes, and the store's word after a stale click. The
 footer's numbers (this turn, the thread, the run's budget) are a `UsageTally` (`_tally`).
 
-Threading (DESIGN.md, "Facts about Jupyter"): everything here runs on the loop captured when the
-controller was made. `ChatController.schedule` is the one method that is safe from any thread:
-widget handlers (which may run on an ipykernel subshell thread) hand their work to it and return.
+Threading: everything here runs on the loop captured when the controller was made (a cell
+cannot wait for a click, so a run is a background task on the kernel's loop; docs/view.md).
+`ChatController.schedule` is the one method that is safe from any thread: widget handlers (which
+may run on an ipykernel subshell thread) hand their work to it and return.
 
 A paused thread needs no live run: the calls waiting come from the thread's stored `ThreadMeta`,
 so decisions work after a kernel restart.

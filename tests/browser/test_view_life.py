@@ -1,15 +1,15 @@
-"""The chat view stays true in a real browser (issue 13, points 2, 5, 6, 9 and 11), in JupyterLab 4
+"""The chat view stays true in a real browser, in JupyterLab 4
 and Notebook 7: one notebook, one pass each.
 
 - A resume from code in a later cell updates the view above it: the row shows the result, the
-  buttons go, the answer and the footer follow (point 2).
+  buttons go, the answer and the footer follow.
 - A running tool's time ticks in the browser; Stop during a blocking tool says it is still
-  running, and the row changes when the function really ends (points 6 and 9).
-- The footer counts this turn across its resumes and the thread (point 9).
+  running, and the row changes when the function really ends.
+- The footer counts this turn across its resumes and the thread.
 - Enter in the Deny reason box denies; a waiting call whose tool is not registered offers no
-  Approve and says why (point 11).
+  Approve and says why.
 - After a kernel restart: one notice per view instead of a broken-link icon per widget, and the
-  saved notebook holds a readable copy of the conversation (point 5).
+  saved notebook holds a readable copy of the conversation.
 
 Screenshots (light and dark theme) go to tests/browser/artifacts.
 """
@@ -111,7 +111,7 @@ def test_the_view_stays_true_to_its_thread(jupyter_app, browser_root, make_noteb
     page.wait_idle(TIMEOUT)
     page.wait_for(lambda: page.output_buttons("Send").count() > 0, "the Send button", TIMEOUT)
 
-    # point 2: a resume from code in a later cell updates the view above it
+    # a resume from code in a later cell updates the view above it
     page.type_text("refund order 42")
     page.wait_for(lambda: page.eval(_VISIBLE_BUTTONS, [0, "Approve"]) == 1, "the Approve button", TIMEOUT)
     page.run_cell(1)
@@ -119,9 +119,9 @@ def test_the_view_stays_true_to_its_thread(jupyter_app, browser_root, make_noteb
     page.wait_text("The tool said: refunded 42", TIMEOUT, cell=0)
     page.wait_for(lambda: "done" in page.eval(_ROWS, 0), "the row marked done", TIMEOUT)
     assert page.eval(_VISIBLE_BUTTONS, [0, "Approve"]) == 0, "Approve still offered for a decided call"
-    page.wait_text("last turn: 2 model calls", TIMEOUT, cell=0)  # point 9: the prompt's run and the resume
+    page.wait_text("last turn: 2 model calls", TIMEOUT, cell=0)  # the prompt's run and the resume
 
-    # points 6 and 9: a running tool's time ticks; Stop says the truth; the row changes when it ends
+    # a running tool's time ticks; Stop says the truth; the row changes when it ends
     page.type_text("book a table")
     page.wait_for(lambda: page.eval(_TICK) is not None, "a running call's time", TIMEOUT)
     page.wait_text("this turn (running): 1 model call", TIMEOUT, cell=0)
@@ -139,7 +139,7 @@ def test_the_view_stays_true_to_its_thread(jupyter_app, browser_root, make_noteb
     page.wait_text("book finished after the stop", TIMEOUT, cell=0)
     assert page.eval(_TICK) is None
 
-    # point 11: Enter in the Deny reason box denies, with the reason
+    # Enter in the Deny reason box denies, with the reason
     page.type_text("refund again")
     page.wait_for(lambda: page.eval(_VISIBLE_BUTTONS, [0, "Deny"]) == 1, "the Deny button", TIMEOUT)
     page.click("Deny", timeout=TIMEOUT)
@@ -150,14 +150,14 @@ def test_the_view_stays_true_to_its_thread(jupyter_app, browser_root, make_noteb
     box.press("Enter")
     page.wait_text("The tool said: denied by the user: not now", TIMEOUT, cell=0)
 
-    # point 11: a waiting call whose tool is not registered offers no Approve, and says why
+    # a waiting call whose tool is not registered offers no Approve, and says why
     page.run_cell(3)
     page.wait_text("not a tool of this agent in this kernel", TIMEOUT, cell=3)
     page.wait_for(lambda: page.eval(_VISIBLE_BUTTONS, [3, "Deny"]) == 1, "Deny of the unregistered tool", TIMEOUT)
     assert page.eval(_VISIBLE_BUTTONS, [3, "Approve"]) == 0
     page.wait_idle(TIMEOUT)
 
-    # point 5: the copy saved with the notebook is not shown while the live view is on the page
+    # the copy saved with the notebook is not shown while the live view is on the page
     assert page.eval(_COPY_HIDDEN, 0) == ["none"]
     _restart_kernel(page)
     state = page.wait_for(lambda: (s := page.eval(_RESTART_STATE, 0))["disconnected"] > 5 and s,

@@ -21,7 +21,7 @@ from nbagent.store.memory import MemoryStore
 from nbagent.widgets import render_result_html
 
 PAYLOADS: list[str] = json.loads(
-    (Path(__file__).parent / "fixtures" / "injection_payloads.json").read_text(encoding="utf-8")
+    (Path(__file__).parent.parent / "fixtures" / "injection_payloads.json").read_text(encoding="utf-8")
 )
 FORBIDDEN_TAGS = {"script", "style", "iframe", "object", "embed", "svg", "math", "img", "form", "input",
                   "base", "meta", "link", "video", "source", "body", "x"}

@@ -1,8 +1,8 @@
-"""A view stays true to its thread when the thread moves on without it (issue 13, points 2, 6, 9
-and 11): a resume from code or from another view, a run elsewhere while the person types, another
-process that decided first, a blocking tool that outlives its stopped run, the footer's numbers,
-and a waiting call whose tool is not registered here. A `ChatController` reports to the `Screen`
-of test_chat_controller; real runs of the shipped fakes on a `MemoryStore`."""
+"""A view stays true to its thread when the thread moves on without it: a resume from code or from
+another view, a run elsewhere while the person types, another process that decided first, a
+blocking tool that outlives its stopped run, the footer's numbers, and a waiting call whose tool is
+not registered here. A `ChatController` reports to the `Screen` of test_chat_controller; real runs
+of the shipped fakes on a `MemoryStore`."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from nbagent.messages import Message, UserMessage
 from nbagent.models import FunctionModel, tool_call
 from nbagent.store.memory import MemoryStore
 from nbagent.widgets._controller import ChatController
-from tests.test_chat_controller import Screen, controller_for, make_agent, refunds, settle, until_running
+from tests.widgets.test_chat_controller import Screen, controller_for, make_agent, refunds, settle, until_running
 
 
 @pytest.fixture(autouse=True)
@@ -35,7 +35,7 @@ async def paused_view(thread: str, store: MemoryStore | None = None,
     return agent, controller, screen
 
 
-# ----------------------------------------------------------------------------------- point 2
+# -------------------------------------------------------------------------- a resume from elsewhere
 async def test_a_resume_from_code_updates_the_view_and_a_late_click_says_who_decided() -> None:
     agent, view, screen = await paused_view("f-code")
     [call] = view.board.waiting
@@ -179,7 +179,7 @@ async def test_a_message_to_a_thread_another_process_is_running_goes_back_to_the
     assert screen.sent == [] and screen.queue == ["again"] and view.queue.on_hold
 
 
-# ----------------------------------------------------------------------------------- point 6
+# ----------------------------------------------------------------- a blocking tool outlives its run
 async def test_stop_during_a_blocking_tool_says_it_still_runs_then_shows_how_it_ended() -> None:
     started, release = threading.Event(), threading.Event()
     booked: list[str] = []
@@ -220,7 +220,7 @@ async def test_stop_during_a_blocking_tool_says_it_still_runs_then_shows_how_it_
     assert stored is not None and [e.status for e in stored.ledger.values()] == ["finished"]
 
 
-# ----------------------------------------------------------------------------------- point 9
+# --------------------------------------------------------------------------------------- the footer
 async def test_the_footer_counts_this_turn_across_its_resumes_and_the_whole_thread() -> None:
     store = MemoryStore()
     await make_agent(store).run("hello", thread="f-usage")  # one call before the view opened
@@ -263,7 +263,7 @@ def test_the_footer_line_says_what_it_counts() -> None:
     assert "thread: 2 model calls · 135 tokens · cost $0.5000" in html and "token budget 15 / 1,000" in html
 
 
-# ----------------------------------------------------------------------------------- point 11
+# -------------------------------------------------------------------- a tool that is not registered
 async def test_a_waiting_call_whose_tool_is_not_registered_offers_no_approve_and_says_why() -> None:
     store = MemoryStore()
     await make_agent(store).run("two refunds", thread="f-missing")

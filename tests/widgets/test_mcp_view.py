@@ -22,8 +22,9 @@ from nbagent.widgets import render_result_html
 from .test_widgets import ask, click, view_text, waiting_rows
 from .test_widgets_static import assert_inert
 
-SERVER = Path(__file__).parent / "mcp_servers" / "kitchen.py"
-PAYLOADS: list[str] = json.loads((Path(__file__).parent / "fixtures" / "injection_payloads.json").read_text("utf-8"))
+TESTS = Path(__file__).parent.parent
+SERVER = TESTS / "mcp_servers" / "kitchen.py"
+PAYLOADS: list[str] = json.loads((TESTS / "fixtures" / "injection_payloads.json").read_text("utf-8"))
 
 
 @pytest.fixture(scope="module")

@@ -634,7 +634,7 @@ async def test_reasoning_streams_into_a_collapsed_thinking_section_above_the_ans
 
 
 async def test_reasoning_payloads_stay_inert() -> None:
-    payloads = json.loads((Path(__file__).parent / "fixtures" / "injection_payloads.json").read_text("utf-8"))
+    payloads = json.loads((Path(__file__).parent.parent / "fixtures" / "injection_payloads.json").read_text("utf-8"))
     reasoning = "\n".join(payloads)
 
     async def stream(messages: list[Message], request: Any) -> Any:

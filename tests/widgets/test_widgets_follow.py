@@ -1,4 +1,4 @@
-"""The chat view's widgets keep true (issue 13, points 2, 5, 6, 9, 11) without a kernel: a resume
+"""The chat view's widgets keep true without a kernel: a resume
 from code disables the buttons on screen, Enter works in the deny reason boxes, an unregistered
 tool's row offers only Deny, a running call's time is a ticking span, one restart notice and its
 stylesheet, and the copy of the conversation saved with the notebook."""
