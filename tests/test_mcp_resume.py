@@ -18,6 +18,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from nbagent.store import SQLiteStore
 
 HERE = Path(__file__).parent
