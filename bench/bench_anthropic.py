@@ -23,14 +23,15 @@ Consumers. Model level: nbagent's ``AnthropicModel.request_stream``, pydantic-ai
 ``Agent.run_stream`` (``stream_text(delta=True, debounce_by=None)``), LangChain's ``create_agent``
 (``astream(stream_mode="messages")``). Floors: ``http`` (the SDK's request, then the body read with
 ``aiter_bytes``: the transport the SDK's own stream reads through) and ``sdk`` (the SDK's parsed
-event stream, which the peers read). nbagent reads the HTTP client's raw stream of an uncompressed
-body (one generator and a decoder less a chunk), so it can come in under ``http`` plus its own work.
+event stream, which the peers read, and so does nbagent).
 The server runs in a forked process: the CPU time measured is the client's alone. Runs are
 interleaved; min and median of ``--runs`` are shown.
 
-Target: nbagent per delta <= 0.25x the best peer, model level (the agent level is shown too).
-nbagent reads the event stream's bytes itself (the SDK's per-event objects cost more than all its
-other work), so its cost is close to the ``http`` floor, which bounds the ratio from below.
+The ratio per delta at the model level was a target (<= 0.25x the best peer) until 2026-12-02:
+nbagent then read the event stream's bytes itself, beside the SDK's decoder, and came in near the
+``http`` floor. That reader went (it saved about 16 us a delta, 12.8 -> 28.9 us here, which no
+person watching a stream can see; bench/README.md, "Fast paths"); the ratio is now reported, not
+a target, and this script exits 0.
 """
 
 from __future__ import annotations
@@ -67,7 +68,6 @@ from nbagent.models.base import ModelRequest  # noqa: E402
 from nbagent.store.memory import MemoryStore  # noqa: E402
 from tests.wire.replay_server import ANTHROPIC_CASES_DIR, load_case, split_sse_events  # noqa: E402
 
-TARGET = 0.25
 KEY = "sk-ant-bench-not-a-key"
 MODEL = "claude-haiku-4-5"
 PEERS = ("pydantic_ai", "langchain")
@@ -292,17 +292,15 @@ def main(argv: list[str] | None = None) -> int:
     per_trip = table(times, 1, "trip")
     trip_ratio, trip_best = ratio(per_trip, "nbagent", list(PEERS))
 
-    ok = model_ratio <= TARGET
     print(f"\nnbagent / best peer, median per delta: model {model_ratio:.2f}x ({model_best}), agent "
           f"{agent_ratio:.2f}x ({agent_best}); per tool round trip {trip_ratio:.2f}x ({trip_best})")
     print(f"loopback transport floor (http) / best peer model: {per_delta['http'] / per_delta[model_best]:.2f}x")
-    print(f"target: per delta <= {TARGET}x the best peer (model level): {'OK' if ok else 'OVER TARGET'}")
     if a.json:
         print(json.dumps({"per_delta_us": {k: round(v, 3) for k, v in per_delta.items()},
                           "per_round_trip_us": {k: round(v, 1) for k, v in per_trip.items()},
                           "ratios": {"model": round(model_ratio, 3), "agent": round(agent_ratio, 3),
                                      "round_trip": round(trip_ratio, 3)}}))
-    return 0 if ok else 1
+    return 0
 
 
 if __name__ == "__main__":

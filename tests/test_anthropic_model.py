@@ -19,6 +19,7 @@ from nbagent.exceptions import (
     AuthenticationError,
     BadRequestError,
     ModelConnectionError,
+    ModelResponseError,
     RateLimitError,
     StreamInterruptedError,
     UserError,
@@ -38,6 +39,7 @@ from nbagent.models.anthropic._wire import wire_tool_choice
 from nbagent.models.base import ModelRequest, ModelResponse
 from nbagent.pricing import lookup_prices
 from nbagent.retry import Retry
+from nbagent.store import MemoryStore
 from nbagent.tools import Tool
 from tests.wire.replay_server import ANTHROPIC_CASES_DIR, ReplayServer, load_case
 
@@ -449,7 +451,7 @@ async def test_a_stream_that_breaks_off_is_retried(server: Any) -> None:
     assert info.value.retryable and KEY not in str(info.value)
 
 
-# ----------------------------------------------------------------------------- the event-stream reader
+# ----------------------------------------------------------------------------- the event stream
 def _split(text: str, sizes: list[int]) -> list[bytes]:
     data, out, at = text.encode(), [], 0
     for size in sizes:
@@ -459,55 +461,127 @@ def _split(text: str, sizes: list[int]) -> list[bytes]:
 
 
 async def _items(chunks: list[bytes]) -> list[Any]:
-    """What `AnthropicModel.request_stream` makes of an event stream's chunks: the deltas of each
-    chunk, those of the end, the answer."""
-    from nbagent.models.anthropic._stream import _StreamAssembler
+    """What `AnthropicModel.request_stream` makes of an event stream sent in these chunks over
+    real HTTP (each chunk written and flushed on its own): the deltas, then the answer."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    def fail(error: Any) -> Exception:
-        return RuntimeError(f"error event: {error}")
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
 
-    state = _StreamAssembler(fail, lambda: RuntimeError("empty"))
-    items = [delta for chunk in chunks for delta in state.feed(chunk)]
-    last, response = state.finish()
-    return [*items, *last, response]
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}")
+    try:
+        return [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
+    finally:
+        await model.aclose()
+        srv.shutdown()
+        srv.server_close()
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])
 @pytest.mark.parametrize("sizes", [[], [1] * 40, [7, 13, 2, 1, 1, 50], [200]], ids=["whole", "bytes", "odd", "big"])
-async def test_the_event_stream_reader_takes_any_chunking_and_line_end(newline: str, sizes: list[int]) -> None:
-    """nbagent reads the Messages API's event stream itself (the SDK's per-event objects cost
-    more than all its own work): events split anywhere, CRLF / CR line ends, a comment, an event
-    whose data spans two lines, a character split across chunks, a last event without its blank line."""
+async def test_the_event_stream_is_read_whatever_its_chunking_and_line_ends(newline: str, sizes: list[int]) -> None:
+    """Events split anywhere, CRLF / CR line ends, a comment, a character split across chunks."""
     sse = case("anthropic_stream_text")["response"]["sse"]
     text = sse.replace("\n", newline) + f": keep-alive{newline}{newline}"
     text = text.replace('"text":"oop"', '"text":"\u00f6p"')  # a two-byte character, which "bytes" splits
-    items = await _items(_split(text, sizes))
-    *deltas, response = items
+    *deltas, response = await _items(_split(text, sizes))
     assert "".join(deltas) == "- Captain\n- Sc\u00f6p"
     assert response.message.finish_reason == "stop" and response.usage.output_tokens == 10
-    two_lines = ('event: message_start\ndata: {"type": "message_start", "message": {"id": "m", "model": "x",\n'
-                 'data:  "usage": {"input_tokens": 3, "output_tokens": 1}}}\n\n'
-                 'event: content_block_start\ndata: {"type":"content_block_start","index":0,'
-                 '"content_block":{"type":"text","text":"hi"}}')  # no blank line at the end
-    *deltas, response = await _items([two_lines.encode()])
-    assert deltas == ["hi"] and response.usage.input_tokens == 3
 
 
-async def test_the_event_stream_reader_names_an_unreadable_event() -> None:
-    from nbagent.exceptions import ModelResponseError
+def _sse(*events: dict[str, Any]) -> bytes:
+    return b"".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n".encode() for e in events)
 
+
+_START = {"type": "message_start",
+          "message": {"id": "m", "model": "x", "usage": {"input_tokens": 3, "output_tokens": 1}}}
+
+
+async def test_an_unreadable_event_an_error_event_and_an_empty_stream_are_named() -> None:
     with pytest.raises(ModelResponseError, match="unreadable event") as info:
         await _items([b"event: message_start\ndata: {not json\n\n"])
     assert info.value.__cause__ is None and info.value.__context__ is None
-    with pytest.raises(RuntimeError, match="error event"):
-        await _items([b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error"}}\n\n'])
-    with pytest.raises(RuntimeError, match="empty"):
+    with pytest.raises(StreamInterruptedError, match="overloaded"):  # retried, like a 529
+        await _items([_sse(_START), b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error",'
+                      b' "message": "Overloaded"}}\n\n'])
+    with pytest.raises(ModelResponseError, match="without a message_start"):
         await _items([b": nothing but a comment\n\n"])
 
 
+async def test_a_stream_that_ends_before_message_stop_is_a_cut_stream_not_an_answer() -> None:
+    """The body ends cleanly inside a tool call's arguments: no content_block_stop, message_delta or
+    message_stop. That is a stream cut off (retried), never a call with half its arguments."""
+    tool_start = {"type": "content_block_start", "index": 0,
+                  "content_block": {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}}
+    half = {"type": "content_block_delta", "index": 0,
+            "delta": {"type": "input_json_delta", "partial_json": '{"order_id": "4'}}
+    with pytest.raises(StreamInterruptedError, match="before its message_stop") as info:
+        await _items([_sse(_START, tool_start, half)])
+    assert info.value.retryable
+
+
+async def test_a_cut_stream_is_retried_and_nothing_of_it_is_stored() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    whole = case("anthropic_stream_text")["response"]["sse"].encode()
+    cut = _sse(_START, {"type": "content_block_start", "index": 0,
+                        "content_block": {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}},
+               {"type": "content_block_delta", "index": 0,
+                "delta": {"type": "input_json_delta", "partial_json": '{"order_id": "4'}})
+    bodies = [cut, whole]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = bodies.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}")
+    store = MemoryStore()
+    try:
+        events = [e async for e in Agent(model, retry=Retry(initial_delay=0.01), store=store).stream("hi", thread="t")]
+    finally:
+        await model.aclose()
+        srv.shutdown()
+        srv.server_close()
+    result = events[-1].result
+    assert result.status == "completed" and result.output == "- Captain\n- Scoop"
+    assert [e.kind for e in events].count("model-retry") == 1
+    loaded = await store.load("t")
+    assert loaded is not None and [m.kind for m in loaded.messages] == ["user", "assistant"]
+    assert not loaded.messages[1].tool_calls and len(loaded.usage) == 1
+
+
 async def test_a_compressed_event_stream_is_decoded() -> None:
-    """The body is read from the HTTP client's raw stream when it is not compressed (less work a
-    delta); a gzip-encoded stream goes through the client's decoder instead."""
     import gzip
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

@@ -33,6 +33,8 @@ KINDS = [
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
     # The same calls on statements prepared on the server (the option for direct connections).
     pytest.param("postgres-prepared", id="postgres-prepared", marks=pytest.mark.postgres),
+    # The same calls through psycopg's own execute (NBAGENT_PG_DIRECT=0: the plain path).
+    pytest.param("postgres-plain", id="postgres-plain", marks=pytest.mark.postgres),
 ]
 DURABLE = KINDS[1:]
 
@@ -48,6 +50,12 @@ class Stores:
         if kind.startswith("postgres"):
             self.spec = request.getfixturevalue("postgres_url")
             self.schema = request.getfixturevalue("pg_schema")
+            if kind == "postgres-plain":
+                from nbagent.store.postgres import _libpq
+
+                monkeypatch = request.getfixturevalue("monkeypatch")
+                monkeypatch.setattr(_libpq, "DIRECT", False)
+                monkeypatch.setenv("NBAGENT_PG_DIRECT", "0")  # child processes too
         else:
             self.spec, self.schema = str(tmp_path / "store" / "threads.db"), ""
 

@@ -361,7 +361,7 @@ async def test_a_statement_larger_than_the_sockets_buffer_is_sent_in_pieces(post
     waiting for the socket between them, and the answer is still the statement's."""
     import socket
 
-    from nbagent.store.postgres._libpq import params, value
+    from nbagent.store.postgres._libpq import value
 
     conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
     try:
@@ -371,9 +371,9 @@ async def test_a_statement_larger_than_the_sockets_buffer_is_sent_in_pieces(post
         finally:
             sock.detach()  # the socket stays libpq's
         text = "é" * 3_000_000
-        assert await value(conn, b"SELECT length($1::text)", params([text])) == b"3000000"
+        assert await value(conn, b"SELECT length($1::text)", [text]) == b"3000000"
         digest = hashlib.md5(text.encode()).hexdigest().encode()
-        assert await value(conn, b"SELECT md5($1::text)", params([text])) == digest
+        assert await value(conn, b"SELECT md5($1::text)", [text]) == digest
     finally:
         await conn.close()
 
@@ -381,7 +381,7 @@ async def test_a_statement_larger_than_the_sockets_buffer_is_sent_in_pieces(post
 async def test_prepare_threshold_prepares_a_statement_after_that_many_runs_and_again_when_the_server_lost_it(
     postgres_url: str,
 ) -> None:
-    from nbagent.store.postgres._libpq import params, value
+    from nbagent.store.postgres._libpq import value
 
     async def prepared(conn: psycopg.AsyncConnection[Any]) -> list[str]:
         rows = await (await conn.execute("SELECT name FROM pg_prepared_statements ORDER BY name")).fetchall()
@@ -391,15 +391,15 @@ async def test_prepare_threshold_prepares_a_statement_after_that_many_runs_and_a
     try:
         sql = b"SELECT 10 / $1::integer"
         for _ in range(2):
-            assert await value(conn, sql, params([5]), prepare_threshold=2) == b"2"
+            assert await value(conn, sql, [5], prepare_threshold=2) == b"2"
         assert await prepared(conn) == []
-        assert await value(conn, sql, params([2]), prepare_threshold=2) == b"5"
+        assert await value(conn, sql, [2], prepare_threshold=2) == b"5"
         names = await prepared(conn)
         assert len(names) == 1 and names[0].startswith("nbagent_")
         with pytest.raises(psycopg.errors.DivisionByZero):  # the server's error, as unprepared
-            await value(conn, sql, params([0]), prepare_threshold=2)
+            await value(conn, sql, [0], prepare_threshold=2)
         await conn.execute("DEALLOCATE ALL")  # what a pooler moving the session would leave
-        assert await value(conn, sql, params([1]), prepare_threshold=2) == b"10"
+        assert await value(conn, sql, [1], prepare_threshold=2) == b"10"
         assert await prepared(conn) == names
         assert await value(conn, b"SELECT 3", [], prepare_threshold=None) == b"3"
         assert await prepared(conn) == names  # None: never prepared
@@ -564,3 +564,29 @@ def test_each_event_loop_has_its_own_connections_closed_when_it_shuts_down(postg
     loaded = asyncio.run(store.load("loops"))
     assert loaded is not None and [m.content for m in loaded.messages] == ["hi"]  # type: ignore[union-attr]
     asyncio.run(store.close())
+
+
+async def test_the_plain_path_sends_the_calls_through_psycopg(
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """NBAGENT_PG_DIRECT=0 (`_libpq.DIRECT` False): a load, an append and a run's start go through
+    psycopg's own execute, and a run behaves the same."""
+    from nbagent.store.postgres import _libpq
+
+    calls: list[bytes] = []
+    plain = _libpq._through_psycopg
+
+    async def counted(conn: Any, sql: bytes, values: Any) -> bytes | None:
+        calls.append(sql)
+        return await plain(conn, sql, values)
+
+    monkeypatch.setattr(_libpq, "DIRECT", False)
+    monkeypatch.setattr(_libpq, "_through_psycopg", counted)
+    store = PostgresStore(postgres_url, schema=pg_schema, pool_size=1)
+    agent = Agent(paused_then_done(), tools=[refund], store=store)
+    paused = await agent.run("refund 7", thread="p")
+    done = await agent.resume(thread="p", approve=paused.pending)
+    await store.close()
+    assert done.status == "completed" and done.output == "Refunded."
+    kinds = {sql.split(b"(")[0].split(b".")[-1] for sql in calls}
+    assert {b"begin_thread", b"append_step", b"load_thread"} <= kinds

@@ -32,7 +32,6 @@ thinking before the first byte and then a long answer (some 10,000 tokens at 40 
 bounds a stuck call (times the run's `Retry` attempts) to what someone watching a notebook would
 still wait for."""
 
-_current_task = asyncio.current_task
 T = TypeVar("T")
 MapError = Callable[..., "ModelError | None"]
 """A provider's ``map_error(exc, streaming=...)``: nbagent's error for an SDK / transport exception,
@@ -54,12 +53,13 @@ class _Timed(Protocol):
 class Deadline:
     """The time limit of one model call (the model's ``deadline``; None: no limit).
 
-    One timer per call, not one per read: an ``asyncio.timeout`` around each read costs about
-    6 µs a delta, more than all of nbagent's own work. The call marks the stretches where it
-    awaits the server (`enter` / `leave`). When the timer fires inside one, it cancels the task
-    there, and `absorb` tells that cancellation from any other; when it fires while the consumer
-    holds the stream (between deltas), nothing is cancelled and the next `enter` raises: the
-    consumer's own awaits are never interrupted.
+    One timer per call, not ``asyncio.timeout``: a timeout around the whole call would also
+    cancel the consumer's own awaits while it holds a delta (a streamed call is an async
+    generator, run by the consumer's task), and one around each read would start a timer per
+    delta. The call marks the stretches where it awaits the server (`enter` / `leave`). When the
+    timer fires inside one, it cancels the task there, and `absorb` tells that cancellation from
+    any other; when it fires while the consumer holds the stream (between deltas), nothing is
+    cancelled and the next `enter` raises: the consumer's own awaits are never interrupted.
 
     Args:
         model: the model making the call (its ``deadline``, ``provider`` and class name are read).
@@ -139,39 +139,24 @@ async def within(deadline: Deadline, request: Callable[[], Awaitable[T]], map_er
 
 
 async def read_within(
-    deadline: Deadline, stream: Any, source: AsyncIterator[Any], map_error: MapError,
-    split: Callable[[Any], list[T]] | None = None,
+    deadline: Deadline, stream: Any, source: AsyncIterator[T], map_error: MapError,
 ) -> AsyncGenerator[T, None]:
     """The items of `source` (an SDK stream, or its response's bytes), then `stream` closed.
-
-    With `split`, what ``split(piece)`` makes of each piece of `source`, in order (e.g. the text
-    deltas a chunk of event-stream bytes carries): one generator between the socket and the
-    consumer instead of two, a little less work for every delta. An exception `split` raises ends
-    the reading like a failed read.
 
     A failure while reading becomes ``map_error(exc, streaming=True)``, raised outside the
     ``except`` block; so does the `deadline` passing (`ModelTimeoutError`). `stream` is closed
     however the reading ends: finished, failed, timed out, or the consumer closing this generator.
+    The deadline can cancel only the awaits of the server, never the consumer's own (`leave`
+    before each item is handed out, `enter` again after).
     """
     error: ModelError | None = None
     try:
         try:
             deadline.enter()
-            if split is None:
-                async for item in source:  # `async for`, not `await anext()`: ~0.5 µs less a delta
-                    deadline._task = None  # the consumer's turn (as `leave`, inlined: once a delta)
-                    yield item
-                    if deadline.expired:
-                        raise deadline.error()
-                    deadline._task = _current_task()  # reading again (as `enter`)
-            else:
-                async for piece in source:
-                    deadline._task = None
-                    for item in split(piece):
-                        yield item
-                        if deadline.expired:
-                            raise deadline.error()
-                    deadline._task = _current_task()
+            async for item in source:
+                deadline.leave()
+                yield item
+                deadline.enter()  # raises the timeout error if the deadline passed meanwhile
         except asyncio.CancelledError:
             if not deadline.absorb():
                 raise

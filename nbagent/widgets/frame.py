@@ -15,7 +15,8 @@ notebook (see `ChatView`) while the live view is on the page.
 The clock: a running call's time is ``<span class="nbagent-tick" data-elapsed="…">`` in its
 row's HTML; ``frame.js`` counts it up about ten times a second in the browser, so a running call
 shows its time without widget traffic (a kernel's widget messages stay at most 100 per second:
-past ~800 a second, front ends silently lose updates), from the elapsed seconds the kernel sent (the two clocks need not agree).
+past ~800 a second, front ends silently lose updates), from the elapsed seconds the kernel sent
+(the two clocks need not agree).
 
 Imports anywidget and traitlets; the JavaScript and CSS are files next to this one.
 """

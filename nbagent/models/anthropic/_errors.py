@@ -125,8 +125,11 @@ def map_error(model: ErrorSource, exc: BaseException, *, streaming: bool = False
             cause = exc.__cause__
             detail = f" ({type(cause).__name__}: {cause})" if cause is not None else ""
             reason = scrub(secret, f"{exc.message}{detail}")
-        elif isinstance(exc, ValueError):
-            return ModelResponseError(f"the stream sent an unreadable event: {exc}", provider=provider)
+        elif isinstance(exc, ValueError):  # the SDK could not decode an event's JSON
+            doc = getattr(exc, "doc", None)  # json.JSONDecodeError keeps the text it read
+            quoted = f": {doc[:200]!r}" if isinstance(doc, str) else ""
+            return ModelResponseError(scrub(secret, f"the stream sent an unreadable event: {exc}{quoted}"),
+                                      provider=provider)
         else:
             reason = scrub(secret, f"{type(exc).__name__}: {exc}")
         return StreamInterruptedError(f"the streamed answer broke off: {reason}", provider=provider)

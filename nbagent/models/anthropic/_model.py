@@ -19,7 +19,7 @@ import contextlib
 import os
 import threading
 import weakref
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from anthropic import AsyncAnthropic
@@ -230,20 +230,20 @@ class AnthropicModel(Travelling, Model):
         params = self.request_params(request, stream=True)
         parts: list[ModelResponse] = []
         while True:
-            state = _StreamAssembler(self.stream_error, self._empty_stream)
+            state = _StreamAssembler(self._empty_stream)
             deadline = Deadline(self, _errors._where)
             try:
                 stream = await self._create(params, deadline)
                 state.request_id = stream.response.headers.get("request-id")
-                reading = read_within(deadline, stream, _body(stream.response), self.map_error, state.feed)
-                async with contextlib.aclosing(reading) as deltas:
-                    async for delta in deltas:
-                        yield delta
+                reading: AsyncGenerator[Any, None] = read_within(deadline, stream, stream, self.map_error)
+                async with contextlib.aclosing(reading) as events:
+                    async for event in events:
+                        delta = state.handle(event)
+                        if delta is not None:
+                            yield delta
             finally:
                 deadline.close()
-            last, response = state.finish()
-            for delta in last:
-                yield delta
+            response = state.finish()
             parts.append(response)
             if state.stop_reason != "pause_turn":
                 yield joined(parts)
@@ -255,16 +255,6 @@ class AnthropicModel(Travelling, Model):
 
     def _empty_stream(self) -> ModelError:
         return ModelResponseError("the event stream ended without a message_start event", provider=self.provider)
-
-
-def _body(response: Any) -> AsyncIterator[bytes]:
-    """The streamed body's bytes: the HTTP client's own stream when the body is not compressed
-    (``aiter_bytes`` adds two generators and a decoder to every chunk, ~1 µs), else decoded."""
-    raw: Any = getattr(response, "stream", None)
-    encoding = response.headers.get("content-encoding", "").strip().lower()
-    if encoding in ("", "identity") and hasattr(raw, "__aiter__"):
-        return raw  # type: ignore[no-any-return]
-    return response.aiter_bytes()  # type: ignore[no-any-return]
 
 
 def _continued(params: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:

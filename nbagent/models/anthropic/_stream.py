@@ -1,15 +1,16 @@
-"""The answer side of the Messages API wire: a whole answer (the SDK's ``Message``) or an event
-stream's raw bytes in, nbagent's `ModelResponse` out.
+"""The answer side of the Messages API wire: a whole answer (the SDK's ``Message``) or the SDK's
+stream events in, nbagent's `ModelResponse` out.
 
-Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a stream of raw
-events (`_StreamAssembler`, fed the event stream's raw bytes: text deltas, tool input from
-``input_json_delta``, reasoning from ``thinking_delta``, signatures from ``signature_delta``,
-``ping`` ignored), stop reasons (`finish_reason`; ``refusal`` as a `ContentFilterError` on the
-response), token counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its
-content as sent (`paused_content`) and its parts joined into one answer (`joined`). A
-``redacted_thinking`` block shows in the reasoning as `REDACTED_THINKING`. Sans-IO: nothing here
-sends or reads a socket (the bytes are handed in, `_SSEBuffer` cuts them into events); an
-``error`` event is handed to the caller's callback.
+Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a stream of events
+(`_StreamAssembler`, fed the SDK's decoded events one by one: text deltas, tool input from
+``input_json_delta``, reasoning from ``thinking_delta``, signatures from ``signature_delta``),
+stop reasons (`finish_reason`; ``refusal`` as a `ContentFilterError` on the response), token
+counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its content as sent
+(`paused_content`) and its parts joined into one answer (`joined`). A ``redacted_thinking`` block
+shows in the reasoning as `REDACTED_THINKING`. A stream that ends before ``message_stop`` was cut
+off (`_StreamAssembler.finish` raises a retried `StreamInterruptedError`): none of it is an
+answer. Sans-IO: nothing here sends or reads a socket; the SDK decodes the server-sent events
+(it raises an ``error`` event as an exception, which `_errors.map_error` sorts).
 
 May import: nbagent's exceptions, messages, usage and model base. Not the SDK client, not
 `_wire`, `_errors` or `_model`.
@@ -21,7 +22,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from ...exceptions import ContentFilterError, ModelResponseError
+from ...exceptions import ContentFilterError, ModelResponseError, StreamInterruptedError
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
 from ..base import ModelResponse, ReasoningText
@@ -175,19 +176,19 @@ def _as_dict(obj: Any) -> dict[str, Any]:
 
 
 class _StreamAssembler:
-    """Collects the content blocks, stop reason, usage and model name of a stream of raw events."""
+    """Collects the content blocks, stop reason, usage and model name of a stream of events (the
+    SDK's event objects, or dicts of the same shape)."""
 
-    __slots__ = ("_empty", "_fail", "_sse", "blocks", "model", "request_id", "started", "stop_details",
-                 "stop_reason", "usage")
+    __slots__ = ("_empty", "blocks", "model", "request_id", "started", "stop_details", "stop_reason",
+                 "stopped", "usage")
 
-    def __init__(self, fail: Callable[[Any], Exception], empty: Callable[[], Exception]) -> None:
-        self._fail = fail
-        """Makes the error to raise for an ``error`` event (given its error object)."""
+    def __init__(self, empty: Callable[[], Exception]) -> None:
         self._empty = empty
         """Makes the error to raise for a stream without ``message_start``."""
-        self._sse = _SSEBuffer()
         self.started = False
         """A ``message_start`` event came."""
+        self.stopped = False
+        """A ``message_stop`` event came: the answer is whole."""
         self.blocks: dict[int, _Block] = {}
         self.stop_reason: str | None = None
         self.stop_details: Any = None
@@ -209,109 +210,87 @@ class _StreamAssembler:
         if details is not None:
             self.usage["output_tokens_details"] = {"thinking_tokens": _get(details, "thinking_tokens")}
 
-    def feed(self, chunk: bytes) -> list[str]:
-        """Take a chunk of the event stream's raw bytes; returns the text and `ReasoningText`
-        deltas of the events it completes. An ``error`` event raises ``fail(error)``, an event
-        that is not JSON a `ModelResponseError`.
-
-        The events are read here, not by the SDK: parsing each into the SDK's pydantic objects
-        costs some 15 µs, several times all of nbagent's own work for a delta. Hence the fast
-        path for the usual chunk (one whole event) and the usual delta event."""
-        sse = self._sse
-        if sse.buffer or sse.held or chunk[-2:] != b"\n\n" or chunk.find(b"\n\n") != len(chunk) - 2 \
-                or b"\r" in chunk:
-            parts: Any = sse.feed(chunk)
-        else:
-            parts = (chunk[:-2],)
-        deltas = []
-        handle = self.handle
-        for part in parts:
-            if part.startswith(_DELTA_HEAD) and part.find(b"\n", 33) < 0:
-                event: dict[str, Any] | None = _json(part[33:])  # a content_block_delta as the API frames it
-            else:
-                event = _event(part)
-            if event is None:
-                continue
-            delta = handle(event)
-            if delta is not None:
-                deltas.append(delta)
-        return deltas
-
-    def finish(self) -> tuple[list[str], ModelResponse]:
-        """At the end of the stream: the deltas of a last event without its blank line (read
-        rather than lost), and the answer. Raises ``empty()`` when no ``message_start`` came."""
-        deltas = self.feed(b"\n\n") if self._sse.buffer.strip() else []
+    def finish(self) -> ModelResponse:
+        """The answer, at the end of the stream. Raises ``empty()`` when no ``message_start``
+        came, and a retried `StreamInterruptedError` when the stream ended before
+        ``message_stop`` (cut off, as when the connection drops: nothing of it is kept)."""
         if not self.started:
             raise self._empty()
-        return deltas, self.response()
+        if not self.stopped:
+            raise StreamInterruptedError(
+                "the streamed answer broke off: the stream ended before its message_stop event "
+                f"(last stop reason: {self.stop_reason or 'none yet'})", provider="anthropic",
+            )
+        return self.response()
 
-    def handle(self, event: dict[str, Any]) -> str | None:
-        """Take one event; returns the text or `ReasoningText` delta it carries, if any. An
-        ``error`` event raises ``fail(error)``."""
-        kind = event.get("type")
+    def handle(self, event: Any) -> str | None:
+        """Take one event; returns the text or `ReasoningText` delta it carries, if any."""
+        kind = _get(event, "type")
         if kind == "content_block_delta":
-            delta = event["delta"]
-            dkind = delta.get("type")
-            index: int = event.get("index")  # type: ignore[assignment]
-            block = self.blocks.get(index)
-            if block is None:
-                block = self.blocks[index] = _Block("text" if dkind == "text_delta" else "unknown")
-            if dkind == "text_delta":
-                text = delta.get("text")
-                if text:
-                    block.parts.append(text)
-                    return text  # type: ignore[no-any-return]
-            elif dkind == "input_json_delta":
-                block.parts.append(delta.get("partial_json") or "")
-            elif dkind == "thinking_delta":
-                thinking = delta.get("thinking")
-                if thinking:
-                    block.parts.append(thinking)
-                    return ReasoningText(thinking)
-            elif dkind == "signature_delta":
-                block.signature.append(delta.get("signature") or "")
-            elif dkind == "citations_delta":
-                block.citations.append(delta.get("citation"))  # kept only to send a paused turn back
-            # other deltas carry nothing nbagent keeps
-        elif kind == "content_block_start":
-            return self._start(event.get("index"), event.get("content_block") or {})  # type: ignore[arg-type]
-        elif kind == "message_start":
+            return self._delta(_get(event, "index"), _get(event, "delta"))
+        if kind == "content_block_start":
+            return self._start(_get(event, "index"), _get(event, "content_block") or {})
+        if kind == "message_start":
             self.started = True
-            message = event.get("message") or {}
-            self.model = message.get("model") or None
-            self.request_id = self.request_id or message.get("id") or None
-            self.merge_usage(message.get("usage"))
+            message = _get(event, "message") or {}
+            self.model = _get(message, "model") or None
+            self.request_id = self.request_id or _get(message, "id") or None
+            self.merge_usage(_get(message, "usage"))
         elif kind == "message_delta":
-            delta = event.get("delta") or {}
-            self.stop_reason = delta.get("stop_reason") or self.stop_reason
-            self.stop_details = delta.get("stop_details") or self.stop_details
-            self.merge_usage(event.get("usage"))
-        elif kind == "error":
-            raise self._fail(event.get("error"))
-        # ping, content_block_stop, message_stop: nothing to do
+            delta = _get(event, "delta") or {}
+            self.stop_reason = _get(delta, "stop_reason") or self.stop_reason
+            self.stop_details = _get(delta, "stop_details") or self.stop_details
+            self.merge_usage(_get(event, "usage"))
+        elif kind == "message_stop":
+            self.stopped = True
+        # ping, content_block_stop: nothing to do
         return None
 
-    def _start(self, index: int, cb: dict[str, Any]) -> str | None:
-        ckind = cb.get("type")
+    def _delta(self, index: int, delta: Any) -> str | None:
+        dkind = _get(delta, "type")
+        block = self.blocks.get(index)
+        if block is None:
+            block = self.blocks[index] = _Block("text" if dkind == "text_delta" else "unknown")
+        if dkind == "text_delta":
+            text = _get(delta, "text")
+            if text:
+                block.parts.append(text)
+                return text  # type: ignore[no-any-return]
+        elif dkind == "input_json_delta":
+            block.parts.append(_get(delta, "partial_json") or "")
+        elif dkind == "thinking_delta":
+            thinking = _get(delta, "thinking")
+            if thinking:
+                block.parts.append(thinking)
+                return ReasoningText(thinking)
+        elif dkind == "signature_delta":
+            block.signature.append(_get(delta, "signature") or "")
+        elif dkind == "citations_delta":
+            block.citations.append(_get(delta, "citation"))  # kept only to send a paused turn back
+        # other deltas carry nothing nbagent keeps
+        return None
+
+    def _start(self, index: int, cb: Any) -> str | None:
+        ckind = _get(cb, "type")
         delta: str | None = None
         if ckind == "tool_use":
-            block = _Block("tool_use", cb.get("id") or "", cb.get("name") or "", start=cb)
-            if cb.get("input"):  # a whole input in the start event (no deltas follow then)
-                block.parts.append(json.dumps(cb["input"]))
+            block = _Block("tool_use", _get(cb, "id") or "", _get(cb, "name") or "", start=cb)
+            if _get(cb, "input"):  # a whole input in the start event (no deltas follow then)
+                block.parts.append(json.dumps(_get(cb, "input")))
         elif ckind == "text":
             block = _Block("text", start=cb)
-            if cb.get("text"):
-                block.parts.append(cb["text"])
-                delta = cb["text"]
+            if _get(cb, "text"):
+                block.parts.append(_get(cb, "text"))
+                delta = _get(cb, "text")
         elif ckind == "thinking":
             block = _Block("thinking", start=cb)
-            if cb.get("thinking"):
-                block.parts.append(cb["thinking"])
-                delta = ReasoningText(cb["thinking"])
-            if cb.get("signature"):
-                block.signature.append(cb["signature"])
+            if _get(cb, "thinking"):
+                block.parts.append(_get(cb, "thinking"))
+                delta = ReasoningText(_get(cb, "thinking"))
+            if _get(cb, "signature"):
+                block.signature.append(_get(cb, "signature"))
         elif ckind == "redacted_thinking":
-            block = _Block("redacted_thinking", data=cb.get("data") or "", start=cb)
+            block = _Block("redacted_thinking", data=_get(cb, "data") or "", start=cb)
             delta = ReasoningText(REDACTED_THINKING)
         else:
             block = _Block(str(ckind), start=cb)  # server tool blocks: not nbagent's to run
@@ -390,74 +369,3 @@ def too_many_pauses(response: ModelResponse, continuations: int) -> None:
         "AnthropicModel(max_continuations=...) or ask for less server-side work",
         provider="anthropic",
     )
-
-
-def _sse_data(part: bytes) -> bytes | None:
-    """The data of one server-sent event (its ``data:`` lines joined), None for a comment or an
-    event without data."""
-    if part.startswith(b"event: "):  # the API's shape: an event line, then one data line
-        at = part.find(b"\ndata: ")
-        if at > 0 and part.find(b"\n", at + 1) < 0:
-            return part[at + 7 :]
-    lines = [line[5:] for line in part.split(b"\n") if line.startswith(b"data:")]
-    if not lines:
-        return None
-    return b"\n".join(line[1:] if line[:1] == b" " else line for line in lines)
-
-
-_scan = json.JSONDecoder().scan_once  # type: ignore[attr-defined]
-"""The C scanner behind ``json.loads``, called directly: a little less work for every event."""
-
-
-_DELTA_HEAD = b"event: content_block_delta\ndata: "  # 33 bytes
-
-
-def _event(part: bytes) -> dict[str, Any] | None:
-    """The event (its JSON data) of one server-sent event, None when it has no data."""
-    data = _sse_data(part)
-    return None if data is None else _json(data)
-
-
-def _json(data: bytes) -> dict[str, Any]:
-    """An event's JSON data as a dict; `ModelResponseError` when it is not UTF-8 JSON of an object."""
-    problem = None
-    try:
-        text = data.decode("utf-8")
-        try:
-            event, end = _scan(text, 0)
-            if end != len(text) and text[end:].strip():
-                raise ValueError(end)
-        except (StopIteration, ValueError):  # whitespace around the value, or no JSON at all
-            event = json.loads(text)  # takes the first, names the problem of the second
-    except ValueError as exc:  # not UTF-8, not JSON
-        problem = str(exc)
-    if problem is not None:  # raised outside the except block: nothing chained
-        raise ModelResponseError(f"the stream sent an unreadable event: {problem}: {data[:200]!r}",
-                                 provider="anthropic")
-    if not isinstance(event, dict):
-        raise ModelResponseError(f"the stream sent an event that is no JSON object: {data[:200]!r}",
-                                 provider="anthropic")
-    return event
-
-
-class _SSEBuffer:
-    """Cuts an event stream's bytes into events (without their blank line), whatever the chunking;
-    lines may end in LF, CRLF or CR."""
-
-    __slots__ = ("buffer", "held")
-
-    def __init__(self) -> None:
-        self.buffer = b""
-        self.held = b""  # a chunk's last "\r", which may begin a "\r\n" split across chunks
-
-    def feed(self, chunk: bytes) -> list[bytes]:
-        if self.held or b"\r" in chunk:
-            chunk = self.held + chunk
-            self.held = b"\r" if chunk.endswith(b"\r") else b""
-            chunk = (chunk[:-1] if self.held else chunk).replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        buffer = self.buffer + chunk if self.buffer else chunk
-        if b"\n\n" not in buffer:
-            self.buffer = buffer
-            return []
-        *parts, self.buffer = buffer.split(b"\n\n")
-        return parts

@@ -15,6 +15,14 @@ its errors are the ones raised (`psycopg.errors` from the server's answer, ``Ope
 when the connection is lost), so the store's retries and messages are the same. The connections
 are opened with ``client_encoding=UTF8``, the encoding of the text sent and read here.
 
+The plain path: ``NBAGENT_PG_DIRECT=0`` in the environment (or `DIRECT` set to False, read at
+each call) sends these calls through psycopg's own ``execute`` (an ``AsyncRawCursor``: the same
+``$n`` statements, psycopg's own prepared statements) instead; everything else stays the same. The
+store contract suite runs on both paths. Measured on 2026-12-02 (`bench/bench_postgres.py
+--quick`, two runs each, interleaved): a tool round trip takes 2.2-2.4 ms direct and 2.9-3.8 ms
+plain, 0.23-0.24x and 0.31-0.32x of LangGraph's (the project's bar is 0.3x); bench/README.md,
+"Fast paths".
+
 Prepared statements follow the store's ``prepare_threshold`` as psycopg's own do: None (the
 default) prepares nothing on the server, which PgBouncer's transaction mode needs; a number *n*
 prepares a statement on a connection once it has run there *n* times (0: at once), which saves
@@ -28,11 +36,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
 import weakref
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["params", "value"]
+__all__ = ["DIRECT", "params", "value"]
+
+DIRECT = os.environ.get("NBAGENT_PG_DIRECT", "1").strip() != "0"
+"""Whether a load, an append and a run's start go to libpq directly (the default) or through
+psycopg's ``execute`` (``NBAGENT_PG_DIRECT=0``): see the module docstring."""
 
 _TUPLES_OK = 2
 """libpq's PGRES_TUPLES_OK (``psycopg.pq.ExecStatus.TUPLES_OK``)."""
@@ -80,12 +93,13 @@ def params(values: Iterable[Any]) -> list[bytes | None]:
 
 
 async def value(
-    conn: Any, sql: bytes, args: list[bytes | None], prepare_threshold: int | None = None
+    conn: Any, sql: bytes, values: Iterable[Any], prepare_threshold: int | None = None
 ) -> bytes | None:
-    """Run `sql` (``$1``-style placeholders) with the text parameters `args` on the psycopg
-    connection `conn` (in autocommit mode, idle, used by nobody else) and return the first
-    column of its first row as text (None for no row or NULL). With a `prepare_threshold`, the
-    statement is prepared on `conn` once it has run there that many times (see the module).
+    """Run `sql` (``$1``-style placeholders) with the parameters `values` (None, str, bool, int,
+    float) on the psycopg connection `conn` (in autocommit mode, idle, used by nobody else) and
+    return the first column of its first row as UTF-8 text (None for no row or NULL). With a
+    `prepare_threshold`, the statement is prepared on `conn` once it has run there that many
+    times (see the module). `DIRECT` False: through psycopg's ``execute`` instead.
 
     Cancelled while it waits, the connection is left in the middle of the statement (not idle):
     its owner closes it instead of using it again.
@@ -94,6 +108,9 @@ async def value(
         psycopg.Error: the server's error (its `psycopg.errors` class, with ``sqlstate``), or
             ``OperationalError`` when the connection was lost.
     """
+    if not DIRECT:
+        return await _through_psycopg(conn, sql, values)
+    args = params(values)
     if prepare_threshold is None:
         conn.pgconn.send_query_params(sql, args)
         return _value(await _results(conn.pgconn))
@@ -118,6 +135,21 @@ async def value(
         conn.pgconn.send_query_prepared(name, args)
         results = await _results(conn.pgconn)
     return _value(results)
+
+
+async def _through_psycopg(conn: Any, sql: bytes, values: Iterable[Any]) -> bytes | None:
+    """`value` through psycopg's own execute: the plain path (its prepared statements follow
+    the connection's ``prepare_threshold``, which the store set when it connected)."""
+    import psycopg
+
+    cursor = psycopg.AsyncRawCursor(conn)
+    try:
+        await cursor.execute(sql, list(values))
+        row = await cursor.fetchone() if cursor.description else None
+    finally:
+        await cursor.close()
+    found = None if row is None else row[0]
+    return found.encode() if isinstance(found, str) else found
 
 
 async def _prepare(pgconn: Any, name: bytes, sql: bytes) -> None:

@@ -24,7 +24,7 @@ from ..meta import ThreadMeta, meta_record
 from ._conninfo import Secret, split_password
 from ._copy import _Undecodable, copy_rows
 from ._database import Database
-from ._libpq import params, value
+from ._libpq import value
 from ._records import append_params, decode_thread
 from ._schema import quote_schema
 from ._sql import APPEND_ARGS, BEGIN_ARGS, Statements
@@ -121,7 +121,7 @@ class PostgresStore(Store):
         sql, prepare = self._sql.load_call, self._db.prepare_threshold
 
         async def read(conn: Any, _: int) -> bytes | None:
-            return await value(conn, sql, params((thread,)), prepare)
+            return await value(conn, sql, (thread,), prepare)
 
         found = await self._db.run(read)
         return None if found is None else decode_thread(thread, found, self._damage)
@@ -195,7 +195,7 @@ class PostgresStore(Store):
         async def write(conn: Any, attempt: int) -> int | tuple[int, Any] | None:
             if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
                 return landed
-            written = await value(conn, sql, params(args), prepare)
+            written = await value(conn, sql, args, prepare)
             if written is not None:
                 return int(written)
             found = await (await conn.execute(head_sql, (thread,))).fetchone()
@@ -227,7 +227,7 @@ class PostgresStore(Store):
         async def begin(conn: Any, attempt: int) -> int | bytes | None:
             if attempt and (landed := await _landed(conn, head_sql, thread, write_id)) is not None:
                 return landed
-            return await value(conn, sql, params(args), prepare)
+            return await value(conn, sql, args, prepare)
 
         got = await self._db.run(begin)
         if got is None:  # started and deleted by other writers meanwhile: the slow way
