@@ -185,11 +185,11 @@ def _mark_last(blocks: list[dict[str, Any]]) -> None:
         blocks[-1] = {**blocks[-1], "cache_control": dict(_EPHEMERAL)}
 
 
-def request_params(  # noqa: C901  TODO(house): split after the hardening changes land
+def request_params(
     request: ModelRequest,
     *,
     model_name: str,
-    settings: dict[str, Any],
+    settings: Mapping[str, Any],
     max_tokens: int,
     thinking: dict[str, Any] | None,
     cache: bool,
@@ -197,13 +197,7 @@ def request_params(  # noqa: C901  TODO(house): split after the hardening change
 ) -> dict[str, Any]:
     """The keyword arguments for ``messages.create`` (without the key): the model's `settings`
     with the request's merged over them, translated to the Messages API."""
-    if request.settings:
-        check_settings(request.settings)
-        merged = {**settings, **request.settings}
-        for name in _MERGED_DICTS:
-            if isinstance(settings.get(name), dict) and isinstance(request.settings.get(name), dict):
-                merged[name] = {**settings[name], **request.settings[name]}
-        settings = merged
+    settings = merged_settings(settings, request.settings)
     messages, system = wire_messages(request.messages)
     params: dict[str, Any] = {"model": model_name, "max_tokens": max_tokens, "messages": messages}
     if system:
@@ -212,27 +206,9 @@ def request_params(  # noqa: C901  TODO(house): split after the hardening change
         params["tools"] = [wire_tool(t) for t in request.tools]
     if thinking is not None:
         params["thinking"] = thinking
-    sampling: dict[str, Any] = {}
-    for key, value in settings.items():
-        if value is None or key in ("tool_choice", "parallel_tool_calls"):
-            continue
-        if key == "stop":
-            params["stop_sequences"] = [value] if isinstance(value, str) else list(value)
-            continue
-        if key in _SAMPLING and not _sdk_takes(key):
-            sampling[key] = value
-            continue
-        params[key] = value
-    if sampling:
-        params["extra_body"] = {**sampling, **(params.get("extra_body") or {})}
+    _add_settings(params, settings)
     if request.tools:
-        parallel = settings.get("parallel_tool_calls")
-        if parallel is None and not request.parallel_tools:
-            parallel = False  # the agent runs its calls in order: ask for one at a time
-        choice = wire_tool_choice(settings.get("tool_choice"), parallel)
-        if choice is not None and _thinking_on(params.get("thinking")) and choice["type"] in ("any", "tool"):
-            # The API refuses a forced tool with extended thinking (400): ask for auto instead.
-            choice = {k: v for k, v in choice.items() if k != "name"} | {"type": "auto"}
+        choice = _tool_choice(settings, request.parallel_tools, params.get("thinking"))
         if choice is not None:
             params["tool_choice"] = choice
     if cache:
@@ -240,6 +216,47 @@ def request_params(  # noqa: C901  TODO(house): split after the hardening change
     if stream:
         params["stream"] = True
     return params
+
+
+def merged_settings(model: Mapping[str, Any], request: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The model's settings with the request's (the agent's) over them, checked; dicts that
+    both give (`_MERGED_DICTS`) are merged key by key."""
+    if not request:
+        return model
+    check_settings(request)
+    merged = {**model, **request}
+    for name in _MERGED_DICTS:
+        if isinstance(model.get(name), dict) and isinstance(request.get(name), dict):
+            merged[name] = {**model[name], **request[name]}
+    return merged
+
+
+def _add_settings(params: dict[str, Any], settings: Mapping[str, Any]) -> None:
+    """The sampling and other settings, as the Messages API names them (the SDK's keywords, or
+    ``extra_body`` for what this SDK does not take)."""
+    sampling: dict[str, Any] = {}
+    for key, value in settings.items():
+        if value is None or key in ("tool_choice", "parallel_tool_calls"):
+            continue
+        if key == "stop":
+            params["stop_sequences"] = [value] if isinstance(value, str) else list(value)
+        elif key in _SAMPLING and not _sdk_takes(key):
+            sampling[key] = value
+        else:
+            params[key] = value
+    if sampling:
+        params["extra_body"] = {**sampling, **(params.get("extra_body") or {})}
+
+
+def _tool_choice(settings: Mapping[str, Any], parallel_tools: bool, thinking: Any) -> dict[str, Any] | None:
+    parallel = settings.get("parallel_tool_calls")
+    if parallel is None and not parallel_tools:
+        parallel = False  # the agent runs its calls in order: ask for one at a time
+    choice = wire_tool_choice(settings.get("tool_choice"), parallel)
+    if choice is not None and _thinking_on(thinking) and choice["type"] in ("any", "tool"):
+        # The API refuses a forced tool with extended thinking (400): ask for auto instead.
+        choice = {k: v for k, v in choice.items() if k != "name"} | {"type": "auto"}
+    return choice
 
 
 def _thinking_on(thinking: Any) -> bool:

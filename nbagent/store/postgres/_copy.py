@@ -29,7 +29,7 @@ class _Undecodable(Exception):
         self.what, self.cause = what, cause
 
 
-async def copy_rows(  # Size: TODO(house): split once the concurrent hardening/first-hour changes land
+async def copy_rows(
     conn: Any, s: str, where: str, source: str, target: str, messages: int, last: Message | None,
     record: dict[str, Any], now: float, write_id: str,
 ) -> int:
@@ -39,6 +39,15 @@ async def copy_rows(  # Size: TODO(house): split once the concurrent hardening/f
         StoreError: `source` does not exist or has fewer messages.
         ConflictError: `target` exists.
     """
+    step, summary = await _rows(conn, s, where, source, target, messages, last, now)
+    return await _head(conn, s, source, target, messages, step, summary, record, now, write_id)
+
+
+async def _rows(
+    conn: Any, s: str, where: str, source: str, target: str, messages: int, last: Message | None, now: float,
+) -> tuple[int, str]:
+    """The copy's new thread row, and its messages, usage rows, ledger entries and checkpoints
+    copied; returns the step and the summary of its last message."""
     src = await (await conn.execute(f"SELECT messages FROM {s}.threads WHERE id = %s", (source,))).fetchone()
     if src is None:
         raise StoreError(f"thread {source!r} is not in {where}", path=where)
@@ -83,6 +92,15 @@ async def copy_rows(  # Size: TODO(house): split once the concurrent hardening/f
         f"FROM {s}.checkpoints WHERE thread = %s AND messages < %s",
         (target, source, messages),
     )
+    return step, summary
+
+
+async def _head(
+    conn: Any, s: str, source: str, target: str, messages: int, step: int, summary: str,
+    record: dict[str, Any], now: float, write_id: str,
+) -> int:
+    """The copy's checkpoints for the runs it cut, its thread row's totals and meta, and its own
+    checkpoint; returns its version."""
     (version,) = await (await conn.execute(
         f"SELECT coalesce(max(version), 0) + 1 FROM {s}.checkpoints WHERE thread = %s", (target,)
     )).fetchone()

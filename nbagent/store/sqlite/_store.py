@@ -109,11 +109,20 @@ def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     return row
 
 
-def _copy_thread(  # Size: TODO(house): split once the concurrent hardening/first-hour changes land
+def _copy_thread(
     conn: sqlite3.Connection, path: Path, source: str, target: str, messages: int,
     last: Message | None, meta: ThreadMeta | Mapping[str, Any] | None, now: float,
 ) -> int:
     """The rows of `SQLiteStore.copy`, in the caller's transaction; returns the new version."""
+    step, summary = _copy_rows(conn, path, source, target, messages, last, now)
+    return _copy_head(conn, source, target, messages, step, summary, meta, now)
+
+
+def _copy_rows(
+    conn: sqlite3.Connection, path: Path, source: str, target: str, messages: int, last: Message | None, now: float,
+) -> tuple[int, str]:
+    """The copy's new thread row, and its messages, usage rows, ledger entries and checkpoints
+    copied; returns the step and the summary of its last message."""
     src = conn.execute("SELECT messages FROM threads WHERE id = ?", (source,)).fetchone()
     if src is None:
         raise StoreError(f"thread {source!r} is not in {path}", path=str(path))
@@ -158,6 +167,15 @@ def _copy_thread(  # Size: TODO(house): split once the concurrent hardening/firs
         f"INSERT INTO checkpoints ({_CHECKPOINT_NAMES}) SELECT ?, {_CHECKPOINT_NAMES.split(', ', 1)[1]} "
         "FROM checkpoints WHERE thread = ? AND messages < ?", (target, source, messages),
     )
+    return step, summary
+
+
+def _copy_head(
+    conn: sqlite3.Connection, source: str, target: str, messages: int, step: int, summary: str,
+    meta: ThreadMeta | Mapping[str, Any] | None, now: float,
+) -> int:
+    """The copy's checkpoints for the runs it cut, its thread row's totals and meta, and its own
+    checkpoint; returns its version."""
     version = conn.execute(
         "SELECT coalesce(max(version), 0) + 1 FROM checkpoints WHERE thread = ?", (target,)
     ).fetchone()[0]
@@ -246,6 +264,35 @@ def _pack_one(conn: sqlite3.Connection) -> bool:
         _pack_range(conn, *gaps[0])
         return True
     return _pack_tail(conn, limit=1) > 0
+
+
+class _Append:
+    """One `SQLiteStore.append`: what it writes, prepared before the transaction."""
+
+    __slots__ = ("cost", "data", "ledger", "messages", "meta_json", "now", "record", "run", "status", "step",
+                 "thread", "title", "tokens_in", "tokens_out", "usage", "version")
+
+    def __init__(self, thread: str, version: int, step: int, messages: Sequence[Message],
+                 usage: Sequence[ModelCallUsage], ledger: Sequence[LedgerEntry],
+                 meta: ThreadMeta | Mapping[str, Any] | None) -> None:
+        self.thread, self.version, self.step = thread, version, step
+        self.messages, self.usage, self.ledger = messages, usage, ledger
+        self.now = time.time()
+        self.data = [_dumps(m.to_dict()) for m in messages]
+        self.record = record = meta_record(meta)
+        self.meta_json = None if record is None else _dumps(record)
+        self.tokens_in = self.tokens_out = 0
+        self.cost: float | None = None
+        for r in usage:
+            self.tokens_in += r.input_tokens
+            self.tokens_out += r.output_tokens
+            if r.cost_total is not None:
+                self.cost = (self.cost or 0.0) + r.cost_total
+        title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
+        self.title = " ".join(title.split())[:80] if title else title
+        self.status = None if record is None else record.get("status")
+        self.run = None if record is None else (
+            _text(record.get("run_id")), _text(record.get("stop_reason")), short_error(record.get("error")))
 
 
 class SQLiteStore(Store):
@@ -337,7 +384,7 @@ class SQLiteStore(Store):
         self._damaged[thread] = message
         return StoreCorruptError(message, path=str(self.path))
 
-    async def append(  # noqa: C901, PLR0915  # Size: TODO(house): split after the hardening changes land
+    async def append(
         self,
         thread: str,
         *,
@@ -356,93 +403,74 @@ class SQLiteStore(Store):
         """
         if self._damaged and thread in self._damaged:
             raise StoreCorruptError(self._damaged[thread], path=str(self.path))
-        now = time.time()
-        count_new = len(messages)
-        data = [_dumps(m.to_dict()) for m in messages]
-        record = meta_record(meta)
-        meta_json = None if record is None else _dumps(record)
-        tokens_in = tokens_out = 0
-        cost = None
-        for r in usage:
-            tokens_in += r.input_tokens
-            tokens_out += r.output_tokens
-            if r.cost_total is not None:
-                cost = (cost or 0.0) + r.cost_total
-        title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
-        if title:
-            title = " ".join(title.split())[:80]
-        status = None if record is None else record.get("status")
-        run = None if record is None else (_text(record.get("run_id")), _text(record.get("stop_reason")),
-                                           short_error(record.get("error")))
+        write = _Append(thread, version, step, messages, usage, ledger, meta)
+        return await self._db.run(lambda conn: self._write(conn, write), write=True)
 
-        def write(conn: sqlite3.Connection) -> int:  # Size: TODO(house): split (see append)
-            if version == 0:
-                # A new thread: its row is created with this checkpoint's totals.
-                head = conn.execute(_INSERT_THREAD, (
-                    thread, step, meta_json or "{}", now, now, title, status, count_new,
-                    tokens_in, tokens_out, cost,
-                )).fetchall()
-                if not head:
-                    stored = conn.execute("SELECT version FROM threads WHERE id = ?",
-                                          (thread,)).fetchone()[0]
-                    raise ConflictError(
-                        f"thread {thread!r} already exists in {self.path} (version {stored}); this "
-                        "writer expected a new thread (version 0). Load it again, or use another "
-                        "thread id.",
-                        path=str(self.path),
-                    )
+    def _write(self, conn: sqlite3.Connection, a: _Append) -> int:
+        """`append`'s rows, in the caller's transaction; returns the new version."""
+        new_version, count, total_in, total_out, total_cost, new_status = self._write_head(conn, a)
+        if a.data:
+            first = count - len(a.data)
+            if len(a.data) == 1:
+                conn.execute(_INSERT_MESSAGE, (a.thread, first, a.step, new_version, a.data[0]))
             else:
-                head = conn.execute(_UPDATE_THREAD, (
-                    step, now, count_new, tokens_in, tokens_out, cost, cost, meta_json,
-                    record is not None, status, title, thread, version,
-                )).fetchall()
-                if not head:
-                    self._conflict(conn, thread, version)
-            new_version, count, total_in, total_out, total_cost, new_status = head[0]
-            if count_new:
-                first = count - count_new
-                if count_new == 1:
-                    conn.execute(_INSERT_MESSAGE, (thread, first, step, new_version, data[0]))
-                else:
-                    conn.executemany(
-                        _INSERT_MESSAGE,
-                        [(thread, first + i, step, new_version, d) for i, d in enumerate(data)],
-                    )
-            if run is not None:
-                conn.execute(_INSERT_CHECKPOINT, (
-                    thread, new_version, step, now, count, summarize(messages[-1]) if count_new else None,
-                    thread, total_in, total_out, total_cost, new_status, *run,
-                ))
-            elif count_new:
-                conn.execute(_INSERT_CHECKPOINT_OF_STORED_META, (
-                    thread, new_version, step, now, count, summarize(messages[-1]), total_in,
-                    total_out, total_cost, new_status, thread,
-                ))
-            if usage:
-                if len(usage) == 1:
-                    top = conn.execute(_INSERT_USAGE, _usage_values(usage[0], thread)).lastrowid
-                else:
-                    conn.executemany(_INSERT_USAGE, [_usage_values(r, thread) for r in usage])
-                    top = None
-                floor, chunk_rows = self._db.tail_floor, _chunks.CHUNK_ROWS
-                if top is None or floor is None or top - floor >= chunk_rows:
-                    # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole
-                    # backlog of a file that predates chunks (`usage_columns` packs that).
-                    _pack_tail(conn, limit=len(usage) // chunk_rows + 1)
-                    self._db.tail_floor = _tail_floor(conn)
-            if ledger:
-                if len(ledger) == 1:
-                    e = ledger[0]
-                    conn.execute(_INSERT_LEDGER, (thread, e.call_id, e.tool, e.args_hash, e.status,
-                                                  e.time, new_version))
-                else:
-                    conn.executemany(_INSERT_LEDGER, [
-                        (thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version)
-                        for e in ledger
-                    ])
-            return int(new_version)
+                conn.executemany(_INSERT_MESSAGE, [(a.thread, first + i, a.step, new_version, d)
+                                                   for i, d in enumerate(a.data)])
+        last = summarize(a.messages[-1]) if a.messages else None
+        if a.run is not None:
+            conn.execute(_INSERT_CHECKPOINT, (a.thread, new_version, a.step, a.now, count, last, a.thread,
+                                              total_in, total_out, total_cost, new_status, *a.run))
+        elif a.messages:
+            conn.execute(_INSERT_CHECKPOINT_OF_STORED_META, (a.thread, new_version, a.step, a.now, count, last,
+                                                             total_in, total_out, total_cost, new_status, a.thread))
+        if a.usage:
+            self._write_usage(conn, a)
+        if a.ledger:
+            rows = [(a.thread, e.call_id, e.tool, e.args_hash, e.status, e.time, new_version) for e in a.ledger]
+            if len(rows) == 1:
+                conn.execute(_INSERT_LEDGER, rows[0])
+            else:
+                conn.executemany(_INSERT_LEDGER, rows)
+        return int(new_version)
 
-        return await self._db.run(write, write=True)
+    def _write_head(self, conn: sqlite3.Connection, a: _Append) -> tuple[Any, ...]:
+        """The thread's row, created (a new thread) or updated under the version check; its new
+        version, message count, totals and status."""
+        if a.version == 0:
+            # A new thread: its row is created with this checkpoint's totals.
+            head = conn.execute(_INSERT_THREAD, (
+                a.thread, a.step, a.meta_json or "{}", a.now, a.now, a.title, a.status, len(a.data),
+                a.tokens_in, a.tokens_out, a.cost,
+            )).fetchall()
+            if not head:
+                stored = conn.execute("SELECT version FROM threads WHERE id = ?", (a.thread,)).fetchone()[0]
+                raise ConflictError(
+                    f"thread {a.thread!r} already exists in {self.path} (version {stored}); this "
+                    "writer expected a new thread (version 0). Load it again, or use another thread id.",
+                    path=str(self.path),
+                )
+        else:
+            head = conn.execute(_UPDATE_THREAD, (
+                a.step, a.now, len(a.data), a.tokens_in, a.tokens_out, a.cost, a.cost, a.meta_json,
+                a.record is not None, a.status, a.title, a.thread, a.version,
+            )).fetchall()
+            if not head:
+                self._conflict(conn, a.thread, a.version)
+        return tuple(head[0])
+
+    def _write_usage(self, conn: sqlite3.Connection, a: _Append) -> None:
+        """The usage rows, and packing into chunks when enough are unpacked."""
+        if len(a.usage) == 1:
+            top = conn.execute(_INSERT_USAGE, _usage_values(a.usage[0], a.thread)).lastrowid
+        else:
+            conn.executemany(_INSERT_USAGE, [_usage_values(r, a.thread) for r in a.usage])
+            top = None
+        floor, chunk_rows = self._db.tail_floor, _chunks.CHUNK_ROWS
+        if top is None or floor is None or top - floor >= chunk_rows:
+            # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole backlog of a
+            # file that predates chunks (`usage_columns` packs that).
+            _pack_tail(conn, limit=len(a.usage) // chunk_rows + 1)
+            self._db.tail_floor = _tail_floor(conn)
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
         stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
