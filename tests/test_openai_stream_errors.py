@@ -385,3 +385,66 @@ async def test_an_error_in_a_json_labelled_answer(tmp_path: Any, shape: str) -> 
     assert "string too long. [invalid_request_error, string_above_max_length]" in str(exc)
     assert "".join(texts) == ("" if shape == "whole-body" else text_of([first]))
     assert_secret_kept(exc)
+
+
+# ----------------------------------------------------------------------------- cut inside a call
+def _serve_bodies(bodies: list[bytes]) -> Any:
+    """A loopback server answering each POST with the next body as a clean event stream."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = bodies.pop(0)
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+CUT_IN_A_CALL = "".join(split_sse_events(load_case("openai_stream_single_tool_call")["response"]["sse"])[:3])
+"""The first three events of a streamed tool call (``{"country`` of its arguments), then a clean end:
+no ``finish_reason``, no ``[DONE]``."""
+
+
+async def test_a_stream_that_ends_inside_a_tool_call_is_a_cut_stream() -> None:
+    srv = _serve_bodies([CUT_IN_A_CALL.encode()])
+    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}/v1")
+    try:
+        with pytest.raises(StreamInterruptedError, match="inside the tool call 'get_capital'") as info:
+            [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
+    finally:
+        await model.aclose()
+        srv.shutdown()
+        srv.server_close()
+    assert info.value.retryable and info.value.provider == "openai"
+
+
+async def test_a_stream_cut_inside_a_tool_call_is_retried_and_nothing_of_it_is_stored() -> None:
+    from nbagent.store import MemoryStore
+
+    whole = load_case(CASE)["response"]["sse"].encode()
+    srv = _serve_bodies([CUT_IN_A_CALL.encode(), whole])
+    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}/v1")
+    store = MemoryStore()
+    try:
+        events = [e async for e in Agent(model, retry=RETRY, store=store).stream("hi", thread="t")]
+    finally:
+        await model.aclose()
+        srv.shutdown()
+        srv.server_close()
+    result = events[-1].result
+    assert result.status == "completed" and result.output == WHOLE
+    assert [e.kind for e in events].count("model-retry") == 1
+    loaded = await store.load("t")
+    assert loaded is not None and [m.kind for m in loaded.messages] == ["user", "assistant"]
+    assert loaded.messages[-1].tool_calls == []

@@ -209,7 +209,7 @@ class OpenAIModel(Travelling, Model):
             deadline.close()
         if not isinstance(answer, list):
             return self.map_completion(answer)
-        items = stream_items(_aiter(answer), _StreamAssembler(), self.stream_error, _no_chunks)
+        items = stream_items(_aiter(answer), _StreamAssembler(self.provider), self.stream_error, _no_chunks)
         async with contextlib.aclosing(items):
             async for item in items:
                 if isinstance(item, ModelResponse):
@@ -239,7 +239,7 @@ class OpenAIModel(Travelling, Model):
                     yield whole
                     return
                 source = _aiter(whole)
-            state = _StreamAssembler()
+            state = _StreamAssembler(self.provider)
             state.request_id = stream.response.headers.get("x-request-id")
 
             def empty() -> ModelError:  # not one event: an empty body, or one without a "data:" line

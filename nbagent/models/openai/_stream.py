@@ -4,10 +4,11 @@ Owns the mapping of a whole ``ChatCompletion`` (`completion_response`), the asse
 chunks (`stream_items`, the per-delta loop, and `_StreamAssembler`: tool-call deltas, refusal,
 reasoning, finish reason, usage), token counts (`token_counts`, Groq's ``x_groq`` included) and
 `parse_whole_body`, for an answer read whole that may be event-stream text. Sans-IO: nothing
-here sends or reads a socket, and the errors it raises are built by the caller's callbacks;
-`_errors` reads error objects with `_get` / `_extras`.
+here sends or reads a socket. The errors it raises are built by the caller's callbacks, except
+the `StreamInterruptedError` of a stream cut inside a tool call; `_errors` reads error objects
+with `_get` / `_extras`.
 
-May import: nbagent's messages, usage and model base, and ``openai.types`` (lazily, for
+May import: nbagent's exceptions, messages, usage and model base, and ``openai.types`` (lazily, for
 `parse_whole_body`). Not the SDK client, not `_wire`, `_errors` or `_model`.
 """
 
@@ -17,9 +18,10 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
+from ...exceptions import StreamInterruptedError
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
-from ..base import ModelResponse, ReasoningText
+from ..base import ModelResponse, ReasoningText, StreamItem
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -170,13 +172,15 @@ class _StreamAssembler:
         "content_seen",
         "finish_reason",
         "model",
+        "provider",
         "reasoning",
         "refusal",
         "request_id",
         "usage",
     )
 
-    def __init__(self) -> None:
+    def __init__(self, provider: str | None = None) -> None:
+        self.provider = provider  # named in the errors raised here
         self.calls: list[_CallParts] = []
         self.by_index: dict[int, _CallParts] = {}
         self.by_id: dict[str, _CallParts] = {}
@@ -236,18 +240,65 @@ class _StreamAssembler:
 
 
 # ------------------------------------------------------------------------------- a streamed answer
-async def stream_items(  # noqa: C901  TODO(house): split after the hardening changes land
+def _take_delta(delta: Any, state: _StreamAssembler) -> tuple[str | None, str | None]:
+    """Feed one choice delta to `state`; return its text and its reasoning text, if any."""
+    text = delta.content
+    if not text:
+        if text is not None:
+            state.content_seen = True
+        text = None
+    if delta.tool_calls:
+        state.add_tool_calls(delta.tool_calls)
+    if delta.refusal:
+        state.refusal.append(delta.refusal)
+    extra = delta.__pydantic_extra__
+    if extra:
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        if reasoning and isinstance(reasoning, str):
+            state.reasoning.append(reasoning)
+            return text, reasoning
+    return text, None
+
+
+def _take_chunk_meta(chunk: Any, state: _StreamAssembler) -> None:
+    """Usage (Groq puts it in ``x_groq``), model name and request id of one chunk."""
+    if chunk.usage is not None:
+        state.usage = chunk.usage
+    elif state.usage is None:
+        extra = chunk.__pydantic_extra__
+        if extra and "x_groq" in extra:
+            state.usage = _get(extra["x_groq"], "usage")
+    if state.model is None:
+        state.model = getattr(chunk, "model", None) or None
+        if state.request_id is None:
+            state.request_id = getattr(chunk, "id", None) or None
+
+
+def _cut_in_a_call(state: _StreamAssembler) -> Exception | None:
+    """A stream that ended with no ``finish_reason`` while a tool call was being streamed is a
+    cut stream (the call's arguments may be half there): a retried `StreamInterruptedError`,
+    nothing of it kept. A text answer without ``finish_reason`` is kept, as some servers send none."""
+    if state.finish_reason is not None or not state.calls:
+        return None
+    call = state.calls[-1]
+    return StreamInterruptedError(
+        f"the streamed answer broke off inside the tool call {call.name or '?'!r} "
+        "(no finish_reason came)", provider=state.provider,
+    )
+
+
+async def stream_items(
     chunks: AsyncIterator[Any],
     state: _StreamAssembler,
     fail: Callable[..., Exception],
     empty: Callable[[], Exception],
-) -> AsyncGenerator[Any, None]:
+) -> AsyncGenerator[StreamItem, None]:
     """The text deltas (``str``) and `ReasoningText` deltas of SDK chunks, then the `ModelResponse`
     `state` assembled from them. An error chunk (vLLM's ``{"object": "error"}``, ``{"error": ...}``,
     OpenRouter's ``finish_reason: "error"``) raises ``fail(error, fallback_message)``; a stream
-    without any chunk raises ``empty()``. Kept in one loop with local names: it runs per delta."""
+    without any chunk raises ``empty()``; one that stops inside a tool call without a
+    ``finish_reason`` raises a retried `StreamInterruptedError`."""
     parts: list[str] = []
-    append = parts.append
     chunk = None
     async for chunk in chunks:
         choices = getattr(chunk, "choices", None)
@@ -257,43 +308,27 @@ async def stream_items(  # noqa: C901  TODO(house): split after the hardening ch
                 choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
             delta = getattr(choice, "delta", None)
             if delta is not None:
-                text = delta.content
+                text, reasoning = _take_delta(delta, state)
                 if text:
-                    append(text)
+                    parts.append(text)
                     yield text
-                elif text is not None:
-                    state.content_seen = True
-                if delta.tool_calls:
-                    state.add_tool_calls(delta.tool_calls)
-                if delta.refusal:
-                    state.refusal.append(delta.refusal)
-                extra = delta.__pydantic_extra__
-                if extra:
-                    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-                    if reasoning and isinstance(reasoning, str):
-                        state.reasoning.append(reasoning)
-                        yield ReasoningText(reasoning)
+                if reasoning:
+                    yield ReasoningText(reasoning)
             finish = getattr(choice, "finish_reason", None)
+            if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
+                raise fail(
+                    _get(choice, "error") or _get(chunk, "error"),
+                    "the server ended the answer with finish_reason 'error'",
+                )
             if finish:
-                if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
-                    raise fail(
-                        _get(choice, "error") or _get(chunk, "error"),
-                        "the server ended the answer with finish_reason 'error'",
-                    )
                 state.finish_reason = finish
         elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
             # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
             raise fail(_get(chunk, "error") or chunk)
-        if chunk.usage is not None:
-            state.usage = chunk.usage
-        elif state.usage is None:
-            extra = chunk.__pydantic_extra__
-            if extra and "x_groq" in extra:
-                state.usage = _get(extra["x_groq"], "usage")
-        if state.model is None:
-            state.model = getattr(chunk, "model", None) or None
-            if state.request_id is None:
-                state.request_id = getattr(chunk, "id", None) or None
+        _take_chunk_meta(chunk, state)
     if chunk is None:  # not one event: an empty body, or one without any "data:" line
         raise empty()
+    cut = _cut_in_a_call(state)
+    if cut is not None:
+        raise cut
     yield state.response(parts)
