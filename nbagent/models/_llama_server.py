@@ -329,7 +329,7 @@ class LocalServer:
 
 
 # ----------------------------------------------------------------------------------- start / stop
-def start_server(  # noqa: PLR0915  # Size: TODO(house): split after the first-hour changes to local() land
+def start_server(
     port: int | None = None, host: str = "127.0.0.1", threads: int | None = None,
     ctx: int = 4096, timeout: float = 180, reuse: bool = True, *,
     stop_at_exit: bool = True, directory: Path | str | None = None,
@@ -350,74 +350,99 @@ def start_server(  # noqa: PLR0915  # Size: TODO(house): split after the first-h
     if port == 0:
         port = _free_port(host)
     threads = default_threads() if threads is None else int(threads)
-    directory = Path(directory).expanduser() if directory is not None else state_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    pid_file = directory / f"server-{port}.pid"
-    log_file = directory / f"server-{port}.log"
-    deadline = time.monotonic() + timeout
-
-    with _file_lock(directory / f"server-{port}.lock", timeout):
-        old = _read_pid(pid_file)
-        if old is not None and _is_our_server(old):
-            if not reuse:
-                raise LocalServerError(f"a local server already runs on port {port} (pid {old}, reuse=False)")
-            # ready now, or still loading after its starter died: wait for it
-            while not _ready(host, port):
-                if not _is_our_server(old):
-                    break
-                if time.monotonic() >= deadline:
-                    raise LocalServerError(
-                        f"local server pid {old} (from {pid_file}) does not answer on port {port} "
-                        f"after {timeout:.0f}s; stop it with: kill {old}\nlast lines of {log_file}:\n"
-                        + _log_tail(log_file))
-                time.sleep(0.25)
-            else:
-                return LocalServer(host, port, old, started=False, directory=directory)
-        if old is not None:
-            with contextlib.suppress(OSError):
-                pid_file.unlink()  # stale
+    where = _Where(host, port, Path(directory).expanduser() if directory is not None else state_dir(),
+                   time.monotonic() + timeout, timeout)
+    where.directory.mkdir(parents=True, exist_ok=True)
+    with _file_lock(where.directory / f"server-{port}.lock", timeout):
+        running = _running_server(where, reuse)
+        if running is not None:
+            return running
         if _port_in_use(host, port):
             raise LocalServerError(
                 f"port {port} on {host} is in use by another process; pick another port "
                 "(start_server(port=...) or NBAGENT_LOCAL_LLM_PORT)")
-
-        cmd = [sys.executable, "-m", SERVE_MODULE, "--serve", "--host", host, "--port", str(port),
-               "--threads", str(threads), "--ctx", str(ctx), "--model", str(gguf),
-               "--chat-template", str(CHAT_TEMPLATE)]
-        env = dict(os.environ)
-        pkg_root = str(Path(__file__).resolve().parents[2])  # the directory holding nbagent/
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
-        env["PYTHONUNBUFFERED"] = "1"
-        t0 = time.monotonic()
-        with open(log_file, "wb") as log:
-            proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                    cwd=str(directory), env=env, start_new_session=True, close_fds=True)
-        with _SPAWNED_LOCK:
-            _SPAWNED[proc.pid] = proc
-        pid_file.write_text(f"{proc.pid}\n", encoding="utf-8")
-        try:
-            while not _ready(host, port):
-                code = proc.poll()
-                if code is not None:
-                    raise LocalServerError(
-                        f"the local model server exited during start-up (exit status {code}"
-                        + (", illegal instruction: this CPU may lack AVX2" if code == -signal.SIGILL else "")
-                        + f"); last lines of {log_file}:\n" + _log_tail(log_file))
-                if time.monotonic() >= deadline:
-                    raise LocalServerError(
-                        f"the local model server did not answer on {host}:{port} within {timeout:.0f}s; "
-                        f"last lines of {log_file}:\n" + _log_tail(log_file))
-                time.sleep(0.2)
-        except BaseException:
-            _terminate(proc.pid, 5)
-            with contextlib.suppress(OSError):
-                pid_file.unlink()
-            raise
-        server = LocalServer(host, port, proc.pid, started=True, directory=directory,
-                             startup_seconds=time.monotonic() - t0)
+        server = _spawn(where, ["--threads", str(threads), "--ctx", str(ctx), "--model", str(gguf),
+                                "--chat-template", str(CHAT_TEMPLATE)])
     if stop_at_exit:
         atexit.register(server._stop_at_exit)
     return server
+
+
+class _Where:
+    """Where a server is started: its address, state directory, pid and log files, deadline."""
+
+    def __init__(self, host: str, port: int, directory: Path, deadline: float, timeout: float) -> None:
+        self.host, self.port, self.directory = host, port, directory
+        self.deadline, self.timeout = deadline, timeout
+        self.pid_file = directory / f"server-{port}.pid"
+        self.log_file = directory / f"server-{port}.log"
+
+    def late(self, what: str, hint: str = "") -> LocalServerError | None:
+        """An error saying `what` did not answer in time, once the deadline has passed."""
+        if time.monotonic() < self.deadline:
+            return None
+        return LocalServerError(f"{what} within {self.timeout:.0f}s{hint}; last lines of {self.log_file}:\n"
+                                + _log_tail(self.log_file))
+
+
+def _running_server(where: _Where, reuse: bool) -> LocalServer | None:
+    """The server our pid file names, once it answers (it may still be loading after its
+    starter died); None when there is none (a stale pid file is removed)."""
+    old = _read_pid(where.pid_file)
+    if old is not None and _is_our_server(old):
+        if not reuse:
+            raise LocalServerError(f"a local server already runs on port {where.port} (pid {old}, reuse=False)")
+        while not _ready(where.host, where.port):
+            if not _is_our_server(old):
+                break
+            late = where.late(f"local server pid {old} (from {where.pid_file}) did not answer on port {where.port}",
+                              f" (stop it with: kill {old})")
+            if late is not None:
+                raise late
+            time.sleep(0.25)
+        else:
+            return LocalServer(where.host, where.port, old, started=False, directory=where.directory)
+    if old is not None:
+        with contextlib.suppress(OSError):
+            where.pid_file.unlink()  # stale
+    return None
+
+
+def _spawn(where: _Where, model_args: list[str]) -> LocalServer:
+    """Start the server process, record its pid, and wait until it answers (or fail, with the
+    log's last lines, having stopped it)."""
+    cmd = [sys.executable, "-m", SERVE_MODULE, "--serve", "--host", where.host, "--port", str(where.port),
+           *model_args]
+    env = dict(os.environ)
+    pkg_root = str(Path(__file__).resolve().parents[2])  # the directory holding nbagent/
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pkg_root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    t0 = time.monotonic()
+    with open(where.log_file, "wb") as log:
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                cwd=str(where.directory), env=env, start_new_session=True, close_fds=True)
+    with _SPAWNED_LOCK:
+        _SPAWNED[proc.pid] = proc
+    where.pid_file.write_text(f"{proc.pid}\n", encoding="utf-8")
+    try:
+        while not _ready(where.host, where.port):
+            code = proc.poll()
+            if code is not None:
+                raise LocalServerError(
+                    f"the local model server exited during start-up (exit status {code}"
+                    + (", illegal instruction: this CPU may lack AVX2" if code == -signal.SIGILL else "")
+                    + f"); last lines of {where.log_file}:\n" + _log_tail(where.log_file))
+            late = where.late(f"the local model server did not answer on {where.host}:{where.port}")
+            if late is not None:
+                raise late
+            time.sleep(0.2)
+    except BaseException:
+        _terminate(proc.pid, 5)
+        with contextlib.suppress(OSError):
+            where.pid_file.unlink()
+        raise
+    return LocalServer(where.host, where.port, proc.pid, started=True, directory=where.directory,
+                       startup_seconds=time.monotonic() - t0)
 
 
 def stop_server(port: int | None = None, directory: Path | str | None = None, timeout: float = 15.0) -> bool:

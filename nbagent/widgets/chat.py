@@ -203,9 +203,7 @@ class ChatView(widgets.VBox):
             the queued messages; status_line; footer: tokens, cost and budget.
     """
 
-    def __init__(  # Size: TODO(house): split once the first-hour changes land
-        self, agent: Agent, thread: str | None = None, *, interval: float = 0.05
-    ) -> None:
+    def __init__(self, agent: Agent, thread: str | None = None, *, interval: float = 0.05) -> None:
         self.agent = agent
         self.interval = interval
         # The rows' clicks go to the controller, looked up when they happen (it is made below:
@@ -221,6 +219,35 @@ class ChatView(widgets.VBox):
         self._queue_box.add_class("nbagent-queue")
         self._status = widgets.HTML()
         self._footer = widgets.HTML()
+        self._buttons = MappingProxyType(self._make_buttons())
+        self._sent: dict[int, widgets.HTML] = {}
+        """The bubbles of the messages sent, by message (id)."""
+        self.controller = ChatController(agent, thread or "thread_" + uuid.uuid4().hex[:16], self)
+        self._frame = ViewFrame(self.controller.thread)
+        self._copy = SavedCopy(self.controller.thread)
+        self._header.value = header_html(self.controller.thread, agent.model, getattr(agent, "name", None))
+        self._wire()
+        b = self._buttons
+        super().__init__(
+            [
+                self._frame,
+                self._header,
+                self._history,
+                self._log,
+                self._queue_box,
+                self._status,
+                self._footer,
+                widgets.HBox([b["Stop"], b["Approve all"], b["Deny all"], b["Clear queue"]]),
+                self._deny_all_box,
+                widgets.HBox([self._input, b["Send"]], layout=widgets.Layout(width="100%")),
+            ],
+            layout=widgets.Layout(width="100%", max_width="1000px"),
+        )
+        self.add_class("nbagent-chat")
+        self.controller.load()
+
+    def _make_buttons(self) -> dict[str, widgets.Button]:
+        """The view's buttons by label, and the two text boxes (message, Deny all's reason)."""
         stop = themed_button("Stop", "danger", "cancel the run", display="none")
         approve_all = themed_button("Approve all", "success", display="none")
         deny_all = themed_button("Deny all", "danger", "deny every waiting call (asks for a reason)",
@@ -237,42 +264,21 @@ class ChatView(widgets.VBox):
         self._input = widgets.Text(placeholder="Message the agent (Enter sends)", continuous_update=True,
                                    layout=widgets.Layout(flex="1 1 auto", width="auto"))
         send = themed_button("Send", "primary")
-        self._buttons = MappingProxyType({b.description: b for b in (
-            send, stop, approve_all, deny_all, confirm, cancel, clear)})
+        return {b.description: b for b in (send, stop, approve_all, deny_all, confirm, cancel, clear)}
 
-        self._sent: dict[int, widgets.HTML] = {}
-        """The bubbles of the messages sent, by message (id)."""
-        self.controller = ChatController(agent, thread or "thread_" + uuid.uuid4().hex[:16], self)
-        self._frame = ViewFrame(self.controller.thread)
-        self._copy = SavedCopy(self.controller.thread)
-        self._header.value = header_html(self.controller.thread, agent.model, getattr(agent, "name", None))
-        schedule = self.controller.schedule  # handlers only hand their work to the loop
-        stop.on_click(lambda _: schedule(self.stop))
-        approve_all.on_click(lambda _: schedule(self._on_approve_all))
-        deny_all.on_click(lambda _: schedule(self._toggle_deny_all))
-        confirm.on_click(lambda _: schedule(self._confirm_deny_all))
-        cancel.on_click(lambda _: schedule(self._show_deny_all, False))
-        clear.on_click(lambda _: schedule(self.clear_queue))
-        send.on_click(lambda _: schedule(self._submit))
+    def _wire(self) -> None:
+        """Hand each click and Enter to the controller's loop (handlers do no work themselves)."""
+        schedule = self.controller.schedule
+        b = self._buttons
+        b["Stop"].on_click(lambda _: schedule(self.stop))
+        b["Approve all"].on_click(lambda _: schedule(self._on_approve_all))
+        b["Deny all"].on_click(lambda _: schedule(self._toggle_deny_all))
+        b["Confirm deny all"].on_click(lambda _: schedule(self._confirm_deny_all))
+        b["Cancel"].on_click(lambda _: schedule(self._show_deny_all, False))
+        b["Clear queue"].on_click(lambda _: schedule(self.clear_queue))
+        b["Send"].on_click(lambda _: schedule(self._submit))
         self._input.on_msg(self._on_input_msg)
         on_enter(self._deny_all_reason, schedule, self._confirm_deny_all)  # Enter confirms Deny all
-        super().__init__(
-            [
-                self._frame,
-                self._header,
-                self._history,
-                self._log,
-                self._queue_box,
-                self._status,
-                self._footer,
-                widgets.HBox([stop, approve_all, deny_all, clear]),
-                self._deny_all_box,
-                widgets.HBox([self._input, send], layout=widgets.Layout(width="100%")),
-            ],
-            layout=widgets.Layout(width="100%", max_width="1000px"),
-        )
-        self.add_class("nbagent-chat")
-        self.controller.load()
 
     # ------------------------------------------------------------------ public names (read-only)
     thread = property(lambda self: self.controller.thread, doc="The thread id.")
