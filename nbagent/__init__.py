@@ -77,7 +77,7 @@ from .tools import RunContext, Tool, ToolSource, tool
 # Usage
 from .usage import ModelCallUsage, Usage
 
-__version__ = "0.1.0"
+__version__ = "0.2.0.dev0"
 
 _EDGE = ("output_frame", "runs_frame", "tool_calls_frame", "usage_frame")
 """The pandas edge's frames, loaded on first use (``import nbagent`` stays light)."""

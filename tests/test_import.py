@@ -80,3 +80,14 @@ def test_every_public_class_and_function_has_a_docstring() -> None:
         and not inspect.getdoc(getattr(nbagent, name))
     ]  # type aliases (Event, Message) and __version__ are left out
     assert missing == []
+
+
+def test_the_version_is_the_one_pyproject_builds() -> None:
+    """`nbagent.__version__`, the installed package's metadata and pyproject.toml say the same."""
+    import importlib.metadata
+    import pathlib
+    import tomllib
+
+    pyproject = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert nbagent.__version__ == pyproject["project"]["version"] == "0.2.0.dev0"
+    assert importlib.metadata.version("nbagent") == nbagent.__version__
