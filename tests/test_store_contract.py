@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nbagent import Agent, tool
+from nbagent import Agent, RunContext, tool
 from nbagent.exceptions import ConflictError, StoreError, UserError
 from nbagent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
@@ -508,3 +508,71 @@ async def test_every_run_keeps_how_it_ended_through_copies_and_forks(stores: Sto
                                          (more.run_id, "completed", None, None, 2)]
     early = await agent.fork("t", at_step=stopped.usage.calls[0].step)
     assert await ends(store, early) == expected[:3]
+
+
+# ----------------------------------------------------------------------------- every text, exactly
+EDGE_TEXTS = {
+    "nul": "before\x00after",
+    "nul-only": "\x00",
+    "escape-like": "\x10 0 \x100 \x10\x10 \\u0000 \\u0010",  # the bytes an encoding of NUL might use
+    "planes": "".join(chr(c) for c in (0x41, 0xE9, 0x4E2D, 0x1F600, 0x2A6D6, 0x30000, 0xE0001, 0xFFFD, 0x10FFFD)),
+    "controls": "".join(chr(c) for c in range(32)) + "\x7f\x85\u2028\u2029",
+}
+
+
+@tool
+def echo(text: str, ctx: RunContext[dict[str, Any]]) -> str:
+    """Echo the text, and keep it in the state."""
+    ctx.state["seen"] = text
+    ctx.state[text] = text  # as a key too
+    return text
+
+
+@pytest.mark.parametrize("name", EDGE_TEXTS)
+async def test_every_text_is_kept_exactly_in_prompt_arguments_result_answer_and_state(
+    stores: Stores, name: str
+) -> None:
+    """NUL (which PostgreSQL text and jsonb cannot hold), the escapes a store might use for it,
+    control characters and each Unicode plane: in the prompt, a tool's arguments (key and value),
+    its result, the model's answer and the state, every store gives back exactly what was written,
+    to a new store object (another kernel)."""
+    text = EDGE_TEXTS[name]
+
+    def script(messages, info):  # type: ignore[no-untyped-def]
+        if messages[-1].kind == "user":
+            return tool_call("echo", text=text)
+        return "answer: " + text
+
+    state: dict[str, Any] = {}
+    result = await Agent(FunctionModel(script), tools=[echo], store=stores.new()).run(
+        "prompt: " + text, thread="t", state=state)
+    assert result.status == "completed" and result.output == "answer: " + text
+    stored = await stores.new().load("t")
+    assert stored is not None and stored.meta.status == "completed"
+    user, call, res, answer = stored.messages
+    assert user.content == "prompt: " + text  # type: ignore[union-attr]
+    assert call.tool_calls[0].args == {"text": text}  # type: ignore[union-attr]
+    assert res.content == text and answer.text == "answer: " + text  # type: ignore[union-attr]
+    assert stored.meta.state == {"seen": text, text: text}
+    assert [e.status for e in stored.ledger.values()] == ["finished"]
+    assert list(stored.ledger) == [call.tool_calls[0].id]  # type: ignore[union-attr]
+    assert "answer: " in (await stores.new().checkpoints("t"))[-1].last_message
+
+
+async def test_a_ten_megabyte_result_and_a_lone_surrogate_are_stored_alike_everywhere(stores: Stores) -> None:
+    """A 10 MB result is kept whole; a lone surrogate (which UTF-8 cannot encode) is replaced
+    before any store sees it, the same way for every store."""
+    big = ("0123456789abcdef" * 65536) * 10 + "\x00end"
+
+    @tool
+    def dump(which: str) -> str:
+        """Return a big or a broken text."""
+        return big if which == "big" else "half \ud83d of an emoji"
+
+    model = ScriptedModel([[tool_call("dump", which="big"), tool_call("dump", which="broken")], "done"])
+    result = await Agent(model, tools=[dump], store=stores.new()).run("go", thread="t")
+    assert result.status == "completed"
+    stored = await stores.new().load("t")
+    assert stored is not None
+    contents = [m.content for m in stored.messages if m.kind == "tool-result"]  # type: ignore[union-attr]
+    assert contents == [big, "half \ufffd of an emoji"]

@@ -383,3 +383,18 @@ async def test_a_damaged_usage_chunk_is_read_from_its_rows(tmp_path: Path, monke
         columns = await store.usage_columns(thread)
         assert list(columns["input_tokens"]) == list(range(20))
     await store.close()
+
+
+def test_the_postgres_text_encoding_round_trips_every_string_and_leaves_plain_ones_alone() -> None:
+    """`_text`: NUL and the mark encoded only where needed, and decoded back exactly."""
+    import json
+
+    from nbagent.store.postgres._text import guard_json, might_need_restore, restore
+
+    plain = {"content": "plain text \\u0000 as six characters", "n": 1, "x": [None, True, 1.5]}
+    assert guard_json(plain) == json.dumps(plain, ensure_ascii=False, separators=(",", ":"))
+    tricky = ["\x00", "\x10", "\x100", "\x10\x10", "a\x00\x10\x00b", "\x10\x00", "0\x10", "x\x10", "\x00\x10\x30"]
+    record = {"texts": tricky, **{t: t for t in tricky}}
+    text = guard_json(record)
+    assert "\\u0000" not in text  # what PostgreSQL refuses
+    assert might_need_restore(text) and restore(json.loads(text)) == record

@@ -17,6 +17,7 @@ from ...messages import Message, message_from_dict
 from ..base import Checkpoint, cut_run_ends, short_error, summarize
 from ._schema import USAGE_TYPES
 from ._sql import CHECKPOINT_NAMES, LAST_CHECKPOINTS
+from ._text import display_text, encode_text, guard_json, restore, restore_text
 
 _COLS = ", ".join(c for c in USAGE_TYPES if c != "thread")
 
@@ -69,11 +70,11 @@ async def _rows(
             f"SELECT step, data::text FROM {s}.messages WHERE thread = %s AND seq = %s", (target, messages - 1)
         )).fetchone()
         if last is not None:
-            data = json.dumps(last.to_dict(), ensure_ascii=False)
+            data = guard_json(last.to_dict())
             await conn.execute(f"UPDATE {s}.messages SET data = %s::jsonb WHERE thread = %s AND seq = %s",
                          (data, target, messages - 1))
         try:
-            summary = summarize(message_from_dict(json.loads(data)))
+            summary = display_text(summarize(message_from_dict(restore(json.loads(data)))))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise _Undecodable(f"message {messages - 1}", exc) from exc
     await conn.execute(
@@ -123,14 +124,14 @@ async def _head(
         f"SELECT data->>'content' FROM {s}.messages WHERE thread = %s AND data->>'kind' = 'user' "
         "ORDER BY seq LIMIT 1", (target,),
     )).fetchone()
-    title = " ".join((title_row[0] if title_row and title_row[0] else "").split())[:80]
+    title = display_text(" ".join(restore_text(title_row[0] if title_row and title_row[0] else "").split())[:80])
     status = record.get("status")
     await conn.execute(
         f"UPDATE {s}.threads SET version = %s, step = %s, meta = %s::jsonb, title = %s, status = %s, "
         "messages = %s, input_tokens = %s, output_tokens = %s, cost_total = %s, last_write = %s WHERE id = %s",
-        (version, step, json.dumps(record, ensure_ascii=False), title, status, messages, *totals, write_id, target),
+        (version, step, guard_json(record), title, status, messages, *totals, write_id, target),
     )
     run = [None if record.get(k) is None else str(record[k]) for k in ("run_id", "stop_reason")]
     await conn.execute(insert, (target, version, step, now, messages, summary, *totals, status, *run,  # the copy's own
-                          short_error(record.get("error"))))
+                          short_error(None if record.get("error") is None else encode_text(str(record["error"])))))
     return int(version)

@@ -3,8 +3,9 @@
 Owns `append_params` (the parameters of the schema's ``append_step`` / ``begin_thread``
 functions, with every record as JSON text) and `decode_thread` (the thread from
 ``load_thread``'s JSON text). JSON only, never pickle; the records have the same shapes as
-SQLite's, so threads copy across as they are. Imports the messages, usage, the store's shapes and
-meta records, and `_schema` (the usage columns); nothing of psycopg.
+SQLite's, so threads copy across as they are; every string goes through `_text`'s encoding of
+NUL, which PostgreSQL cannot hold. Imports the messages, usage, the store's shapes and meta
+records, `_schema` (the usage columns) and `_text`; nothing of psycopg.
 """
 
 from __future__ import annotations
@@ -21,15 +22,12 @@ from ...usage import ModelCallUsage
 from ..base import LedgerEntry, ThreadState, summarize
 from ..meta import ThreadMeta, meta_record
 from ._schema import USAGE_TYPES
+from ._text import display_text, guard_json, might_need_restore, restore
 
 __all__ = ["append_params", "decode_thread"]
 
 _FLOATS = [i for i, kind in enumerate(USAGE_TYPES.values()) if kind == "double precision"]
 _DECODE_ERRORS = (ValueError, KeyError, TypeError, AttributeError, IndexError)
-
-
-_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""Compact JSON text (one encoder: `json.dumps` with options builds a new one for every call)."""
 
 
 def _finite(value: float | None) -> float | None:
@@ -72,13 +70,13 @@ def append_params(
     params = {
         "thread": thread, "step": step, "now": time.time(),
         "n": len(messages), "tin": tokens_in, "tout": tokens_out, "cost": sum(costs) if costs else None,
-        "meta": None if record is None else _dumps(record), "status": status,
-        "title": " ".join(title.split())[:80] if title else "",
+        "meta": None if record is None else guard_json(record), "status": status,
+        "title": display_text(" ".join(title.split())[:80]) if title else "",
         "lease_run": lease_run, "lease_s": float(lease_s), "write_id": os.urandom(8).hex(),
-        "msgs": _dumps([m.to_dict() for m in messages]),
-        "summary": summarize(messages[-1]) if messages else "",
-        "usage": _dumps([_usage_json(r) for r in usage]) if usage else None,
-        "ledger": _dumps([[e.call_id, e.tool, e.args_hash, e.status, e.time] for e in entries.values()])
+        "msgs": guard_json([m.to_dict() for m in messages]),
+        "summary": display_text(summarize(messages[-1])) if messages else "",
+        "usage": guard_json([_usage_json(r) for r in usage]) if usage else None,
+        "ledger": guard_json([[e.call_id, e.tool, e.args_hash, e.status, e.time] for e in entries.values()])
         if entries else None,
     }
     return params, record, lease_run
@@ -93,7 +91,10 @@ def decode_thread(
         Exception: ``damaged(thread, what, cause)`` for a meta record or a message that does not
             decode (the store's `StoreCorruptError`).
     """
-    version, meta_data, leased, pairs, usage_rows, ledger_rows = json.loads(text)
+    loaded = json.loads(text)
+    if might_need_restore(text):
+        loaded = restore(loaded)
+    version, meta_data, leased, pairs, usage_rows, ledger_rows = loaded
     try:
         meta = ThreadMeta.from_dict(meta_data)
     except _DECODE_ERRORS as exc:

@@ -26,8 +26,9 @@ from ._copy import _Undecodable, copy_rows
 from ._database import Database
 from ._libpq import value
 from ._records import append_params, decode_thread
-from ._schema import quote_schema
+from ._schema import USAGE_TYPES, quote_schema
 from ._sql import APPEND_ARGS, BEGIN_ARGS, Statements
+from ._text import restore_text
 
 
 class PostgresStore(Store):
@@ -146,14 +147,14 @@ class PostgresStore(Store):
         oldest first."""
         sql = self._sql.checkpoints
         rows = await self._db.fetchall(sql, (thread,))
-        return [Checkpoint(*r) for r in rows]
+        return [_checkpoint(r) for r in rows]
 
     async def last_checkpoints(self, thread: str) -> dict[str, Checkpoint]:
         """The last checkpoint of each run of a thread, by run id (one statement); see
         `Store.last_checkpoints`."""
         sql = self._sql.last_checkpoints
         rows = await self._db.fetchall(sql, (thread,))
-        return {r[10]: Checkpoint(*r) for r in rows}
+        return {r[10]: _checkpoint(r) for r in rows}
 
     async def usage_columns(
         self, thread: str | None = None, columns: Sequence[str] | None = None
@@ -163,7 +164,7 @@ class PostgresStore(Store):
         sql = self._sql.usage_columns(names, thread is not None)
         params = (thread,) if thread is not None else ()
         rows = await self._db.fetchall(sql, params)
-        return UsageColumns([encode_rows(rows, names)] if rows else [], names)
+        return UsageColumns([encode_rows(_restore_rows(rows, names), names)] if rows else [], names)
 
     # ------------------------------------------------------------------ writing
     async def append(
@@ -312,6 +313,22 @@ class PostgresStore(Store):
     async def close(self) -> None:
         """Close this process's connections (the store opens them again if used again)."""
         self._db.close()
+
+
+def _checkpoint(row: Sequence[Any]) -> Checkpoint:
+    """A checkpoint row, its error decoded (`_text`: the meta record's error, as stored)."""
+    checkpoint = Checkpoint(*row)
+    if checkpoint.error is not None and checkpoint.error.startswith("\x10"):
+        checkpoint.error = restore_text(checkpoint.error)
+    return checkpoint
+
+
+def _restore_rows(rows: list[Any], names: Sequence[str]) -> list[Any]:
+    """Usage rows with their text columns decoded where a value was encoded (`_text`)."""
+    text_at = [i for i, name in enumerate(names) if USAGE_TYPES[name] == "text"]
+    if not any(isinstance(r[i], str) and r[i].startswith("\x10") for r in rows for i in text_at):
+        return rows
+    return [tuple(restore_text(v) if i in text_at else v for i, v in enumerate(r)) for r in rows]
 
 
 async def _landed(conn: Any, head_sql: str, thread: str, write_id: str) -> int | None:
