@@ -152,3 +152,33 @@ def test_a_tool_added_in_place_reaches_the_next_run() -> None:
 def test_pending_calls_are_plain_data() -> None:
     call = PendingCall("c", "book", {"city": "Rome"}, "approval", "Book a trip.")
     assert copy.deepcopy(call) == call
+
+
+async def test_a_run_is_live_from_its_first_write_so_a_second_start_is_refused_before_writing() -> None:
+    """Right after a run's first write marks the thread running (before its loop starts), a
+    second run on that thread in this process is refused and writes nothing; it used to take the
+    thread over as if the first run had died, and the first run then failed with its prompt left
+    behind."""
+    from nbagent.exceptions import ConflictError
+    from nbagent.store import MemoryStore
+
+    seen: list[BaseException | None] = []
+
+    class Racing(MemoryStore):
+        async def create_or_load(self, thread, **kwargs):  # type: ignore[no-untyped-def]
+            got = await super().create_or_load(thread, **kwargs)
+            if not seen:  # the first run has just written its prompt: a second run starts now
+                seen.append(None)
+                try:
+                    await Agent(FunctionModel(lambda m, i: "second"), store=self).run("prompt-2", thread=thread)
+                except ConflictError as exc:
+                    seen[0] = exc
+            return got
+
+    store = Racing()
+    result = await Agent(FunctionModel(lambda m, i: "first"), store=store).run("prompt-1", thread="t")
+    assert isinstance(seen[0], ConflictError) and "being run right now" in str(seen[0])
+    assert result.status == "completed" and result.output == "first"
+    stored = await store.load("t")
+    assert stored is not None and [getattr(m, "content", None) or m.text for m in stored.messages] == [
+        "prompt-1", "first"]

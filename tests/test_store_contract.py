@@ -576,3 +576,45 @@ async def test_a_ten_megabyte_result_and_a_lone_surrogate_are_stored_alike_every
     assert stored is not None
     contents = [m.content for m in stored.messages if m.kind == "tool-result"]  # type: ignore[union-attr]
     assert contents == [big, "half \ufffd of an emoji"]
+
+
+@pytest.mark.parametrize("how", ["tasks", "os-threads"])
+async def test_a_run_refused_with_a_conflict_leaves_no_trace(stores: Stores, how: str) -> None:
+    """Twelve runs start at once on one thread (as tasks of twelve kernels, or from twelve OS
+    threads on one store object): those refused with `ConflictError` leave nothing in it; the
+    thread holds exactly the prompts and answers of the runs that completed."""
+
+    async def slow(messages, info):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(0.05)
+        return "answer to " + messages[-1].content
+
+    if how == "tasks":
+        agents = [Agent(FunctionModel(slow), store=stores.new()) for _ in range(12)]
+        outcomes = await asyncio.gather(
+            *(agents[i].run(f"prompt-{i}", thread="t") for i in range(12)), return_exceptions=True)
+    else:
+        agent = Agent(FunctionModel(slow), store=stores.new())
+        barrier = threading.Barrier(12)
+
+        outcomes: list[Any] = [None] * 12
+
+        def run(i: int) -> None:
+            barrier.wait()
+            try:
+                outcomes[i] = agent.run_sync(f"prompt-{i}", thread="t")
+            except BaseException as exc:  # noqa: BLE001 - the outcome is checked below
+                outcomes[i] = exc
+
+        workers = [threading.Thread(target=run, args=(i,)) for i in range(12)]
+        for worker in workers:
+            worker.start()
+        await asyncio.to_thread(lambda: [w.join(60) for w in workers])
+    done = [o for o in outcomes if not isinstance(o, BaseException)]
+    refused = [o for o in outcomes if isinstance(o, BaseException)]
+    assert all(isinstance(e, ConflictError) for e in refused), refused
+    assert done and all(r.status == "completed" for r in done)
+    stored = await stores.new().load("t")
+    assert stored is not None
+    prompts = [m.content for m in stored.messages if m.kind == "user"]  # type: ignore[union-attr]
+    assert sorted(prompts) == sorted(f"prompt-{i}" for i, o in enumerate(outcomes) if not isinstance(o, BaseException))
+    assert len(stored.messages) == 2 * len(done)

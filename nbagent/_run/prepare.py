@@ -13,16 +13,19 @@ from typing import Any
 
 from ..approvals import Decisions
 from ..exceptions import ConflictError, NotResumableError, PendingCallsError, UserError
-from ..messages import Prompt, user_message
+from ..messages import Prompt, UserMessage, user_message
 from ..result import RunResult
 from ..store.base import ThreadState
+from ..store.meta import live_runs
 from .config import RunConfig
 from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
 __all__ = ["prepare_resume", "prepare_run", "run_state"]
 
 
-def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state: Any) -> RunState:
+def run_state(
+    config: RunConfig, thread: str, loaded: ThreadState | None, state: Any, run_id: str | None = None
+) -> RunState:
     """A new run's state on `thread` as stored (`loaded`, None for a new thread)."""
     stored = StoredThread(thread, list(loaded.messages) if loaded else [])
     if state is not None:
@@ -38,7 +41,7 @@ def run_state(config: RunConfig, thread: str, loaded: ThreadState | None, state:
         stored.pending = list(meta.pending)
         if state is None:
             stored.state, stored.stored_state = config.restore_state(meta.state), meta.state
-    return RunState(new_run_id(), stored, new_message_index=len(stored.messages))
+    return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages))
 
 
 def _refuse_live(loaded: ThreadState) -> None:
@@ -54,13 +57,30 @@ def _refuse_live(loaded: ThreadState) -> None:
 
 
 async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
-    """The state of a run that sends `prompt` (None: continue a thread whose last run stopped)."""
+    """The state of a run that sends `prompt` (None: continue a thread whose last run stopped).
+
+    The run counts as live in this process (`live_runs`) from before its first write, which marks
+    the thread running: a run that starts on the same thread meanwhile, here or from another
+    thread of this process, is refused with `ConflictError` before it writes anything, rather
+    than taking the thread over as if this run had died (leaving this run's prompt behind)."""
     message = None if prompt is None else user_message(prompt)  # bad input fails before any I/O
+    run_id = new_run_id()
+    live_runs.add(run_id)
+    try:
+        return await _prepare_run(config, message, thread, state, run_id)
+    except BaseException:
+        live_runs.discard(run_id)
+        raise
+
+
+async def _prepare_run(
+    config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str
+) -> RunState:
     # (a state that cannot be stored fails in run_state, before any write)
     if thread and message is not None:
         # The run as it starts on a new thread; the store writes it only if the thread is new
         # (one round trip either way), else hands back the thread as stored.
-        run = run_state(config, thread, None, state)
+        run = run_state(config, thread, None, state, run_id)
         run.stored.messages.append(message)
         got = await config.store.create_or_load(thread, step=0, messages=[message], meta=run.meta())
         if isinstance(got, int):
@@ -72,7 +92,7 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
         loaded = await config.store.load(thread) if thread else None
     thread = thread or "thread_" + os.urandom(8).hex()
-    run = run_state(config, thread, loaded, state)
+    run = run_state(config, thread, loaded, state, run_id)
     if loaded is not None:
         _refuse_live(loaded)
     open_calls = loaded.open_calls() if loaded is not None else []
