@@ -590,3 +590,121 @@ async def test_the_plain_path_sends_the_calls_through_psycopg(
     assert done.status == "completed" and done.output == "Refunded."
     kinds = {sql.split(b"(")[0].split(b".")[-1] for sql in calls}
     assert {b"begin_thread", b"append_step", b"load_thread"} <= kinds
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "plain"])
+async def test_connections_terminated_while_runs_go_on_are_ridden_over(
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """`pg_terminate_backend` on the store's connections, again and again, while five runs go on:
+    every run completes with every step stored (docs/threads.md, "Lost connections")."""
+    import threading
+    import time
+
+    from nbagent.store.postgres import _libpq
+
+    monkeypatch.setattr(_libpq, "DIRECT", direct)
+
+    @tool
+    async def step(n: int) -> str:
+        """One step."""
+        await asyncio.sleep(0.01)
+        return f"step {n}"
+
+    def script(messages, info):  # type: ignore[no-untyped-def]
+        done = sum(1 for m in messages if m.kind == "tool-result")
+        return tool_call("step", n=done) if done < 4 else "done"
+
+    store = PostgresStore(postgres_url, schema=pg_schema)  # its first use (the schema check) among the cuts
+    stop, cuts = threading.Event(), [0]
+
+    def cutter() -> None:
+        while not stop.is_set():
+            cuts[0] += _terminate_backends(postgres_url)
+            time.sleep(0.1)
+
+    worker = threading.Thread(target=cutter)
+    worker.start()
+    try:
+        agent = Agent(FunctionModel(script), tools=[step], store=store)
+        results = await asyncio.gather(*(agent.run("go", thread=f"cut-{i}") for i in range(5)),
+                                       return_exceptions=True)
+    finally:
+        stop.set()
+        worker.join()
+    for r in results:
+        if isinstance(r, BaseException):
+            traceback.print_exception(r)
+    assert cuts[0] >= 3
+    assert [getattr(r, "status", r) for r in results] == ["completed"] * 5
+    for i in range(5):
+        loaded = await store.load(f"cut-{i}")
+        assert loaded is not None and len(loaded.messages) == 10 and loaded.meta.status == "completed"
+    await store.close()
+
+
+async def test_a_connection_lost_during_the_first_use_schema_check_is_tried_again(
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nbagent.store.postgres import _database
+
+    real, drops = _database.Database.prepare_schema, []
+
+    def dropping(self: Any, conn: Any) -> None:
+        if not drops:  # the first check's connection is terminated under it
+            drops.append(conn.info.backend_pid)
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        real(self, conn)
+
+    monkeypatch.setattr(_database.Database, "prepare_schema", dropping)
+    store = PostgresStore(postgres_url, schema=pg_schema, wait_s=20)
+    result = await Agent(FunctionModel(lambda m, i: "hello"), store=store).run("hi", thread="s")
+    assert drops and result.status == "completed"
+    await store.close()
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["direct", "plain"])
+async def test_a_socket_cut_at_any_statement_of_a_run_loses_and_repeats_nothing(
+    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, direct: bool
+) -> None:
+    """A proxy resets the store's connection at the n-th message it sends, for every n of a
+    two-tool run after the store's first use: each run completes, each tool ran once, and the
+    stored thread holds each step once."""
+    from nbagent.store.postgres import _libpq
+    from tests.cut_proxy import CutProxy
+
+    monkeypatch.setattr(_libpq, "DIRECT", direct)
+    ran: list[str] = []
+
+    @tool
+    def lookup(order: int) -> str:
+        """Look an order up."""
+        ran.append(f"{thread}:{order}")
+        return f"order {order}"
+
+    with CutProxy(int(postgres_url.rsplit(":", 1)[1].split("/")[0])) as proxy:
+        store = PostgresStore(proxy.url(postgres_url), schema=pg_schema, wait_s=10)
+        await store.threads()  # the schema check: every message after this one may be cut
+        first = proxy.sent
+        n, thread = 0, ""
+        while True:
+            n += 1
+            proxy.cut_at, cuts = first + n, proxy.cuts
+            thread = f"cut-{n}"
+            model = ScriptedModel([tool_call("lookup", order=1), tool_call("lookup", order=2), "done"])
+            result = await Agent(model, tools=[lookup], store=store).run("go", thread=thread)
+            assert result.status == "completed", (n, result.error)
+            if proxy.cuts == cuts:  # the run sent fewer messages than n: every statement was cut once
+                break
+            first = proxy.sent
+        await store.close()
+    assert n > 5
+    assert ran == [f"cut-{i}:{o}" for i in range(1, n + 1) for o in (1, 2)]
+    check = PostgresStore(postgres_url, schema=pg_schema)
+    for i in range(1, n + 1):
+        loaded = await check.load(f"cut-{i}")
+        assert loaded is not None and [m.kind for m in loaded.messages] == [
+            "user", "assistant", "tool-result", "assistant", "tool-result", "assistant"], i
+        assert loaded.meta.status == "completed" and len(loaded.usage) == 3
+    await check.close()

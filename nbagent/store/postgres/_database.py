@@ -195,26 +195,45 @@ class Database:
         return await psycopg.AsyncConnection.connect(self.conninfo, **self.connect_kwargs())
 
     def ready(self) -> None:
-        """Check (or migrate) the schema once per process, on a connection of its own: fails at
-        once with the server's words. Blocking: `run` calls it in a worker thread."""
-        import psycopg
-
-        failure: BaseException | None = None
+        """Check (or migrate) the schema once per process, on a connection of its own. A refusal
+        (no server, a wrong password, a schema in the way) fails at once with the server's words;
+        a connection lost during the check (a restart, a terminated backend) is tried again on a
+        new one until `wait_s` has passed, as `run` does. Blocking: `run` calls it in a worker
+        thread."""
         with self._ready_lock:
             if self._ready_pid == os.getpid():
                 return
-            try:
-                conn = self.connect()
-                try:
-                    self.prepare_schema(conn)
-                finally:
-                    conn.close()
-            except psycopg.Error as exc:
-                failure = exc
-            else:
-                self._ready_pid = os.getpid()
-                return
+            deadline, pause = time.monotonic() + self.wait_s, 0.05
+            while True:
+                failure, lost = self._check_once()
+                if failure is None:
+                    self._ready_pid = os.getpid()
+                    return
+                if not lost or time.monotonic() + pause > deadline:
+                    break
+                time.sleep(pause)
+                pause = min(pause * 2, 1.0)
         raise self.error(failure)  # outside the except block: the driver's frames are not chained
+
+    def _check_once(self) -> tuple[BaseException | None, bool]:
+        """One schema check: (None, False) when it passed, else the error and whether it was a
+        lost connection (worth trying again)."""
+        import psycopg
+
+        conn = None
+        try:
+            conn = self.connect()
+            try:
+                self.prepare_schema(conn)
+            finally:
+                broken = conn.broken
+                conn.close()
+        except psycopg.Error as exc:
+            state = getattr(exc, "sqlstate", None) or ""
+            lost = conn is not None and (
+                state in _RETRY_STATES or state.startswith("08") or (broken and _is_operational(exc)))
+            return exc, lost
+        return None, False
 
     def prepare_schema(self, conn: Any) -> None:
         if self.migrate:
