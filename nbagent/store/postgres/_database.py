@@ -173,7 +173,10 @@ class Database:
     def connect_kwargs(self) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "autocommit": True,
-            "prepare_threshold": self.prepare_threshold,
+            # psycopg's own prepared statements are named _pg3_0, _pg3_1, ... per connection, and
+            # collide where a pooler shares server sessions between clients; the store prepares
+            # only its own calls, under names made from their text (`_libpq`).
+            "prepare_threshold": None,
             "connect_timeout": max(1, int(min(self.wait_s, 10))),
             "application_name": "nbagent",
             "client_encoding": "UTF8",  # the text `_libpq` sends and reads

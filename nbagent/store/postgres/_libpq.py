@@ -17,19 +17,23 @@ are opened with ``client_encoding=UTF8``, the encoding of the text sent and read
 
 The plain path: ``NBAGENT_PG_DIRECT=0`` in the environment (or `DIRECT` set to False, read at
 each call) sends these calls through psycopg's own ``execute`` (an ``AsyncRawCursor``: the same
-``$n`` statements, psycopg's own prepared statements) instead; everything else stays the same. The
+``$n`` statements, never prepared) instead; everything else stays the same. The
 store contract suite runs on both paths. Measured on 2026-12-02 (`bench/bench_postgres.py
 --quick`, two runs each, interleaved): a tool round trip takes 2.2-2.4 ms direct and 2.9-3.8 ms
 plain, 0.23-0.24x and 0.31-0.32x of LangGraph's (the project's bar is 0.3x); bench/README.md,
 "Fast paths".
 
-Prepared statements follow the store's ``prepare_threshold`` as psycopg's own do: None (the
-default) prepares nothing on the server, which PgBouncer's transaction mode needs; a number *n*
-prepares a statement on a connection once it has run there *n* times (0: at once), which saves
-the server parsing and planning the call each time (6-8% of a tool round trip here). A prepared
-statement is named after its text (``nbagent_<hash>``), so two clients that share a server
-session (a pooler) can only ever find the same statement under a name; one the server no longer
-has (a pooler moved the session) is prepared again.
+Prepared statements follow the store's ``prepare_threshold`` (on the direct path; psycopg's
+own prepared statements are off on every connection, since their names, ``_pg3_0``, ... per
+connection, collide where a pooler shares server sessions): None (the default) prepares
+nothing on the server; a number *n* prepares a statement on a connection once it has run there
+*n* times (0: at once), which saves the server parsing and planning the call each time (6-8% of
+a tool round trip here). A prepared statement is named after its text (``nbagent_<hash>``), so
+two clients that share a server session can only ever find the same statement under a name; one
+the server no longer has is prepared again. When it is gone again at once, a pooler in
+transaction mode without prepared-statement support (PgBouncer before 1.21, or without
+``max_prepared_statements``) sits in between: that connection then runs its calls unprepared,
+and a `RuntimeWarning` says so once.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import warnings
 import weakref
 from collections.abc import Iterable
 from typing import Any
@@ -63,6 +68,8 @@ _names: dict[bytes, bytes] = {}
 """Statement text -> its prepared statement's name."""
 _uses: weakref.WeakKeyDictionary[Any, dict[bytes, int]] = weakref.WeakKeyDictionary()
 """Per connection: how many times each statement ran there, or -1 once it is prepared there."""
+_pooled: weakref.WeakSet[Any] = weakref.WeakSet()
+"""Connections found behind a pooler that loses prepared statements: nothing is prepared there."""
 
 
 def params(values: Iterable[Any]) -> list[bytes | None]:
@@ -118,7 +125,7 @@ async def value(
     if uses is None:
         uses = _uses[conn] = {}
     count = uses.get(sql, 0)
-    if 0 <= count < prepare_threshold:
+    if 0 <= count < prepare_threshold or conn in _pooled:
         uses[sql] = count + 1
         conn.pgconn.send_query_params(sql, args)
         return _value(await _results(conn.pgconn))
@@ -134,12 +141,20 @@ async def value(
         await _prepare(conn.pgconn, name, sql)
         conn.pgconn.send_query_prepared(name, args)
         results = await _results(conn.pgconn)
+        if results and results[0].error_field(_SQLSTATE) == _NO_SUCH_STATEMENT:  # gone at once: a pooler
+            _pooled.add(conn)
+            warnings.warn(
+                "PostgresStore(prepare_threshold=...): the server lost the store's prepared statements "
+                "between two messages, as a pooler in transaction mode does (PgBouncer before 1.21, or "
+                "without max_prepared_statements); this connection's calls run unprepared",
+                RuntimeWarning, stacklevel=2)
+            conn.pgconn.send_query_params(sql, args)
+            results = await _results(conn.pgconn)
     return _value(results)
 
 
 async def _through_psycopg(conn: Any, sql: bytes, values: Iterable[Any]) -> bytes | None:
-    """`value` through psycopg's own execute: the plain path (its prepared statements follow
-    the connection's ``prepare_threshold``, which the store set when it connected)."""
+    """`value` through psycopg's own execute: the plain path (nothing prepared)."""
     import psycopg
 
     cursor = psycopg.AsyncRawCursor(conn)

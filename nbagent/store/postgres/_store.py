@@ -58,11 +58,12 @@ class PostgresStore(Store):
         migrate: create or upgrade the tables on first use; with False the store refuses a
             database whose tables are missing or older (``python -m nbagent.store migrate URL``).
         pool_size: connections each event loop of this process may have open at once.
-        prepare_threshold: as psycopg's: None (the default) never prepares statements on the
-            server, which PgBouncer in transaction mode requires. Connecting to PostgreSQL
-            directly (or through PgBouncer 1.21+ with ``max_prepared_statements``), a number
-            *n* prepares each statement on a connection after *n* runs there; ``0`` prepares
-            at once and makes a tool round trip 6-8% faster.
+        prepare_threshold: None (the default) never prepares statements on the server. A
+            number *n* prepares the store's hot calls (load, append, a run's start) on a
+            connection after *n* runs there; ``0`` prepares at once and makes a tool round trip
+            6-8% faster. Works directly and through PgBouncer 1.21+ with
+            ``max_prepared_statements``; behind an older pooler in transaction mode a connection
+            falls back to unprepared calls with a `RuntimeWarning` (docs/threads.md).
         wait_s: how long a call waits for a connection, and keeps trying again after the
             connection was lost, before it fails with `StoreConnectionError`.
         lease_s: how long a run's lease lasts without being renewed (renewed every third of it).
