@@ -415,3 +415,48 @@ def test_every_kind_of_content_block_becomes_text_or_an_image() -> None:
     with pytest.raises(ModelRetry, match=r"^token \*\*\*$"):
         result_value(NS(content=[NS(type="text", text=f"token {SECRET}")], structured_content=None, is_error=True),
                      [SECRET])
+
+
+# ----------------------------------------------------------------------------------- fail safe
+async def test_only_a_json_true_read_only_hint_skips_approval(tmp_path: Path) -> None:
+    """``readOnlyHint: 1`` or ``"true"`` (which the SDK reads as True) asks for approval, with a
+    warning that names the tool; JSON ``true`` runs at once."""
+    log = tmp_path / "odd.log"
+    odd = MCPTools.stdio(sys.executable, [str(Path(__file__).parent / "mcp_servers" / "odd_hints.py")],
+                         env={"ODD_LOG": str(log)})
+    try:
+        with pytest.warns(RuntimeWarning) as said:
+            listed = {t.name: t for t in await odd.list_tools()}
+        assert sorted(str(w.message).split("its tool ")[1].split(" ")[0] for w in said) == ["'one'", "'text_true'"]
+        model = ScriptedModel([[tool_call("one"), tool_call("text_true"), tool_call("real")], "done"])
+        result = await Agent(model, tools=[odd], store=MemoryStore()).run("go")
+        assert result.status == "paused" and sorted(p.name for p in result.pending) == ["one", "text_true"]
+        assert log.read_text().split() == ["real"]
+        assert listed["real"].requires_approval is False
+    finally:
+        await odd.close()
+
+
+async def test_connect_timeout_is_kept_when_the_server_never_answers() -> None:
+    """A stdio server that never answers ``initialize`` and ignores the end of its input: the
+    error comes within about `connect_timeout` (it came after ~11 s for 3 s)."""
+    import time
+
+    silent = MCPTools.stdio(sys.executable, ["-c", "import time; time.sleep(60)"], connect_timeout=2)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ToolSourceError, match="did not start or answer within 2 s"):
+            await silent.list_tools()
+        assert time.monotonic() - started < 4.5
+    finally:
+        await silent.close()
+
+
+async def test_a_listing_that_never_comes_is_a_tool_source_error(tmp_path: Path) -> None:
+    silent = MCPTools.stdio(sys.executable, [str(Path(__file__).parent / "mcp_servers" / "odd_hints.py")],
+                            env={"ODD_LOG": str(tmp_path / "log"), "ODD_SILENT_LIST": "1"}, connect_timeout=1)
+    try:
+        with pytest.raises(ToolSourceError, match="did not list its tools within 1 s"):
+            await silent.list_tools()
+    finally:
+        await silent.close()

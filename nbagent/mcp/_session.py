@@ -26,6 +26,9 @@ from ..exceptions import ToolSourceError
 
 __all__ = ["ServerSpec", "Session", "scrub"]
 
+_closing: set[asyncio.Task[None]] = set()
+"""Sessions stopping in the background (kept here until they are done)."""
+
 SECRET_MIN_CHARS = 6
 """Header and environment values at least this long are replaced by ``***`` in any text shown
 (shorter ones, like ``DEBUG=1``, are too common to be secrets and would garble the text)."""
@@ -132,10 +135,13 @@ class Session:
         try:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
         except asyncio.TimeoutError:
-            await self.close()
+            error = self.error(f"did not start or answer within {timeout:g} s")
+            # Reported now; the SDK's clean-up (a stdio server that ignores the end of its input
+            # is waited for, then terminated: seconds) goes on in the background.
+            self._close_in_background()
             if ready.done() and not ready.cancelled():
                 ready.exception()  # retrieved: the timeout is the error reported
-            raise self.error(f"did not start or answer within {timeout:g} s") from None
+            raise error from None
         except ToolSourceError:
             await self.close()
             raise
@@ -230,19 +236,82 @@ class Session:
         if self._stderr is not None:
             self._stderr.close()
 
+    def _close_in_background(self) -> None:
+        """Stop the session without waiting for it: its task is cancelled and finishes (the
+        SDK stopping a stdio server) on the owner loop."""
+        self._stop.set()
+        self.dead = True
+        task, stderr = self._task, self._stderr
+        self._stderr = None
+        if task is None or task.done():
+            if stderr is not None:
+                stderr.close()
+            return
+        task.cancel()
+        _closing.add(task)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            _closing.discard(finished)
+            if not finished.cancelled():
+                finished.exception()  # retrieved: the error was reported already
+            if stderr is not None:
+                stderr.close()
+
+        task.add_done_callback(done)
+
     # ------------------------------------------------------------------ requests
     async def list_tools(self, timeout: float) -> list[Any]:
-        """Every tool the server lists (all pages)."""
+        """Every tool the server lists (all pages).
+
+        Raises:
+            ToolSourceError: the server is gone, refused, or did not answer within `timeout`.
+        """
         tools: list[Any] = []
         cursor = None
         for _ in range(1000):  # a server whose pages never end cannot hang a run
-            page = await self._request(functools.partial(self.client.list_tools, cursor=cursor), timeout,
-                                       "listing its tools")
+            try:
+                page = await self._request(functools.partial(self.client.list_tools, cursor=cursor), timeout,
+                                           "listing its tools")
+            except TimeoutError:
+                raise self.error(f"did not list its tools within {timeout:g} s") from None
             tools.extend(page.tools)
             cursor = page.next_cursor
             if cursor is None:
                 break
+        if any(getattr(t.annotations, "read_only_hint", None) is True for t in tools):
+            await self._keep_only_true_read_only_hints(tools, timeout)
         return tools
+
+    async def _keep_only_true_read_only_hints(self, tools: list[Any], timeout: float) -> None:
+        """The SDK reads ``readOnlyHint: 1`` or ``"true"`` as True; a tool runs without approval
+        only when the server said JSON ``true``. The listing is read again as plain JSON (only
+        when some tool claims to be read-only), and any other value counts as not read-only,
+        with a warning that names the tool (fail safe)."""
+        import warnings
+
+        from mcp import types
+        from pydantic import TypeAdapter
+
+        raw_hints: dict[str, Any] = {}
+        cursor = None
+        as_json = TypeAdapter(dict[str, Any])
+        for _ in range(1000):
+            request = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
+            page = await self._request(lambda r=request: self.client.session.send_request(r, as_json), timeout,
+                                       "listing its tools")
+            for raw in page.get("tools") or []:
+                if isinstance(raw, dict) and isinstance(raw.get("annotations"), dict):
+                    raw_hints[str(raw.get("name"))] = raw["annotations"].get("readOnlyHint")
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+        for tool in tools:
+            if getattr(tool.annotations, "read_only_hint", None) is True and raw_hints.get(tool.name) is not True:
+                tool.annotations.read_only_hint = None
+                warnings.warn(
+                    f"the MCP server {self.spec.describe()!r} marks its tool {tool.name!r} read-only with "
+                    f"readOnlyHint={raw_hints.get(tool.name)!r}, not JSON true: it is treated as not "
+                    "read-only (it asks for approval)", RuntimeWarning, stacklevel=2)
 
     async def call(self, name: str, arguments: dict[str, Any], timeout: float) -> Any:
         """The server's ``CallToolResult`` for one call.
@@ -253,16 +322,17 @@ class Session:
         """
         return await self._request(
             lambda: self.client.call_tool(name, arguments, read_timeout_seconds=timeout), timeout,
-            f"calling {name!r}")
+            f"calling {name!r}", backstop=5.0)
 
-    async def _request(self, make: Callable[[], Any], timeout: float, what: str) -> Any:
+    async def _request(self, make: Callable[[], Any], timeout: float, what: str, backstop: float = 0.0) -> Any:
+        """`make()`'s answer within `timeout` (plus `backstop` seconds, where the SDK keeps a
+        timeout of its own, which cancels the request on the server)."""
         if self.dead or self.client is None:
             raise self.error(f"has stopped ({what})")
         from mcp.shared.exceptions import MCPError
 
         try:
-            # The SDK's own timeout cancels the request on the server; this one is the backstop.
-            return await asyncio.wait_for(make(), timeout + 5.0)
+            return await asyncio.wait_for(make(), timeout + backstop)
         except asyncio.TimeoutError:
             raise TimeoutError(f"the MCP server did not answer within {timeout:g} s ({what})") from None
         except MCPError as exc:
