@@ -138,9 +138,7 @@ class Session:
             error = self.error(f"did not start or answer within {timeout:g} s")
             # Reported now; the SDK's clean-up (a stdio server that ignores the end of its input
             # is waited for, then terminated: seconds) goes on in the background.
-            self._close_in_background()
-            if ready.done() and not ready.cancelled():
-                ready.exception()  # retrieved: the timeout is the error reported
+            self._close_in_background(ready)
             raise error from None
         except ToolSourceError:
             await self.close()
@@ -236,13 +234,16 @@ class Session:
         if self._stderr is not None:
             self._stderr.close()
 
-    def _close_in_background(self) -> None:
+    def _close_in_background(self, ready: asyncio.Future[None]) -> None:
         """Stop the session without waiting for it: its task is cancelled and finishes (the
-        SDK stopping a stdio server) on the owner loop."""
+        SDK stopping a stdio server) on the owner loop. What `ready` ends with is not reported:
+        the caller reports the timeout."""
         self._stop.set()
         self.dead = True
         task, stderr = self._task, self._stderr
         self._stderr = None
+        if ready.done() and not ready.cancelled():
+            ready.exception()
         if task is None or task.done():
             if stderr is not None:
                 stderr.close()
@@ -252,8 +253,9 @@ class Session:
 
         def done(finished: asyncio.Task[None]) -> None:
             _closing.discard(finished)
-            if not finished.cancelled():
-                finished.exception()  # retrieved: the error was reported already
+            for future in (finished, ready):
+                if future.done() and not future.cancelled():
+                    future.exception()  # retrieved: the timeout was reported already
             if stderr is not None:
                 stderr.close()
 
