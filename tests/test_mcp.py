@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -460,3 +461,77 @@ async def test_a_listing_that_never_comes_is_a_tool_source_error(tmp_path: Path)
             await silent.list_tools()
     finally:
         await silent.close()
+
+
+# ----------------------------------------------------------------------------------- HTTP details
+async def test_an_explicit_authorization_header_wins_over_url_user_info(http_url: str) -> None:
+    with_both = MCPTools.http(http_url.replace("http://", "http://user:url-password-123@"),
+                              headers={"Authorization": f"Bearer {SECRET}"})
+    only_url = MCPTools.http(http_url.replace("http://", "http://user:url-password-123@"))
+    try:
+        assert (await with_both.call_tool("authorization")) == "***"  # the Bearer token, masked
+        raw = (await with_both.list_tools(), with_both._spec.headers)[1]  # what was configured
+        assert raw == {"Authorization": f"Bearer {SECRET}"}
+        assert (await only_url.call_tool("authorization")).startswith("Basic ***")
+    finally:
+        await with_both.close()
+        await only_url.close()
+
+
+async def test_every_form_of_a_secret_nbagent_sent_is_masked(http_url: str) -> None:
+    """The query-string token inside longer text, the token URL-encoded, and the Basic form of
+    the URL's user info never reach the result, the thread or the view."""
+    import base64
+
+    token = "tok/en+with=chars&more"
+    url = http_url.replace("http://", "http://ada:pa%2Fss-word-99@") + "?token=" + urllib.parse.quote(token, safe="")
+    tools = MCPTools.http(url)
+    try:
+        agent = Agent(call_then_echo(tool_call("request_url"), tool_call("authorization")), tools=[tools],
+                      store=MemoryStore())
+        result = await agent.run("go")
+        texts = [m.content for m in results(result.messages)]
+        stored = repr(result.messages) + result.output
+        basic = base64.b64encode(b"ada:pa/ss-word-99").decode()
+        for secret in (token, urllib.parse.quote(token, safe=""), "pa/ss-word-99", "pa%2Fss-word-99", basic):
+            assert secret not in stored, secret
+        assert texts[0] == '{"path": "/mcp?token=***"}' and texts[1] == "Basic ***"
+    finally:
+        await tools.close()
+
+
+@pytest.mark.parametrize("status", [401, 500])
+async def test_an_http_error_names_its_status_and_the_servers_reason(status: int) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            body = f"token {SECRET} is not valid here".encode() if status == 401 else b"database is down"
+            self.send_response(status)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_DELETE = do_POST
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    tools = MCPTools.http(f"http://127.0.0.1:{srv.server_address[1]}/mcp",
+                          headers={"Authorization": f"Bearer {SECRET}"}, connect_timeout=10)
+    try:
+        with pytest.raises(ToolSourceError) as caught:
+            await tools.list_tools()
+    finally:
+        await tools.close()
+        srv.shutdown()
+        srv.server_close()
+    text = str(caught.value)
+    reason = {401: "Unauthorized", 500: "Internal Server Error"}[status]
+    assert f"HTTP {status} {reason}" in text and SECRET not in text
+    assert ("token *** is not valid here" if status == 401 else "database is down") in text

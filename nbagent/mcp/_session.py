@@ -21,6 +21,7 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any
+from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 from ..exceptions import ToolSourceError
 
@@ -59,15 +60,35 @@ class ServerSpec:
 
     @property
     def secrets(self) -> list[str]:
-        """The values that must never be shown: env and header values, a URL's password."""
+        """The values that must never be shown, in every form nbagent sends them: env and
+        header values (and a header's token after ``Bearer``), a URL's user name, password and
+        query values, each raw and URL-encoded, and the ``Basic`` form of the URL's user info."""
         values = [*self.env.values(), *self.headers.values()]
         values += [v.split(" ", 1)[1] for v in self.headers.values() if " " in v]  # "Bearer <token>"
         if self.kind == "http":
-            from urllib.parse import urlsplit
+            values += _url_secrets(self.url)
+        forms = set()
+        for value in values:
+            forms.update((value, quote(value, safe=""), quote_plus(value), quote(value)))
+        return sorted({v for v in forms if len(v) >= SECRET_MIN_CHARS}, key=len, reverse=True)
 
-            parts = urlsplit(self.url)
-            values += [p for p in (parts.password, parts.username) if p]
-        return sorted({v for v in values if len(v) >= SECRET_MIN_CHARS}, key=len, reverse=True)
+    def http_target(self) -> tuple[str, dict[str, str]]:
+        """The URL to send requests to (without user info) and the headers to send. User info
+        in the URL becomes a ``Basic`` Authorization header, unless the headers give one
+        themselves: an explicit header always wins."""
+        parts = urlsplit(self.url)
+        headers = dict(self.headers)
+        if parts.username is None and parts.password is None:
+            return self.url, headers
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        if parts.port is not None:
+            host = f"{host}:{parts.port}"
+        url = urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
+        if not any(name.lower() == "authorization" for name in headers):
+            headers["Authorization"] = "Basic " + _basic(parts.username, parts.password)
+        return url, headers
 
     def describe(self) -> str:
         """The server in a few words, for error messages (no secrets)."""
@@ -76,9 +97,30 @@ class ServerSpec:
         return safe_url(self.url)
 
 
+def _basic(username: str | None, password: str | None) -> str:
+    import base64
+
+    pair = f"{unquote(username or '')}:{unquote(password or '')}"
+    return base64.b64encode(pair.encode()).decode()
+
+
+def _url_secrets(url: str) -> list[str]:
+    """A URL's user name, password and query values (raw as written, and decoded), and the
+    Basic token of its user info."""
+    parts = urlsplit(url)
+    values = [p for p in (parts.password, parts.username) if p]
+    values += [unquote(v) for v in values]
+    if parts.username is not None or parts.password is not None:
+        values.append(_basic(parts.username, parts.password))
+    for _, value in parse_qsl(parts.query, keep_blank_values=True):
+        values.append(value)
+    values += [p.split("=", 1)[1] for p in parts.query.split("&") if "=" in p]  # as written
+    return values
+
+
 def safe_url(url: str) -> str:
     """`url` without its user name, password and query values (they often carry keys)."""
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+    from urllib.parse import urlencode
 
     parts = urlsplit(url)
     host = parts.hostname or ""
@@ -121,6 +163,7 @@ class Session:
         self._task: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._stderr: IO[str] | None = None
+        self._http_error = ""
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self, timeout: float) -> None:
@@ -194,9 +237,22 @@ class Session:
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
 
+        url, headers = spec.http_target()
         http = await stack.enter_async_context(
-            httpx2.AsyncClient(headers=dict(spec.headers), timeout=httpx2.Timeout(30.0, read=300.0)))
-        return streamable_http_client(spec.url, http_client=http)
+            httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=300.0),
+                               event_hooks={"response": [self._on_response]}))
+        return streamable_http_client(url, http_client=http)
+
+    async def _on_response(self, response: Any) -> None:
+        """Keep the status and the first words of an HTTP error (the SDK reports only "Server
+        returned an error response"): `error` adds them to the message."""
+        if response.status_code >= 400:
+            try:
+                body = (await response.aread()).decode("utf-8", "replace")
+            except Exception:  # the status is worth reporting without its body
+                body = ""
+            words = " ".join(body.split())[:200]
+            self._http_error = f"HTTP {response.status_code} {response.reason_phrase}" + (f": {words}" if words else "")
 
     async def _on_message(self, message: Any) -> None:
         if getattr(message, "method", None) == "notifications/tools/list_changed":
@@ -354,6 +410,9 @@ class Session:
     def error(self, what: str) -> ToolSourceError:
         """A `ToolSourceError` naming the server, with its last stderr lines (scrubbed)."""
         text = f"the MCP server {self.spec.describe()!r} {what}"
+        if self._http_error:
+            text += f" ({self._http_error})"
+            self._http_error = ""
         tail = self.stderr_tail()
         if tail:
             text += f"; it wrote:\n{tail}"

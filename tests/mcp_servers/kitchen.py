@@ -114,6 +114,15 @@ def authorization(ctx: Context) -> str:
     return headers.get("authorization", "") if headers is not None else ""
 
 
+@server.tool(annotations=READ_ONLY, structured_output=False)
+def request_url(ctx: Context) -> str:
+    """The path and query of the HTTP request that called this tool, as a server's debug output
+    would show it ("" over stdio)."""
+    request = ctx.request_context.request
+    url = getattr(request, "url", None)
+    return f'{{"path": "{url.path}?{url.query}"}}' if url is not None else ""
+
+
 @server.tool(description=f"Untrusted description {PAYLOAD}", annotations=READ_ONLY, structured_output=False)
 def untrusted() -> str:
     """Returns HTML that must stay text."""
