@@ -611,3 +611,61 @@ async def test_a_compressed_event_stream_is_decoded() -> None:
         srv.shutdown()
         srv.server_close()
     assert "".join(items[:-1]) == "- Captain\n- Scoop" and items[-1].message.finish_reason == "stop"
+
+
+# ----------------------------------------------------------------------------- bodies that are no answer
+_WHOLE = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "model": "claude-sonnet-4-5",
+                     "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
+                     "usage": {"input_tokens": 3, "output_tokens": 1}}).encode()
+BAD_BODIES = {
+    "event-stream": ("text/event-stream", _sse(_START), {}, "an event stream"),
+    "html": ("text/html", b"<html><body>502 Bad Gateway</body></html>", {}, "an HTML page"),
+    "empty": ("application/json", b"", {}, "an empty body"),
+    "truncated-json": ("application/json", _WHOLE[:40], {}, "JSON that cannot be parsed"),
+    "not-a-message": ("application/json", b'{"ok": true}', {}, "not a Messages API answer object"),
+    "json-list": ("application/json", b"[1, 2]", {}, "not a Messages API answer object"),
+    "plain-text": ("text/plain", b"upstream connect error", {}, "text that is not JSON"),
+    "bad-gzip": ("application/json", b"\x1f\x8b\x08\x00garbage", {"Content-Encoding": "gzip"}, ""),
+}
+
+
+@pytest.mark.parametrize("name", BAD_BODIES)
+async def test_a_whole_answer_whose_body_is_no_message_is_a_typed_error(name: str) -> None:
+    """A misbehaving proxy answers a non-streamed request with 200 and a body that is no Messages
+    API answer: a `ModelError` naming what came (a `ResponseBodyError` with the status and the
+    content type where the body arrived), never an AttributeError; the key never shows."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from nbagent.exceptions import ModelError, ResponseBodyError
+
+    content_type, body, headers, words = BAD_BODIES[name]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}", max_retries=0)
+    try:
+        with pytest.raises(ModelError) as info:
+            await model.request(ModelRequest([UserMessage("hi")]))
+    finally:
+        await model.aclose()
+        srv.shutdown()
+        srv.server_close()
+    assert KEY not in str(info.value) and words in str(info.value)
+    if name != "bad-gzip":
+        assert isinstance(info.value, ResponseBodyError)
+        assert info.value.status_code == 200 and info.value.content_type == content_type

@@ -103,3 +103,50 @@ async def test_a_whole_request_answered_with_an_event_stream_is_read_as_one(serv
     (response,) = items
     assert response.message.text == "\"This is a test.\"" and response.message.finish_reason == "stop"
     assert response.usage.reported and response.request_id
+
+
+# ----------------------------------------------------------------------------- more shapes, both calls
+MORE_BODIES = {
+    "truncated-json": ("application/json", b'{"id": "chatcmpl-1", "choices": [{"mess', {}),
+    "json-list": ("application/json", b"[1, 2]", {}),
+    "plain-text": ("text/plain", b"upstream connect error or disconnect/reset before headers", {}),
+    "wrong-type-html": ("application/json", b"<html><body>oops</body></html>", {}),
+    "bad-gzip": ("application/json", b"\x1f\x8b\x08\x00garbage", {"Content-Encoding": "gzip"}),
+}
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["request", "stream"])
+@pytest.mark.parametrize("name", MORE_BODIES)
+async def test_every_other_bad_body_is_a_typed_error_without_the_key(name: str, stream: bool) -> None:
+    """Shapes the wire corpus and the replay server's faults do not send: each is a `ModelError`
+    (never an AttributeError or a bare decoder error), and the key never shows."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    content_type, body, headers = MORE_BODIES[name]
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            for key, value in headers.items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    try:
+        err = await failure(model_at(f"http://127.0.0.1:{srv.server_address[1]}/v1"), stream)
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    assert isinstance(err, exceptions.ModelError), repr(err)
+    assert KEY not in str(err)
+    if name != "bad-gzip":
+        assert isinstance(err, exceptions.ResponseBodyError) and err.status_code == 200, repr(err)

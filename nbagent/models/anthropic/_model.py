@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import threading
 import weakref
@@ -24,7 +25,7 @@ from typing import Any
 
 from anthropic import AsyncAnthropic
 
-from ...exceptions import ModelError, ModelResponseError, UserError
+from ...exceptions import ModelError, ModelResponseError, ResponseBodyError, UserError
 from .._clients import client_for_loop, close_for_loop
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
@@ -203,6 +204,7 @@ class AnthropicModel(Travelling, Model):
 
         async def whole() -> tuple[Any, str | None]:
             raw = await client.messages.with_raw_response.create(**params)
+            await _check_whole_body(self, raw)
             return await raw.parse(), raw.headers.get("request-id")
 
         return await within(deadline, whole, self.map_error)
@@ -273,3 +275,30 @@ def _unfinished(parts: list[ModelResponse], continuations: int) -> ModelResponse
     too_many_pauses(response, continuations)
     return response
 
+
+async def _check_whole_body(model: AnthropicModel, raw: Any) -> None:
+    """Refuse a 200 whose body is no Messages API answer (a proxy's HTML page, an event stream,
+    an empty body, cut-off JSON, a body that does not decode) with a `ResponseBodyError` naming
+    the status, content type and first bytes, before the SDK makes a string or a list of it."""
+    from .._bodies import body_error
+
+    response = raw.http_response
+    content_type = response.headers.get("content-type", "")
+    try:
+        data = await raw.read()
+    except Exception as exc:  # the body's Content-Encoding does not decode (a bad gzip)
+        if type(exc).__name__ != "DecodingError":
+            raise
+        encoding = response.headers.get("content-encoding", "")
+        raise ResponseBodyError(
+            f"the answer's body does not decode as its Content-Encoding {encoding!r} says "
+            f"(content-type {content_type!r}): {type(exc).__name__}: {exc}",
+            status_code=response.status_code, content_type=content_type, provider=model.provider,
+        ) from None
+    try:
+        found = json.loads(data)
+    except ValueError:
+        found = None
+    if not (isinstance(found, dict) and found.get("type") == "message" and isinstance(found.get("content"), list)):
+        raise body_error(model, response.status_code, content_type, data, streaming=False,
+                         expected="a Messages API answer")

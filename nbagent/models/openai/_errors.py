@@ -7,7 +7,7 @@ same way again, `_permanent_http_error`), `parse_retry_after`, and the key's hyg
 holds it, `scrub` takes it out of any text or body, `_safe_url` takes credentials out of URLs.
 Every error is built without its SDK cause (whose request carries the ``Authorization`` header).
 Also `body_error`: a 2xx answer whose body is not a chat completion (an HTML page, empty, not
-UTF-8), named by its status, content type and first bytes (`body_excerpt`).
+UTF-8), named by its status, content type and first bytes (`nbagent.models._bodies`).
 
 May import: ``openai`` (its exception classes), nbagent's exceptions, and `_stream`'s field
 readers. Not `_wire` or `_model`: the model is passed in as an `ErrorSource`.
@@ -15,7 +15,6 @@ readers. Not `_wire` or `_model`: the model is passed in as an `ErrorSource`.
 
 from __future__ import annotations
 
-import json
 import sys
 from typing import Any
 
@@ -31,7 +30,8 @@ from ...exceptions import (
     StreamInterruptedError,
     error_for_status,
 )
-from .._keys import ErrorSource, _safe_url, _Secret, parse_retry_after, scrub
+from .. import _bodies
+from .._keys import ErrorSource, _safe_url, parse_retry_after, scrub
 from ._stream import _extras, _get
 
 
@@ -246,64 +246,11 @@ def map_error(model: ErrorSource, exc: BaseException, *, streaming: bool = False
 
 
 # ------------------------------------------------------------------------------- bodies that are no answer
-EXCERPT_CHARS = 200
-"""At most this many characters of a bad body are shown (in the message and as ``body``)."""
-
-_ESCAPES = {i: repr(chr(i))[1:-1] for i in (*range(32), 127)}  # newlines, tabs, NUL... as \n, \t, \x00
-
-
-def body_excerpt(data: bytes, secret: _Secret, limit: int = EXCERPT_CHARS) -> str:
-    """The first bytes of a body as one printable line: bytes that are not UTF-8 as ``\\xNN``,
-    control characters escaped, the API key scrubbed (before cutting, so no part of it shows), at
-    most `limit` characters and then ``…``."""
-    head = data[: 4 * limit + len(secret.get())]  # `limit` characters come from <= 4 * limit bytes
-    text = scrub(secret, head.decode("utf-8", "backslashreplace")).translate(_ESCAPES)
-    if len(text) > limit or len(head) < len(data):
-        text = text[:limit] + "…"
-    return text
-
-
-def _sort_body(content_type: str, data: bytes) -> tuple[str, bool]:
-    """What a body that is not a chat completion is, and whether asking again can help."""
-    if not data.strip():
-        return "an empty body", True
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return "bytes that are not UTF-8", False  # the server's encoding: the same bytes again
-    start = text.lstrip()[:1]
-    if "html" in content_type.lower() or start == "<":
-        return "an HTML page (most likely a proxy's or gateway's error page)", True
-    if start in ("{", "[") or "json" in content_type.lower():
-        try:
-            json.loads(text)
-        except ValueError:
-            return "JSON that cannot be parsed (cut off?)", True
-        return "JSON that is not a chat completion object", False
-    return "text that is not JSON", True
-
-
 def body_error(
     model: ErrorSource, status: int, content_type: str, data: bytes | None, *, streaming: bool
 ) -> ResponseBodyError:
-    """The error for a success answer whose body is not a chat completion. `data` is the body, or
-    None for an event stream that ended without any event (its bytes were read by the SDK)."""
-    if data is None:
-        reason, retryable, excerpt, size = "an empty event stream (no data events)", True, "", ""
-    else:
-        reason, retryable = _sort_body(content_type, data)
-        excerpt = body_excerpt(data, model._api_key)
-        size = f", {len(data)} bytes"
-    what = "the answer to a streamed request" if streaming else "the answer"
-    label = f"content-type {content_type!r}" if content_type else "no content-type"
-    return ResponseBodyError(
-        f"{what} is {reason}, not a chat completion ({label}{size}){': ' + excerpt if excerpt else ''}",
-        status_code=status,
-        body=excerpt,
-        content_type=content_type,
-        provider=model.provider,
-        retryable=retryable,
-    )
+    """The error for a success answer whose body is not a chat completion (`_bodies.body_error`)."""
+    return _bodies.body_error(model, status, content_type, data, streaming=streaming, expected="a chat completion")
 
 
 def _is_transport_error(exc: BaseException) -> bool:

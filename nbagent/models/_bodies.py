@@ -1,0 +1,78 @@
+"""Success answers whose body is no answer: an HTML page, an empty body, text, cut-off JSON, an
+event stream where a whole answer was asked for, bytes that are not UTF-8.
+
+Owns `body_error` (the `ResponseBodyError` naming the status, the content type, what the body
+is and its first bytes) and `body_excerpt` (those bytes as one printable line, the API key
+scrubbed), for every provider. Imports nbagent's exceptions and `_keys`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from ..exceptions import ResponseBodyError
+from ._keys import ErrorSource, _Secret, scrub
+
+__all__ = ["EXCERPT_CHARS", "body_error", "body_excerpt"]
+
+EXCERPT_CHARS = 200
+"""At most this many characters of a bad body are shown (in the message and as ``body``)."""
+
+_ESCAPES = {i: repr(chr(i))[1:-1] for i in (*range(32), 127)}  # newlines, tabs, NUL... as \n, \t, \x00
+
+
+def body_excerpt(data: bytes, secret: _Secret, limit: int = EXCERPT_CHARS) -> str:
+    """The first bytes of a body as one printable line: bytes that are not UTF-8 as ``\\xNN``,
+    control characters escaped, the API key scrubbed (before cutting, so no part of it shows), at
+    most `limit` characters and then ``…``."""
+    head = data[: 4 * limit + len(secret.get())]  # `limit` characters come from <= 4 * limit bytes
+    text = scrub(secret, head.decode("utf-8", "backslashreplace")).translate(_ESCAPES)
+    if len(text) > limit or len(head) < len(data):
+        text = text[:limit] + "…"
+    return text
+
+
+def _sort_body(content_type: str, data: bytes, expected: str, streaming: bool) -> tuple[str, bool]:
+    """What a body that is not the answer is, and whether asking again can help."""
+    if not data.strip():
+        return "an empty body", True
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return "bytes that are not UTF-8", False  # the server's encoding: the same bytes again
+    start = text.lstrip()[:1]
+    if "html" in content_type.lower() or start == "<":
+        return "an HTML page (most likely a proxy's or gateway's error page)", True
+    if not streaming and ("event-stream" in content_type.lower() or text.lstrip().startswith(("event:", "data:"))):
+        return "an event stream (to a request that asked for the whole answer)", True
+    if start in ("{", "[") or "json" in content_type.lower():
+        try:
+            json.loads(text)
+        except ValueError:
+            return "JSON that cannot be parsed (cut off?)", True
+        return f"JSON that is not {expected} object", False
+    return "text that is not JSON", True
+
+
+def body_error(
+    model: ErrorSource, status: int, content_type: str, data: bytes | None, *, streaming: bool, expected: str
+) -> ResponseBodyError:
+    """The error for a success answer whose body is not `expected` (e.g. ``"a chat completion"``).
+    `data` is the body, or None for an event stream that ended without any event (its bytes were
+    read by the SDK)."""
+    if data is None:
+        reason, retryable, excerpt, size = "an empty event stream (no data events)", True, "", ""
+    else:
+        reason, retryable = _sort_body(content_type, data, expected, streaming)
+        excerpt = body_excerpt(data, model._api_key)
+        size = f", {len(data)} bytes"
+    what = "the answer to a streamed request" if streaming else "the answer"
+    label = f"content-type {content_type!r}" if content_type else "no content-type"
+    return ResponseBodyError(
+        f"{what} is {reason}, not {expected} ({label}{size}){': ' + excerpt if excerpt else ''}",
+        status_code=status,
+        body=excerpt,
+        content_type=content_type,
+        provider=model.provider,
+        retryable=retryable,
+    )
