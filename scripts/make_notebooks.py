@@ -33,8 +33,9 @@ SETUP = '''import nbagent
 from nbagent import Agent, tool
 from nbagent.models import auto
 
-# OpenAI when OPENAI_API_KEY is set (OPENAI_MODEL, OPENAI_BASE_URL),
-# otherwise the bundled local model (offline, no key).
+# Claude when ANTHROPIC_API_KEY is set (ANTHROPIC_MODEL), else OpenAI or a
+# compatible server when OPENAI_API_KEY is set (OPENAI_MODEL, OPENAI_BASE_URL),
+# else the bundled local model (offline, no key).
 model = auto()
 print(model)'''
 

@@ -150,3 +150,16 @@ def test_expected_output_lines_are_read_and_matched() -> None:
         check_output("example", code, "1\nsomething else\n")
     with pytest.raises(AssertionError, match="prints but the page shows no output"):
         check_output("example", "print(2)\n", "2\n")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_output_lines_sit_inside_code_blocks(path: Path) -> None:
+    """A ``#>`` line (an example's printed output) outside a fenced block is pasted text that
+    reads as part of a sentence (the README's "Streaming events" had three)."""
+    inside, stray = False, []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.lstrip().startswith("```"):
+            inside = not inside
+        elif not inside and line.lstrip().startswith("#>"):
+            stray.append(number)
+    assert stray == [], f"{path.name}: #> lines outside a code block at lines {stray}"
