@@ -170,9 +170,11 @@ def test_paused_rows_are_reported_and_not_rerun():
     agent = Agent(FunctionModel(fn), tools=[delete], store=MemoryStore())
     df = batch(agent, ["go"], progress=False)
     assert df["status"].tolist() == ["paused"]
-    assert "waiting for a decision: delete(" in df["error"][0]
+    assert df["error"][0].startswith("waiting for a decision: delete(name='x'); use agent.resume(thread=")
+    assert "call_" not in df["error"][0]  # the tool and its arguments, not an internal id
     again = batch(agent, ["go"], progress=False)
     assert again["status"].tolist() == ["paused"] and again["skipped"].all()
+    assert again["error"][0] == df["error"][0]
     pending = asyncio.run(agent.store.load(df["thread"][0])).meta.pending
     agent.resume_sync(thread=df["thread"][0], approve=[pending[0].id])
     done = batch(agent, ["go"], progress=False)

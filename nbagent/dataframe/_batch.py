@@ -15,13 +15,14 @@ import json
 import math
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from ..agent import Agent
+from ..approvals import PendingCall
 from ..exceptions import UserError
 from ..store.meta import ThreadMeta
 from ..usage import ModelCallUsage, Usage
@@ -145,9 +146,7 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
             return _skipped(row, before, meta, status="completed", output=output)
         open_calls = previous.open_calls() if previous is not None else []
         if open_calls and meta.status == "paused":
-            waiting = ", ".join(f"{p.name}({p.id})" for p in meta.pending)
-            return _skipped(row, before, meta, status="paused",
-                            error=f"waiting for a decision: {waiting}; use agent.resume(thread={thread!r}, ...)")
+            return _skipped(row, before, meta, status="paused", error=_waiting(meta.pending, thread))
         # A thread left failed / stopped / cancelled by an earlier batch continues; a new one starts.
         if open_calls:  # an interrupted run (a crash, a killed kernel): its open calls come first
             result = await agent.resume(thread=thread)
@@ -171,9 +170,19 @@ async def _one(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
         run_id=result.run_id,
     )
     if result.status == "paused":
-        waiting = ", ".join(f"{p.name}({p.id})" for p in result.pending)
-        row["error"] = f"waiting for a decision: {waiting}; use agent.resume(thread={thread!r}, ...)"
+        row["error"] = _waiting(result.pending, thread)
     return row
+
+
+def _waiting(pending: Sequence[PendingCall], thread: str) -> str:
+    """A paused row's note: each waiting call as the tool and its arguments (what a person
+    decides on; ids are in ``agent.pending(thread)``), then how to go on."""
+    calls = []
+    for p in pending:
+        args = p.args if isinstance(p.args, dict) else {}
+        shown = ", ".join(f"{k}={v!r}" for k, v in args.items())
+        calls.append(f"{p.name}({shown[:77] + '...' if len(shown) > 80 else shown})")
+    return f"waiting for a decision: {', '.join(calls)}; use agent.resume(thread={thread!r}, ...)"
 
 
 def _inputs(
