@@ -592,3 +592,11 @@ def test_store_rows_keep_the_cost_they_were_made_with():
     asyncio.run(store.append("t", version=0, step=1, usage=[row]))
     df = usage_frame(store)
     assert df[["cost_input", "cost_output", "cost_total"]].iloc[0].tolist() == [1.0, 2.0, 3.0]
+
+
+def test_times_are_milliseconds_so_a_cell_reads_them() -> None:
+    """A float's last digits are no measurement: ``06:15:56.824``, never ``…56.823590400``."""
+    from nbagent.dataframe._columns import times
+
+    shown = pd.Series(times([1764742556.8235904, float("nan")])).to_string()
+    assert "2025-12-03 06:15:56.824+00:00" in shown and "823590400" not in shown and "NaT" in shown
