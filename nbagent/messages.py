@@ -456,7 +456,7 @@ class ToolResultMessage:
         if self.edited_args is None:
             return self.content
         note = json.dumps(self.edited_args, ensure_ascii=False, default=str)
-        return f"[the user edited the arguments before approving: {note}]\n{self.content}"
+        return f"[The user changed the arguments before approving; the tool ran with: {note}]\n{self.content}"
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {

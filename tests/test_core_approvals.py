@@ -134,7 +134,7 @@ async def test_edit_runs_the_tool_with_validated_new_arguments() -> None:
     assert edited.content == "refunded 5 on 42"
     assert (edited.edited_args, edited.decision) == ({"order_id": "42", "amount": 5}, "edited")
     # the model is still told what really ran, before the result
-    note = '[the user edited the arguments before approving: {"order_id": "42", "amount": 5}]\n'
+    note = '[The user changed the arguments before approving; the tool ran with: {"order_id": "42", "amount": 5}]\n'
     assert edited.model_text() == note + "refunded 5 on 42"
     from nbagent.models.anthropic._wire import wire_messages
     from nbagent.models.openai._wire import WireCache

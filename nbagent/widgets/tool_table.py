@@ -156,49 +156,10 @@ class ToolRow(widgets.VBox):
         self.status = "needs answer" if pending.reason == "client" else "needs approval"
         self._render()
         self.buttons = {}
-        children: list[widgets.Widget]
         if pending.reason == "client":
-            question = widgets.HTML(question_html(pending.name, pending.args, pending.description),
-                                    layout=widgets.Layout(margin="0 0 4px 0"))
-            box = widgets.Text(placeholder=f"your answer for {pending.name}", continuous_update=True,
-                               description="Your answer", style={"description_width": "initial"},
-                               layout=widgets.Layout(width="60%"))
-            box.add_class("nbagent-answer-box")
-            submit = themed_button("Submit", "primary", f"send this answer as the result of {pending.name}")
-            submit.on_click(lambda _: self._schedule(self._submit_answer, box))
-            on_enter(box, self._schedule, self._submit_answer, box)
-            if not unavailable:
-                self.buttons["Submit"] = submit
-            self.answer_box = box
-            children = [question] if unavailable else [question, widgets.HBox([box, submit])]
+            children = self._answer_controls(pending, unavailable)
         else:
-            approve = themed_button("Approve", "success", "run this call with the arguments shown")
-            deny = themed_button("Deny", "danger", "answer the model that you denied it")
-            edit = themed_button("Edit", "", "change the arguments, then approve")
-            always = themed_button(f"Always allow {pending.name}", "",
-                             f"approve this and every later {pending.name} call of this thread")
-            reason = widgets.Text(placeholder="reason for the model (optional)", continuous_update=True,
-                                  layout=widgets.Layout(width="60%"))
-            confirm = themed_button("Confirm deny", "danger")
-            deny_box = widgets.HBox([reason, confirm], layout=widgets.Layout(display=_HIDDEN))
-            area = widgets.Textarea(value=pretty_args(pending.args), continuous_update=True,
-                                    layout=widgets.Layout(width="90%", height="8em"))
-            save = themed_button("Approve edited", "success", "validate these arguments and approve")
-            error = widgets.HTML()
-            edit_box = widgets.VBox([area, error, save], layout=widgets.Layout(display=_HIDDEN))
-            approve.on_click(lambda _: self._schedule(self._decide_now, "approve", None))
-            always.on_click(lambda _: self._schedule(self._decide_now, "always", None))
-            deny.on_click(lambda _: self._schedule(self._toggle, deny_box, edit_box))
-            edit.on_click(lambda _: self._schedule(self._toggle, edit_box, deny_box))
-            confirm.on_click(lambda _: self._schedule(self._confirm_deny, reason))
-            on_enter(reason, self._schedule, self._confirm_deny, reason)
-            save.on_click(lambda _: self._schedule(self._save_edit, area, error))
-            self.buttons = {"Deny": deny, "Confirm deny": confirm}
-            if not unavailable:
-                self.buttons.update({"Approve": approve, "Edit": edit, "Always allow": always, "Approve edited": save})
-            self.deny_reason, self.edit_area, self.edit_error = reason, area, error
-            bar = [deny] if unavailable else [approve, deny, edit, always]
-            children = [widgets.HBox(bar), deny_box] + ([] if unavailable else [edit_box])
+            children = self._approval_controls(pending, unavailable)
         if unavailable:
             children.insert(0, widgets.HTML(
                 f'<div class="nbagent-unavailable" style="border-left:3px solid var(--jp-warn-color1,#ff9800);'
@@ -211,9 +172,81 @@ class ToolRow(widgets.VBox):
         self.actions.children = tuple(children)
         self.actions.layout.display = "flex"
 
+    def _answer_controls(self, pending: PendingCall, unavailable: str | None) -> list[widgets.Widget]:
+        """A client tool's question and its answer box."""
+        question = widgets.HTML(question_html(pending.name, pending.args, pending.description),
+                                layout=widgets.Layout(margin="0 0 4px 0"))
+        box = widgets.Text(placeholder=f"your answer for {pending.name}", continuous_update=True,
+                           description="Your answer", style={"description_width": "initial"},
+                           layout=widgets.Layout(width="60%"))
+        box.add_class("nbagent-answer-box")
+        submit = themed_button("Submit", "primary", f"send this answer as the result of {pending.name}")
+        submit.on_click(lambda _: self._schedule(self._submit_answer, box))
+        on_enter(box, self._schedule, self._submit_answer, box)
+        if not unavailable:
+            self.buttons["Submit"] = submit
+        self.answer_box = box
+        return [question] if unavailable else [question, widgets.HBox([box, submit])]
+
+    def _approval_controls(self, pending: PendingCall, unavailable: str | None) -> list[widgets.Widget]:
+        """Approve / Deny / Edit / Always allow, the Deny reason box and the argument editor."""
+        approve = themed_button("Approve", "success", "run this call with the arguments shown")
+        deny = themed_button("Deny", "danger", "answer the model that you denied it")
+        edit = themed_button("Edit", "", "change the arguments, then approve")
+        always = themed_button(f"Always allow {pending.name}", "",
+                         f"approve this and every later {pending.name} call of this thread")
+        reason = widgets.Text(placeholder="reason for the model (optional)", continuous_update=True,
+                              layout=widgets.Layout(width="60%"))
+        confirm = themed_button("Confirm deny", "danger")
+        deny_box = widgets.HBox([reason, confirm], layout=widgets.Layout(display=_HIDDEN))
+        area = widgets.Textarea(value=pretty_args(pending.args), continuous_update=True,
+                                layout=widgets.Layout(width="90%", height="8em"))
+        save = themed_button("Approve edited", "success", "validate these arguments and approve")
+        error = widgets.HTML()
+        edit_box = widgets.VBox([area, error, save], layout=widgets.Layout(display=_HIDDEN))
+        # (refused here too while an edit is pending: a click may arrive before the browser
+        # shows the button disabled)
+        approve.on_click(lambda _: None if self._edit_pending else self._schedule(self._decide_now, "approve", None))
+        always.on_click(lambda _: None if self._edit_pending else self._schedule(self._decide_now, "always", None))
+        deny.on_click(lambda _: self._schedule(self._toggle, deny_box, edit_box))
+        edit.on_click(lambda _: self._schedule(self._toggle, edit_box, deny_box))
+        # An open editor whose text differs from the arguments shown: the plain Approve (and
+        # Always allow) would run the call as shown, silently dropping the edit. They wait
+        # until the edit is approved ("Approve edited") or the editor is closed.
+        self._edit_guard = (area, edit_box, (approve, always), pretty_args(pending.args))
+        self._tooltips: dict[str, str] = {}
+        self._edit_pending = False
+        area.observe(lambda _: self._guard_edit(), "value")
+        confirm.on_click(lambda _: self._schedule(self._confirm_deny, reason))
+        on_enter(reason, self._schedule, self._confirm_deny, reason)
+        save.on_click(lambda _: self._schedule(self._save_edit, area, error))
+        self.buttons = {"Deny": deny, "Confirm deny": confirm}
+        if not unavailable:
+            self.buttons.update({"Approve": approve, "Edit": edit, "Always allow": always, "Approve edited": save})
+        self.deny_reason, self.edit_area, self.edit_error = reason, area, error
+        bar = [deny] if unavailable else [approve, deny, edit, always]
+        return [widgets.HBox(bar), deny_box] + ([] if unavailable else [edit_box])
+
     def _toggle(self, show: widgets.Widget, hide: widgets.Widget) -> None:
         hide.layout.display = _HIDDEN
         show.layout.display = _HIDDEN if show.layout.display == "flex" else "flex"
+        self._guard_edit()
+
+    def _guard_edit(self) -> None:
+        """Approve / Always allow are disabled while an open editor holds changed arguments."""
+        guard = getattr(self, "_edit_guard", None)
+        if guard is None or self.decided:
+            return
+        area, box, buttons, shown = guard
+        pending = box.layout.display == "flex" and area.value.strip() != shown.strip()
+        self._edit_pending = pending
+        for button in buttons:
+            if pending and not button.disabled:
+                self._tooltips[button.description] = button.tooltip
+                button.tooltip = "an edit is open: use Approve edited, or close Edit to approve the call as shown"
+            elif not pending and button.disabled:
+                button.tooltip = self._tooltips.get(button.description, button.tooltip)
+            button.disabled = pending
 
     def _decide_now(self, action: str, payload: Any) -> None:
         if self.decided or self.pending is None:

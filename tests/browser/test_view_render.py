@@ -239,6 +239,13 @@ def test_the_cell_looks_right(jupyter_app: JupyterServer, make_notebook: Any, pa
     area = page.page.locator(".nbagent-chat textarea")
     area.first.wait_for(state="visible")
     area.first.fill('{"order": 42, "amount": 5.0}')
+    # with the changed editor open, the plain Approve cannot drop the edit: it is disabled
+    approve_js = """() => { const row = Array.from(document.querySelectorAll('.nbagent-chat .nbagent-tool-row'))
+        .find(r => r.querySelector('code').innerText === 'refund');
+      const b = Array.from(row.querySelectorAll('button')).find(b => b.innerText.trim() === 'Approve');
+      return b ? [b.disabled, b.title] : null; }"""
+    page.wait_for(lambda: (page.eval(approve_js) or [False])[0], "Approve disabled while an edit is open")
+    assert "Approve edited" in page.eval(approve_js)[1]
     page.click("Approve edited")
     page.wait_text("refunded 5.0 EUR on order 42", timeout=TIMEOUT)
     refund = _row(page, "refund")

@@ -399,6 +399,32 @@ async def test_edit_validates_inline_then_approves_edited_args() -> None:
     assert result.status == "completed" and "refunded 1.25 on order 42" in result.output
 
 
+async def test_an_open_changed_edit_keeps_the_plain_approve_from_dropping_it() -> None:
+    """Edit, change the arguments, then reach for the green Approve: it is disabled (and says
+    why) while the changed editor is open, so the call never runs with the arguments the edit
+    replaced; closing the editor gives Approve back for the call as shown."""
+    view = make_agent().chat(thread="t-edit-guard")
+    await ask(view, "refund")
+    [row] = waiting_rows(view)
+    approve, always = row.buttons["Approve"], row.buttons["Always allow"]
+    await click(row.buttons["Edit"])
+    assert not approve.disabled  # open, unchanged
+    row.edit_area.value = '{"order": 42, "amount": 1.25}'
+    assert approve.disabled and always.disabled and "Approve edited" in approve.tooltip
+    await click(approve)
+    assert not row.decided and refund_calls == []
+    await click(row.buttons["Edit"])  # closed: Approve is for the call as shown again
+    assert not approve.disabled and approve.tooltip == "run this call with the arguments shown"
+    await click(row.buttons["Edit"])
+    assert approve.disabled  # the change is still in the editor
+    await click(row.buttons["Approve edited"])
+    result = await view.wait()
+    assert refund_calls == [(42, 1.25)] and result.status == "completed"
+    edited = [m for m in result.messages if m.kind == "tool-result"][0]
+    assert edited.model_text().startswith(  # type: ignore[union-attr]
+        '[The user changed the arguments before approving; the tool ran with: {"order": 42, "amount": 1.25}]')
+
+
 async def test_always_allow_approves_this_and_later_calls_of_the_tool() -> None:
     view = make_agent().chat(thread="t-always")
     await ask(view, "two refunds")
