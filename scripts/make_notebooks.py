@@ -135,12 +135,19 @@ view"""),
         ("code", """handle = view.ask("Use the book_table tool for Paris.")
 result = await handle
 print(result.status, [(p.name, p.args) for p in result.pending])"""),
-        ("md", "## The same in code\nClick **Approve** above, or decide in code. Decisions are per call and bound to the arguments that were shown."),
-        ("code", """if result.status == "paused":
+        ("md", """**Your turn:** the `book_table` row above waits with **Approve / Deny / Edit**. Click **Approve**:
+the table is booked, once, and the model answers. (Run All leaves it waiting for you; the cells below
+use conversations of their own.)"""),
+        ("md", """## The same in code
+Decisions in code are the same decisions: per call, and bound to the arguments that were shown. Here on
+a conversation of its own, so the call in the view keeps waiting for your click."""),
+        ("code", """result = await agent.run("Use the book_table tool for Paris.", thread="dinner-in-code")
+print(result.status, [(p.name, p.args) for p in result.pending])
+if result.status == "paused":
     result = await agent.resume(result, approve=[p for p in result.pending if p.name == "book_table"])
 print(result.status, "|", result.output)"""),
         ("md", "## Deny, with a reason\nA second request in the same conversation. A denied call never runs: the model gets your reason as the tool's (error) result."),
-        ("code", """result = await agent.run("Use the book_table tool for Rome.", thread="dinner-plans")
+        ("code", """result = await agent.run("Use the book_table tool for Rome.", thread="dinner-in-code")
 print(result.status, [(p.name, p.args) for p in result.pending])
 result = await agent.resume(result, deny={p.id: "Rome is fully booked tonight" for p in result.pending})
 print(result.status, "|", result.output)"""),
@@ -441,8 +448,15 @@ written: check them (a small model may change a title or a text; **Edit** fixes 
 paused = await handle
 print(paused.status, [(p.name, p.args) for p in paused.pending])
 assert paused.status == "paused" and [p.name for p in paused.pending] == ["add_note"], paused.error'''),
-    ("md", "Approve it (the same as clicking **Approve**): the call runs on the server, once."),
-    ("code", '''done = await agent.resume(paused, approve=paused.pending)
+    ("md", """**Your turn:** the `add_note` row above waits. Click **Approve**: the call runs on the server,
+once. (Run All leaves it waiting for you.)
+
+## The same in code
+A decision in code is the same decision. Here on a conversation of its own, so the call in the view
+keeps waiting for your click."""),
+    ("code", '''paused = await agent.run('Call add_note with title "milk" and text "buy 2 litres".', thread="notes-in-code")
+print(paused.status, [(p.name, p.args) for p in paused.pending])
+done = await agent.resume(paused, approve=paused.pending)
 saved = [m.content for m in done.messages if m.kind == "tool-result"]
 print(saved)
 assert saved[-1].startswith("saved note")

@@ -185,18 +185,22 @@ def check_quickstart(ran: Ran) -> None:
 
 
 def check_approve_tools(ran: Ran) -> None:
-    # The view's request pauses on book_table(Paris); approved in code, the table is booked.
+    # The view's request pauses on book_table(Paris), and Run All leaves it waiting for a click:
+    # nothing decides it in code (the code path below has a conversation of its own).
     assert "paused [('book_table', {'city': 'Paris'})]" in ran.after('view.ask("Use the book_table'), ran.nb
-    assert _has(ran.after("approve=[p for p in result.pending"), "completed", "Table booked in Paris")
-    # A second request in the same thread calls the tool again; denied, it never runs.
+    assert [(c.name, c.args, c.status) for c in ran.calls("dinner-plans")] == [
+        ("book_table", {"city": "Paris"}, None)]
+    # In code: approved, the table is booked; a second request denied never runs.
+    approved = ran.after('approve=[p for p in result.pending')
+    assert "paused [('book_table', {'city': 'Paris'})]" in approved and _has(approved, "completed", "Table booked in Paris")
     denied = ran.after("fully booked")
     assert "paused [('book_table', {'city': 'Rome'})]" in denied, denied
     assert "completed |" in denied, denied
-    calls = ran.calls("dinner-plans")
+    calls = ran.calls("dinner-in-code")
     assert [(c.name, c.args, c.status) for c in calls] == [
         ("book_table", {"city": "Paris"}, "done"), ("book_table", {"city": "Rome"}, "denied")]
     assert "fully booked" in (calls[1].result or "")
-    assert _has(ran.answers("dinner-plans")[-1], "fully booked"), ran.answers("dinner-plans")
+    assert _has(ran.answers("dinner-in-code")[-1], "fully booked"), ran.answers("dinner-in-code")
     # The client tool: the run pauses on ask_user, the person's answer reaches the model.
     asked = ran.after('"Use the ask_user tool')
     assert "paused [('ask_user', 'client'" in asked, asked
@@ -278,12 +282,15 @@ def check_mcp_tools(ran: Ran) -> None:
     assert re.search(r"list_notes\s+needs approval: False", listing), listing
     assert re.search(r"add_note\s+needs approval: True", listing), listing
     assert "NOTES_DB" in listing and "/tmp" not in listing.split("env=", 1)[1], listing  # names, never values
-    # The view's request waits for approval of add_note; approved, the server saves the note once.
+    # The view's request waits for approval of add_note, and Run All leaves it waiting.
     asked = ran.after("view.ask('Call add_note")
     assert asked.startswith("paused [('add_note', {'title': "), asked
     calls = ran.calls("notes")  # the model may look at the notes first (read-only: no pause)
     assert {c.name for c in calls} <= {"add_note", "list_notes", "read_note"}, calls
-    [call] = [c for c in calls if c.name == "add_note"]
+    assert [c.status for c in calls if c.name == "add_note"] == [None]  # waiting for a click
+    # In code, on a conversation of its own: approved, the server saves the note once.
+    coded = ran.calls("notes-in-code")
+    [call] = [c for c in coded if c.name == "add_note"]
     assert call.status == "done" and (call.result or "").startswith("saved note")
     title = call.args["title"]
     assert f"saved note '{title}'" in ran.after("approve=paused.pending")

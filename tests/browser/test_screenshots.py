@@ -37,6 +37,9 @@ WIDTH = 1100
 DARK = "JupyterLab Dark"
 LIGHT = "JupyterLab Light"
 
+WAITING_FOR_A_CLICK = {"02_approve_tools": "book_table", "06_mcp_tools": "add_note"}
+"""The notebooks whose view asks for approval: after Run All its row still waits, buttons live."""
+
 pytestmark = [
     pytest.mark.local_llm,
     pytest.mark.skipif(os.environ.get("NBAGENT_SKIP_SCREENSHOTS") == "1", reason="NBAGENT_SKIP_SCREENSHOTS=1"),
@@ -168,6 +171,13 @@ def test_notebook_after_run_all(stem: str, user_folder: JupyterServer,
     _run_all(page)
     took = time.monotonic() - t0
     assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
+    if stem in WAITING_FOR_A_CLICK:  # Run All leaves the view's call waiting for the person
+        page.wait_text("needs approval", timeout=60.0)
+        for label in ("Approve", "Deny", "Edit"):
+            button = page.output_buttons(label).first
+            button.wait_for(state="visible", timeout=60_000)
+            assert button.is_enabled(), label
+        assert WAITING_FOR_A_CLICK[stem] in page.output_text()
     _set_theme(page, LIGHT)
     number = stem[:2]
     _photograph(page, DOCS_IMG / f"notebook_{number}.png")
