@@ -221,7 +221,7 @@ plot_tokens(usage);"""),
         ("code", """questions = pd.DataFrame({"question": [f"Use the get_weather tool for {c}." for c in ["Cairo", "Kyiv", "Lisbon"]]})
 answers = agent.map(questions["question"], concurrency=2)
 answers[["input", "status", "output", "output_tokens", "cost", "duration_s"]]"""),
-        ("md", "## Budgets\nA run stops gracefully (status `stopped`, with the reason) before a model call that would go over budget."),
+        ("md", "## Budgets\nThe budget is checked before each model call, against the tokens the run has used so far: once they reach it, the run stops gracefully (status `stopped`, with the reason) instead of making the next call. The first call always goes out (its size is known only from its answer), so a run can end above its budget by one call: below, 50 tokens are allowed, the first call takes a few hundred, and the second call is not made."),
         ("code", """thrifty = Agent(model, tools=[get_weather], token_budget=50, settings={"max_tokens": 60})
 result = await thrifty.run("Use the get_weather tool for Paris.")
 print(result.status, result.stop_reason, result.usage.total_tokens)"""),
