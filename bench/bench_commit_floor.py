@@ -32,6 +32,7 @@ from typing import Any
 from nbagent import Agent, Tool, ToolCall
 from nbagent.models import FunctionModel
 from nbagent.store import MemoryStore, SQLiteStore
+from nbagent.store.meta import meta_record
 
 STEPS = 50
 RUNS = 20 if "--quick" in sys.argv else int(os.environ.get("BENCH_RUNS", "150"))
@@ -72,7 +73,7 @@ class OneRowStore(MemoryStore):
         if ledger:
             record["ledger"] = [e.to_dict() for e in ledger]
         if meta is not None:
-            record["meta"] = meta
+            record["meta"] = meta_record(meta)  # a ThreadMeta (or a dict) as its JSON record
         self.conn.execute("INSERT INTO log VALUES (?, ?, ?)", (thread, version + 1, _encode(record)))
         return await super().append(thread, version=version, step=step, messages=messages, usage=usage,
                                     ledger=ledger, meta=meta)
