@@ -10,7 +10,25 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-__all__ = ["ModelCallUsage", "TokenCounts", "Usage"]
+__all__ = ["ModelCallUsage", "TokenCounts", "Usage", "usd"]
+
+
+def usd(value: float | None) -> str:
+    """A cost as people read it, the same everywhere nbagent shows one: ``$0``, ``$0.000200``
+    (three significant digits below a dollar), ``$1.24``, ``$1,234.50``; ``n/a`` when the price
+    is unknown (None or NaN)."""
+    if value is None or value != value:
+        return "n/a"
+    if value == 0:
+        return "$0"
+    size = abs(value)
+    if size >= 1:
+        return f"${value:,.2f}"
+    digits = 3
+    while size < 0.1 and digits < 12:  # one more decimal for each leading zero
+        size *= 10
+        digits += 1
+    return f"${value:.{digits}f}"
 
 
 @dataclass(slots=True)
@@ -129,7 +147,7 @@ class Usage:
         return [row.to_dict() for row in self.calls]
 
     def __repr__(self) -> str:
-        cost = "unknown" if self.cost_total is None else f"${self.cost_total:.6f}"
+        cost = "unknown" if self.cost_total is None else usd(self.cost_total)
         return (
             f"Usage(requests={self.requests}, input_tokens={self.input_tokens}, "
             f"cache_read_tokens={self.cache_read_tokens}, output_tokens={self.output_tokens}, "

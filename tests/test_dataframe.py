@@ -600,3 +600,32 @@ def test_times_are_milliseconds_so_a_cell_reads_them() -> None:
 
     shown = pd.Series(times([1764742556.8235904, float("nan")])).to_string()
     assert "2025-12-03 06:15:56.824+00:00" in shown and "823590400" not in shown and "NaT" in shown
+
+
+def test_costs_read_the_same_everywhere() -> None:
+    from nbagent.usage import usd
+
+    assert [usd(v) for v in (0, 0.0002, 0.000123456, 0.0123, 0.5, 1.2345, 1234.5, None, float("nan"))] == [
+        "$0", "$0.000200", "$0.000123", "$0.0123", "$0.500", "$1.23", "$1,234.50", "n/a", "n/a"]
+
+
+def test_plot_lines_of_several_threads_stay_apart_and_end_where_their_thread_ends() -> None:
+    """Two threads with the same counts are told apart by marker and dash (one line exactly under
+    another looked like a missing thread); a thread that ended is not drawn on, flat, to the last
+    step of the others; the cost axis reads as dollars."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from nbagent.dataframe import plot_cost, plot_tokens
+
+    rows = [ModelCallUsage("r", t, step, float(step), "p", "m", input_tokens=10, output_tokens=1, cost_total=0.0002)
+            for t, steps in (("rome", 3), ("oslo", 3), ("lima", 1)) for step in range(1, steps + 1)]
+    frame = nbagent.usage_frame(rows)
+    ax = plot_tokens(frame)
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert {lines["rome"].get_marker(), lines["oslo"].get_marker()} != {lines["rome"].get_marker()}
+    assert list(lines["lima"].get_xdata()[~np.isnan(lines["lima"].get_ydata().astype(float))]) == [1]
+    cost_ax = plot_cost(frame)
+    cost_ax.figure.canvas.draw()
+    assert any(label.get_text().startswith("$") for label in cost_ax.get_yticklabels())

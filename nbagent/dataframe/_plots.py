@@ -80,6 +80,11 @@ def plot_cost(
     else:
         series = usage.groupby(by, observed=True, sort=True)["cost_total"].sum(min_count=1)
     ax = series.fillna(0.0).plot.bar(ax=ax, **kwargs)
+    from matplotlib.ticker import FuncFormatter
+
+    from ..usage import usd
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda value, _: usd(value)))  # $0.000200, not 0.000200
     ax.set_ylabel("cost (USD)")
     ax.set_xlabel(by)
     ax.set_title(f"cost per {by}")
@@ -110,7 +115,12 @@ def plot_tokens(data: Any, *, thread: str | None = None, ax: Any = None, **kwarg
         frame = usage.assign(total=total, thread=usage["thread"].astype(object)).pivot_table(
             index="step", columns="thread", values="total", aggfunc="last"
         )
-        ax = frame.ffill().plot(ax=ax, legend=len(threads) <= 10, **kwargs)
+        # Each line ends at its thread's last step (a thread that ended is not drawn on, flat),
+        # and lines that coincide stay visible: each has its own marker and dash pattern.
+        frame = frame.apply(lambda col: col.ffill().where(col.index <= col.last_valid_index()))
+        styles = [m + d for d in ("-", "--", ":", "-.") for m in ("o", "s", "^", "D", "v")]
+        kwargs.setdefault("style", [styles[i % len(styles)] for i in range(len(frame.columns))])
+        ax = frame.plot(ax=ax, legend=len(threads) <= 10, **kwargs)
         ax.set_title("cumulative tokens per thread")
     ax.set_xlabel("step")
     ax.set_ylabel("tokens")

@@ -24,6 +24,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..messages import IMAGE_TYPES, call_results
+from ..usage import usd
 from .sanitize import escape, markdown_html
 from .sanitize import rich_html as clean_rich_html
 
@@ -406,8 +407,8 @@ def calls_text(n: int) -> str:
 
 
 def cost_text(usage: Usage) -> str:
-    """``cost $0.0012``, or ``cost n/a`` when a price is unknown."""
-    return "cost " + (f"${usage.cost_total:.4f}" if usage.cost_total is not None else "n/a")
+    """``cost $0.00120``, or ``cost n/a`` when a price is unknown (`nbagent.usage.usd`)."""
+    return "cost " + usd(usage.cost_total)
 
 
 def budget_texts(usage: Usage, token_budget: int | None, cost_budget: float | None) -> list[str]:
@@ -418,7 +419,7 @@ def budget_texts(usage: Usage, token_budget: int | None, cost_budget: float | No
         out.append(f"token budget {used:,} / {token_budget:,} ({100 * used / token_budget:.0f}%)")
     if cost_budget:
         spent = usage.cost_total or 0.0
-        out.append(f"cost budget ${spent:.4f} / ${cost_budget:.4f} ({100 * spent / cost_budget:.0f}%)")
+        out.append(f"cost budget {usd(spent)} / {usd(cost_budget)} ({100 * spent / cost_budget:.0f}%)")
     return out
 
 
@@ -528,7 +529,7 @@ def _usage_table(usage: Usage) -> str:
     head = "".join(f"<th {th}>{h}</th>" for h in names)
     body = []
     for row in usage.calls:
-        cost = f"${row.cost_total:.5f}" if row.cost_total is not None else "n/a"
+        cost = usd(row.cost_total)
         cells = (row.step, row.model, f"{row.input_tokens:,}", f"{row.cache_read_tokens:,}",
                  f"{row.output_tokens:,}", cost, _duration(row.latency_s))
         body.append(f'<tr style="{TR}">' + "".join(f"<td {td}>{escape(c)}</td>" for c in cells) + "</tr>")

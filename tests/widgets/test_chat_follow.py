@@ -253,14 +253,14 @@ def test_the_footer_line_says_what_it_counts() -> None:
     tally.loaded([row], turn_from_step=0)
     tally.run_started(new_turn=True)
     html = footer_html(tally, token_budget=1000)
-    assert "this turn (running): 0 model calls" in html and "thread: 1 model call · 120 tokens · cost $0.5000" in html
+    assert "this turn (running): 0 model calls" in html and "thread: 1 model call · 120 tokens · cost $0.500" in html
     assert "per run: token budget 0 / 1,000 (0%)" in html
     tally.add(row)  # reported twice (e.g. by the run and by a notice): counted once
     tally.add(ModelCallUsage("run_2", "t", 2, time.time(), "test", "m", input_tokens=10, output_tokens=5))
     tally.run_ended()
     html = footer_html(tally, token_budget=1000)
     assert "last turn: 1 model call | tokens in 10 · cached 0 · out 5 | cost n/a" in html
-    assert "thread: 2 model calls · 135 tokens · cost $0.5000" in html and "token budget 15 / 1,000" in html
+    assert "thread: 2 model calls · 135 tokens · cost $0.500" in html and "token budget 15 / 1,000" in html
 
 
 # -------------------------------------------------------------------- a tool that is not registered
