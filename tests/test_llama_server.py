@@ -284,7 +284,9 @@ def test_stop_server_by_port(state: Path):
 
 def test_session_fixture(local_llm_server: ls.LocalServer, local_llm_base_url: str):
     assert local_llm_base_url == local_llm_server.base_url
-    assert local_llm_server.port == ls.default_port()
+    if local_llm_server.port != ls.default_port():  # another checkout's server holds the default port
+        mine = [str(ls.require_local_model()), str(ls.CHAT_TEMPLATE)]
+        assert ls._remembered_port(ls.state_dir(), mine) == local_llm_server.port
     assert get_json(local_llm_base_url + "/models")["data"][0]["id"] == "local-model"
 
 
@@ -333,3 +335,36 @@ def test_local_model_starts_the_server_again_when_the_kernel_that_started_it_exi
         server = _local_servers.pop(key, None)
         if server is not None and server.started:
             server.stop()
+
+
+def test_another_installations_server_is_left_alone_and_ours_starts_elsewhere(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A server on the default port that another checkout started (another chat template or
+    model) is not reused: this installation starts its own on a free port, remembers it for the
+    next kernel, and an explicit request for the taken port is refused clearly."""
+    check_local_llm_or_skip()
+    import shutil
+
+    other_template = tmp_path / "other-checkout" / "smollm2-tools.jinja"
+    other_template.parent.mkdir()
+    shutil.copy(ls.CHAT_TEMPLATE, other_template)
+    port = free_port()
+    real = ls.CHAT_TEMPLATE
+    monkeypatch.setattr(ls, "CHAT_TEMPLATE", other_template)  # "another checkout" starts its server
+    theirs = ls.start_server(port=port, directory=tmp_path, stop_at_exit=False)
+    monkeypatch.setattr(ls, "CHAT_TEMPLATE", real)
+    monkeypatch.setenv("NBAGENT_LOCAL_LLM_PORT", str(port))
+    ours = None
+    try:
+        ours = ls.start_server(directory=tmp_path, stop_at_exit=False)
+        assert ours.started and ours.pid != theirs.pid and ours.port != port
+        again = ls.start_server(directory=tmp_path, stop_at_exit=False)  # the next kernel
+        assert (again.pid, again.started) == (ours.pid, False)
+        with pytest.raises(ls.LocalServerError, match="another nbagent installation"):
+            ls.start_server(port=port, directory=tmp_path, stop_at_exit=False)
+        assert theirs.is_running()
+    finally:
+        if ours is not None:
+            ours.stop()
+        theirs.stop()

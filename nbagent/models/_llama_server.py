@@ -37,7 +37,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 __all__ = [
@@ -195,8 +195,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _is_our_server(pid: int) -> bool:
-    """The pid runs ``nbagent.models._llama_server --serve`` (checked via /proc where there is one)."""
+def _is_our_server(pid: int, expect: Sequence[str] = ()) -> bool:
+    """The pid runs ``nbagent.models._llama_server --serve`` (checked via /proc where there is
+    one), with each of the arguments `expect` (this installation's model and chat template: a
+    server another checkout started does not count)."""
     if pid <= 0 or not _alive(pid):
         return False
     cmdline = Path(f"/proc/{pid}/cmdline")
@@ -206,7 +208,7 @@ def _is_our_server(pid: int) -> bool:
         args = cmdline.read_bytes().split(b"\0")
     except OSError:
         return False
-    return SERVE_MODULE.encode() in args and b"--serve" in args
+    return SERVE_MODULE.encode() in args and b"--serve" in args and all(a.encode() in args for a in expect)
 
 
 def _read_pid(pid_file: Path) -> int | None:
@@ -346,26 +348,54 @@ def start_server(
     message has the server log's last lines).
     """
     gguf = require_local_model()
+    mine = [str(gguf), str(CHAT_TEMPLATE)]  # what tells this installation's server from another's
+    chosen = port is None
     port = default_port() if port is None else int(port)
     if port == 0:
         port = _free_port(host)
     threads = default_threads() if threads is None else int(threads)
-    where = _Where(host, port, Path(directory).expanduser() if directory is not None else state_dir(),
-                   time.monotonic() + timeout, timeout)
-    where.directory.mkdir(parents=True, exist_ok=True)
-    with _file_lock(where.directory / f"server-{port}.lock", timeout):
-        running = _running_server(where, reuse)
+    directory = Path(directory).expanduser() if directory is not None else state_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    if chosen:  # the default port: where this installation's server went, if another's held it
+        port = _remembered_port(directory, mine) or port
+    where = _Where(host, port, directory, time.monotonic() + timeout, timeout)
+    with _file_lock(directory / f"server-{port}.lock", timeout):
+        running = _running_server(where, reuse, mine)
         if running is not None:
             return running
         if _port_in_use(host, port):
-            raise LocalServerError(
-                f"port {port} on {host} is in use by another process; pick another port "
-                "(start_server(port=...) or NBAGENT_LOCAL_LLM_PORT)")
+            if not chosen:
+                raise LocalServerError(
+                    f"port {port} on {host} is in use by another process (or another nbagent installation's "
+                    "local server); pick another port (start_server(port=...) or NBAGENT_LOCAL_LLM_PORT)")
+            where = _Where(host, _free_port(host), directory, where.deadline, timeout)  # start ours elsewhere
         server = _spawn(where, ["--threads", str(threads), "--ctx", str(ctx), "--model", str(gguf),
                                 "--chat-template", str(CHAT_TEMPLATE)])
+        if where.port != port or chosen:
+            _remember_port(directory, mine, where.port)
     if stop_at_exit:
         atexit.register(server._stop_at_exit)
     return server
+
+
+def _install_file(directory: Path, mine: Sequence[str]) -> Path:
+    import hashlib
+
+    return directory / f"server-of-{hashlib.sha256(chr(0).join(mine).encode()).hexdigest()[:12]}.port"
+
+
+def _remembered_port(directory: Path, mine: Sequence[str]) -> int | None:
+    """The port this installation's server was started on when the default one was another's."""
+    try:
+        text = _install_file(directory, mine).read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def _remember_port(directory: Path, mine: Sequence[str], port: int) -> None:
+    with contextlib.suppress(OSError):
+        _install_file(directory, mine).write_text(f"{port}\n", encoding="utf-8")
 
 
 class _Where:
@@ -385,11 +415,14 @@ class _Where:
                                 + _log_tail(self.log_file))
 
 
-def _running_server(where: _Where, reuse: bool) -> LocalServer | None:
+def _running_server(where: _Where, reuse: bool, mine: Sequence[str]) -> LocalServer | None:
     """The server our pid file names, once it answers (it may still be loading after its
-    starter died); None when there is none (a stale pid file is removed)."""
+    starter died); None when there is none (a stale pid file is removed) or it is another
+    installation's (another model or chat template: left alone)."""
     old = _read_pid(where.pid_file)
-    if old is not None and _is_our_server(old):
+    if old is not None and _is_our_server(old) and not _is_our_server(old, mine):
+        return None  # another checkout's server: its pid file stays
+    if old is not None and _is_our_server(old, mine):
         if not reuse:
             raise LocalServerError(f"a local server already runs on port {where.port} (pid {old}, reuse=False)")
         while not _ready(where.host, where.port):
