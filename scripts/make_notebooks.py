@@ -172,7 +172,8 @@ print([(p.name, p.args) for p in waiting])
 if waiting:
     done = await fresh.resume(thread="after-restart", approve=waiting)
     print(done.status, "|", done.output)"""),
-        ("code", """fresh.chat(thread="after-restart")     # the view of a stored thread: history, tool rows, any pending buttons"""),
+        ("code", """# The view of a stored thread: its history, tool rows and any waiting buttons.
+fresh.chat(thread="after-restart")"""),
     ],
     "03_token_costs.ipynb": [
         ("md", """# Token usage and cost
