@@ -629,3 +629,14 @@ def test_plot_lines_of_several_threads_stay_apart_and_end_where_their_thread_end
     cost_ax = plot_cost(frame)
     cost_ax.figure.canvas.draw()
     assert any(label.get_text().startswith("$") for label in cost_ax.get_yticklabels())
+
+
+def test_usage_frame_columns_summary_a_list_or_a_clear_error() -> None:
+    rows = [ModelCallUsage("r", "t", 1, 1.0, "p", "m", input_tokens=10, output_tokens=1, cost_total=0.0002)]
+    summary = nbagent.usage_frame(rows, columns="summary")
+    assert summary.columns.tolist() == ["thread", "step", "model", "input_tokens", "output_tokens", "cost_total",
+                                        "latency_s", "time"]
+    assert nbagent.usage_frame(rows, columns=["cost_total", "step"]).columns.tolist() == ["cost_total", "step"]
+    assert len(nbagent.usage_frame(rows).columns) == 19
+    with pytest.raises(nbagent.UserError, match="no column 'tokens'; the columns are run_id, thread"):
+        nbagent.usage_frame(rows, columns=["tokens"])

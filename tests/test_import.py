@@ -86,6 +86,7 @@ def test_the_version_is_the_one_pyproject_builds() -> None:
     """`nbagent.__version__`, the installed package's metadata and pyproject.toml say the same."""
     import importlib.metadata
     import pathlib
+
     import tomllib
 
     pyproject = tomllib.loads((pathlib.Path(__file__).parents[1] / "pyproject.toml").read_text())

@@ -192,7 +192,8 @@ def check_approve_tools(ran: Ran) -> None:
         ("book_table", {"city": "Paris"}, None)]
     # In code: approved, the table is booked; a second request denied never runs.
     approved = ran.after('approve=[p for p in result.pending')
-    assert "paused [('book_table', {'city': 'Paris'})]" in approved and _has(approved, "completed", "Table booked in Paris")
+    assert "paused [('book_table', {'city': 'Paris'})]" in approved
+    assert _has(approved, "completed", "Table booked in Paris"), approved
     denied = ran.after("fully booked")
     assert "paused [('book_table', {'city': 'Rome'})]" in denied, denied
     assert "completed |" in denied, denied

@@ -602,7 +602,7 @@ async def test_a_run_refused_with_a_conflict_leaves_no_trace(stores: Stores, how
             barrier.wait()
             try:
                 outcomes[i] = agent.run_sync(f"prompt-{i}", thread="t")
-            except BaseException as exc:  # noqa: BLE001 - the outcome is checked below
+            except BaseException as exc:
                 outcomes[i] = exc
 
         workers = [threading.Thread(target=run, args=(i,)) for i in range(12)]

@@ -14,11 +14,20 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..exceptions import UserError
 from ..messages import AssistantMessage, Message, ToolResultMessage, call_results
 from ..result import RunResult
 from ..store.base import Checkpoint, LedgerEntry, ThreadState
 from ..store.meta import ThreadMeta
-from ._columns import categorical, empty_usage_frame, strings, times, usage_from_columns, usage_from_rows
+from ._columns import (
+    USAGE_SCHEMA,
+    categorical,
+    empty_usage_frame,
+    strings,
+    times,
+    usage_from_columns,
+    usage_from_rows,
+)
 from ._sources import Loaded, load_now, thread_names
 
 __all__ = [
@@ -60,7 +69,13 @@ def _concat(frames: list[pd.DataFrame]) -> pd.DataFrame:
     return df
 
 
-def usage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.DataFrame:
+SUMMARY_COLUMNS = ("thread", "step", "model", "input_tokens", "output_tokens", "cost_total", "latency_s", "time")
+"""``usage_frame(..., columns="summary")``: what a person asks of a call first, in a cell's width."""
+
+
+def usage_frame(
+    source: Any, *, thread: str | Iterable[str] | None = None, columns: str | Sequence[str] | None = None
+) -> pd.DataFrame:
     """One row per model call, as a pandas DataFrame.
 
     Args:
@@ -68,6 +83,9 @@ def usage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd
             mapping of usage columns, an `Agent` (its own threads: those it ran, resumed, forked
             or showed in this process, see `Agent.threads`) or a `Store` (every stored thread).
         thread: only these threads (a name or several; with an `Agent`, any of its store's).
+        columns: None (every column below), ``"summary"`` (`SUMMARY_COLUMNS`: thread, step,
+            model, tokens in and out, cost, latency, time: fits a notebook cell), or the names
+            wanted, in that order.
 
     Columns (dtypes): ``run_id``, ``thread`` (category), ``step`` (int64), ``time``
     (datetime64[ns, UTC], start of the call), ``provider``, ``model`` (category),
@@ -80,8 +98,24 @@ def usage_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd
 
     Works in a notebook cell (where a loop runs) and in scripts.
     """
+    wanted = _wanted_columns(columns)  # a bad name fails before anything is read
     names = thread_names(thread)
-    return _usage(load_now(source, threads=names, usage_only=True), names)
+    df = _usage(load_now(source, threads=names, usage_only=True), names)
+    return df if wanted is None else df[list(wanted)]
+
+
+def _wanted_columns(columns: str | Sequence[str] | None) -> Sequence[str] | None:
+    if columns is None:
+        return None
+    if columns == "summary":
+        return SUMMARY_COLUMNS
+    if isinstance(columns, str):
+        columns = [columns]
+    unknown = [c for c in columns if c not in USAGE_SCHEMA]
+    if unknown:
+        raise UserError(f"usage_frame(columns=...): no column {', '.join(map(repr, unknown))}; the columns are "
+                        f"{', '.join(USAGE_SCHEMA)} (or columns='summary')")
+    return list(columns)
 
 
 # ---------------------------------------------------------------------------------------- tool calls

@@ -420,7 +420,7 @@ async def test_an_open_changed_edit_keeps_the_plain_approve_from_dropping_it() -
     await click(row.buttons["Approve edited"])
     result = await view.wait()
     assert refund_calls == [(42, 1.25)] and result.status == "completed"
-    edited = [m for m in result.messages if m.kind == "tool-result"][0]
+    edited = next(m for m in result.messages if m.kind == "tool-result")
     assert edited.model_text().startswith(  # type: ignore[union-attr]
         '[The user changed the arguments before approving; the tool ran with: {"order": 42, "amount": 1.25}]')
 
