@@ -67,7 +67,7 @@ class ServerSpec:
         values += [v.split(" ", 1)[1] for v in self.headers.values() if " " in v]  # "Bearer <token>"
         if self.kind == "http":
             values += _url_secrets(self.url)
-        forms = set()
+        forms: set[str] = set()
         for value in values:
             forms.update((value, quote(value, safe=""), quote_plus(value), quote(value)))
         return sorted({v for v in forms if len(v) >= SECRET_MIN_CHARS}, key=len, reverse=True)
@@ -355,8 +355,8 @@ class Session:
         as_json = TypeAdapter(dict[str, Any])
         for _ in range(1000):
             request = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
-            page = await self._request(lambda r=request: self.client.session.send_request(r, as_json), timeout,
-                                       "listing its tools")
+            send = functools.partial(self.client.session.send_request, request, as_json)
+            page = await self._request(send, timeout, "listing its tools")
             for raw in page.get("tools") or []:
                 if isinstance(raw, dict) and isinstance(raw.get("annotations"), dict):
                     raw_hints[str(raw.get("name"))] = raw["annotations"].get("readOnlyHint")

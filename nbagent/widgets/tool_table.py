@@ -88,6 +88,7 @@ class ToolRow(widgets.VBox):
         self.edited_args: dict[str, Any] | None = None
         """The arguments a person edited (shown with an "edited" badge), once known."""
         self.pending: PendingCall | None = None
+        self._edit_pending = False  # an open Edit holds changed arguments (`_guard_edit`)
         self.decided = False
         self._started: float | None = None
         self._schedule = schedule

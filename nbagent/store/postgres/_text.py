@@ -72,7 +72,9 @@ def guard_json(value: Any) -> str:
 
 def might_need_restore(json_text: str | bytes) -> bool:
     """Whether JSON text read from the server may hold an encoded string (a DLE anywhere)."""
-    return (b"\\u0010" if isinstance(json_text, bytes) else "\\u0010") in json_text
+    if isinstance(json_text, bytes):
+        return b"\\u0010" in json_text
+    return "\\u0010" in json_text
 
 
 def restore(value: Any) -> Any:
