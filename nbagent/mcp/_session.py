@@ -324,21 +324,28 @@ class Session:
         Raises:
             ToolSourceError: the server is gone, refused, or did not answer within `timeout`.
         """
-        tools: list[Any] = []
-        cursor = None
-        for _ in range(1000):  # a server whose pages never end cannot hang a run
-            try:
-                page = await self._request(functools.partial(self.client.list_tools, cursor=cursor), timeout,
-                                           "listing its tools")
-            except TimeoutError:
-                raise self.error(f"did not list its tools within {timeout:g} s") from None
-            tools.extend(page.tools)
-            cursor = page.next_cursor
-            if cursor is None:
-                break
+        tools = await self._pages(lambda cursor: functools.partial(self.client.list_tools, cursor=cursor),
+                                  lambda page: (page.tools, page.next_cursor), timeout)
         if any(getattr(t.annotations, "read_only_hint", None) is True for t in tools):
             await self._keep_only_true_read_only_hints(tools, timeout)
         return tools
+
+    async def _pages(self, request: Callable[[Any], Callable[[], Any]],
+                     read: Callable[[Any], tuple[list[Any], Any]], timeout: float) -> list[Any]:
+        """The items of every page of ``tools/list``: ``request(cursor)`` makes a page's
+        request, ``read(page)`` gives its items and the next cursor."""
+        items: list[Any] = []
+        cursor = None
+        for _ in range(1000):  # a server whose pages never end cannot hang a run
+            try:
+                page = await self._request(request(cursor), timeout, "listing its tools")
+            except TimeoutError:
+                raise self.error(f"did not list its tools within {timeout:g} s") from None
+            found, cursor = read(page)
+            items.extend(found)
+            if not cursor:
+                break
+        return items
 
     async def _keep_only_true_read_only_hints(self, tools: list[Any], timeout: float) -> None:
         """The SDK reads ``readOnlyHint: 1`` or ``"true"`` as True; a tool runs without approval
@@ -350,19 +357,16 @@ class Session:
         from mcp import types
         from pydantic import TypeAdapter
 
-        raw_hints: dict[str, Any] = {}
-        cursor = None
         as_json = TypeAdapter(dict[str, Any])
-        for _ in range(1000):
-            request = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
-            send = functools.partial(self.client.session.send_request, request, as_json)
-            page = await self._request(send, timeout, "listing its tools")
-            for raw in page.get("tools") or []:
-                if isinstance(raw, dict) and isinstance(raw.get("annotations"), dict):
-                    raw_hints[str(raw.get("name"))] = raw["annotations"].get("readOnlyHint")
-            cursor = page.get("nextCursor")
-            if not cursor:
-                break
+
+        def request(cursor: Any) -> Callable[[], Any]:
+            listing = types.ListToolsRequest(params=types.PaginatedRequestParams(cursor=cursor))
+            return functools.partial(self.client.session.send_request, listing, as_json)
+
+        raw_tools = await self._pages(request, lambda page: (page.get("tools") or [], page.get("nextCursor")),
+                                      timeout)
+        raw_hints = {str(raw.get("name")): raw["annotations"].get("readOnlyHint") for raw in raw_tools
+                     if isinstance(raw, dict) and isinstance(raw.get("annotations"), dict)}
         for tool in tools:
             if getattr(tool.annotations, "read_only_hint", None) is True and raw_hints.get(tool.name) is not True:
                 tool.annotations.read_only_hint = None
