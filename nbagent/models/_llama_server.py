@@ -371,7 +371,7 @@ def start_server(
             where = _Where(host, _free_port(host), directory, where.deadline, timeout)  # start ours elsewhere
         server = _spawn(where, ["--threads", str(threads), "--ctx", str(ctx), "--model", str(gguf),
                                 "--chat-template", str(CHAT_TEMPLATE)])
-        if where.port != port or chosen:
+        if chosen:  # (an explicit port is never moved: it is refused above)
             _remember_port(directory, mine, where.port)
     if stop_at_exit:
         atexit.register(server._stop_at_exit)
@@ -420,9 +420,9 @@ def _running_server(where: _Where, reuse: bool, mine: Sequence[str]) -> LocalSer
     starter died); None when there is none (a stale pid file is removed) or it is another
     installation's (another model or chat template: left alone)."""
     old = _read_pid(where.pid_file)
-    if old is not None and _is_our_server(old) and not _is_our_server(old, mine):
-        return None  # another checkout's server: its pid file stays
-    if old is not None and _is_our_server(old, mine):
+    if old is not None and _is_our_server(old):
+        if not _is_our_server(old, mine):
+            return None  # another checkout's server: its pid file stays
         if not reuse:
             raise LocalServerError(f"a local server already runs on port {where.port} (pid {old}, reuse=False)")
         while not _ready(where.host, where.port):

@@ -28,7 +28,7 @@ from ._libpq import value
 from ._records import append_params, decode_thread
 from ._schema import USAGE_TYPES, quote_schema
 from ._sql import APPEND_ARGS, BEGIN_ARGS, Statements
-from ._text import restore_text
+from ._text import is_encoded, restore_text
 
 
 class PostgresStore(Store):
@@ -319,15 +319,14 @@ class PostgresStore(Store):
 def _checkpoint(row: Sequence[Any]) -> Checkpoint:
     """A checkpoint row, its error decoded (`_text`: the meta record's error, as stored)."""
     checkpoint = Checkpoint(*row)
-    if checkpoint.error is not None and checkpoint.error.startswith("\x10"):
-        checkpoint.error = restore_text(checkpoint.error)
+    checkpoint.error = restore_text(checkpoint.error)
     return checkpoint
 
 
 def _restore_rows(rows: list[Any], names: Sequence[str]) -> list[Any]:
     """Usage rows with their text columns decoded where a value was encoded (`_text`)."""
     text_at = [i for i, name in enumerate(names) if USAGE_TYPES[name] == "text"]
-    if not any(isinstance(r[i], str) and r[i].startswith("\x10") for r in rows for i in text_at):
+    if not any(is_encoded(r[i]) for r in rows for i in text_at):
         return rows
     return [tuple(restore_text(v) if i in text_at else v for i, v in enumerate(r)) for r in rows]
 

@@ -25,7 +25,7 @@ import json
 import re
 from typing import Any
 
-__all__ = ["display_text", "encode_text", "guard_json", "might_need_restore", "restore", "restore_text"]
+__all__ = ["display_text", "encode_text", "guard_json", "is_encoded", "might_need_restore", "restore", "restore_text"]
 
 _MARK = "\x10"
 _ENCODED = re.compile("\x10(.)", re.DOTALL)
@@ -44,9 +44,14 @@ def _decode_pair(match: re.Match[str]) -> str:
     return "\x00" if char == "0" else char
 
 
+def is_encoded(value: Any) -> bool:
+    """Whether `value` is a string in the encoded form (it starts with the mark)."""
+    return isinstance(value, str) and value.startswith(_MARK)
+
+
 def restore_text(text: Any) -> Any:
     """A string read from the server, decoded where it was encoded (other values as they are)."""
-    if isinstance(text, str) and text.startswith(_MARK):
+    if is_encoded(text):
         return _ENCODED.sub(_decode_pair, text[1:])
     return text
 
