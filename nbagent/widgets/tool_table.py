@@ -69,6 +69,9 @@ def on_enter(box: widgets.Text, schedule: Schedule, fn: Callable[..., None], *ar
     box.on_msg(handler)
 
 
+_EDIT_OPEN = "an edit is open: use Approve edited, or close Edit to approve the call as shown"
+
+
 class ToolRow(widgets.VBox):
     """One tool call in the table. `status` is what the row shows; `pending` is the
     `PendingCall` the person sees while it waits (decisions carry exactly that object)."""
@@ -88,7 +91,7 @@ class ToolRow(widgets.VBox):
         self.edited_args: dict[str, Any] | None = None
         """The arguments a person edited (shown with an "edited" badge), once known."""
         self.pending: PendingCall | None = None
-        self._edit_pending = False  # an open Edit holds changed arguments (`_guard_edit`)
+        self._edit_guard: tuple[Any, ...] | None = None  # set by `_approval_controls`
         self.decided = False
         self._started: float | None = None
         self._schedule = schedule
@@ -207,16 +210,15 @@ class ToolRow(widgets.VBox):
         edit_box = widgets.VBox([area, error, save], layout=widgets.Layout(display=_HIDDEN))
         # (refused here too while an edit is pending: a click may arrive before the browser
         # shows the button disabled)
-        approve.on_click(lambda _: None if self._edit_pending else self._schedule(self._decide_now, "approve", None))
-        always.on_click(lambda _: None if self._edit_pending else self._schedule(self._decide_now, "always", None))
+        approve.on_click(lambda _: None if self._edit_open() else self._schedule(self._decide_now, "approve", None))
+        always.on_click(lambda _: None if self._edit_open() else self._schedule(self._decide_now, "always", None))
         deny.on_click(lambda _: self._schedule(self._toggle, deny_box, edit_box))
         edit.on_click(lambda _: self._schedule(self._toggle, edit_box, deny_box))
         # An open editor whose text differs from the arguments shown: the plain Approve (and
         # Always allow) would run the call as shown, silently dropping the edit. They wait
         # until the edit is approved ("Approve edited") or the editor is closed.
-        self._edit_guard = (area, edit_box, (approve, always), pretty_args(pending.args))
-        self._tooltips: dict[str, str] = {}
-        self._edit_pending = False
+        self._edit_guard = (area, edit_box, ((approve, approve.tooltip), (always, always.tooltip)),
+                            pretty_args(pending.args))
         area.observe(lambda _: self._guard_edit(), "value")
         confirm.on_click(lambda _: self._schedule(self._confirm_deny, reason))
         on_enter(reason, self._schedule, self._confirm_deny, reason)
@@ -233,21 +235,21 @@ class ToolRow(widgets.VBox):
         show.layout.display = _HIDDEN if show.layout.display == "flex" else "flex"
         self._guard_edit()
 
+    def _edit_open(self) -> bool:
+        """Whether the editor is open and holds arguments other than those shown."""
+        if self._edit_guard is None:
+            return False
+        area, box, _, shown = self._edit_guard
+        return bool(box.layout.display == "flex" and area.value.strip() != shown.strip())
+
     def _guard_edit(self) -> None:
         """Approve / Always allow are disabled while an open editor holds changed arguments."""
-        guard = getattr(self, "_edit_guard", None)
-        if guard is None or self.decided:
+        if self._edit_guard is None or self.decided or self.actions.layout.display == _HIDDEN:
             return
-        area, box, buttons, shown = guard
-        pending = box.layout.display == "flex" and area.value.strip() != shown.strip()
-        self._edit_pending = pending
-        for button in buttons:
-            if pending and not button.disabled:
-                self._tooltips[button.description] = button.tooltip
-                button.tooltip = "an edit is open: use Approve edited, or close Edit to approve the call as shown"
-            elif not pending and button.disabled:
-                button.tooltip = self._tooltips.get(button.description, button.tooltip)
+        pending = self._edit_open()
+        for button, tooltip in self._edit_guard[2]:
             button.disabled = pending
+            button.tooltip = _EDIT_OPEN if pending else tooltip
 
     def _decide_now(self, action: str, payload: Any) -> None:
         if self.decided or self.pending is None:
