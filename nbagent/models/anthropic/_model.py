@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import threading
 import weakref
@@ -204,8 +203,7 @@ class AnthropicModel(Travelling, Model):
 
         async def whole() -> tuple[Any, str | None]:
             raw = await client.messages.with_raw_response.create(**params)
-            await _check_whole_body(self, raw)
-            return await raw.parse(), raw.headers.get("request-id")
+            return await _whole_message(self, raw), raw.headers.get("request-id")
 
         return await within(deadline, whole, self.map_error)
 
@@ -276,16 +274,19 @@ def _unfinished(parts: list[ModelResponse], continuations: int) -> ModelResponse
     return response
 
 
-async def _check_whole_body(model: AnthropicModel, raw: Any) -> None:
-    """Refuse a 200 whose body is no Messages API answer (a proxy's HTML page, an event stream,
-    an empty body, cut-off JSON, a body that does not decode) with a `ResponseBodyError` naming
-    the status, content type and first bytes, before the SDK makes a string or a list of it."""
+async def _whole_message(model: AnthropicModel, raw: Any) -> Any:
+    """The SDK's ``Message`` of a whole answer, or a `ResponseBodyError` naming the status,
+    content type and first bytes for a 200 whose body is no Messages API answer (a proxy's HTML
+    page, an event stream, an empty body, cut-off JSON, other JSON: the SDK would give a string,
+    a list or a message without content), or whose Content-Encoding does not decode."""
     from .._bodies import body_error
 
     response = raw.http_response
     content_type = response.headers.get("content-type", "")
     try:
-        data = await raw.read()
+        message = await raw.parse()
+    except ValueError:  # JSON that cannot be parsed (cut off, empty)
+        message = None
     except Exception as exc:  # the body's Content-Encoding does not decode (a bad gzip)
         if type(exc).__name__ != "DecodingError":
             raise
@@ -295,10 +296,7 @@ async def _check_whole_body(model: AnthropicModel, raw: Any) -> None:
             f"(content-type {content_type!r}): {type(exc).__name__}: {exc}",
             status_code=response.status_code, content_type=content_type, provider=model.provider,
         ) from None
-    try:
-        found = json.loads(data)
-    except ValueError:
-        found = None
-    if not (isinstance(found, dict) and found.get("type") == "message" and isinstance(found.get("content"), list)):
-        raise body_error(model, response.status_code, content_type, data, streaming=False,
-                         expected="a Messages API answer")
+    if getattr(message, "type", None) == "message" and isinstance(getattr(message, "content", None), list):
+        return message
+    raise body_error(model, response.status_code, content_type, await raw.read(), streaming=False,
+                     expected="a Messages API answer")
