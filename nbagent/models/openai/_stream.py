@@ -240,40 +240,6 @@ class _StreamAssembler:
 
 
 # ------------------------------------------------------------------------------- a streamed answer
-def _take_delta(delta: Any, state: _StreamAssembler) -> tuple[str | None, str | None]:
-    """Feed one choice delta to `state`; return its text and its reasoning text, if any."""
-    text = delta.content
-    if not text:
-        if text is not None:
-            state.content_seen = True
-        text = None
-    if delta.tool_calls:
-        state.add_tool_calls(delta.tool_calls)
-    if delta.refusal:
-        state.refusal.append(delta.refusal)
-    extra = delta.__pydantic_extra__
-    if extra:
-        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-        if reasoning and isinstance(reasoning, str):
-            state.reasoning.append(reasoning)
-            return text, reasoning
-    return text, None
-
-
-def _take_chunk_meta(chunk: Any, state: _StreamAssembler) -> None:
-    """Usage (Groq puts it in ``x_groq``), model name and request id of one chunk."""
-    if chunk.usage is not None:
-        state.usage = chunk.usage
-    elif state.usage is None:
-        extra = chunk.__pydantic_extra__
-        if extra and "x_groq" in extra:
-            state.usage = _get(extra["x_groq"], "usage")
-    if state.model is None:
-        state.model = getattr(chunk, "model", None) or None
-        if state.request_id is None:
-            state.request_id = getattr(chunk, "id", None) or None
-
-
 def _cut_in_a_call(state: _StreamAssembler) -> Exception | None:
     """A stream that ended with no ``finish_reason`` while a tool call was being streamed is a
     cut stream (the call's arguments may be half there): a retried `StreamInterruptedError`,
@@ -287,7 +253,7 @@ def _cut_in_a_call(state: _StreamAssembler) -> Exception | None:
     )
 
 
-async def stream_items(
+async def stream_items(  # noqa: C901  # Size: the per-delta loop, kept in one function with local names
     chunks: AsyncIterator[Any],
     state: _StreamAssembler,
     fail: Callable[..., Exception],
@@ -297,8 +263,10 @@ async def stream_items(
     `state` assembled from them. An error chunk (vLLM's ``{"object": "error"}``, ``{"error": ...}``,
     OpenRouter's ``finish_reason: "error"``) raises ``fail(error, fallback_message)``; a stream
     without any chunk raises ``empty()``; one that stops inside a tool call without a
-    ``finish_reason`` raises a retried `StreamInterruptedError`."""
+    ``finish_reason`` raises a retried `StreamInterruptedError`. One loop with local names, no
+    call per delta: it runs for every delta of every answer."""
     parts: list[str] = []
+    append = parts.append
     chunk = None
     async for chunk in chunks:
         choices = getattr(chunk, "choices", None)
@@ -308,24 +276,43 @@ async def stream_items(
                 choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
             delta = getattr(choice, "delta", None)
             if delta is not None:
-                text, reasoning = _take_delta(delta, state)
+                text = delta.content
                 if text:
-                    parts.append(text)
+                    append(text)
                     yield text
-                if reasoning:
-                    yield ReasoningText(reasoning)
+                elif text is not None:
+                    state.content_seen = True
+                if delta.tool_calls:
+                    state.add_tool_calls(delta.tool_calls)
+                if delta.refusal:
+                    state.refusal.append(delta.refusal)
+                extra = delta.__pydantic_extra__
+                if extra:
+                    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+                    if reasoning and isinstance(reasoning, str):
+                        state.reasoning.append(reasoning)
+                        yield ReasoningText(reasoning)
             finish = getattr(choice, "finish_reason", None)
-            if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
-                raise fail(
-                    _get(choice, "error") or _get(chunk, "error"),
-                    "the server ended the answer with finish_reason 'error'",
-                )
             if finish:
+                if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
+                    raise fail(
+                        _get(choice, "error") or _get(chunk, "error"),
+                        "the server ended the answer with finish_reason 'error'",
+                    )
                 state.finish_reason = finish
         elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
             # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
             raise fail(_get(chunk, "error") or chunk)
-        _take_chunk_meta(chunk, state)
+        if chunk.usage is not None:
+            state.usage = chunk.usage
+        elif state.usage is None:
+            extra = chunk.__pydantic_extra__
+            if extra and "x_groq" in extra:
+                state.usage = _get(extra["x_groq"], "usage")
+        if state.model is None:
+            state.model = getattr(chunk, "model", None) or None
+            if state.request_id is None:
+                state.request_id = getattr(chunk, "id", None) or None
     if chunk is None:  # not one event: an empty body, or one without any "data:" line
         raise empty()
     cut = _cut_in_a_call(state)
