@@ -41,6 +41,7 @@ from nbagent.pricing import lookup_prices
 from nbagent.retry import Retry
 from nbagent.store import MemoryStore
 from nbagent.tools import Tool
+from tests.loopback import answering
 from tests.wire.replay_server import ANTHROPIC_CASES_DIR, ReplayServer, load_case
 
 KEY = "sk-ant-model-test-0123456789abcdef"
@@ -540,39 +541,19 @@ async def test_a_stream_that_ends_before_message_stop_is_a_cut_stream_not_an_ans
 
 
 async def test_a_cut_stream_is_retried_and_nothing_of_it_is_stored() -> None:
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     whole = case("anthropic_stream_text")["response"]["sse"].encode()
     cut = _sse(_START, {"type": "content_block_start", "index": 0,
                         "content_block": {"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {}}},
                {"type": "content_block_delta", "index": 0,
                 "delta": {"type": "input_json_delta", "partial_json": '{"order_id": "4'}})
-    bodies = [cut, whole]
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = bodies.pop(0)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}")
     store = MemoryStore()
-    try:
-        events = [e async for e in Agent(model, retry=Retry(initial_delay=0.01), store=store).stream("hi", thread="t")]
-    finally:
-        await model.aclose()
-        srv.shutdown()
-        srv.server_close()
+    with answering(("text/event-stream", cut), ("text/event-stream", whole)) as url:
+        model = model_at(url)
+        agent = Agent(model, retry=Retry(initial_delay=0.01), store=store)
+        try:
+            events = [e async for e in agent.stream("hi", thread="t")]
+        finally:
+            await model.aclose()
     result = events[-1].result
     assert result.status == "completed" and result.output == "- Captain\n- Scoop"
     assert [e.kind for e in events].count("model-retry") == 1
@@ -583,33 +564,14 @@ async def test_a_cut_stream_is_retried_and_nothing_of_it_is_stored() -> None:
 
 async def test_a_compressed_event_stream_is_decoded() -> None:
     import gzip
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     body = gzip.compress(case("anthropic_stream_text")["response"]["sse"].encode())
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Encoding", "gzip")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}")
-    try:
-        items = [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
-    finally:
-        await model.aclose()
-        srv.shutdown()
-        srv.server_close()
+    with answering(("text/event-stream", body, {"Content-Encoding": "gzip"})) as url:
+        model = model_at(url)
+        try:
+            items = [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
+        finally:
+            await model.aclose()
     assert "".join(items[:-1]) == "- Captain\n- Scoop" and items[-1].message.finish_reason == "stop"
 
 
@@ -634,37 +596,17 @@ async def test_a_whole_answer_whose_body_is_no_message_is_a_typed_error(name: st
     """A misbehaving proxy answers a non-streamed request with 200 and a body that is no Messages
     API answer: a `ModelError` naming what came (a `ResponseBodyError` with the status and the
     content type where the body arrived), never an AttributeError; the key never shows."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     from nbagent.exceptions import ModelError, ResponseBodyError
 
     content_type, body, headers, words = BAD_BODIES[name]
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}", max_retries=0)
-    try:
-        with pytest.raises(ModelError) as info:
-            await model.request(ModelRequest([UserMessage("hi")]))
-    finally:
-        await model.aclose()
-        srv.shutdown()
-        srv.server_close()
+    with answering((content_type, body, headers)) as url:
+        model = model_at(url, max_retries=0)
+        try:
+            with pytest.raises(ModelError) as info:
+                await model.request(ModelRequest([UserMessage("hi")]))
+        finally:
+            await model.aclose()
     assert KEY not in str(info.value) and words in str(info.value)
     if name != "bad-gzip":
         assert isinstance(info.value, ResponseBodyError)

@@ -16,6 +16,7 @@ from nbagent import Agent, exceptions
 from nbagent.exceptions import ModelResponseError
 from nbagent.retry import Retry
 from nbagent.store.memory import MemoryStore
+from tests.loopback import answering
 from tests.provider_calls import KEY, call, failure, model_at
 from tests.wire.replay_server import ReplayServer
 
@@ -120,32 +121,9 @@ MORE_BODIES = {
 async def test_every_other_bad_body_is_a_typed_error_without_the_key(name: str, stream: bool) -> None:
     """Shapes the wire corpus and the replay server's faults do not send: each is a `ModelError`
     (never an AttributeError or a bare decoder error), and the key never shows."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
     content_type, body, headers = MORE_BODIES[name]
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", content_type)
-            for key, value in headers.items():
-                self.send_header(key, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    try:
-        err = await failure(model_at(f"http://127.0.0.1:{srv.server_address[1]}/v1"), stream)
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with answering((content_type, body, headers)) as url:
+        err = await failure(model_at(url + "/v1"), stream)
     assert isinstance(err, exceptions.ModelError), repr(err)
     assert KEY not in str(err)
     if name != "bad-gzip":

@@ -38,6 +38,7 @@ from nbagent.messages import UserMessage
 from nbagent.models.base import ModelRequest
 from nbagent.models.openai import OpenAIModel, stream_error_status
 from nbagent.retry import Retry
+from tests.loopback import answering
 from tests.wire.replay_server import ReplayServer, load_case, split_sse_events
 
 KEY = "sk-proj-SECRET-0123456789abcdefghijklmnop"
@@ -388,44 +389,19 @@ async def test_an_error_in_a_json_labelled_answer(tmp_path: Any, shape: str) -> 
 
 
 # ----------------------------------------------------------------------------- cut inside a call
-def _serve_bodies(bodies: list[bytes]) -> Any:
-    """A loopback server answering each POST with the next body as a clean event stream."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            body = bodies.pop(0)
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
-
-
 CUT_IN_A_CALL = "".join(split_sse_events(load_case("openai_stream_single_tool_call")["response"]["sse"])[:3])
 """The first three events of a streamed tool call (``{"country`` of its arguments), then a clean end:
 no ``finish_reason``, no ``[DONE]``."""
 
 
 async def test_a_stream_that_ends_inside_a_tool_call_is_a_cut_stream() -> None:
-    srv = _serve_bodies([CUT_IN_A_CALL.encode()])
-    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}/v1")
-    try:
-        with pytest.raises(StreamInterruptedError, match="inside the tool call 'get_capital'") as info:
-            [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
-    finally:
-        await model.aclose()
-        srv.shutdown()
-        srv.server_close()
+    with answering(("text/event-stream", CUT_IN_A_CALL.encode())) as url:
+        model = model_at(url + "/v1")
+        try:
+            with pytest.raises(StreamInterruptedError, match="inside the tool call 'get_capital'") as info:
+                [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
+        finally:
+            await model.aclose()
     assert info.value.retryable and info.value.provider == "openai"
 
 
@@ -433,15 +409,13 @@ async def test_a_stream_cut_inside_a_tool_call_is_retried_and_nothing_of_it_is_s
     from nbagent.store import MemoryStore
 
     whole = load_case(CASE)["response"]["sse"].encode()
-    srv = _serve_bodies([CUT_IN_A_CALL.encode(), whole])
-    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}/v1")
     store = MemoryStore()
-    try:
-        events = [e async for e in Agent(model, retry=RETRY, store=store).stream("hi", thread="t")]
-    finally:
-        await model.aclose()
-        srv.shutdown()
-        srv.server_close()
+    with answering(("text/event-stream", CUT_IN_A_CALL.encode()), ("text/event-stream", whole)) as url:
+        model = model_at(url + "/v1")
+        try:
+            events = [e async for e in Agent(model, retry=RETRY, store=store).stream("hi", thread="t")]
+        finally:
+            await model.aclose()
     result = events[-1].result
     assert result.status == "completed" and result.output == WHOLE
     assert [e.kind for e in events].count("model-retry") == 1

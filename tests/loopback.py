@@ -1,0 +1,43 @@
+"""A loopback HTTP server that answers with given bodies, for provider tests of odd answers.
+
+``with answering((content_type, body), ...) as url:`` answers each POST with the next reply
+(status 200, that ``Content-Type``, a ``Content-Length``, and the extra headers of a reply given
+as ``(content_type, body, headers)``); after the last one it keeps giving the last. ``url`` is
+``http://127.0.0.1:<port>``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@contextlib.contextmanager
+def answering(*replies: tuple[Any, ...]) -> Iterator[str]:
+    queue = list(replies)
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            content_type, body, *rest = queue.pop(0) if len(queue) > 1 else queue[0]
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            for key, value in (rest[0] if rest else {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
