@@ -29,10 +29,14 @@ to the cache; default: the ``input`` price), ``output`` (completion tokens, reas
 cache_read_tokens - cache_write_tokens`` (the same convention as genai-prices).
 A type missing from your entry is taken from genai-prices when it knows the model (the base price
 of a tiered price), else the row gets no cost and a warning.
+
+The same table gives a model's context window in tokens (`context_window_of`, which
+`Model.context_window` reads when the model was given none).
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Mapping
@@ -46,6 +50,7 @@ __all__ = [
     "PRICE_TYPES",
     "UnknownPriceWarning",
     "check_prices",
+    "context_window_of",
     "lookup_prices",
     "price_row",
 ]
@@ -168,6 +173,38 @@ def lookup_prices(model: str, provider: str = "openai") -> dict[str, float] | No
     """
     calc = _gp_calc(ModelCallUsage("", None, 0, 0.0, provider, model, input_tokens=1, output_tokens=1))
     return None if calc is None else _type_prices(calc.model_price)
+
+
+@functools.lru_cache(maxsize=256)
+def context_window_of(model: str, provider: str = "openai") -> int | None:
+    """A model's context window in tokens, from the genai-prices table; None when unknown.
+
+    ```python
+    >>> context_window_of("gpt-4o-mini")
+    128000
+    >>> context_window_of("claude-haiku-4-5-20251001", "anthropic")   # a dated name
+    200000
+    ```
+    The model is found as its prices are: by name (case and date suffixes as genai-prices
+    matches them) at `provider` (nbagent's name: ``openai``, ``anthropic``...), else, for a
+    provider that genai-prices does not list or that does not list the model (a gateway), by name
+    alone. None when genai-prices is not installed, does not know the model, or gives it no
+    window. Never raises. Cached per ``(model, provider)`` for the process.
+    """
+    try:
+        from genai_prices.data_snapshot import get_snapshot
+    except ImportError:  # genai-prices is in the openai / anthropic extras
+        return None
+    try:
+        snapshot = get_snapshot()
+        try:
+            _, info = snapshot.find_provider_model(model, None, _gp_provider(provider), None)
+        except LookupError:  # as `_gp_calc`: a provider genai-prices does not list, by model only
+            _, info = snapshot.find_provider_model(model, None, None, None)
+        window = info.context_window
+    except Exception:  # unknown model, or a table of another shape: the window stays unknown
+        return None
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
 
 
 def _type_prices(model_price: Any) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """The `Model` protocol every provider implements, and the request/response shapes.
 
-Imports messages, usage and exceptions only. A model answers one request either whole (`request`) or as a
+Imports messages, usage, exceptions and pricing (for `Model.context_window`, which imports
+genai-prices only when first read). A model answers one request either whole (`request`) or as a
 stream (`request_stream`) of text deltas (``str``), `ReasoningText` deltas, and finally the whole
 `ModelResponse`. The run loop asks for a stream only when someone consumes events.
 """
@@ -11,11 +12,12 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exceptions import ModelError
+from ..exceptions import ModelError, UserError
 from ..messages import AssistantMessage, Message
+from ..pricing import context_window_of
 from ..usage import TokenCounts
 
-__all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem"]
+__all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem", "check_context_window"]
 
 
 @dataclass(slots=True)
@@ -64,6 +66,20 @@ StreamItem = str | ReasoningText | ModelResponse
 and last the whole `ModelResponse`."""
 
 
+def check_context_window(where: str, value: Any) -> int | None:
+    """`value` when it is a context window a model can be given (a positive int of tokens, not a
+    bool) or None.
+
+    Raises:
+        UserError: anything else, naming `where` (``"OpenAIModel(context_window=...)"``).
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise UserError(f"{where} is a positive int (tokens) or None, got {value!r}")
+    return value
+
+
 class Model:
     """Base class of models. Subclasses set `provider` and `model_name` and implement `request`;
     streaming providers also override `request_stream`."""
@@ -73,6 +89,31 @@ class Model:
     priced: bool = True
     """Whether its usage rows are priced from the price table; the fakes set False (their
     calls cost nothing unless an agent is given its own ``prices``)."""
+    _context_window: int | None = None
+    """The window given to the constructor (``context_window=``); None: `_default_context_window`."""
+
+    @property
+    def context_window(self) -> int | None:
+        """The model's context window in tokens (how long a conversation it takes, as the provider
+        states it), or None when unknown.
+
+        The ``context_window=`` argument of the model's constructor when given, else what
+        `nbagent.pricing.context_window_of` finds for `model_name` at `provider` (the fakes:
+        None; the bundled local model: its server's ``ctx``). Read when asked for, not when the
+        model is made. Setting it checks the value as the constructors do (None: back to the
+        default).
+        """
+        if self._context_window is not None:
+            return self._context_window
+        return self._default_context_window()
+
+    @context_window.setter
+    def context_window(self, value: int | None) -> None:
+        self._context_window = check_context_window(f"{type(self).__name__}.context_window", value)
+
+    def _default_context_window(self) -> int | None:
+        """The window when none was given: genai-prices' figure (subclasses may know better)."""
+        return context_window_of(self.model_name, self.provider)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         raise NotImplementedError

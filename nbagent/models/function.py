@@ -13,7 +13,7 @@ from typing import Any
 from ..exceptions import UserError
 from ..messages import AssistantMessage, Message, ToolCall, UserMessage
 from ..usage import TokenCounts
-from .base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem
+from .base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem, check_context_window
 
 __all__ = ["FunctionModel", "ScriptedModel", "estimate_tokens"]
 
@@ -103,6 +103,8 @@ class FunctionModel(Model):
             streamed text and reasoning unless it sets its own). Without it a streamed request
             streams the function's text word by word.
         model_name: reported as the model (usage rows).
+        context_window: what `context_window` reports, in tokens (default None: unknown), to test
+            code that reads it.
     """
 
     provider = "function"
@@ -118,14 +120,19 @@ class FunctionModel(Model):
         *,
         stream_function: Callable[[list[Message], ModelRequest], AsyncIterator[Any]] | None = None,
         model_name: str = "function",
+        context_window: int | None = None,
     ) -> None:
         if function is None and stream_function is None:
             raise UserError("FunctionModel needs a function or a stream_function")
+        self._context_window = check_context_window(f"{type(self).__name__}(context_window=...)", context_window)
         self.function = function
         self.stream_function = stream_function
         self.model_name = model_name
         self.requests: list[ModelRequest] = []
         """Every request received, for assertions in tests."""
+
+    def _default_context_window(self) -> int | None:
+        return None  # a fake has no window unless given one (not even under a real model's name)
 
     async def _answer(self, request: ModelRequest) -> ModelResponse:
         self.requests.append(request)
@@ -187,13 +194,15 @@ class ScriptedModel(FunctionModel):
 
     Items: a ``str`` (text answer), a `ToolCall` or list of them, an `AssistantMessage`, a
     `ModelResponse`, an exception instance (raised, e.g. ``RateLimitError(...)`` to test retries),
-    or a function ``(messages, request) -> item``.
+    or a function ``(messages, request) -> item``. ``context_window``: as `FunctionModel`'s.
     """
 
-    def __init__(self, responses: Iterable[Any], *, model_name: str = "scripted") -> None:
+    def __init__(
+        self, responses: Iterable[Any], *, model_name: str = "scripted", context_window: int | None = None
+    ) -> None:
         self.script = list(responses)
         self.position = 0
-        super().__init__(self._next, model_name=model_name)
+        super().__init__(self._next, model_name=model_name, context_window=context_window)
 
     async def _next(self, messages: list[Message], request: ModelRequest) -> Any:
         if self.position >= len(self.script):

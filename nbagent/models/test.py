@@ -24,6 +24,8 @@ class TestModel(FunctionModel):
         call_tools: ``"all"`` or the names of the tools to call.
         text: the final answer (default: ``{"tool_name": result, ...}`` as JSON).
         args: arguments to use per tool name instead of generated ones.
+        model_name: reported as the model (usage rows).
+        context_window: what `context_window` reports, in tokens (default None: unknown).
     """
 
     __test__ = False  # not a pytest test class
@@ -35,11 +37,12 @@ class TestModel(FunctionModel):
         text: str | None = None,
         args: dict[str, dict[str, Any]] | None = None,
         model_name: str = "test",
+        context_window: int | None = None,
     ) -> None:
         self.call_tools = call_tools
         self.text = text
         self.args = args or {}
-        super().__init__(self._answer_fn, model_name=model_name)
+        super().__init__(self._answer_fn, model_name=model_name, context_window=context_window)
 
     def _answer_fn(self, messages: list[Message], request: ModelRequest) -> Any:
         last = messages[-1] if messages else None

@@ -28,7 +28,7 @@ from ...exceptions import ModelError, ModelResponseError, ResponseBodyError, Use
 from .._clients import client_for_loop, close_for_loop
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
-from ..base import Model, ModelRequest, ModelResponse, StreamItem
+from ..base import Model, ModelRequest, ModelResponse, StreamItem, check_context_window
 from . import _errors
 from ._stream import _StreamAssembler, joined, message_response, paused_content, too_many_pauses
 from ._wire import check_settings, request_params
@@ -93,6 +93,8 @@ class AnthropicModel(Travelling, Model):
             long-running server tool such as web search) is continued within one model call, by
             sending the paused content back as the API documents; the parts make one answer
             (token counts summed). A turn still paused after that fails the run.
+        context_window: the model's context window in tokens (`Model.context_window`; default:
+            genai-prices' figure for `model_name`, None when unknown).
 
     Stop reasons: ``end_turn`` / ``stop_sequence`` end an answer (finish reason ``stop``),
     ``tool_use`` asks for tools; ``max_tokens`` cuts it off (``length``) and
@@ -122,10 +124,12 @@ class AnthropicModel(Travelling, Model):
         client: AsyncAnthropic | None = None,
         deadline: float | None = DEFAULT_DEADLINE,
         max_continuations: int = DEFAULT_MAX_CONTINUATIONS,
+        context_window: int | None = None,
     ) -> None:
         if not model_name:
             raise UserError("AnthropicModel needs a model name: AnthropicModel('claude-sonnet-4-5')")
         self.model_name = model_name
+        self._context_window = check_context_window("AnthropicModel(context_window=...)", context_window)
         self.provider = "anthropic"
         self.max_tokens = max_tokens
         self.thinking = _thinking_param(thinking)

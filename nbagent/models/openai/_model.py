@@ -30,7 +30,7 @@ from ...exceptions import ModelError, UserError
 from .._clients import client_for_loop, close_for_loop
 from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from .._keys import Travelling, _safe_url, _Secret
-from ..base import Model, ModelRequest, ModelResponse, StreamItem
+from ..base import Model, ModelRequest, ModelResponse, StreamItem, check_context_window
 from . import _errors
 from ._stream import _StreamAssembler, completion_response, parse_whole_body, stream_items
 from ._wire import WireCache, check_settings, request_params
@@ -77,6 +77,9 @@ class OpenAIModel(Travelling, Model):
             with a retried `ModelTimeoutError`; each retry has a deadline of its own. It counts
             the time the consumer spends between deltas too, but it never interrupts the
             consumer: the stream fails at its next read.
+        context_window: the model's context window in tokens, for a model genai-prices does not
+            know or a server that serves less of it (`Model.context_window`; default: genai-prices'
+            figure for `model_name` at `provider`, None when unknown).
 
     One SDK client is made per event loop and reused, so the same model works from
     ``agent.run_sync`` (nbagent's background loop) and from ``await agent.run`` in one notebook.
@@ -99,6 +102,7 @@ class OpenAIModel(Travelling, Model):
         send_reasoning: bool = True,
         deadline: float | None = DEFAULT_DEADLINE,
         tool_images: bool = True,
+        context_window: int | None = None,
     ) -> None:
         model_name = model_name or os.environ.get("OPENAI_MODEL") or None
         if not model_name:
@@ -107,6 +111,7 @@ class OpenAIModel(Travelling, Model):
                 "Agent('openai:gpt-4.1-mini'), or set the OPENAI_MODEL environment variable"
             )
         self.model_name = model_name
+        self._context_window = check_context_window(f"{type(self).__name__}(context_window=...)", context_window)
         self.provider = provider
         self.settings: dict[str, Any] = dict(settings or {})
         check_settings(self.settings)
