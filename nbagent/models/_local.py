@@ -7,7 +7,8 @@ Owns the servers this process started or reuses (one per ``(port, threads, ctx)`
 (A private module: named ``local.py`` it would, once imported, replace the function
 `nbagent.models.local` with itself as an attribute of the package.)
 
-May import: `nbagent.models.openai` (so ``openai``), `_llama_server` (lazily), nbagent's exceptions.
+May import: `nbagent.models.openai` (so ``openai``), `_llama_server` (lazily), the model base,
+nbagent's exceptions.
 """
 
 from __future__ import annotations
@@ -17,13 +18,17 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from ..exceptions import ModelConnectionError
+from ..exceptions import ModelConnectionError, UserError
+from .base import check_context_window
 from .openai import OpenAIModel
 
-__all__ = ["LOCAL_SETTINGS", "LocalModel", "local_model"]
+__all__ = ["DEFAULT_CTX", "LOCAL_SETTINGS", "LocalModel", "local_model"]
 
 LOCAL_SETTINGS: dict[str, Any] = {"temperature": 0, "max_tokens": 512}
 """Defaults for the bundled 135M model: deterministic, and a cap on its tendency to ramble."""
+
+DEFAULT_CTX = 4096
+"""The bundled server's context size in tokens (llama.cpp's ``n_ctx``) unless ``local(ctx=...)``."""
 
 _local_servers: dict[tuple[Any, ...], Any] = {}
 _local_lock = threading.Lock()
@@ -34,7 +39,8 @@ def local_model(
     settings: Mapping[str, Any] | None = None,
     port: int | None = None,
     threads: int | None = None,
-    ctx: int = 4096,
+    ctx: int | None = None,
+    context_window: int | None = None,
     start_timeout: float = 240.0,
     **kwargs: Any,
 ) -> OpenAIModel:
@@ -53,12 +59,15 @@ def local_model(
 
     Args:
         settings: model settings merged over the defaults.
-        port, threads, ctx: the server's port (default ``$NBAGENT_LOCAL_LLM_PORT`` or 18282),
-            CPU threads and context size in tokens.
+        port, threads: the server's port (default ``$NBAGENT_LOCAL_LLM_PORT`` or 18282) and CPU
+            threads.
+        ctx: the server's context size in tokens (llama.cpp's ``n_ctx``; default `DEFAULT_CTX`,
+            4096): the model's `context_window`, known without asking the server.
+        context_window: another name for `ctx` (give either, or both the same).
         start_timeout: seconds to wait for the server to start.
         **kwargs: passed to `OpenAIModel` (e.g. ``timeout``).
     """
-    key = (port, threads, ctx)
+    key = (port, threads, _ctx(ctx, context_window))
     server = _local_server(key, start_timeout)
     return LocalModel(
         kwargs.pop("model_name", "local-model"),
@@ -71,6 +80,17 @@ def local_model(
         tool_images=kwargs.pop("tool_images", False),  # SmolLM2 is text-only: llama.cpp answers images with 500
         **kwargs,
     )
+
+
+def _ctx(ctx: Any, context_window: Any) -> int:
+    """The server's context size from ``local(ctx=..., context_window=...)``: one setting, two names."""
+    size = check_context_window("local(ctx=...)", ctx)
+    window = check_context_window("local(context_window=...)", context_window)
+    if size is not None and window is not None and size != window:
+        raise UserError(
+            f"local(ctx={size}, context_window={window}): both name the server's context size; give one"
+        )
+    return size or window or DEFAULT_CTX
 
 
 def _local_server(key: tuple[Any, ...], start_timeout: float) -> Any:
@@ -91,6 +111,7 @@ class LocalModel(OpenAIModel):
     """The `OpenAIModel` that `local_model` returns. When the bundled server is gone — the
     process that started it exited (another notebook's kernel shut down while this one reused
     it), or it was stopped — a request that cannot connect starts it again and is sent once more.
+    Its `context_window` is the server's context size (``ctx`` of its ``server_key``).
     """
 
     def __init__(self, *args: Any, server_key: tuple[Any, ...], start_timeout: float, **kwargs: Any) -> None:
@@ -98,6 +119,10 @@ class LocalModel(OpenAIModel):
         self._key_placeholder = self._api_key.get()  # the bundled server's fixed, non-secret key
         self._server_key = server_key
         self._start_timeout = start_timeout
+
+    def _default_context_window(self) -> int | None:
+        ctx = self._server_key[2] if len(self._server_key) > 2 else None
+        return ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None
 
     async def _create(self, params: dict[str, Any], deadline: Any) -> Any:
         try:
