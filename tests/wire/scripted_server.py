@@ -30,6 +30,9 @@ Command line (its own process, as `bench/bench_cluster.py` runs it; prints ``POR
     python tests/wire/scripted_server.py --delay 0.02 [--port 0]
 
 ``GET /stats`` answers the counters as JSON; ``POST /reset`` clears them.
+
+Its HTTP side, `LoopbackServer` (keep-alive connections, JSON or `EventStream` answers, the
+thread and its loop), is shared with `tests/wire/window_server.py`.
 """
 
 from __future__ import annotations
@@ -40,50 +43,50 @@ import collections
 import json
 import threading
 import time
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["ScriptedServer"]
+__all__ = ["EventStream", "LoopbackServer", "ScriptedServer", "message_text"]
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
 
+_S = TypeVar("_S", bound="LoopbackServer")
 
-class ScriptedServer:
-    """The server; `start` runs it on a daemon thread with its own event loop (see module doc).
+
+class EventStream(list[dict[str, Any]]):
+    """A payload `LoopbackServer` sends as ``text/event-stream``, as OpenAI does: each item (a
+    JSON object) one ``data: ...`` event in its own HTTP chunk, then ``data: [DONE]``."""
+
+
+class LoopbackServer:
+    """An asyncio HTTP/1.1 keep-alive server on a daemon thread with its own event loop: what
+    `ScriptedServer` and `tests.wire.window_server.WindowServer` share. A subclass answers in
+    `_answer` with ``(status, extra headers, payload)``: the payload is sent as JSON, or as an
+    event stream when it is an `EventStream`.
 
     Args:
-        delay: seconds each answer waits before it is sent.
         host, port: where to listen (port 0: a free one).
     """
 
-    def __init__(self, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0) -> None:
-        self.delay = delay
+    thread_name = "loopback-server"
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.port = port
-        self.hold_after: int | None = None
-        """Hold every request after this many were answered, until `release` (None: never)."""
-        self.requests: collections.Counter[str] = collections.Counter()
-        self.tool_results: collections.Counter[str] = collections.Counter()
-        self.answered: collections.Counter[str] = collections.Counter()
-        """Prompts whose final answer (text) was sent."""
-        self.served = 0
-        self.active = 0
-        self.max_active = 0
         self.connections = 0
         """Client connections open now."""
-        self.held: list[tuple[str, int]] = []
-        """(prompt, client port) of each request the gate holds now."""
         self._lock = threading.Lock()
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._open: asyncio.Event | None = None
         self._server: asyncio.AbstractServer | None = None
         self._thread: threading.Thread | None = None
 
     # ------------------------------------------------------------------ control
     @property
     def base_url(self) -> str:
+        """``http://<host>:<port>/v1``, for a client's ``base_url``."""
         return f"http://{self.host}:{self.port}/v1"
 
-    def start(self) -> ScriptedServer:
+    def start(self: _S) -> _S:
+        """Listen on a daemon thread; returns once the port is known."""
         ready = threading.Event()
 
         def serve() -> None:
@@ -94,16 +97,17 @@ class ScriptedServer:
             loop.run_forever()
             loop.close()
 
-        self._thread = threading.Thread(target=serve, name="scripted-server", daemon=True)
+        self._thread = threading.Thread(target=serve, name=self.thread_name, daemon=True)
         self._thread.start()
         ready.wait(10)
         return self
 
     def stop(self) -> None:
+        """Close the listener and the open connections, and end the thread."""
         loop = self._loop
         if loop is None or self._thread is None:
             return
-        loop.call_soon_threadsafe(self._release)
+        loop.call_soon_threadsafe(self._stopping)
 
         async def close() -> None:
             assert self._server is not None
@@ -117,11 +121,92 @@ class ScriptedServer:
         asyncio.run_coroutine_threadsafe(close(), loop)
         self._thread.join(10)
 
-    def __enter__(self) -> ScriptedServer:
+    def __enter__(self: _S) -> _S:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def _stopping(self) -> None:
+        """Run on the server's loop when `stop` begins, before the connections are cancelled."""
+
+    # ------------------------------------------------------------------ HTTP
+    async def _listen(self) -> None:
+        self._server = await asyncio.start_server(self._connection, self.host, self.port)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer_port = writer.get_extra_info("peername")[1]
+        with self._lock:
+            self.connections += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, _ = lines[0].split(" ", 2)
+                headers = {k.strip().lower(): v.strip() for k, v in
+                           (line.split(":", 1) for line in lines[1:] if ":" in line)}
+                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                status, extra, payload = await self._answer(method, path, body, peer_port)
+                if isinstance(payload, EventStream):
+                    await _send_events(writer, status, extra, payload)
+                    continue
+                data = json.dumps(payload).encode()
+                head_out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+                            "content-type: application/json", f"content-length: {len(data)}",
+                            *(f"{k}: {v}" for k, v in extra.items())]
+                writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + data)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
+            pass
+        finally:
+            with self._lock:
+                self.connections -= 1
+            writer.close()
+
+    async def _answer(self, method: str, path: str, body: bytes, peer_port: int) -> tuple[int, dict[str, str], Any]:
+        """``(status, extra headers, payload)`` for one request: the subclass's script."""
+        raise NotImplementedError
+
+
+async def _send_events(writer: asyncio.StreamWriter, status: int, extra: dict[str, str], events: EventStream) -> None:
+    head_out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
+                "content-type: text/event-stream; charset=utf-8", "transfer-encoding: chunked",
+                *(f"{k}: {v}" for k, v in extra.items())]
+    writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode())
+    for event in [*(f"data: {json.dumps(e)}" for e in events), "data: [DONE]"]:
+        data = (event + "\n\n").encode()
+        writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        await writer.drain()
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
+
+
+class ScriptedServer(LoopbackServer):
+    """The server; `start` runs it on a daemon thread with its own event loop (see module doc).
+
+    Args:
+        delay: seconds each answer waits before it is sent.
+        host, port: where to listen (port 0: a free one).
+    """
+
+    thread_name = "scripted-server"
+
+    def __init__(self, delay: float = 0.0, host: str = "127.0.0.1", port: int = 0) -> None:
+        super().__init__(host, port)
+        self.delay = delay
+        self.hold_after: int | None = None
+        """Hold every request after this many were answered, until `release` (None: never)."""
+        self.requests: collections.Counter[str] = collections.Counter()
+        self.tool_results: collections.Counter[str] = collections.Counter()
+        self.answered: collections.Counter[str] = collections.Counter()
+        """Prompts whose final answer (text) was sent."""
+        self.served = 0
+        self.active = 0
+        self.max_active = 0
+        self.held: list[tuple[str, int]] = []
+        """(prompt, client port) of each request the gate holds now."""
+        self._open: asyncio.Event | None = None
 
     def hold(self, after: int) -> None:
         """Hold every request once `after` requests in all have been answered."""
@@ -157,38 +242,14 @@ class ScriptedServer:
         if self._open is not None:
             self._open.set()
 
+    def _stopping(self) -> None:
+        self._release()
+
     # ------------------------------------------------------------------ HTTP
     async def _listen(self) -> None:
         self._open = asyncio.Event()
         self._open.set()
-        self._server = await asyncio.start_server(self._connection, self.host, self.port)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer_port = writer.get_extra_info("peername")[1]
-        with self._lock:
-            self.connections += 1
-        try:
-            while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                lines = head.decode("latin-1").split("\r\n")
-                method, path, _ = lines[0].split(" ", 2)
-                headers = {k.strip().lower(): v.strip() for k, v in
-                           (line.split(":", 1) for line in lines[1:] if ":" in line)}
-                body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
-                status, extra, payload = await self._answer(method, path, body, peer_port)
-                data = json.dumps(payload).encode()
-                head_out = [f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}",
-                            "content-type: application/json", f"content-length: {len(data)}",
-                            *(f"{k}: {v}" for k, v in extra.items())]
-                writer.write(("\r\n".join(head_out) + "\r\n\r\n").encode() + data)
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError, asyncio.CancelledError):
-            pass
-        finally:
-            with self._lock:
-                self.connections -= 1
-            writer.close()
+        await super()._listen()
 
     async def _answer(self, method: str, path: str, body: bytes, peer_port: int) -> tuple[int, dict[str, str], Any]:
         if method == "GET" and path.endswith("/stats"):
@@ -200,7 +261,7 @@ class ScriptedServer:
             return 404, {}, {"error": {"message": f"no route {method} {path}", "type": "not_found"}}
         request = json.loads(body or b"{}")
         messages = request.get("messages", [])
-        prompt = next((_text(m) for m in messages if m.get("role") == "user"), "")
+        prompt = next((message_text(m) for m in messages if m.get("role") == "user"), "")
         with self._lock:
             self.requests[prompt] += 1
             first_time = self.requests[prompt] == 1
@@ -252,7 +313,7 @@ class ScriptedServer:
                                       "function": {"name": function["name"], "arguments": json.dumps(args)}}]
             finish = "tool_calls"
         else:
-            result = _text(last) if last.get("role") == "tool" else None
+            result = message_text(last) if last.get("role") == "tool" else None
             message["content"] = f"answer to {prompt}" + (f": {result}" if result is not None else "")
             finish = "stop"
             with self._lock:
@@ -265,7 +326,8 @@ class ScriptedServer:
         }
 
 
-def _text(message: dict[str, Any]) -> str:
+def message_text(message: dict[str, Any]) -> str:
+    """A chat message's text: its string content, or its text parts joined ("" for none)."""
     content = message.get("content")
     if isinstance(content, list):
         return "".join(part.get("text", "") for part in content if isinstance(part, dict))
