@@ -16,6 +16,7 @@ NbagentError
 ├── ModelError                     a model call failed (status_code, body, provider, retryable)
 │   ├── ModelHTTPError             the server answered with an HTTP error status
 │   │   ├── BadRequestError        400 / 422
+│   │   │   └── ContextOverflowError the request does not fit the model's context window
 │   │   ├── AuthenticationError    401 / 403
 │   │   ├── NotFoundError          404
 │   │   ├── RateLimitError         429 (retried; Retry-After honoured)
@@ -55,6 +56,7 @@ __all__ = [
     "BadRequestError",
     "ConflictError",
     "ContentFilterError",
+    "ContextOverflowError",
     "DuplicateToolError",
     "InvalidArgumentsError",
     "InvalidPromptError",
@@ -180,6 +182,27 @@ class ModelHTTPError(ModelError):
 
 class BadRequestError(ModelHTTPError):
     """HTTP 400/422: the request was rejected; retrying the same request will not help."""
+
+
+class ContextOverflowError(BadRequestError):
+    """The request does not fit in the model's context window: the provider refused it (HTTP 400,
+    or the same error inside a started stream) because the prompt, its history, tools and
+    system prompt, sometimes with the output tokens asked for, are more tokens than the model
+    takes. OpenAI's ``context_length_exceeded``, llama.cpp's ``exceed_context_size_error``, an
+    OpenAI-compatible server's "maximum context length is ... tokens", Anthropic's ``prompt is
+    too long``. Not retried: the same request gets the same answer; shorten the history (or
+    continue in a new thread) and send again. The text stays the provider's message.
+
+    Attributes:
+        tokens: the request's size in tokens as the provider counted it, when it said (some count
+            the output tokens asked for in it); None when it did not.
+        limit: the model's context window in tokens, when the provider said; None when it did not.
+    """
+
+    def __init__(self, message: str, *, tokens: int | None = None, limit: int | None = None, **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.tokens = tokens
+        self.limit = limit
 
 
 class AuthenticationError(ModelHTTPError):

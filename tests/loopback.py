@@ -2,8 +2,9 @@
 
 ``with answering((content_type, body), ...) as url:`` answers each POST with the next reply
 (status 200, that ``Content-Type``, a ``Content-Length``, and the extra headers of a reply given
-as ``(content_type, body, headers)``); after the last one it keeps giving the last. ``url`` is
-``http://127.0.0.1:<port>``.
+as ``(content_type, body, headers)``, the status of one given as ``(content_type, body, headers,
+status)``); after the last one it keeps giving the last. ``url`` is ``http://127.0.0.1:<port>``.
+``seen``, when given, gets each request's path, in order.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def answering(*replies: tuple[Any, ...]) -> Iterator[str]:
+def answering(*replies: tuple[Any, ...], seen: list[str] | None = None) -> Iterator[str]:
     queue = list(replies)
 
     class Handler(BaseHTTPRequestHandler):
@@ -25,8 +26,10 @@ def answering(*replies: tuple[Any, ...]) -> Iterator[str]:
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if seen is not None:
+                seen.append(self.path)
             content_type, body, *rest = queue.pop(0) if len(queue) > 1 else queue[0]
-            self.send_response(200)
+            self.send_response(rest[1] if len(rest) > 1 else 200)
             self.send_header("Content-Type", content_type)
             for key, value in (rest[0] if rest else {}).items():
                 self.send_header(key, value)

@@ -19,6 +19,7 @@ from nbagent import Agent
 from nbagent.exceptions import (
     AuthenticationError,
     BadRequestError,
+    ContextOverflowError,
     ModelError,
     NotFoundError,
     RateLimitError,
@@ -142,7 +143,7 @@ FACTS: dict[str, dict[str, Any]] = {
     "anthropic_stream_text": {"text": "- Captain\n- Scoop", "usage": (17, 0, 0, 10)},
     "anthropic_pause_turn_web_search": {"finish": "pause_turn"},
     "anthropic_error_400_invalid_request": {"error": 400},
-    "anthropic_error_400_prompt_too_long": {"error": 400},
+    "anthropic_error_400_prompt_too_long": {"error": 400, "class": ContextOverflowError},
     "anthropic_error_401": {"error": 401},
     "anthropic_error_404_model": {"error": 404},
     "anthropic_error_429": {"error": 429, "retry_after": 7.0},
@@ -204,7 +205,7 @@ async def test_case_through_anthropic_model(server: Any, name: str) -> None:
             with pytest.raises(ModelError) as info:
                 await _call(model, stream)
             err = info.value
-            assert type(err) is ERRORS[status]
+            assert type(err) is FACTS[name].get("class", ERRORS[status])
             assert err.status_code == status and err.provider == "anthropic"
             assert recorded_error_message(case) in str(err)
             assert err.retryable is (status in (429, 500, 529))
@@ -299,7 +300,7 @@ async def test_case_through_an_agent(server: Any, name: str) -> None:
     sent = server.messages_requests()[before:]
     if status is not None:
         assert result.status == "failed"
-        assert type(result.exception) is ERRORS[status]
+        assert type(result.exception) is FACTS[name].get("class", ERRORS[status])
         assert recorded_error_message(case) in (result.error or "")
         assert len(sent) == (2 if status in (429, 500, 529) else 1)  # retried once, or not at all
         assert KEY not in (result.error or "")

@@ -27,6 +27,7 @@ from nbagent import Agent
 from nbagent.exceptions import (
     AuthenticationError,
     BadRequestError,
+    ContextOverflowError,
     ModelError,
     ModelHTTPError,
     NotFoundError,
@@ -87,7 +88,7 @@ PERMANENT = [
             "message": "This model's maximum context length is 128000 tokens. However, your messages "
                        "resulted in 131072 tokens. Please reduce the length of the messages.",
             "type": "invalid_request_error", "param": "messages", "code": "context_length_exceeded"}}),
-        BadRequestError, None, ["maximum context length is 128000 tokens", "context_length_exceeded"],
+        ContextOverflowError, None, ["maximum context length is 128000 tokens", "context_length_exceeded"],
     ),
     (
         "openai-invalid-key-echoed",
@@ -100,7 +101,7 @@ PERMANENT = [
         json.dumps({"error": {"code": 400, "message": "request (4476 tokens) exceeds the available context "
                               "size (4096 tokens)", "type": "exceed_context_size_error",
                               "n_prompt_tokens": 4476, "n_ctx": 4096}}),
-        BadRequestError, 400, ["exceeds the available context size (4096 tokens)"],
+        ContextOverflowError, 400, ["exceeds the available context size (4096 tokens)"],
     ),
     (
         "vllm-unwrapped",

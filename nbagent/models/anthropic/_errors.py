@@ -7,9 +7,10 @@ takes it out of any text or body, `_safe_url` takes credentials out of URLs. Eve
 built without its SDK cause (whose request carries the ``x-api-key`` header).
 
 Retried: 429 (``retry-after`` honoured), 529 overloaded, 500 and other 5xx, 408 / 409, a stream
-that broke off. Not retried: 400 / 413 (`BadRequestError`), 401 / 403 (`AuthenticationError`),
-404 (`NotFoundError`), other 4xx (`ModelHTTPError`); each carries the status and the server's
-message.
+that broke off. Not retried: 400 / 413 (`BadRequestError`; a prompt too long for the model's
+context window is a `ContextOverflowError`, `context_overflow`), 401 / 403
+(`AuthenticationError`), 404 (`NotFoundError`), other 4xx (`ModelHTTPError`); each carries the
+status and the server's message.
 
 May import: ``anthropic`` (its exception classes), nbagent's exceptions, and `_stream`'s field
 reader. Not `_wire` or `_model`: the model is passed in as an `ErrorSource`.
@@ -17,6 +18,7 @@ reader. Not `_wire` or `_model`: the model is passed in as an `ErrorSource`.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
@@ -24,6 +26,7 @@ import anthropic
 
 from ...exceptions import (
     BadRequestError,
+    ContextOverflowError,
     ModelConnectionError,
     ModelError,
     ModelResponseError,
@@ -74,7 +77,40 @@ def _message_of(body: Any, fallback: str) -> tuple[str, str | None]:
     return message, kind if isinstance(kind, str) else None
 
 
-def _http_error(model: ErrorSource, status: int, message: str, body: Any, retry_after: float | None) -> ModelError:
+_PROMPT_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
+_INPUT_AND_MAX_TOKENS = re.compile(r"input length and `max_tokens` exceed context limit: (\d+) \+ \d+ > (\d+)")
+
+
+def context_overflow(status: int, kind: str | None, said: Any) -> tuple[int | None, int | None] | None:
+    """``(tokens, limit)`` when an ``invalid_request_error`` (HTTP 400, or that error event in a
+    stream) says the request does not fit the model's context window, else None.
+
+    ``said`` is the server's own message: ``prompt is too long: 200027 tokens > 200000 maximum``
+    (tokens 200027, limit 200000), or ``input length and `max_tokens` exceed context limit:
+    197626 + 8192 > 200000`` (tokens is the input's 197626). A count the message does not give
+    is None.
+    """
+    if status != 400 or kind not in (None, "invalid_request_error") or not isinstance(said, str):
+        return None
+    text = said.strip()
+    if not text.lower().startswith(("prompt is too long", "input length and `max_tokens` exceed context limit")):
+        return None
+    found = _PROMPT_TOO_LONG.match(text) or _INPUT_AND_MAX_TOKENS.match(text)
+    return (int(found.group(1)), int(found.group(2))) if found else (None, None)
+
+
+def _http_error(
+    model: ErrorSource, status: int, message: str, body: Any, retry_after: float | None,
+    kind: str | None = None, said: Any = None,
+) -> ModelError:
+    """`error_for_status`, except that 413 is a `BadRequestError` and a request too long for the
+    context window (the server's message ``said`` and error ``kind``, `context_overflow`) is a
+    `ContextOverflowError`."""
+    overflow = context_overflow(status, kind, said)
+    if overflow is not None:
+        tokens, limit = overflow
+        return ContextOverflowError(message, status_code=status, body=body, provider=model.provider,
+                                    tokens=tokens, limit=limit)
     if status == 413:  # the request is too large: the same request fails again
         return BadRequestError(message, status_code=413, body=body, provider=model.provider)
     return error_for_status(status, message, body=body, provider=model.provider, retry_after=retry_after)
@@ -84,8 +120,8 @@ def stream_error(model: ErrorSource, error: Any) -> ModelError:
     """The nbagent error for an ``error`` event inside a started stream, sorted like an HTTP error
     of the status its ``type`` stands for: ``overloaded_error`` / ``api_error`` (and an unknown
     type) are a retried `StreamInterruptedError`, ``rate_limit_error`` a retried `RateLimitError`,
-    ``invalid_request_error`` a `BadRequestError`, ... (``status_code`` stays None: the HTTP
-    status was 200)."""
+    ``invalid_request_error`` a `BadRequestError` (a `ContextOverflowError` when the prompt is
+    too long), ... (``status_code`` stays None: the HTTP status was 200)."""
     message = _get(error, "message")
     kind = _get(error, "type")
     if not isinstance(message, str) or not message:
@@ -96,7 +132,7 @@ def stream_error(model: ErrorSource, error: Any) -> ModelError:
     if status is None or status >= 500 or status in (408, 409):
         return StreamInterruptedError(f"the streamed answer broke off: {words}", body=body, provider=model.provider)
     err = _http_error(model, status, f"the server ended the stream with an error: {words}{_hint(model, status)}",
-                      body, None)
+                      body, None, kind, message)
     err.status_code = None
     return err
 
@@ -117,7 +153,8 @@ def map_error(model: ErrorSource, exc: BaseException, *, streaming: bool = False
             return stream_error(model, _get(body, "error") if isinstance(body, dict) else body)
         message, kind = _message_of(body, exc.message)
         text = scrub(secret, str(message)) + (f" [{kind}]" if kind else "") + _hint(model, status)
-        return _http_error(model, status, text, scrub(secret, body), parse_retry_after(exc.response.headers))
+        return _http_error(model, status, text, scrub(secret, body), parse_retry_after(exc.response.headers),
+                           kind, message)
     if streaming:
         if isinstance(exc, anthropic.APITimeoutError):
             reason = "the read timed out"

@@ -3,7 +3,8 @@
 Owns `map_error` (an SDK or transport exception: HTTP status, timeout, connection, an error event
 the SDK raised mid-stream), `stream_error` (an error object a server sent inside a started
 stream, sorted by `stream_error_status`), `_http_error` (the not-retried statuses that fail the
-same way again, `_permanent_http_error`), `parse_retry_after`, and the key's hygiene: `_Secret`
+same way again, `_permanent_http_error`; a request too long for the model's context window,
+`context_overflow`), `parse_retry_after`, and the key's hygiene: `_Secret`
 holds it, `scrub` takes it out of any text or body, `_safe_url` takes credentials out of URLs.
 Every error is built without its SDK cause (whose request carries the ``Authorization`` header).
 Also `body_error`: a 2xx answer whose body is not a chat completion (an HTML page, empty, not
@@ -15,12 +16,14 @@ readers. Not `_wire` or `_model`: the model is passed in as an `ErrorSource`.
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import Any
 
 import openai
 
 from ...exceptions import (
+    ContextOverflowError,
     ModelConnectionError,
     ModelError,
     ModelHTTPError,
@@ -120,6 +123,61 @@ def _permanent_http_error(status: int, body: Any, message: str) -> str | None:
     return None
 
 
+# ------------------------------------------------------------------------------- a request too long
+_OVERFLOW_WORDS = frozenset({"context_length_exceeded", "exceed_context_size_error"})
+"""Error ``code`` / ``type`` words that say the request does not fit the context window (OpenAI's
+``code``, llama.cpp's ``type``)."""
+
+_OVERFLOW_PHRASES = ("maximum context length is", "exceeds the available context size",
+                     "is larger than the max context size")
+"""What a 400's message says when a server sends no such word: vLLM, OpenRouter, DeepSeek and
+other OpenAI-compatible servers word it as OpenAI does ("This model's maximum context length is
+... tokens"); llama.cpp ("request (5000 tokens) exceeds the available context size (4096 tokens)")."""
+
+_LIMIT_SAID = (re.compile(r"maximum context length is (\d[\d,]*) tokens"),
+               re.compile(r"available context size \((\d+) tokens\)"),
+               re.compile(r"max context size \((\d+) tokens\)"))
+_TOKENS_SAID = (re.compile(r"(?:resulted in|you requested|your request has) (\d[\d,]*) (?:input )?tokens"),
+                re.compile(r"(?:request|input) \((\d+) tokens\)"))
+
+
+def _count(value: Any) -> int | None:
+    """A positive token count given as a number, or None."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        return None
+    return value
+
+
+def _said(patterns: tuple[re.Pattern[str], ...], text: str) -> int | None:
+    for pattern in patterns:
+        found = pattern.search(text)
+        if found:
+            return _count(int(found.group(1).replace(",", "")))
+    return None
+
+
+def context_overflow(status: int | None, error: Any, message: str) -> tuple[int | None, int | None] | None:
+    """``(tokens, limit)`` when a refused request (HTTP 400, or a mid-stream error standing for
+    one) says it does not fit the model's context window, else None.
+
+    Recognised by the error object's ``code`` / ``type`` (``context_length_exceeded``,
+    ``exceed_context_size_error``), or, without one, by the message's words (`_OVERFLOW_PHRASES`).
+    The counts come from llama.cpp's ``n_prompt_tokens`` / ``n_ctx``, else from the message
+    ("maximum context length is 128000 tokens. However, your messages resulted in 130419
+    tokens"); each is None when neither says it.
+    """
+    if status != 400:
+        return None
+    words = {str(_get(error, name)).strip().lower() for name in ("code", "type")} if isinstance(error, dict) else set()
+    text = message.lower()
+    if not words & _OVERFLOW_WORDS and not any(phrase in text for phrase in _OVERFLOW_PHRASES):
+        return None
+    fields = error if isinstance(error, dict) else {}
+    tokens = _count(fields.get("n_prompt_tokens")) or _said(_TOKENS_SAID, text)
+    limit = _count(fields.get("n_ctx")) or _said(_LIMIT_SAID, text)
+    return tokens, limit
+
+
 def _hint(model: ErrorSource, status: int | None) -> str:
     if status == 404:
         return f" (model {model.model_name!r} at {_where(model)})"
@@ -134,7 +192,13 @@ def _http_error(
     model: ErrorSource, status: int, message: str, body: Any, permanent: str | None, retry_after: float | None = None
 ) -> ModelHTTPError:
     """`error_for_status`, except that an error that will fail again the same way (`permanent`
-    says why, see `_permanent_http_error`) is not retried and its message says so."""
+    says why, see `_permanent_http_error`) is not retried and its message says so, and a request
+    too long for the model's context window is a `ContextOverflowError` (`context_overflow`)."""
+    overflow = context_overflow(status, body, message)
+    if overflow is not None:
+        tokens, limit = overflow
+        return ContextOverflowError(message, status_code=status, body=body, provider=model.provider,
+                                    tokens=tokens, limit=limit)
     error = error_for_status(
         status,
         message + (f" (not retried: {permanent})" if permanent else ""),
@@ -152,8 +216,9 @@ def stream_error(model: ErrorSource, error: Any, fallback: str | None = None) ->
 
     A request the server refuses (a 4xx other than 408 / 409 / 429, or a word such as
     ``invalid_request_error``, ``context_length_exceeded``, ``invalid_api_key``,
-    ``model_not_found``) fails at once: `BadRequestError`, `AuthenticationError`,
-    `NotFoundError`, or `ModelHTTPError` (402 and other 4xx). A rate limit is a retried
+    ``model_not_found``) fails at once: `BadRequestError` (`ContextOverflowError` when it does
+    not fit the context window), `AuthenticationError`, `NotFoundError`, or `ModelHTTPError`
+    (402 and other 4xx). A rate limit is a retried
     `RateLimitError`; anything else (``server_error``, overloaded, 5xx, an unknown error) a
     retried `StreamInterruptedError`. ``status_code`` is set only when the server put a status
     in the object. The message is the server's own (OpenRouter's upstream ``metadata.raw``
