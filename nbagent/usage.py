@@ -55,7 +55,12 @@ class TokenCounts:
 
 @dataclass(slots=True)
 class ModelCallUsage:
-    """One model call: what it cost in tokens, time and money. Persisted with the messages."""
+    """One model call: what it cost in tokens, time and money. Persisted with the messages.
+
+    `purpose` tells what the call was for, so cost frames can tell the kinds apart: ``"run"``
+    (the default) for an agent's own model calls, ``"compaction"`` for a context-compaction
+    summary, ``"eval"`` for an evaluator's judge call; other strings are allowed.
+    """
 
     run_id: str
     thread: str | None
@@ -80,18 +85,24 @@ class ModelCallUsage:
     currency: str = "USD"
     usage_reported: bool = True
     """False when the provider reported no usage (counts are 0, not measured)."""
+    purpose: str = "run"
+    """What the call was for: ``"run"`` (an agent's own step), ``"compaction"`` (a context
+    summary), ``"eval"`` (a judge call), or another string; rows stored without it read as
+    ``"run"``."""
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
     def to_dict(self) -> dict[str, Any]:
+        """The row as a plain dict, one key per field (`purpose` included)."""
         return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelCallUsage:
-        names = _ROW_FIELDS
-        return cls(**{k: v for k, v in data.items() if k in names})
+        """A row from `to_dict`'s dict; unknown keys are ignored, missing ones take their
+        defaults (a dict written before `purpose` existed reads as ``"run"``)."""
+        return cls(**{k: v for k, v in data.items() if k in _ROW_FIELDS})
 
 
 _ROW_FIELDS = frozenset(f.name for f in fields(ModelCallUsage))

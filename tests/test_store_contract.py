@@ -219,6 +219,25 @@ async def test_usage_columns(store: Store) -> None:
         await store.usage_columns(columns=["tokens"])
 
 
+async def test_usage_purpose_round_trips(stores: Stores) -> None:
+    """Each row's `purpose` (a compaction summary, a judge call, the run's own calls) comes back
+    from another store object, in loads, usage columns and copies."""
+    store = stores.new()
+    rows = [row("a", 1), row("a", 1), row("a", 2)]  # step 1's call and its compaction, then a judge
+    rows[1].purpose, rows[2].purpose = "compaction", "eval"
+    v = await store.append("a", version=0, step=1, messages=[UserMessage("q")], usage=rows[:2])
+    await store.append("a", version=v, step=2, messages=[AssistantMessage("done")], usage=rows[2:])
+    other = stores.new()
+    loaded = await other.load("a")
+    assert loaded is not None and [r.to_dict() for r in loaded.usage] == [r.to_dict() for r in rows]
+    assert (await other.usage_columns("a"))["purpose"] == ["run", "compaction", "eval"]
+    subset = await other.usage_columns(columns=["purpose", "step"])
+    assert dict(subset) == {"step": [1, 1, 2], "purpose": ["run", "compaction", "eval"]}
+    await other.copy("a", "b", messages=2)
+    copied = await stores.new().load("b")
+    assert copied is not None and [r.purpose for r in copied.usage] == ["run", "compaction", "eval"]
+
+
 async def test_prune_deletes_what_was_not_written_since(store: Store) -> None:
     await store.append("old", version=0, step=0, messages=[UserMessage("old")], usage=[row("old", 1)])
     await asyncio.sleep(0.05)

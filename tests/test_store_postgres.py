@@ -201,6 +201,51 @@ async def test_a_schema_1_database_is_migrated_and_keeps_its_latest_runs_end(pos
     await store.close()
 
 
+async def test_a_schema_3_database_is_migrated_and_its_usage_rows_read_as_run(
+    postgres_url: str, pg_schema: str
+) -> None:
+    """Schema 3 (before usage rows had a purpose): migrated on first use, the rows already there
+    read ``"run"`` (the column's default), new rows keep theirs, in loads, columns and frames."""
+    import json
+
+    from nbagent.dataframe import usage_frame
+    from nbagent.store.postgres import _schema
+    from nbagent.usage import ModelCallUsage
+
+    s = f'"{pg_schema}"'
+    usage = ("run_id, thread, step, time, provider, model, input_tokens, cache_read_tokens, cache_write_tokens, "
+             "output_tokens, reasoning_tokens, tool_calls, usage_reported")
+    with psycopg.connect(postgres_url, autocommit=True) as conn, conn.transaction():
+        conn.execute(f"CREATE SCHEMA {s}")
+        conn.execute(f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
+                     "applied_at timestamptz NOT NULL DEFAULT now(), applied_by text NOT NULL)")
+        for number in range(3):
+            for statement in _schema.MIGRATIONS[number](s):
+                conn.execute(statement)
+            conn.execute(f"INSERT INTO {s}.schema_version (version, applied_by) VALUES (%s, 'old')", (number + 1,))
+        conn.execute(f"INSERT INTO {s}.threads (id, version, step, meta, created, updated, title, messages, "
+                     "input_tokens, output_tokens) VALUES ('t', 1, 1, '{}', 1, 1, 'a', 1, 10, 1)")
+        conn.execute(f"INSERT INTO {s}.messages VALUES ('t', 0, 0, 1, %s)",
+                     (json.dumps({"kind": "user", "content": "a"}),))
+        conn.execute(f"INSERT INTO {s}.usage ({usage}) VALUES ('run_a', 't', 1, 1.0, 'function', 'f', 10, 0, 0, 1, "
+                     "0, 0, true)")
+    store = PostgresStore(postgres_url, schema=pg_schema)
+    loaded = await store.load("t")
+    assert loaded is not None and [u.purpose for u in loaded.usage] == ["run"]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone() == (SCHEMA_VERSION,)
+        columns = [r[0] for r in conn.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s AND table_name = 'usage' "
+            "ORDER BY ordinal_position", (pg_schema,))]
+    assert columns == ["id", *_schema.USAGE_TYPES]
+    judge = ModelCallUsage("run_b", "t", 2, 2.0, "function", "f", input_tokens=5, purpose="eval")
+    await store.append("t", version=loaded.version, step=2, usage=[judge])
+    assert (await store.usage_columns("t"))["purpose"] == ["run", "eval"]
+    frame = await asyncio.to_thread(usage_frame, store)
+    assert frame["purpose"].tolist() == ["run", "eval"]
+    await store.close()
+
+
 async def test_many_processes_opening_a_new_schema_at_once_all_succeed(postgres_url: str, pg_schema: str) -> None:
     code = (
         "import asyncio, sys\n"

@@ -34,6 +34,7 @@ from tests.test_store_contract import add, add_then_answer
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).parent / "fixtures"
 FIXTURE = FIXTURES / "store_v1.db"  # format 1: written before usage chunks and checkpoints' runs
+FIXTURE_2 = FIXTURES / "store_v2.db"  # format 2: written before usage rows had a purpose
 
 
 def digest(path: Path) -> str:
@@ -96,10 +97,11 @@ async def test_usage_columns_cover_every_usage_field(store: SQLiteStore) -> None
     assert (await mem.usage_columns())["input_tokens"] == [10]
 
 
-@pytest.mark.parametrize("fmt", sorted({1, FORMAT_VERSION}))
+@pytest.mark.parametrize("fmt", sorted({1, 2, FORMAT_VERSION}))
 async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
-    """A file written in each format (tests/fixtures/make_store_fixture.py) stays readable; a
-    format 1 file is made format 2 on opening, its latest run's outcome on a checkpoint."""
+    """A file written in each format (tests/fixtures/make_store_fixture.py) stays readable and is
+    made the current format on opening: a format 1 file gets its latest run's outcome on a
+    checkpoint, an older file's usage rows the purpose ``"run"``."""
     path = tmp_path / "old.db"
     shutil.copy(FIXTURES / f"store_v{fmt}.db", path)
     store = SQLiteStore(path)
@@ -110,7 +112,9 @@ async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
         assert conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone() == (
             str(FORMAT_VERSION),)
         names = [r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")]
+        usage_names = [r[1] for r in conn.execute("PRAGMA table_info(usage)")]
     assert names[-4:] == ["status", "run_id", "stop_reason", "error"]
+    assert usage_names == ["id", *USAGE_COLUMNS]
     assert [(run, c.version, c.messages, c.status, c.stop_reason, c.error, c.last_message)
             for run, c in ends.items()] == [
         ("run_fixture1", 7, 5, "completed", None, None, "assistant: The refund was denied.")]
@@ -170,11 +174,12 @@ async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
             u.finish_reason,
             u.model,
             u.time,
+            u.purpose,
         )
         for u in loaded.usage
     ] == [
-        (1, 100, 10, 20, 2, 0.0003, 2, "tool_calls", "gpt-4.1-mini", 1_700_000_001.0),
-        (2, 150, 10, 8, 2, None, 0, "stop", "gpt-4.1-mini", 1_700_000_002.0),
+        (1, 100, 10, 20, 2, 0.0003, 2, "tool_calls", "gpt-4.1-mini", 1_700_000_001.0, "run"),
+        (2, 150, 10, 8, 2, None, 0, "stop", "gpt-4.1-mini", 1_700_000_002.0, "run"),
     ]
     assert loaded.meta.status == "completed" and loaded.meta.state == {"count": 3}
     assert loaded.meta.always_allowed == ["lookup_order"]
@@ -490,6 +495,7 @@ def many_rows(n: int, threads: int = 3) -> list[ModelCallUsage]:
             cost_total=None if i % 11 == 0 else 2.5e-4,
             currency="USD" if i % 13 else "EUR",
             usage_reported=i % 17 != 0,
+            purpose="compaction" if i % 19 == 5 else "eval" if i % 23 == 7 else "run",
         )
         for i in range(n)
     ]
@@ -606,6 +612,54 @@ async def test_a_format_1_file_without_chunks_is_packed_on_first_read(
     store = SQLiteStore(path)
     await assert_columns_match(store)
     assert chunk_count(path) == (6, 48)  # packed by the first read of every thread (1 row waits)
+    await store.close()
+
+
+async def test_a_format_2_file_gains_purpose_and_keeps_its_chunks(tmp_path: Path, small_chunks: None) -> None:
+    """A format 2 file (before usage rows had a purpose) is made format 3 on opening: its usage
+    rows read ``"run"``, its chunks (packed without the column) are read as they are, not
+    packed again, and new rows keep their purpose; an nbagent that reads format 2 then refuses
+    it (it would copy and pack rows without their purpose)."""
+    path = tmp_path / "old.db"
+    shutil.copy(FIXTURE_2, path)
+    store = SQLiteStore(path)
+    assert [u.purpose for u in (await store.load("support-42")).usage] == ["run", "run"]  # type: ignore[union-attr]
+    await store.close()
+    # A bigger one, as a format 2 nbagent wrote it: no purpose column, chunks without it.
+    from nbagent.store._columnar import decode_chunk, encode_chunk
+
+    path = tmp_path / "big-old.db"
+    store = SQLiteStore(path)
+    rows = many_rows(50)
+    for r in rows:
+        r.purpose = "run"
+    await write_rows(store, rows, per_append=50)
+    await store.close()
+    old_names = [n for n in USAGE_COLUMNS if n != "purpose"]
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE usage DROP COLUMN purpose")
+        for last, data in conn.execute("SELECT last_id, data FROM usage_chunks").fetchall():
+            block = decode_chunk(data, old_names)
+            assert block is not None
+            conn.execute("UPDATE usage_chunks SET data = ? WHERE last_id = ?", (encode_chunk(block), last))
+        conn.execute("UPDATE nbagent_meta SET value = '2' WHERE key = 'format_version'")
+    before = chunk_count(path)
+    assert before == (6, 48)
+    store = SQLiteStore(path)
+    cols = await store.usage_columns()
+    assert sorted(cols.to_rows(), key=lambda r: r.step) == rows and set(cols["purpose"]) == {"run"}
+    await assert_columns_match(store)
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone() == ("3",)
+        assert conn.execute("SELECT DISTINCT purpose FROM usage").fetchall() == [("run",)]
+        blobs = [d for (d,) in conn.execute("SELECT data FROM usage_chunks")]
+    assert chunk_count(path) == before and all(b"purpose" not in d for d in blobs), "the old chunks are kept"
+    more = many_rows(70)[50:]
+    await write_rows(store, more, per_append=10)
+    await assert_columns_match(store)
+    cols = await store.usage_columns()
+    assert sorted(zip(cols["step"], cols["purpose"], strict=True))[50:] == [(r.step, r.purpose) for r in more]
+    assert {"compaction", "eval"} <= {r.purpose for r in more}
     await store.close()
 
 

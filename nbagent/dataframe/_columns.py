@@ -50,6 +50,7 @@ USAGE_SCHEMA: dict[str, str] = {
     "cost_total": "float64",
     "currency": "category",
     "usage_reported": "bool",
+    "purpose": "category",
 }
 """Column -> dtype of the usage frame, in column order. Repeated strings are categoricals
 (small, fast to group by, and they round-trip through parquet)."""
@@ -60,6 +61,7 @@ _STR: Any = "str" if int(pd.__version__.split(".")[0]) >= 3 else object
 _DEFAULTS: dict[str, Any] = {
     "currency": "USD",
     "usage_reported": True,
+    "purpose": "run",
     "latency_s": np.nan,
     "cost_input": np.nan,
     "cost_output": np.nan,
@@ -151,7 +153,8 @@ def usage_from_columns(columns: Mapping[str, Any], *, length: int | None = None)
     """Build the usage frame from columns (lists or arrays keyed by `ModelCallUsage` field names,
     or a store's `UsageColumns`).
 
-    Missing columns get their defaults (0 tokens, NaN cost, ``"USD"``, ``usage_reported=True``);
+    Missing columns get their defaults (0 tokens, NaN cost, ``"USD"``, ``usage_reported=True``,
+    ``purpose="run"``);
     unknown keys are ignored. This is what a store's columnar reader feeds.
     """
     if isinstance(columns, UsageColumns):

@@ -94,7 +94,9 @@ def usage_frame(
     ``latency_s`` (float64), ``finish_reason`` (category), ``tool_calls`` (int64: calls the
     answer asked for), ``cost_input``, ``cost_output``, ``cost_total`` (float64, USD as priced
     when the call was made; NaN where the price is unknown), ``currency`` (category),
-    ``usage_reported`` (bool: False when the provider sent no counts).
+    ``usage_reported`` (bool: False when the provider sent no counts), ``purpose`` (category:
+    ``"run"`` for an agent's own calls, ``"compaction"`` for a context summary, ``"eval"`` for
+    an evaluator's judge call; rows stored before it existed read ``"run"``).
 
     Works in a notebook cell (where a loop runs) and in scripts.
     """

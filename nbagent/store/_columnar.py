@@ -34,6 +34,7 @@ from ..exceptions import UserError
 from ..usage import ModelCallUsage
 
 __all__ = [
+    "ADDED_COLUMNS",
     "CHUNK_FORMAT",
     "USAGE_FIELDS",
     "USAGE_KINDS",
@@ -55,6 +56,7 @@ USAGE_KINDS: dict[str, str] = {
     "input_tokens": "q", "cache_read_tokens": "q", "cache_write_tokens": "q", "output_tokens": "q",
     "reasoning_tokens": "q", "latency_s": "d", "finish_reason": "s", "tool_calls": "q",
     "cost_input": "d", "cost_output": "d", "cost_total": "d", "currency": "s", "usage_reported": "B",
+    "purpose": "s",
 }
 """Column -> how it is held: ``"q"`` int64, ``"d"`` float64 (None is NaN: a missing cost and a
 NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (one byte),
@@ -62,6 +64,11 @@ NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (o
 
 CHUNK_FORMAT = 1
 """The first byte of a chunk blob."""
+
+ADDED_COLUMNS: dict[str, str] = {"purpose": "run"}
+"""Text columns added after chunks existed -> the value of every row a chunk without the column
+holds. Such a chunk was packed before its store gained the column (SQLite format 3 files are
+refused by older nbagents, so none packs one later), and all its rows have that value."""
 
 _NAN = math.nan
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -280,7 +287,8 @@ def encode_chunk(block: ColumnBlock) -> bytes:
 
 def decode_chunk(blob: bytes, names: Sequence[str]) -> ColumnBlock | None:
     """The block stored in a chunk blob, with the columns `names`; None when the blob is of an
-    unknown format or lacks a column (the caller then reads those rows from the usage table)."""
+    unknown format or lacks a column (the caller then reads those rows from the usage table),
+    except a column of `ADDED_COLUMNS`, which a chunk packed before it existed gets filled in."""
     if not blob or blob[0] != CHUNK_FORMAT:
         return None
     size = int.from_bytes(blob[1:5], "little")
@@ -295,6 +303,9 @@ def decode_chunk(blob: bytes, names: Sequence[str]) -> ColumnBlock | None:
     n = header["rows"]
     for name in names:
         entry = layout.get(name)
+        if entry is None and name in ADDED_COLUMNS:
+            parts[name] = TextPart([ADDED_COLUMNS[name]], array("i", bytes(4 * n)))
+            continue
         if entry is None or entry[1] != USAGE_KINDS[name]:
             return None
         _, kind, offset, length = entry

@@ -46,10 +46,11 @@ __all__ = [
     "UsageColumns",
 ]
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 """Version of the persisted shapes; a store refuses files from a newer version. Format 2 is
-format 1 with the checkpoints' ``run_id``, ``stop_reason`` and ``error`` (`SQLiteStore` adds
-them to a format 1 file when it opens it)."""
+format 1 with the checkpoints' ``run_id``, ``stop_reason`` and ``error``; format 3 is format 2
+with the usage rows' ``purpose`` (``'run'`` in older rows). `SQLiteStore` migrates an older file
+when it opens it."""
 
 ERROR_KEPT = 500
 """How many characters of a run's error a checkpoint keeps (`Checkpoint.error`)."""

@@ -40,7 +40,7 @@ def _usage_json(row: ModelCallUsage) -> list[Any]:
         row.run_id, None, row.step, row.time, row.provider, row.model, row.input_tokens,
         row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
         _finite(row.latency_s), row.finish_reason, row.tool_calls, _finite(row.cost_input),
-        _finite(row.cost_output), _finite(row.cost_total), row.currency, bool(row.usage_reported),
+        _finite(row.cost_output), _finite(row.cost_total), row.currency, bool(row.usage_reported), row.purpose,
     ]
 
 

@@ -19,10 +19,11 @@ from ..base import ERROR_KEPT
 
 __all__ = ["SCHEMA_VERSION", "USAGE_TYPES", "check", "migrate", "quote_schema"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The newest schema this nbagent creates and reads (rows of ``<schema>.schema_version``).
 Version 2 gives checkpoints the run's ``run_id``, ``stop_reason`` and ``error``; version 3 adds
-the functions ``load_thread`` and ``begin_thread`` and drops the index on ``threads.updated``."""
+the functions ``load_thread`` and ``begin_thread`` and drops the index on ``threads.updated``;
+version 4 gives usage rows their ``purpose``."""
 
 USAGE_TYPES = {
     "run_id": "text", "thread": "text", "step": "integer", "time": "double precision",
@@ -30,10 +31,13 @@ USAGE_TYPES = {
     "cache_write_tokens": "bigint", "output_tokens": "bigint", "reasoning_tokens": "bigint",
     "latency_s": "double precision", "finish_reason": "text", "tool_calls": "integer",
     "cost_input": "double precision", "cost_output": "double precision",
-    "cost_total": "double precision", "currency": "text", "usage_reported": "boolean",
+    "cost_total": "double precision", "currency": "text", "usage_reported": "boolean", "purpose": "text",
 }
 """The usage table's columns (the same names and order as SQLite's ``usage`` table)."""
 assert tuple(USAGE_TYPES) == USAGE_FIELDS
+
+_ADDED_USAGE = ("purpose",)
+"""Usage columns later versions add (`_version_4`): not in version 1's table."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -52,7 +56,7 @@ def quote_schema(name: str) -> str:
 
 
 def _version_1(s: str) -> list[str]:
-    usage = ",\n    ".join(f"{name} {kind}" for name, kind in USAGE_TYPES.items())
+    usage = ",\n    ".join(f"{name} {kind}" for name, kind in USAGE_TYPES.items() if name not in _ADDED_USAGE)
     return [
         f"""CREATE TABLE {s}.threads (
     id text PRIMARY KEY,
@@ -287,7 +291,14 @@ def _functions(s: str) -> list[str]:
     return [_append_function(s), _load_function(s), _begin_function(s)]
 
 
-MIGRATIONS = [_version_1, _version_2, _version_3]
+def _version_4(s: str) -> list[str]:
+    """Usage rows get their ``purpose`` (`ModelCallUsage.purpose`): ``'run'`` in the rows already
+    there, the column's default (PostgreSQL 11 and later add such a column without rewriting the
+    table)."""
+    return [f"ALTER TABLE {s}.usage ADD COLUMN purpose text DEFAULT 'run'"]
+
+
+MIGRATIONS = [_version_1, _version_2, _version_3, _version_4]
 """Migration *i* (0-based) brings a schema from version *i* to *i + 1*; each returns its
 statements for a quoted schema name. A new one is appended here and `SCHEMA_VERSION` raised.
 The functions (`_functions`, for the newest schema) are created after them."""

@@ -3,7 +3,7 @@
 Owns the table layout (see the package docstring), the file checks made before SQLite opens the
 file (folder, header, truncation, permissions), the schema checks made once it is open (an
 nbagent store of a format this version reads) and the migrations (adding usage chunks to a
-format 1 file written before they existed; making a format 1 file format 2). Imports the
+format 1 file written before they existed; making a format 1 or 2 file format 3). Imports the
 exceptions, `FORMAT_VERSION` and `ERROR_KEPT` only; it never holds a connection of its own
 (callers pass theirs).
 """
@@ -21,9 +21,10 @@ from ..base import ERROR_KEPT, FORMAT_VERSION
 USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
     "cache_write_tokens", "output_tokens", "reasoning_tokens", "latency_s", "finish_reason",
-    "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported",
+    "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported", "purpose",
 )
-"""The usage table's data columns, in `ModelCallUsage` field order (format 1)."""
+"""The usage table's data columns, in `ModelCallUsage` field order (format 1's and ``purpose``,
+which a format 1 or 2 file gets when it is opened: `_migrate`)."""
 
 _USAGE_TYPES = {
     "run_id": "TEXT", "thread": "TEXT", "step": "INTEGER", "time": "REAL", "provider": "TEXT",
@@ -31,6 +32,7 @@ _USAGE_TYPES = {
     "cache_write_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
     "latency_s": "REAL", "finish_reason": "TEXT", "tool_calls": "INTEGER", "cost_input": "REAL",
     "cost_output": "REAL", "cost_total": "REAL", "currency": "TEXT", "usage_reported": "INTEGER",
+    "purpose": "TEXT DEFAULT 'run'",
 }
 
 _SCHEMA = f"""
@@ -95,7 +97,7 @@ CHECKPOINT_COLUMNS = (
     "cost_total", "status", "run_id", "stop_reason", "error",
 )
 """The checkpoints table's columns (format 2: format 1's and the last three, which a format 1
-file gets when it is opened: `_add_run_columns`)."""
+file gets when it is opened: `_migrate`)."""
 
 _RUN_COLUMNS = {"run_id": "TEXT", "stop_reason": "TEXT", "error": "TEXT"}
 
@@ -272,7 +274,7 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
     if not _CHUNK_OBJECTS <= _schema_names(conn):
         _add_chunks(conn)
     if version < FORMAT_VERSION:
-        _add_run_columns(conn)
+        _migrate(conn)
 
 
 def _schema_names(conn: sqlite3.Connection) -> set[str]:
@@ -293,32 +295,52 @@ ON CONFLICT (thread, version) DO UPDATE SET
 """Each thread's latest run, as its meta record tells, on a checkpoint at the thread's version."""
 
 
-def _add_run_columns(conn: sqlite3.Connection) -> None:
-    """Make a format 1 file format 2: its checkpoints get ``run_id``, ``stop_reason`` and
-    ``error``. Those of the rows already there are not known (NULL), except each thread's
-    latest run, which its meta record tells: it gets a checkpoint at the thread's version (a
-    format 1 file has none for an append that wrote only the meta record, such as a run's end),
-    so it keeps its outcome when later runs follow.
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Bring an older file to `FORMAT_VERSION` in one transaction: format 1 to 2
+    (`_add_run_columns`), then format 2 to 3 (`_add_purpose`).
 
-    The format number goes up with them because an nbagent that reads format 1 only writes
-    checkpoints without naming their columns, which fails on a table with more: it refuses the
-    file instead (`StoreVersionError`: "written by a newer nbagent").
+    The format number goes up with each because an older nbagent must not write to the file:
+    one that reads format 1 only writes checkpoints without naming their columns, which fails on
+    a table with more; one that reads format 2 would copy usage rows (a fork) without their
+    ``purpose`` and pack usage chunks without it. It refuses the file instead
+    (`StoreVersionError`: "written by a newer nbagent").
     """
     conn.execute("BEGIN IMMEDIATE")
     try:
         row = conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone()
-        if int(row[0]) < FORMAT_VERSION:  # again: another process may have done it meanwhile
-            columns = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
-            for name, kind in _RUN_COLUMNS.items():
-                if name not in columns:
-                    conn.execute(f"ALTER TABLE checkpoints ADD COLUMN {name} {kind}")
-            conn.execute(_BACKFILL_RUNS)
+        version = int(row[0])  # again: another process may have migrated it meanwhile
+        if version < 2:
+            _add_run_columns(conn)
+        if version < 3:
+            _add_purpose(conn)
+        if version < FORMAT_VERSION:
             conn.execute("UPDATE nbagent_meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _add_run_columns(conn: sqlite3.Connection) -> None:
+    """Format 1 to 2, in `_migrate`'s transaction: the checkpoints get ``run_id``,
+    ``stop_reason`` and ``error``. Those of the rows already there are not known (NULL), except
+    each thread's latest run, which its meta record tells: it gets a checkpoint at the thread's
+    version (a format 1 file has none for an append that wrote only the meta record, such as a
+    run's end), so it keeps its outcome when later runs follow."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(checkpoints)")}
+    for name, kind in _RUN_COLUMNS.items():
+        if name not in columns:
+            conn.execute(f"ALTER TABLE checkpoints ADD COLUMN {name} {kind}")
+    conn.execute(_BACKFILL_RUNS)
+
+
+def _add_purpose(conn: sqlite3.Connection) -> None:
+    """Format 2 to 3, in `_migrate`'s transaction: the usage table gets ``purpose``, ``'run'`` in
+    the rows already there (its default: no row is rewritten, the triggers do not fire). The
+    usage chunks stay: a chunk without the column reads as ``'run'`` (`_columnar.ADDED_COLUMNS`)."""
+    if "purpose" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:
+        conn.execute(f"ALTER TABLE usage ADD COLUMN purpose {_USAGE_TYPES['purpose']}")
 
 
 def _add_chunks(conn: sqlite3.Connection) -> None:

@@ -99,7 +99,7 @@ def _usage_values(row: ModelCallUsage, thread: str) -> tuple[Any, ...]:
         row.run_id, thread, row.step, row.time, row.provider, row.model, row.input_tokens,
         row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
         row.latency_s, row.finish_reason, row.tool_calls, row.cost_input, row.cost_output,
-        row.cost_total, row.currency, int(row.usage_reported),
+        row.cost_total, row.currency, int(row.usage_reported), row.purpose,
     )
 
 
