@@ -25,10 +25,14 @@ from .agent import Agent
 # Approvals
 from .approvals import Decision, Decisions, PendingCall
 
+# Context window
+from .context import Compaction, ContextUsage
+
 # Events
 from .events import (
     ApprovalRequestedEvent,
     ClientCallRequestedEvent,
+    CompactionEvent,
     Event,
     ModelResponseEvent,
     ModelRetryEvent,
@@ -61,6 +65,7 @@ from .exceptions import (
 # Messages
 from .messages import (
     AssistantMessage,
+    CompactionMessage,
     Image,
     Message,
     SystemMessage,
@@ -88,7 +93,11 @@ __all__ = [
     "ArgumentsMismatchError",
     "AssistantMessage",
     "ClientCallRequestedEvent",
+    "Compaction",
+    "CompactionEvent",
+    "CompactionMessage",
     "ConflictError",
+    "ContextUsage",
     "Decision",
     "Decisions",
     "Event",

@@ -25,6 +25,7 @@ from ._run.config import RunConfig
 from ._run.fork import fork_thread
 from ._run.prepare import prepare_resume, prepare_run
 from .approvals import CallRef, Decisions, PendingCall
+from .context import Compaction
 from .events import Event
 from .exceptions import DuplicateToolError, ToolDefinitionError, UserError
 from .messages import Message, Prompt
@@ -59,6 +60,8 @@ if TYPE_CHECKING:
         prices: Mapping[str, Any] | None
         name: str | None
         output_retries: int
+        compaction: Compaction | None
+        max_result_fraction: float | None
 
 __all__ = ["Agent"]
 
@@ -109,6 +112,13 @@ class Agent(Generic[OutputT]):
         output_retries: how many times a model that answers in text that does not fit
             `output_type` is asked again before the run fails (invalid ``final_result``
             arguments go back to it like any tool's, within ``max_steps``).
+        compaction: keep long conversations inside the model's context window (`Compaction`:
+            old turns are replaced in the request by a summary, or old results cleared; the
+            thread keeps every message). None: a request that no longer fits fails the run.
+        max_result_fraction: the most of the model's window one tool result may fill (default
+            0.1); a longer result is cut as head + tail and kept whole (``read_result`` pages
+            through it). A tool's own ``max_result_tokens`` comes first. None: no cap from the
+            window. See docs/context.md.
     """
 
     _config: RunConfig | None
@@ -148,6 +158,8 @@ class Agent(Generic[OutputT]):
         name: str | None = None,
         output_type: Any = None,
         output_retries: int = 2,
+        compaction: Compaction | None = None,
+        max_result_fraction: float | None = 0.1,
     ) -> None:
         self.model = infer_model(model)
         self.tools, self.tool_sources = _tools_by_name(tools)  # Python tools by name; the sources apart
@@ -184,6 +196,7 @@ class Agent(Generic[OutputT]):
         if not isinstance(output_retries, int) or output_retries < 0:
             raise UserError(f"output_retries must be a non-negative integer, got {output_retries!r}")
         self.output_retries = output_retries
+        self.compaction, self.max_result_fraction = _context_options(compaction, max_result_fraction)
         self._seen = None
 
     @property
@@ -239,7 +252,8 @@ class Agent(Generic[OutputT]):
             system=self.system, max_steps=self.max_steps, tools_in_order=self.tools_in_order,
             token_budget=self.token_budget, cost_budget=self.cost_budget, stop_when=self.stop_when,
             output=self.output, output_retries=self.output_retries, prices=self.prices,
-            state_type=self.state_type, sources=sources,
+            state_type=self.state_type, sources=sources, compaction=self.compaction,
+            summarizer=_summarizer(self.compaction), max_result_fraction=self.max_result_fraction,
         )
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_seen", (settings, tools))
@@ -523,6 +537,25 @@ class Agent(Generic[OutputT]):
         from .dataframe import batch
 
         return batch(self, inputs, **kwargs)
+
+
+def _context_options(compaction: Any, max_result_fraction: Any) -> tuple[Compaction | None, float | None]:
+    """`Agent`'s ``compaction`` and ``max_result_fraction``, checked."""
+    if compaction is not None and not isinstance(compaction, Compaction):
+        raise UserError(f"compaction must be an nbagent.Compaction, got {compaction!r}")
+    if max_result_fraction is not None and (
+        isinstance(max_result_fraction, bool) or not isinstance(max_result_fraction, (int, float))
+        or not 0 < max_result_fraction <= 1
+    ):
+        raise UserError(f"max_result_fraction must be a fraction in (0, 1] or None, got {max_result_fraction!r}")
+    return compaction, max_result_fraction
+
+
+def _summarizer(compaction: Compaction | None) -> Model | None:
+    """The model a `Compaction` names for its summaries (None: the agent's own)."""
+    if compaction is None or compaction.summarizer is None:
+        return None
+    return infer_model(compaction.summarizer)
 
 
 def _tools_by_name(tools: Iterable[Tool | Callable[..., Any] | ToolSource]) -> tuple[dict[str, Tool],

@@ -14,7 +14,8 @@ Owns the event shapes; imports approvals (`PendingCall`), messages and usage onl
 | approval-requested     | ApprovalRequestedEvent   | pending (PendingCall)                        |
 | client-call-requested  | ClientCallRequestedEvent | pending (PendingCall)                        |
 | model-retry            | ModelRetryEvent          | attempt, error, delay_s (clear partial text) |
-| usage                  | UsageEvent               | call (ModelCallUsage), total (Usage)         |
+| usage                  | UsageEvent               | call (ModelCallUsage), total (Usage), context|
+| compaction             | CompactionEvent          | record (CompactionMessage), usage, step      |
 | run-paused / run-completed / run-stopped / run-failed / run-cancelled | RunEndedEvent | result |
 
 Naming: every event class ends in ``Event`` and its `kind` is the class name before ``Event``
@@ -27,7 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from .approvals import PendingCall, args_hash
-from .messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
+from .context import ContextUsage
+from .messages import AssistantMessage, CompactionMessage, ToolCall, ToolResultMessage, UserMessage
 from .usage import ModelCallUsage, Usage
 
 if TYPE_CHECKING:
@@ -36,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ApprovalRequestedEvent",
     "ClientCallRequestedEvent",
+    "CompactionEvent",
     "Event",
     "ModelResponseEvent",
     "ModelRetryEvent",
@@ -153,9 +156,29 @@ class ModelRetryEvent:
 
 @dataclass(slots=True)
 class UsageEvent:
+    """A model call's usage row, the run's total so far, and how full the context window was
+    for that request (`ContextUsage`; None for a compaction's summary call)."""
+
     call: ModelCallUsage
     total: Usage
+    context: ContextUsage | None = None
     kind: Literal["usage"] = "usage"
+
+
+@dataclass(slots=True)
+class CompactionEvent:
+    """The conversation was compacted before the model call of `step`: `record` says what was
+    replaced and by what (``record.replaced`` messages, ``record.saved`` tokens); `usage` is the
+    summary call's usage row (``purpose="compaction"``; None for ``clear_results``)."""
+
+    record: CompactionMessage
+    usage: ModelCallUsage | None
+    step: int
+    kind: Literal["compaction"] = "compaction"
+
+    def describe(self) -> str:
+        """One line for a view (`CompactionMessage.describe`)."""
+        return self.record.describe()
 
 
 RunEndKind = Literal["run-paused", "run-completed", "run-stopped", "run-failed", "run-cancelled"]
@@ -180,6 +203,7 @@ Event = (
     | ClientCallRequestedEvent
     | ModelRetryEvent
     | UsageEvent
+    | CompactionEvent
     | RunEndedEvent
 )
 

@@ -1,7 +1,8 @@
 """The conversation: messages with a `kind` discriminator, and tool calls.
 
-Owns the message shapes and their JSON form (``to_dict`` / `message_from_dict`), and `Image` (what a
-prompt may attach); imports only nbagent.exceptions. Shapes are persisted by the stores: new fields
+Owns the message shapes and their JSON form (``to_dict`` / `message_from_dict`); `Image` (what a
+prompt may attach) lives in `nbagent.images` and is importable from here; imports only
+nbagent.exceptions and nbagent.images. Shapes are persisted by the stores: new fields
 get defaults, field types never change.
 
 ```
@@ -9,26 +10,31 @@ SystemMessage      kind="system"       content
 UserMessage        kind="user"         content, images
 AssistantMessage   kind="assistant"    text, tool_calls, reasoning, refusal, finish_reason, model
 ToolResultMessage  kind="tool-result"  call_id, name, content, is_error, status, duration_s, decision...,
-                                        images, display, edited_args
+                                        images, display, edited_args, full_content
+CompactionMessage  kind="compaction"   content (the summary), policy, upto, cleared, replaced, tokens...
 ```
+
+A `CompactionMessage` is a record in the thread, never sent as it is: the run loop sends the
+summary in place of the messages it replaced (see `nbagent.context.visible`).
 """
 
 from __future__ import annotations
 
-import base64
-import io
 import json
 import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from .exceptions import InvalidPromptError
+from .images import IMAGE_TYPES, MAX_IMAGE_BYTES, Image
 
 __all__ = [
+    "IMAGE_TYPES",
+    "MAX_IMAGE_BYTES",
     "AssistantMessage",
+    "CompactionMessage",
     "Image",
     "Message",
     "Prompt",
@@ -149,179 +155,6 @@ class SystemMessage:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "system", "content": self.content}
-
-
-IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
-"""The image formats every vision API of the OpenAI kind accepts (and browsers show inertly)."""
-
-MAX_IMAGE_BYTES = 20 * 1024 * 1024
-"""The largest image accepted (OpenAI's limit per image); bigger ones fail before any request."""
-
-_MAGIC = (
-    (b"\x89PNG\r\n\x1a\n", "image/png"),
-    (b"\xff\xd8\xff", "image/jpeg"),
-    (b"GIF87a", "image/gif"),
-    (b"GIF89a", "image/gif"),
-)
-
-
-def _sniff(data: bytes) -> str | None:
-    for magic, media_type in _MAGIC:
-        if data.startswith(magic):
-            return media_type
-    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
-        return "image/webp"
-    return None
-
-
-@dataclass(slots=True, frozen=True)
-class Image:
-    """An image sent to the model with a prompt (for models that see images).
-
-    ```python
-    agent.run_sync(["What does this chart show?", fig])          # a matplotlib Figure
-    agent.run_sync(["Describe it.", Image.from_file("photo.jpg")])
-    agent.run_sync(["And this one?", Image.from_url("https://example.com/cat.png")])
-    ```
-
-    Either `data` (the encoded file: PNG, JPEG, GIF or WebP, checked by its first bytes) or `url`
-    (an ``http(s)`` address the provider fetches itself). Stored with the thread (base64 in the
-    store's JSON), so a resumed conversation still has it. Use `Image.of` to convert what a notebook
-    has at hand: bytes, a path, a PIL image, a matplotlib figure, an ``IPython.display.Image``.
-
-    Attributes:
-        data: the image file's bytes (None for a URL image).
-        media_type: ``image/png``, ``image/jpeg``, ``image/gif`` or ``image/webp``.
-        url: the image's address (None for an image with data).
-        detail: OpenAI's ``detail`` hint (``"low"``, ``"high"``, ``"auto"``); None sends none.
-    """
-
-    data: bytes | None = field(default=None, repr=False)
-    media_type: str | None = None
-    url: str | None = None
-    detail: Literal["auto", "low", "high"] | None = None
-
-    def __post_init__(self) -> None:
-        if (self.data is None) == (self.url is None):
-            raise InvalidPromptError("an Image needs either data (the file's bytes) or url, not both")
-        if self.detail not in (None, "auto", "low", "high"):
-            raise InvalidPromptError(f"detail must be 'auto', 'low' or 'high', got {self.detail!r}")
-        if self.url is not None:
-            if not isinstance(self.url, str) or not self.url.startswith(("https://", "http://", "data:image/")):
-                raise InvalidPromptError(
-                    f"an image URL must start with https://, http:// or data:image/, got {self.url!r}"
-                )
-            if not self.url.startswith("data:"):
-                return
-            header, _, payload = self.url.partition(",")
-            if not header.endswith(";base64"):
-                raise InvalidPromptError("a data: image URL must be base64-encoded (data:image/png;base64,...)")
-            try:
-                decoded = base64.b64decode(payload, validate=True)
-            except ValueError:
-                raise InvalidPromptError("the data: image URL is not valid base64") from None
-            object.__setattr__(self, "url", None)  # kept as data: stored and sent like any other
-            object.__setattr__(self, "data", decoded)
-        if not isinstance(self.data, (bytes, bytearray, memoryview)):
-            raise InvalidPromptError(f"Image data must be bytes, got {type(self.data).__name__}")
-        data = bytes(self.data)
-        object.__setattr__(self, "data", data)
-        if len(data) > MAX_IMAGE_BYTES:
-            raise InvalidPromptError(
-                f"the image is {len(data) / 1e6:.1f} MB; models accept at most "
-                f"{MAX_IMAGE_BYTES // (1024 * 1024)} MB per image: make it smaller first"
-            )
-        sniffed = _sniff(data)
-        if sniffed is None:
-            raise InvalidPromptError(
-                "the image data is not PNG, JPEG, GIF or WebP (its first bytes are "
-                f"{data[:8]!r}); convert it first, e.g. with PIL: img.save(buf, format='PNG')"
-            )
-        if self.media_type is not None and self.media_type != sniffed:
-            raise InvalidPromptError(f"the image data is {sniffed}, not {self.media_type}")
-        object.__setattr__(self, "media_type", sniffed)
-
-    # ------------------------------------------------------------------ constructors
-    @classmethod
-    def from_file(cls, path: str | os.PathLike[str], *, detail: Literal["auto", "low", "high"] | None = None) -> Image:
-        """An image read from a file (PNG, JPEG, GIF or WebP)."""
-        return cls(Path(path).expanduser().read_bytes(), detail=detail)
-
-    @classmethod
-    def from_url(cls, url: str, *, detail: Literal["auto", "low", "high"] | None = None) -> Image:
-        """An image the provider fetches from `url` (``https://...``), or a ``data:image/...`` URL."""
-        return cls(url=url, detail=detail)
-
-    @classmethod
-    def of(cls, value: Any) -> Image:
-        """Convert what a notebook has: an `Image`, image bytes, a path (`Path`), an ``http(s)``
-        URL string, a PIL image, a matplotlib figure, or anything with ``_repr_png_`` /
-        ``_repr_jpeg_`` (``IPython.display.Image``).
-
-        Raises:
-            InvalidPromptError: the value is none of these, or its bytes are not an image format
-                models accept, or too big.
-        """
-        if isinstance(value, Image):
-            return value
-        if isinstance(value, (bytes, bytearray, memoryview)):
-            return cls(bytes(value))
-        if isinstance(value, os.PathLike):
-            return cls.from_file(value)
-        if isinstance(value, str):
-            if value.startswith(("https://", "http://", "data:image/")):
-                return cls.from_url(value)
-            raise InvalidPromptError(
-                "a string here is taken as text; for an image file pass Path(...) or Image.from_file(...)"
-            )
-        savefig = getattr(value, "savefig", None)
-        if callable(savefig):  # a matplotlib Figure
-            buf = io.BytesIO()
-            savefig(buf, format="png", bbox_inches="tight")
-            return cls(buf.getvalue())
-        for name in ("_repr_png_", "_repr_jpeg_"):
-            method = getattr(value, name, None)
-            if callable(method):
-                data = method()
-                if isinstance(data, tuple):  # (data, metadata)
-                    data = data[0]
-                if isinstance(data, str):
-                    data = base64.b64decode(data)
-                if data:
-                    return cls(bytes(data))
-        raise InvalidPromptError(
-            f"cannot use {type(value).__name__} {value!r:.40} as an image: pass bytes, a Path, an http(s) URL, "
-            "a PIL image, a matplotlib figure or an nbagent.Image"
-        )
-
-    # ------------------------------------------------------------------ forms
-    def data_url(self) -> str:
-        """The image as ``data:<type>;base64,...`` (or its `url`)."""
-        if self.url is not None:
-            return self.url
-        assert self.data is not None
-        return f"data:{self.media_type};base64,{base64.b64encode(self.data).decode('ascii')}"
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = (
-            {"url": self.url} if self.url is not None
-            else {"media_type": self.media_type, "data": base64.b64encode(self.data or b"").decode("ascii")}
-        )
-        if self.detail is not None:
-            data["detail"] = self.detail
-        return data
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> Image:
-        if "url" in data:
-            return cls(url=data["url"], detail=data.get("detail"))
-        return cls(base64.b64decode(data["data"]), data.get("media_type"), detail=data.get("detail"))
-
-    def describe(self) -> str:
-        """A short label: ``image/png, 12 kB`` or the URL."""
-        if self.url is not None:
-            return self.url if len(self.url) <= 60 else self.url[:59] + "…"
-        return f"{self.media_type}, {max(1, round(len(self.data or b'') / 1000))} kB"
 
 
 @dataclass(slots=True)
@@ -448,7 +281,17 @@ class ToolResultMessage:
     edited_args: dict[str, Any] | None = None
     """The arguments the call ran with when a person edited them (decision ``edited``); the
     model's own arguments stay on its `ToolCall`. None: it ran as the model asked."""
+    full_content: str | None = None
+    """The whole text of the result when `content` (what the model read) was cut to fit the
+    model's context window (``@tool(max_result_tokens=...)``, ``Agent(max_result_fraction=...)``);
+    None when nothing was cut. The model can page through it with the built-in ``read_result``
+    tool; the view shows it on request."""
     kind: Literal["tool-result"] = "tool-result"
+
+    @property
+    def whole_text(self) -> str:
+        """The whole result: `full_content` when the model's copy was cut, else `content`."""
+        return self.content if self.full_content is None else self.full_content
 
     def model_text(self) -> str:
         """The text a provider sends the model for this result: `content`, after a note with the
@@ -479,10 +322,72 @@ class ToolResultMessage:
             data["edited_args"] = dict(self.edited_args)
         if self.images:
             data["images"] = [i.to_dict() for i in self.images]
+        if self.full_content is not None:
+            data["full_content"] = self.full_content
         return data
 
 
-Message = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage
+@dataclass(slots=True)
+class CompactionMessage:
+    """A stored record of one compaction: from here on, the model is sent `content` (a summary)
+    in place of the thread's messages before `upto`, or stubs for the results in `cleared`.
+
+    The thread keeps every message it replaced: `Agent.history`, `fork`, the frames and the views
+    see them all; only the requests change. Written by the run loop in the same commit as the
+    summary's usage row (``purpose="compaction"``), so a resumed run sends what the crashed one
+    would have sent.
+    """
+
+    content: str
+    """The summary the model reads in place of the replaced messages ("" for ``clear_results``)."""
+    policy: Literal["summary", "clear_results"] = "summary"
+    upto: int = 0
+    """The summary stands for the thread's messages ``[0, upto)`` (earlier records included)."""
+    cleared: list[str] = field(default_factory=list)
+    """``clear_results``: the call ids whose results the model now sees as a one-line stub."""
+    replaced: int = 0
+    """How many messages this compaction replaced (or results it cleared)."""
+    tokens_before: int = 0
+    """The estimated size of the request before the compaction, in tokens."""
+    tokens_after: int = 0
+    """The estimated size after it."""
+    trigger: Literal["threshold", "overflow"] = "threshold"
+    """Why it ran: the next request would pass ``Compaction.at``, or the provider refused it."""
+    model: str | None = None
+    """The model that wrote the summary (None for ``clear_results``)."""
+    summary_tokens: int = 0
+    """The summary's size in tokens (its call's output tokens)."""
+    kind: Literal["compaction"] = "compaction"
+
+    @property
+    def saved(self) -> int:
+        """Tokens the compaction took out of the request (estimated)."""
+        return max(0, self.tokens_before - self.tokens_after)
+
+    def describe(self) -> str:
+        """One line for a view: ``compacted 42 messages into a summary (1,204 tokens), saved 61k tokens``."""
+        saved = f"{self.saved / 1000:.3g}k" if self.saved >= 1000 else f"{self.saved:,}"
+        if self.policy == "clear_results":
+            return f"cleared {self.replaced:,} old tool results, saved {saved} tokens"
+        size = f" ({self.summary_tokens:,} tokens)" if self.summary_tokens else ""
+        return f"compacted {self.replaced:,} messages into a summary{size}, saved {saved} tokens"
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "kind": "compaction", "content": self.content, "policy": self.policy, "upto": self.upto,
+            "replaced": self.replaced, "tokens_before": self.tokens_before,
+            "tokens_after": self.tokens_after, "trigger": self.trigger,
+        }
+        if self.cleared:
+            data["cleared"] = list(self.cleared)
+        if self.model is not None:
+            data["model"] = self.model
+        if self.summary_tokens:
+            data["summary_tokens"] = self.summary_tokens
+        return data
+
+
+Message = SystemMessage | UserMessage | AssistantMessage | ToolResultMessage | CompactionMessage
 
 
 def message_from_dict(data: dict[str, Any]) -> Message:
@@ -512,12 +417,21 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             images=[Image.from_dict(i) for i in data.get("images") or ()],
             display=dict(data["display"]) if data.get("display") else None,
             edited_args=data.get("edited_args"),
+            full_content=data.get("full_content"),
         )
     if kind == "user":
         images = data.get("images")
         return UserMessage(data["content"], [Image.from_dict(i) for i in images] if images else [])
     if kind == "system":
         return SystemMessage(data["content"])
+    if kind == "compaction":
+        return CompactionMessage(
+            content=data.get("content", ""), policy=data.get("policy", "summary"), upto=data.get("upto", 0),
+            cleared=list(data.get("cleared") or ()), replaced=data.get("replaced", 0),
+            tokens_before=data.get("tokens_before", 0), tokens_after=data.get("tokens_after", 0),
+            trigger=data.get("trigger", "threshold"), model=data.get("model"),
+            summary_tokens=data.get("summary_tokens", 0),
+        )
     raise ValueError(f"unknown message kind {kind!r}")
 
 
@@ -534,7 +448,7 @@ def unanswered_calls(messages: Sequence[Message]) -> list[ToolCall]:
             answered.add(m.call_id)
         elif m.kind == "assistant":
             return [c for c in m.tool_calls if c.id not in answered]
-        else:
+        elif m.kind != "compaction":
             return []
     return []
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar
 
 from .approvals import PendingCall
+from .context import ContextUsage
 from .messages import Message
 from .usage import Usage
 
@@ -62,6 +63,9 @@ class RunResult(Generic[OutputT]):
     """When the run started (seconds since the epoch)."""
     ended_at: float | None = None
     """When it ended (None while it goes on)."""
+    context: ContextUsage | None = None
+    """How full the model's context window was for the last request this run sent: tokens, window,
+    fraction and tokens by part (see docs/context.md); None when the run sent none."""
 
     @property
     def duration_s(self) -> float | None:

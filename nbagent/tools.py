@@ -59,16 +59,21 @@ class Tool:
         idempotent: safe to run again after a crash left it unfinished (see the store's ledger).
         sequential: runs one after the other with other sequential calls of an answer (tools that
             take ``ctx`` are sequential).
+        max_result_tokens: the most of a result the model reads, in tokens (None: the agent's
+            ``max_result_fraction`` of the model's window). A longer result is cut as head + tail;
+            the whole stays in the store and the model can page through it (``read_result``).
     """
 
     __slots__ = (
         "_ctx_name",
         "_model_param",
         "_params_model",
+        "builtin",
         "description",
         "function",
         "idempotent",
         "is_async",
+        "max_result_tokens",
         "name",
         "parameters",
         "requires_approval",
@@ -88,6 +93,7 @@ class Tool:
         requires_approval: bool | Callable[[Any], bool] = False,
         idempotent: bool = False,
         sequential: bool = False,
+        max_result_tokens: int | None = None,
     ) -> None:
         if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
             raise ToolDefinitionError(
@@ -107,6 +113,15 @@ class Tool:
         self.requires_approval = requires_approval
         self.idempotent = idempotent
         self.sequential = sequential or ctx_name is not None
+        if max_result_tokens is not None and (
+            isinstance(max_result_tokens, bool) or not isinstance(max_result_tokens, int) or max_result_tokens < 1
+        ):
+            raise ToolDefinitionError(
+                f"tool {name!r}: max_result_tokens must be a positive number of tokens, got {max_result_tokens!r}"
+            )
+        self.max_result_tokens = max_result_tokens
+        self.builtin = False
+        """True for nbagent's own tools (``read_result``), offered only when they apply."""
         self.is_async = function is not None and inspect.iscoroutinefunction(function)
 
     # ------------------------------------------------------------------ construction
@@ -120,6 +135,7 @@ class Tool:
         requires_approval: bool | Callable[[Any], bool] = False,
         idempotent: bool = False,
         sequential: bool = False,
+        max_result_tokens: int | None = None,
     ) -> Tool:
         """Build a tool from a typed function; see the `tool` decorator."""
         if not callable(function):
@@ -141,6 +157,7 @@ class Tool:
             requires_approval=requires_approval,
             idempotent=idempotent,
             sequential=sequential,
+            max_result_tokens=max_result_tokens,
         )
 
     @classmethod
@@ -298,6 +315,7 @@ def tool(
     requires_approval: bool | Callable[[Any], bool] = False,
     idempotent: bool = False,
     sequential: bool = False,
+    max_result_tokens: int | None = None,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -310,6 +328,7 @@ def tool(
     requires_approval: bool | Callable[[Any], bool] = False,
     idempotent: bool = False,
     sequential: bool = False,
+    max_result_tokens: int | None = None,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a `Tool`.
 
@@ -333,6 +352,8 @@ def tool(
             person must approve this call.
         idempotent: the tool may safely run again if a crash interrupted it.
         sequential: run one after the other with other sequential calls (tools with ``ctx`` are).
+        max_result_tokens: the most of a result the model reads, in tokens (default: the agent's
+            ``max_result_fraction`` of the window); the whole result is kept (see docs/context.md).
     """
 
     def wrap(fn: Callable[..., Any]) -> Tool:
@@ -343,6 +364,7 @@ def tool(
             requires_approval=requires_approval,
             idempotent=idempotent,
             sequential=sequential,
+            max_result_tokens=max_result_tokens,
         )
 
     return wrap if function is None else wrap(function)

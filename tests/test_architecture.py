@@ -2,7 +2,7 @@
 
 nbagent is five layers (`LAYERS`); a module may import its own layer and the layers below it:
 
-1. the base: plain data, the error tree, tools and decisions (``exceptions``, ``messages``,
+1. the base: plain data, the error tree, tools and decisions (``exceptions``, ``messages``, ``context``,
    ``usage``, ``approvals``, ``tools``, ``retry``, ``output``, ``events``, ``pricing``) and the
    two process-wide helpers (``_sync``: sync twins and the background loop; ``_watch``: a
    thread's observers);
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent / "nbagent"
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["nbagent.exceptions", "nbagent.messages", "nbagent.usage", "nbagent.approvals",
                      "nbagent.tools", "nbagent.retry", "nbagent.output", "nbagent.events",
-                     "nbagent.pricing", "nbagent._sync", "nbagent._watch"], 1),
+                     "nbagent.pricing", "nbagent.context", "nbagent.images", "nbagent._sync", "nbagent._watch"], 1),
     **dict.fromkeys(["nbagent.models", "nbagent.store", "nbagent.mcp", "nbagent.display",
                      "nbagent.result"], 2),
     "nbagent._run": 3,

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..context import CHARS_PER_TOKEN, Compaction
 from ..models.base import Model
 from ..output import OutputSpec
 from ..retry import Retry
@@ -56,6 +57,27 @@ class RunConfig:
     sources: SourceSet | None = None
     """The agent's tool sources (None: Python tools only). A run starts with
     ``await sources.current(config)``: `tools` and `tool_definitions` with the sources' tools."""
+    compaction: Compaction | None = None
+    summarizer: Model | None = None
+    """The model that writes compaction summaries (the agent's own unless `compaction` names one)."""
+    max_result_fraction: float | None = 0.1
+
+    @property
+    def context_window(self) -> int | None:
+        """The model's context window in tokens (None: unknown)."""
+        window = getattr(self.model, "context_window", None)
+        return window if isinstance(window, int) and window > 0 else None
+
+    def result_cap(self, tool: Tool) -> int | None:
+        """The most characters of `tool`'s result the model reads: its ``max_result_tokens``, else
+        `max_result_fraction` of the window; None when neither is known."""
+        tokens = tool.max_result_tokens
+        if tokens is None:
+            window = self.context_window
+            if window is None or not self.max_result_fraction:
+                return None
+            tokens = int(window * self.max_result_fraction)
+        return max(1, int(tokens * CHARS_PER_TOKEN))
 
     def price(self, row: ModelCallUsage) -> None:
         """Fill the cost columns of a usage row (prices are looked up when the row is made)."""

@@ -20,6 +20,7 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..approvals import Decision
+from ..context import cut_result
 from ..display.sanitize import rich_html
 from ..exceptions import ModelRetry
 from ..messages import Image, ToolCall, ToolResultMessage, clean_text
@@ -58,8 +59,11 @@ def tool_result_text(value: Any) -> str:
     return tool_output(value).content
 
 
-def tool_output(value: Any) -> ToolOutput:
+def tool_output(value: Any, limit: int | None = MAX_RESULT_CHARS) -> ToolOutput:
     """Turn what a tool returned into what the model and the view get. Never raises.
+
+    `limit`: where a rendering of an object (not a string) is cut (None: never; the run loop
+    cuts every result to the model's window itself, keeping the whole, see `execute`).
 
     - a string: sent as it is;
     - an `Image`, a matplotlib figure, a PIL image (anything `Image.of` takes but bytes and
@@ -82,10 +86,10 @@ def tool_output(value: Any) -> ToolOutput:
         return ToolOutput(text, images, None)
     html = _repr_html(value)
     if html is not None:
-        return ToolOutput(_cut(_frame_text(value)), [], {"text/html": html})
+        return ToolOutput(_cut(_frame_text(value), limit), [], {"text/html": html})
     if callable(getattr(value, "to_string", None)) and not callable(getattr(value, "model_dump_json", None)):
-        return ToolOutput(_cut(_frame_text(value)), [], None)  # a Series, a frame without HTML
-    return ToolOutput(_json_text(value), [], None)
+        return ToolOutput(_cut(_frame_text(value), limit), [], None)  # a Series, a frame without HTML
+    return ToolOutput(_json_text(value, limit), [], None)
 
 
 def _image(value: Any) -> Image | None:
@@ -159,7 +163,7 @@ def _frame_text(value: Any) -> str:
     return _json_text(value)
 
 
-def _json_text(value: Any) -> str:
+def _json_text(value: Any, limit: int | None = MAX_RESULT_CHARS) -> str:
     dump = getattr(value, "model_dump_json", None)
     if callable(dump) and not isinstance(value, type):
         try:
@@ -178,16 +182,16 @@ def _json_text(value: Any) -> str:
         except Exception:
             pass
         try:  # the object as a whole has no JSON form: its text, not a quoted JSON string
-            return _cut(str(value))
+            return _cut(str(value), limit)
         except Exception:
             return f"<{type(value).__name__} object>"
 
 
-def _cut(text: str) -> str:
-    if len(text) <= MAX_RESULT_CHARS:
+def _cut(text: str, limit: int | None = MAX_RESULT_CHARS) -> str:
+    if limit is None or len(text) <= limit:
         return text
-    return (text[:MAX_RESULT_CHARS] + f"\n… ({len(text) - MAX_RESULT_CHARS:,} more characters not shown: "
-            f"the result was cut to {MAX_RESULT_CHARS:,} characters)")
+    return (text[:limit] + f"\n… ({len(text) - limit:,} more characters not shown: "
+            f"the result was cut to {limit:,} characters)")
 
 
 _threads: concurrent.futures.ThreadPoolExecutor | None = None
@@ -213,10 +217,13 @@ os.register_at_fork(after_in_child=_forget_threads)
 
 async def execute(
     run: RunState, call: ToolCall, tool: Tool, validated: Any, edited: dict[str, Any] | None,
-    decision: Decision | None,
+    decision: Decision | None, cap: int | None = None,
 ) -> ToolResultMessage:
     """Run one tool call and return its result; a raising tool gives an error result. `edited`:
-    the arguments a person edited (recorded on the result, whose text stays the tool's own)."""
+    the arguments a person edited (recorded on the result, whose text stays the tool's own).
+    `cap`: the most characters of the result the model reads (`RunConfig.result_cap`); a longer
+    result is cut as head + tail and kept whole in ``full_content``. None: objects' renderings
+    are cut at `MAX_RESULT_CHARS` (kept whole too), strings are sent whole."""
     clock = time.perf_counter()
     ctx = None
     if tool.takes_ctx:
@@ -230,7 +237,7 @@ async def execute(
             # A thread cannot be interrupted: the run may be stopped while the function goes on.
             # `run.work.blocking` keeps the thread's own future (which outlives a cancelled await) so
             # the run can say so, and record the real outcome when the function returns (see
-            # `loop._answer_open_calls`). The same cost as asyncio.to_thread: no extra loop hop.
+            # `late.answer_open_calls`). The same cost as asyncio.to_thread: no extra loop hop.
             work = _tool_threads().submit(contextvars.copy_context().run, fn)
             run.work.blocking[call.id] = work
             try:
@@ -238,7 +245,9 @@ async def execute(
             finally:
                 if work.done():  # kept only while the thread outlives a cancelled await
                     run.work.blocking.pop(call.id, None)
-        output, is_error, status = tool_output(value), False, "done"
+        output, is_error, status = tool_output(value, None), False, "done"
+        if cap is None and not isinstance(value, str):
+            cap = MAX_RESULT_CHARS
     except ModelRetry as exc:
         output, is_error, status = ToolOutput(exc.message, [], None), True, "failed"
     except asyncio.CancelledError:
@@ -255,9 +264,11 @@ async def execute(
         # run as a cancellation, not here. An error result, never a dead loop or an open call.
         output = ToolOutput(f"{type(exc).__name__}: {exc} (raised by the tool)", [], None)
         is_error, status = True, "failed"
-    result = ToolResultMessage(call.id, call.name, clean_text(output.content), is_error, status,  # type: ignore[arg-type]
+    content = clean_text(output.content)
+    cut = None if cap is None else cut_result(content, cap, call.id)
+    result = ToolResultMessage(call.id, call.name, content if cut is None else cut, is_error, status,  # type: ignore[arg-type]
                                time.perf_counter() - clock, images=output.images, display=output.display,
-                               edited_args=edited)
+                               edited_args=edited, full_content=None if cut is None else content)
     if decision is not None:
         decision.stamp(result)
     return result

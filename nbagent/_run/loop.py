@@ -20,16 +20,16 @@ results.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import dataclasses
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
 
-from .._watch import ThreadChangedNotice, ToolOutcomeNotice, publish
+from .._watch import ThreadChangedNotice, publish
 from ..events import (
     ApprovalRequestedEvent,
     ClientCallRequestedEvent,
+    CompactionEvent,
     Event,
     ModelResponseEvent,
     ModelRetryEvent,
@@ -42,11 +42,10 @@ from ..events import (
     ToolCallStartedEvent,
     UsageEvent,
 )
-from ..exceptions import ConflictError, ModelResponseError
+from ..exceptions import ContextOverflowError, ModelError, ModelResponseError
 from ..messages import (
     AssistantMessage,
     Message,
-    SystemMessage,
     ToolCall,
     ToolResultMessage,
     UserMessage,
@@ -56,15 +55,17 @@ from ..messages import (
 )
 from ..models.base import ModelRequest, ModelResponse, ReasoningText
 from ..result import StopReason
-from ..store.base import LedgerEntry, Store
+from ..store.base import LedgerEntry
 from ..store.meta import live_runs
 from ..tools import Tool
 from ..usage import ModelCallUsage, Usage
 from .config import RunConfig
-from .execute import execute, tool_result_text
-from .plan import CUT_OFF, Plan, TextVerdict, ToRun, error_result, judge_text, unusable_answer
+from .execute import execute
+from .late import answer_open_calls
+from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
+from .window import OVERFLOW_COMPACTIONS, READ_RESULT, Window, overflow_error, threshold_failed, with_reader
 
 __all__ = ["drive"]
 
@@ -114,7 +115,8 @@ class _Loop:
     """One run of the loop; `events()` is the async generator."""
 
     def __init__(self, config: RunConfig, run: RunState, stream: bool) -> None:
-        self.config = config
+        self.config = config = with_reader(config)
+        self.window = Window(config)
         self.run = run
         self.stream = stream
         self.store = config.store
@@ -294,23 +296,53 @@ class _Loop:
 
     # ------------------------------------------------------------------ model
     def request(self, step: int) -> ModelRequest:
+        return self.window.request(self.config, self.run.stored.messages, step)
+
+    async def compact(self, step: int, trigger: str, tokens: int, limit: int | None = None) -> AsyncIterator[Event]:
+        """Compact the conversation before the model call of `step` (see `Window.compact`):
+        the record and the summary's usage row in one commit, then their events."""
+        run = self.run
+        found = await self.window.compact(self.config, run.run_id, run.stored.id, run.stored.messages, step,
+                                          trigger, tokens, limit)
+        if found is None:
+            return
+        record, row = found
+        run.stored.messages.append(record)
+        if row is not None:
+            run.usage.add(row)
+        await self.save(messages=[record], usage=[row] if row is not None else ())
+        yield self.tell(CompactionEvent(record, row, step))
+        if row is not None:
+            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
+
+    async def before_call(self, step: int) -> AsyncIterator[Event]:
+        """Before a model call: take the tool sources' current lists, and compact first when the
+        next request would pass the threshold (a failed summary call leaves the request whole,
+        with a warning: it may still fit)."""
         config = self.config
-        messages: list[Message] = self.run.stored.messages
-        if config.system:
-            messages = [SystemMessage(config.system), *messages]
-        return ModelRequest(messages, config.tool_definitions, config.request_settings, step,
-                            config.output.name if config.output is not None else None,
-                            not config.tools_in_order)
+        if config.sources is not None:  # a source's list may have changed since the last step
+            config = self.config = with_reader(await config.sources.current(config, strict=False))
+        if config.compaction is None:
+            return
+        self.request(step)
+        tokens = self.window.over_threshold(self.config)
+        if tokens is None:
+            return
+        try:
+            async for event in self.compact(step, "threshold", tokens):
+                yield event
+        except ModelError as exc:
+            threshold_failed(exc)
 
     async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:
         """Ask the model (streamed when someone consumes the events), retrying as `Retry` says;
         fills `reply`, or fails the run."""
+        async for event in self.before_call(reply.step):
+            yield event
         config = self.config
-        if config.sources is not None:  # a source's list may have changed since the last step
-            config = self.config = await config.sources.current(config, strict=False)
         model, step = config.model, reply.step
         request = self.request(step)
-        attempt = 0
+        attempt, overflows = 0, 0
         while True:
             attempt += 1
             reply.started = time.time()
@@ -334,6 +366,14 @@ class _Loop:
                 else:
                     response = await model.request(request)
             except Exception as exc:
+                if isinstance(exc, ContextOverflowError):
+                    overflows += 1
+                    async for event in self.overflowed(exc, step, overflows):
+                        yield event
+                    if self.run.outcome.status != "running":
+                        return
+                    request = self.request(step)
+                    continue
                 if config.retry.should_retry(exc, attempt):
                     delay = config.retry.delay(exc, attempt)
                     yield self.tell(ModelRetryEvent(attempt, str(exc), delay, step))
@@ -343,7 +383,24 @@ class _Loop:
                 return
             reply.latency = time.perf_counter() - clock
             reply.response = response
+            self.run.context = self.window.observe(config, response, step)
             return
+
+    async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
+        """The provider refused the request as too long: compact and let the caller retry (up to
+        `OVERFLOW_COMPACTIONS` times for one call), or fail the run with the fix named
+        (compaction off, or nothing left to compact)."""
+        outcome, before = self.run.outcome, len(self.run.stored.messages)
+        if self.config.compaction is not None and times <= OVERFLOW_COMPACTIONS:
+            try:
+                async for event in self.compact(step, "overflow", exc.tokens or self.window.tokens(), exc.limit):
+                    yield event
+            except ModelError as failed:
+                outcome.fail(failed)
+                return
+            if len(self.run.stored.messages) > before:
+                return
+        outcome.fail(overflow_error(exc, self.config.compaction is not None))
 
     def usage_row(self, reply: _Reply, message: AssistantMessage) -> ModelCallUsage:
         run, model = self.run, self.config.model
@@ -374,7 +431,7 @@ class _Loop:
         run.usage.add(row)
         stored.step = reply.step
         run.steps += 1
-        usage_event = UsageEvent(row, _usage_snapshot(run.usage))
+        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context)
         problem = reply.response.error or unusable_answer(message, config.model.provider)
         if problem is not None:
             # Billed but unusable (a call cut off mid-arguments can never be answered validly; a
@@ -468,7 +525,9 @@ class _Loop:
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)
-        return await execute(self.run, item.call, item.tool, item.args, item.edited, decision)
+        tool = item.tool
+        cap = None if tool.name == READ_RESULT else self.config.result_cap(tool)  # it pages by itself
+        return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap)
 
     async def cancel_cleanup(self) -> None:
         """Leave a valid conversation: stop running tools, answer every open call."""
@@ -477,7 +536,7 @@ class _Loop:
             task.cancel()
         if work.tasks:
             await asyncio.gather(*work.tasks, return_exceptions=True)
-        results, ledger = _answer_open_calls(run, self.store)
+        results, ledger = answer_open_calls(run, self.store)
         for entry in ledger:
             stored.ledger[entry.call_id] = entry
         stored.messages.extend(results)
@@ -488,84 +547,6 @@ class _Loop:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation
             pass
-
-
-_STILL_RUNNING = (
-    "interrupted: stop was requested while this tool was running; it cannot be interrupted and was "
-    "still running when the run ended, so it is not known whether it completed (its outcome is "
-    "recorded in the thread's ledger when it ends); check before calling it again"
-)
-_late_tasks: set[asyncio.Task[Any]] = set()
-
-
-def _answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMessage], list[LedgerEntry]]:
-    """The results and ledger entries that close every open call of a stopped run: "cancelled",
-    or "interrupted ... still running" for a blocking call whose thread goes on (its real outcome
-    is recorded in the ledger when it ends)."""
-    results, ledger = [], []
-    for call in unanswered_calls(run.stored.messages):
-        blocking = run.work.blocking.pop(call.id, None)
-        started = run.stored.ledger.get(call.id)
-        if blocking is not None and not blocking.done():
-            results.append(error_result(call, _STILL_RUNNING, "interrupted"))
-            if started is not None:
-                ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "interrupted"))
-                blocking.add_done_callback(_late_outcome(store, run.thread, started, asyncio.get_running_loop()))
-            continue
-        results.append(error_result(call, "cancelled: the run was stopped before this call finished", "cancelled"))
-        if started is not None:
-            ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "cancelled"))
-    return results, ledger
-
-
-def _late_outcome(store: Store, thread: str, started: LedgerEntry, loop: asyncio.AbstractEventLoop) -> Any:
-    """A callback (run in the tool's thread) for a blocking call that outlived its run: record how
-    it really ended in the ledger (the conversation already says "not known", and is append-only)
-    and tell the thread's observers what it returned (`ToolOutcomeNotice`)."""
-
-    def record(notice: ToolOutcomeNotice) -> None:
-        status = "failed" if notice.status == "failed" else "finished"
-        entry = LedgerEntry(started.call_id, started.tool, started.args_hash, status)  # type: ignore[arg-type]
-        task = asyncio.ensure_future(_record_late(store, thread, entry, notice))
-        _late_tasks.add(task)
-        task.add_done_callback(_late_tasks.discard)
-
-    def done(work: concurrent.futures.Future[Any]) -> None:
-        exc = None if work.cancelled() else work.exception()
-        if work.cancelled():
-            status, content = "failed", "cancelled before it started"
-        elif exc is not None:
-            status, content = "failed", f"{type(exc).__name__}: {exc}"
-        else:
-            status, content = "done", tool_result_text(work.result())
-        notice = ToolOutcomeNotice(thread, started.call_id, started.tool, status, content,  # type: ignore[arg-type]
-                                   max(0.0, time.time() - started.time))
-        try:
-            loop.call_soon_threadsafe(record, notice)
-        except RuntimeError:  # the loop is gone (the script ended): the ledger keeps "interrupted"
-            pass
-
-    return done
-
-
-async def _record_late(store: Store, thread: str, entry: LedgerEntry, notice: ToolOutcomeNotice) -> None:
-    try:
-        for _ in range(20):  # another run may be writing the thread: take its version and try again
-            loaded = await store.load(thread)
-            if loaded is None:
-                return
-            current = loaded.ledger.get(entry.call_id)
-            if current is None or current.status != "interrupted":
-                return  # a later run already decided what this call is
-            try:
-                await store.append(thread, version=loaded.version, step=loaded.step, ledger=[entry])
-                return
-            except ConflictError:
-                await asyncio.sleep(0.05)
-            except Exception:  # the store failing here has no run to fail: keep the "not known"
-                return
-    finally:  # the function did end: whoever shows the call hears it, whatever the ledger says
-        publish(thread, None, notice)
 
 
 def drive(config: RunConfig, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:

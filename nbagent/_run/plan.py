@@ -187,7 +187,7 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
         if decision is None and waited is not None:
             out.pending.append(waited)  # undecided: it waits on (its tool may be registered again)
         else:
-            names = ", ".join(sorted(config.tools)) or "none"
+            names = ", ".join(sorted(n for n, t in config.tools.items() if not t.builtin)) or "none"
             out.results.append(error_result(call, f"unknown tool {call.name!r}; available tools: {names}"))
         return
     edited = decision.args if decision is not None and decision.action == "edit" else None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..approvals import Decision, PendingCall
+from ..context import ContextUsage
 from ..events import RunEndKind
 from ..exceptions import UserError
 from ..messages import Message
@@ -118,6 +119,8 @@ class RunState:
     new_message_index: int = 0
     """Where this run's messages start in ``stored.messages``."""
     started_at: float = field(default_factory=time.time)
+    context: ContextUsage | None = None
+    """The gauge of the last request this run sent (`RunResult.context`)."""
 
     @property
     def thread(self) -> str:
@@ -174,6 +177,7 @@ class RunState:
             exception=outcome.exception,
             started_at=self.started_at,
             ended_at=outcome.ended_at,
+            context=self.context,
         )
 
 

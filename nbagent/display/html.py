@@ -339,6 +339,20 @@ def reasoning_html(reasoning: str | None) -> str:
     )
 
 
+def compaction_html(record: Any) -> str:
+    """A compaction record as a muted row ("compacted 42 messages into a summary (1,204 tokens),
+    saved 61k tokens") whose summary opens below it (escaped plain text)."""
+    line = escape(record.describe())
+    if not record.content:
+        return f'<div class="nbagent-compaction" style="{FONT};{MUTED};font-size:12px;margin:4px 0">{line}</div>'
+    return (
+        f'<details class="nbagent-compaction" style="{FONT};{MUTED};font-size:12px;margin:4px 0">'
+        f'<summary style="cursor:pointer">{line}</summary>'
+        f'<div style="white-space:pre-wrap;word-break:break-word;margin:4px 0 0 0;padding:4px 8px;'
+        f'border-left:{BORDER}">{escape(_cut(record.content, MAX_CHARS))}</div></details>'
+    )
+
+
 ANSWER_CLASS = "nbagent-answer jp-RenderedHTMLCommon jp-RenderedMarkdown"
 """An answer is styled by JupyterLab's own Markdown CSS (tables, code, links; every theme)."""
 ANSWER_STYLE = ("font-family:var(--jp-content-font-family,system-ui,sans-serif);"
@@ -470,6 +484,8 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
         flush()
         if m.kind == "user":
             out.append(user_html(m.content, images=m.images))  # type: ignore[union-attr]
+        elif m.kind == "compaction":
+            out.append(compaction_html(m))
         elif m.kind == "assistant":
             answer = index
             out.append(reasoning_html(m.reasoning))  # type: ignore[union-attr]
@@ -495,7 +511,8 @@ def result_row_html(name: str, args: Any, result: Any, **kwargs: Any) -> str:
     if result.edited_args is not None:
         kwargs.update(edited_from=args)
         args = result.edited_args
-    return tool_row_html(name, args, result.status, result.content, is_error=result.is_error,
+    text = getattr(result, "whole_text", result.content)  # the whole result, also when the model read a cut
+    return tool_row_html(name, args, result.status, text, is_error=result.is_error,
                          duration_s=result.duration_s, display=result.display, images=result.images, **kwargs)
 
 

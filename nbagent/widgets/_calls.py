@@ -242,7 +242,7 @@ class CallBoard:
     def ended(self, call: CallState, result: Any) -> None:
         """`call` ended with `result` (a `ToolResultMessage`)."""
         call.outcome = result
-        self.set_status(call, result.status, result.content, is_error=result.is_error, duration_s=result.duration_s,
+        self.set_status(call, result.status, result.whole_text, is_error=result.is_error, duration_s=result.duration_s,
                         message=result)
 
     def reload(self, pending: list[PendingCall]) -> None:

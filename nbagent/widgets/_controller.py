@@ -63,6 +63,9 @@ class RunLayout(CallRows, Protocol):
     def show_answer(self, step: int, message: AssistantMessage) -> None:
         """The model's whole answer of `step` (its text, reasoning and refusal)."""
 
+    def show_compaction(self, record: Any) -> None:
+        """The conversation was compacted (a `CompactionMessage`): a muted row says so."""
+
     def finish_streams(self) -> None:
         """The run ended: whatever still streams is complete."""
 
@@ -373,8 +376,10 @@ class ChatController:
             self.say(f"model call failed (attempt {event.attempt}): {event.error}; "
                      f"retrying in {event.delay_s:.1f} s")
         elif kind == "usage":
-            self.tally.add(event.call)
+            self.tally.add(event.call, event.context)
             self.render_usage()
+        elif kind == "compaction":
+            self.log.show_compaction(event.record)
         elif kind == "run-started":
             self.follower.own.add(event.run_id)
         elif kind in ENDED:

@@ -18,11 +18,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from ..context import ContextUsage
 from ..display.html import FONT, MUTED, budget_texts, calls_text, cost_text, usage_text
 from ..display.sanitize import escape
 from ..usage import ModelCallUsage, Usage
 
-__all__ = ["UsageTally", "footer_html"]
+__all__ = ["UsageTally", "footer_html", "gauge_html"]
+
+WARN = "var(--jp-warn-color0,#b26b00)"
+"""Amber, the gauge's colour past the compaction threshold (JupyterLab's warning colour)."""
 
 
 class UsageTally:
@@ -41,14 +45,16 @@ class UsageTally:
         self.thread = Usage()
         self.run = Usage()
         self.running = False
-        self._seen: set[tuple[str, int]] = set()
+        self.context: ContextUsage | None = None
+        """How full the window was for the thread's last request (the footer's gauge)."""
+        self._seen: set[tuple[str, int, str]] = set()
 
     def loaded(self, rows: Sequence[ModelCallUsage], turn_from_step: int) -> None:
         """The thread as stored: every row counts for the thread; those after step
         `turn_from_step` (the step of the last message sent) make the last turn."""
         self.thread = Usage.of(list(rows))
         self.turn = Usage.of([r for r in rows if r.step > turn_from_step])
-        self._seen = {(r.run_id, r.step) for r in rows}
+        self._seen = {(r.run_id, r.step, _purpose(r)) for r in rows}
         last = rows[-1].run_id if rows else None
         self.run = Usage.of([r for r in rows if r.run_id == last])
 
@@ -59,9 +65,12 @@ class UsageTally:
         self.run = Usage()
         self.running = True
 
-    def add(self, row: ModelCallUsage) -> None:
-        """One model call of a run on the thread (counted once, however often it is reported)."""
-        key = (row.run_id, row.step)
+    def add(self, row: ModelCallUsage, context: ContextUsage | None = None) -> None:
+        """One model call of a run on the thread (counted once, however often it is reported);
+        `context`: the gauge of its request, when known."""
+        if context is not None:
+            self.context = context
+        key = (row.run_id, row.step, _purpose(row))
         if key in self._seen:
             return
         self._seen.add(key)
@@ -72,6 +81,20 @@ class UsageTally:
         self.running = False
 
 
+
+
+def _purpose(row: ModelCallUsage) -> str:
+    return getattr(row, "purpose", "run")
+
+
+def gauge_html(context: ContextUsage | None) -> str:
+    """The footer's context gauge: "context 38 % of 128k", the breakdown by part on hover, amber
+    past the compaction threshold. Empty when nothing is known."""
+    if context is None:
+        return ""
+    style = f"color:{WARN}" if context.over_threshold else ""
+    return (f' · <span class="nbagent-gauge" title="{escape(context.describe())}" '
+            f'style="cursor:help;{style}">{escape(str(context))}</span>')
 
 
 def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budget: float | None = None) -> str:
@@ -88,4 +111,5 @@ def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budg
     if budget:
         whole += " | per run: " + ", ".join(budget)
     return (f'<div class="nbagent-footer" style="{FONT};{MUTED};font-size:12px">{escape(line)}'
+            f'{gauge_html(tally.context)}'
             f'<br><span class="nbagent-footer-thread">{escape(whole)}</span></div>')

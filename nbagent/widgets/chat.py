@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..display.html import ERROR, FONT, MUTED, assistant_html, header_html, messages_html, user_html
+from ..display.html import ERROR, FONT, MUTED, assistant_html, compaction_html, header_html, messages_html, user_html
 from ..display.sanitize import escape
 from ..messages import Prompt, UserMessage
 from ._calls import validate_args
@@ -105,6 +105,9 @@ class RunLog(widgets.VBox):
             self.add(widgets.HTML(assistant_html(message.text)))
         if message.refusal:
             self.add(widgets.HTML(assistant_html(None, message.refusal)))
+
+    def show_compaction(self, record: Any) -> None:
+        self.add(widgets.HTML(compaction_html(record)))
 
     def finish_streams(self) -> None:
         for st in (*self._thinking.values(), *self._streams.values()):

@@ -1,0 +1,103 @@
+"""Closing the open calls of a stopped run, and recording the real outcome of a blocking call
+that outlived it.
+
+Owns `answer_open_calls`: when a run is stopped, every open call is answered (``cancelled``, or
+``interrupted ... still running`` for a sync tool whose thread goes on; its real outcome is
+written to the ledger when it ends, and told to the thread's observers). Imports the watch
+notices, exceptions, messages, the plan's error results, the store and the run state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from typing import Any
+
+from .._watch import ToolOutcomeNotice, publish
+from ..exceptions import ConflictError
+from ..messages import ToolResultMessage, unanswered_calls
+from ..store.base import LedgerEntry, Store
+from .execute import tool_result_text
+from .plan import error_result
+from .state import RunState
+
+__all__ = ["answer_open_calls"]
+
+
+_STILL_RUNNING = (
+    "interrupted: stop was requested while this tool was running; it cannot be interrupted and was "
+    "still running when the run ended, so it is not known whether it completed (its outcome is "
+    "recorded in the thread's ledger when it ends); check before calling it again"
+)
+_late_tasks: set[asyncio.Task[Any]] = set()
+
+
+def answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMessage], list[LedgerEntry]]:
+    """The results and ledger entries that close every open call of a stopped run: "cancelled",
+    or "interrupted ... still running" for a blocking call whose thread goes on (its real outcome
+    is recorded in the ledger when it ends)."""
+    results, ledger = [], []
+    for call in unanswered_calls(run.stored.messages):
+        blocking = run.work.blocking.pop(call.id, None)
+        started = run.stored.ledger.get(call.id)
+        if blocking is not None and not blocking.done():
+            results.append(error_result(call, _STILL_RUNNING, "interrupted"))
+            if started is not None:
+                ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "interrupted"))
+                blocking.add_done_callback(_late_outcome(store, run.thread, started, asyncio.get_running_loop()))
+            continue
+        results.append(error_result(call, "cancelled: the run was stopped before this call finished", "cancelled"))
+        if started is not None:
+            ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "cancelled"))
+    return results, ledger
+
+
+def _late_outcome(store: Store, thread: str, started: LedgerEntry, loop: asyncio.AbstractEventLoop) -> Any:
+    """A callback (run in the tool's thread) for a blocking call that outlived its run: record how
+    it really ended in the ledger (the conversation already says "not known", and is append-only)
+    and tell the thread's observers what it returned (`ToolOutcomeNotice`)."""
+
+    def record(notice: ToolOutcomeNotice) -> None:
+        status = "failed" if notice.status == "failed" else "finished"
+        entry = LedgerEntry(started.call_id, started.tool, started.args_hash, status)  # type: ignore[arg-type]
+        task = asyncio.ensure_future(_record_late(store, thread, entry, notice))
+        _late_tasks.add(task)
+        task.add_done_callback(_late_tasks.discard)
+
+    def done(work: concurrent.futures.Future[Any]) -> None:
+        exc = None if work.cancelled() else work.exception()
+        if work.cancelled():
+            status, content = "failed", "cancelled before it started"
+        elif exc is not None:
+            status, content = "failed", f"{type(exc).__name__}: {exc}"
+        else:
+            status, content = "done", tool_result_text(work.result())
+        notice = ToolOutcomeNotice(thread, started.call_id, started.tool, status, content,  # type: ignore[arg-type]
+                                   max(0.0, time.time() - started.time))
+        try:
+            loop.call_soon_threadsafe(record, notice)
+        except RuntimeError:  # the loop is gone (the script ended): the ledger keeps "interrupted"
+            pass
+
+    return done
+
+
+async def _record_late(store: Store, thread: str, entry: LedgerEntry, notice: ToolOutcomeNotice) -> None:
+    try:
+        for _ in range(20):  # another run may be writing the thread: take its version and try again
+            loaded = await store.load(thread)
+            if loaded is None:
+                return
+            current = loaded.ledger.get(entry.call_id)
+            if current is None or current.status != "interrupted":
+                return  # a later run already decided what this call is
+            try:
+                await store.append(thread, version=loaded.version, step=loaded.step, ledger=[entry])
+                return
+            except ConflictError:
+                await asyncio.sleep(0.05)
+            except Exception:  # the store failing here has no run to fail: keep the "not known"
+                return
+    finally:  # the function did end: whoever shows the call hears it, whatever the ledger says
+        publish(thread, None, notice)

@@ -1,0 +1,269 @@
+"""The run's view of the model's context window: what each request sends (compaction records
+applied), how big the next one will be, the gauge after each call (`ContextUsage`), compaction,
+and the built-in ``read_result`` tool.
+
+Owns `Window` (one per run) and `read_result_tool`. Imports the context base, messages, models'
+request shapes, pricing, tools, usage and the run's config and state; never the store (the loop
+commits what this returns).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import dataclasses
+import functools
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from ..context import (
+    CHARS_PER_TOKEN,
+    ContextUsage,
+    clear_candidates,
+    counter_for,
+    cut_point,
+    request_parts,
+    scale_parts,
+    transcript,
+    visible,
+)
+from ..context._compaction import summary_instructions
+from ..exceptions import ContextOverflowError, ModelError
+from ..messages import CompactionMessage, Message, SystemMessage, ToolResultMessage, UserMessage
+from ..models.base import ModelRequest, ModelResponse
+from ..tools import RunContext, Tool
+from ..usage import ModelCallUsage
+from .config import RunConfig
+
+__all__ = ["READ_RESULT", "SUMMARY_HEADER", "Window", "overflow_error", "read_result_tool", "with_reader"]
+
+READ_RESULT = "read_result"
+SUMMARY_HEADER = "Summary of the earlier part of this conversation (the full messages were compacted):\n"
+OVERFLOW_COMPACTIONS = 2
+"""How many times one model call's overflow refusal is met by a compaction and a retry."""
+READ_LIMIT = 20_000
+"""The most characters one ``read_result`` call returns when the window is unknown."""
+
+
+@functools.lru_cache(maxsize=64)
+def read_result_tool(limit_max: int | None) -> Tool:
+    """The built-in tool that pages through a result the model saw cut (or cleared): offered
+    with every request that holds such a result, needs no approval, recorded like any call."""
+    most = limit_max or READ_LIMIT
+
+    def read_result(ctx: RunContext[Any], call_id: str, offset: int = 0, limit: int = 4000) -> str:
+        """Read part of a tool result that was cut short or cleared to save context.
+
+        Args:
+            call_id: the id of the tool call whose whole result to read (the cut marker names it).
+            offset: the first character to read (0: the start).
+            limit: how many characters to read.
+        """
+        found = next((m for m in ctx.messages if isinstance(m, ToolResultMessage) and m.call_id == call_id), None)
+        if found is None:
+            raise ValueError(f"no tool result has call_id {call_id!r}")
+        whole = found.whole_text
+        offset = max(0, offset)
+        limit = max(1, min(limit, most))
+        end = min(len(whole), offset + limit)
+        more = f"; offset={end} reads on" if end < len(whole) else "; that is the end"
+        return f"[characters {offset:,} to {end:,} of {len(whole):,}{more}]\n{whole[offset:end]}"
+
+    reader = Tool.from_function(read_result, idempotent=True)
+    reader.builtin = True
+    return reader
+
+
+def with_reader(config: RunConfig) -> RunConfig:
+    """`config` with the built-in ``read_result`` among its tools (a tool of the agent's own by that
+    name wins); it is offered to the model only once a result was cut (`Window.request`)."""
+    if READ_RESULT in config.tools:
+        return config
+    reader = read_result_tool(config.result_cap(Tool(READ_RESULT, "", {})))
+    return dataclasses.replace(config, tools=MappingProxyType({**config.tools, READ_RESULT: reader}))
+
+
+@dataclass(slots=True)
+class _Sent:
+    """The last request sent: its estimate, the provider's count, and its compaction state."""
+
+    estimate: int
+    reported: int | None
+    key: tuple[int, int]
+
+
+class Window:
+    """One run's bookkeeping of the context window (see the module)."""
+
+    def __init__(self, config: RunConfig) -> None:
+        model = config.model
+        self.count = counter_for(model.provider, model.model_name)
+        self.sent: _Sent | None = None
+        self.pending: tuple[int, tuple[int, int], dict[str, int]] | None = None
+        """The request being sent: its estimate, compaction state and parts."""
+
+    # ------------------------------------------------------------------ requests
+    def request(self, config: RunConfig, messages: Sequence[Message], step: int) -> ModelRequest:
+        """The request for the thread's `messages`: compaction records applied, the summary after
+        the system prompt, ``read_result`` offered when a result sent was cut or cleared."""
+        view = visible(messages)
+        system = config.system
+        if view.summary:
+            system = (system + "\n\n" if system else "") + SUMMARY_HEADER + view.summary
+        sent: list[Message] = [SystemMessage(system), *view.messages] if system else view.messages
+        tools: Sequence[dict[str, Any]] = config.tool_definitions
+        reader = config.tools.get(READ_RESULT)
+        if reader is not None and all(d.get("name") != READ_RESULT for d in tools) and any(
+            m.kind == "tool-result" and m.full_content is not None for m in view.messages
+        ):
+            tools = (*tools, reader.definition())
+        parts = request_parts(config.system, view.summary, view.messages, tools, self.count)
+        key = (view.upto, sum(1 for m in messages if m.kind == "compaction"))
+        self.pending = (sum(parts.values()), key, parts)
+        return ModelRequest(sent, tools, config.request_settings, step,
+                            config.output.name if config.output is not None else None, not config.tools_in_order)
+
+    def tokens(self) -> int:
+        """The size of the request `request` made last, in tokens: the provider's count of the
+        previous request plus the estimate of what was added since (the same compaction state),
+        else the estimate corrected by the previous request's measured ratio, else the estimate."""
+        assert self.pending is not None
+        estimate, key, _ = self.pending
+        sent = self.sent
+        if sent is None or sent.reported is None or sent.estimate <= 0:
+            return estimate
+        if sent.key == key:
+            return max(0, sent.reported + estimate - sent.estimate)
+        return round(estimate * sent.reported / sent.estimate)
+
+    def observe(self, config: RunConfig, response: ModelResponse, step: int) -> ContextUsage:
+        """The gauge for the request just answered (and the base of the next estimate)."""
+        assert self.pending is not None
+        estimate, key, parts = self.pending
+        counts = response.usage
+        reported = counts.input_tokens if counts.reported and counts.input_tokens > 0 else None
+        tokens = reported if reported is not None else self.tokens()
+        self.sent = _Sent(estimate, reported, key)
+        compaction = config.compaction
+        return ContextUsage(tokens, config.context_window, scale_parts(parts, tokens), reported is None, step,
+                            compaction.at if compaction is not None else None)
+
+    def over_threshold(self, config: RunConfig) -> int | None:
+        """The next request's tokens when they pass the compaction threshold, else None."""
+        window, compaction = config.context_window, config.compaction
+        if window is None or compaction is None:
+            return None
+        tokens = self.tokens()
+        return tokens if tokens >= compaction.at * window else None
+
+    # ------------------------------------------------------------------ compaction
+    async def compact(
+        self, config: RunConfig, run_id: str, thread: str, messages: Sequence[Message], step: int,
+        trigger: str, tokens_before: int, limit: int | None = None,
+    ) -> tuple[CompactionMessage, ModelCallUsage | None] | None:
+        """A compaction record for `messages` (and the summary call's usage row), or None when
+        nothing can be compacted. `limit`: the window a refusal named (when the model's is not
+        known). Raises the summarizer's error when its call fails."""
+        compaction = config.compaction
+        assert compaction is not None
+        if compaction.policy == "clear_results":
+            cleared = clear_candidates(messages, compaction.keep_last)
+            if not cleared:
+                return None
+            record = CompactionMessage("", "clear_results", visible(messages).upto, cleared, len(cleared),
+                                       tokens_before, 0, trigger)  # type: ignore[arg-type]
+            record.tokens_after = self._after(config, messages, record, tokens_before)
+            return record, None
+        view = visible(messages)
+        upto = cut_point(messages, compaction.keep_last, view.upto)
+        if upto is None:
+            return None
+        replaced = [m for m in messages[view.upto:upto] if m.kind != "compaction"]
+        summarizer = config.summarizer or config.model
+        window = getattr(summarizer, "context_window", None) or (
+            None if config.summarizer is not None else config.context_window or limit) or 100_000
+        budget = int(window * 0.5 * CHARS_PER_TOKEN)
+        started = time.time()
+        clock = time.perf_counter()
+        while True:  # the transcript is made shorter while the summarizer refuses it as too long
+            text = transcript(view.summary, replaced, budget)
+            request = ModelRequest([SystemMessage(summary_instructions(compaction.summary_words)),
+                                    UserMessage(text)], [], {}, step)
+            try:
+                response = await _ask(config, summarizer, request)
+                break
+            except ContextOverflowError:
+                if budget < 2_000:
+                    raise
+                budget //= 3
+        counts = response.usage
+        row = ModelCallUsage(
+            run_id, thread, step, started, summarizer.provider, response.model or summarizer.model_name,
+            counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
+            counts.reasoning_tokens, time.perf_counter() - clock, response.message.finish_reason, 0,
+            usage_reported=counts.reported, purpose="compaction",
+        )
+        if summarizer.priced or config.prices:
+            from ..pricing import price_row
+
+            price_row(row, config.prices)
+        summary = (response.message.text or "").strip() or "(the summarizer wrote nothing)"
+        record = CompactionMessage(summary, "summary", upto, [], len(replaced), tokens_before, 0,
+                                   trigger, response.model or summarizer.model_name,  # type: ignore[arg-type]
+                                   counts.output_tokens or self.count(summary))
+        record.tokens_after = self._after(config, messages, record, tokens_before)
+        return record, row
+
+    def _after(self, config: RunConfig, messages: Sequence[Message], record: CompactionMessage, before: int) -> int:
+        """The next request's size once `record` applies: `before` less the estimated saving (in
+        the provider's units: scaled as the previous request's estimate was off)."""
+        tools = config.tool_definitions
+
+        def estimate(thread: Sequence[Message]) -> int:
+            view = visible(thread)
+            return sum(request_parts(config.system, view.summary, view.messages, tools, self.count).values())
+
+        sent = self.sent
+        ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
+        return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
+
+
+async def _ask(config: RunConfig, model: Any, request: ModelRequest) -> ModelResponse:
+    """The summarizer's answer, retried as the agent's `Retry` says."""
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            response: ModelResponse = await model.request(request)
+        except ModelError as exc:
+            if config.retry.should_retry(exc, attempt):
+                await asyncio.sleep(config.retry.delay(exc, attempt))
+                continue
+            raise
+        if response.error is not None:
+            raise response.error
+        return response
+
+
+def threshold_failed(exc: BaseException) -> None:
+    """A compaction at the threshold failed: the run goes on uncompacted (it still fits), loudly."""
+    warnings.warn(f"nbagent: the conversation could not be compacted ({type(exc).__name__}: {exc}); "
+                  "the request is sent whole", RuntimeWarning, stacklevel=3)
+
+
+def overflow_error(exc: ModelError, compaction_on: bool) -> ModelError:
+    """The provider's overflow refusal as the run's error, with the fix named."""
+    if compaction_on:
+        hint = ("compaction found nothing more to compact (the last messages, kept whole, do not fit: "
+                "lower Compaction(keep_last=...) or cap the tools' results with max_result_tokens)")
+    else:
+        hint = ("the conversation no longer fits the model's context window: "
+                "Agent(compaction=Compaction(...)) keeps a long conversation going (docs/context.md)")
+    new = copy.copy(exc)
+    new.message = f"{exc.message}; {hint}"
+    new.args = (new.message,)
+    return new

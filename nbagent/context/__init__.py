@@ -1,0 +1,35 @@
+"""Context: how full the model's window is, and how a long conversation is kept inside it.
+
+- `ContextUsage` (``result.context``): tokens of the last request, the window, the fraction,
+  and the tokens by part (system, tools, history, tool results, latest message);
+- `Compaction`: the policy that replaces old turns *in the request* by a summary (or clears old
+  tool results) when the next request would pass a fraction of the window;
+- the estimator (`text_tokens`, `counter_for`, `CHARS_PER_TOKEN`) and the result cut (`cut_result`).
+
+A base module: imports messages and exceptions only (no model, no store). docs/context.md.
+"""
+
+from ._cap import cut_result
+from ._compaction import Compaction, Visible, clear_candidates, cut_point, transcript, visible
+from ._estimate import CHARS_PER_TOKEN, IMAGE_TOKENS, MESSAGE_TOKENS, counter_for, message_tokens, text_tokens
+from ._usage import PARTS, ContextUsage, request_parts, scale_parts
+
+__all__ = [
+    "CHARS_PER_TOKEN",
+    "IMAGE_TOKENS",
+    "MESSAGE_TOKENS",
+    "PARTS",
+    "Compaction",
+    "ContextUsage",
+    "Visible",
+    "clear_candidates",
+    "counter_for",
+    "cut_point",
+    "cut_result",
+    "message_tokens",
+    "request_parts",
+    "scale_parts",
+    "text_tokens",
+    "transcript",
+    "visible",
+]

@@ -1,0 +1,118 @@
+"""`ContextUsage`: how full the model's context window was for one request, and of what.
+
+Imports messages and the estimator only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import Message
+from ._estimate import MESSAGE_TOKENS, Counter, message_tokens, text_tokens, tools_tokens
+
+__all__ = ["PARTS", "ContextUsage", "request_parts", "scale_parts"]
+
+PARTS = ("system", "tools", "history", "tool_results", "latest")
+"""The parts of a request, in the order a request holds them: the system prompt, the tool
+definitions, the conversation before the latest user message (a compaction summary included),
+every tool result, and the latest user message."""
+
+
+def request_parts(
+    system: str | None, summary: str | None, messages: Sequence[Message],
+    tools: Sequence[dict[str, Any]], count: Counter = text_tokens,
+) -> dict[str, int]:
+    """The estimated tokens of each part (`PARTS`) of a request made of a system prompt, a
+    compaction summary, the messages sent and the tool definitions."""
+    parts = dict.fromkeys(PARTS, 0)
+    if system:
+        parts["system"] = count(system) + MESSAGE_TOKENS
+    if summary:
+        parts["history"] = count(summary) + MESSAGE_TOKENS
+    parts["tools"] = tools_tokens(tools, count)
+    latest = max((i for i, m in enumerate(messages) if m.kind == "user"), default=-1)
+    for i, message in enumerate(messages):
+        size = message_tokens(message, count)
+        if message.kind == "tool-result":
+            parts["tool_results"] += size
+        elif message.kind == "system":
+            parts["system"] += size
+        elif i == latest:
+            parts["latest"] += size
+        else:
+            parts["history"] += size
+    return parts
+
+
+def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
+    """`parts` scaled so that they add up to `total` (the provider's count), each an int
+    (largest remainders get the rounding)."""
+    estimate = sum(parts.values())
+    if estimate <= 0:
+        return {name: (total if name == "latest" else 0) for name in PARTS}
+    exact = {name: parts.get(name, 0) * total / estimate for name in PARTS}
+    out = {name: int(value) for name, value in exact.items()}
+    left = total - sum(out.values())
+    for name in sorted(PARTS, key=lambda n: exact[n] - out[n], reverse=True)[:left]:
+        out[name] += 1
+    return out
+
+
+def _short(tokens: int) -> str:
+    if tokens >= 1_000_000:
+        return f"{tokens / 1_000_000:.3g}M"
+    if tokens >= 1_000:
+        return f"{tokens / 1_000:.3g}k"
+    return str(tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class ContextUsage:
+    """How full the model's context window was for one request (`RunResult.context` is the
+    last request of a run).
+
+    ```python
+    >>> result.context.fraction, str(result.context)
+    (0.38, 'context 38 % of 128k')
+    >>> result.context.by_part
+    {'system': 212, 'tools': 1034, 'history': 30120, 'tool_results': 17080, 'latest': 198}
+    ```
+    """
+
+    tokens: int
+    """The request's input tokens: what the provider reported where it did, else the estimate."""
+    window: int | None
+    """The model's context window in tokens (``model.context_window``); None when unknown."""
+    by_part: Mapping[str, int] = field(default_factory=dict)
+    """Tokens of each part of the request (`PARTS`); they add up to `tokens`."""
+    estimated: bool = False
+    """True when `tokens` is nbagent's estimate (the provider reported no count)."""
+    step: int = 0
+    """The thread's step of the request."""
+    threshold: float | None = None
+    """The agent's compaction threshold (``Compaction.at``), when compaction is on."""
+
+    @property
+    def fraction(self) -> float | None:
+        """`tokens` / `window` (None when the window is unknown)."""
+        return None if not self.window else self.tokens / self.window
+
+    @property
+    def over_threshold(self) -> bool:
+        """Whether the request passed the compaction threshold (the gauge turns amber)."""
+        fraction = self.fraction
+        return fraction is not None and self.threshold is not None and fraction >= self.threshold
+
+    def __str__(self) -> str:
+        approx = "~" if self.estimated else ""
+        if not self.window:
+            return f"context {approx}{_short(self.tokens)} tokens"
+        return f"context {approx}{round(100 * self.tokens / self.window)} % of {_short(self.window)}"
+
+    def describe(self) -> str:
+        """`str` of it, then one line per part: what the view's footer shows on hover."""
+        lines = [str(self)]
+        lines += [f"{name.replace('_', ' ')}: {self.by_part.get(name, 0):,} tokens" for name in PARTS]
+        return "\n".join(lines)

@@ -1,0 +1,287 @@
+"""The context window: the gauge (`result.context`), result caps with `read_result`, and
+compaction (summary and clear_results), with fake models; the real-server sessions are in
+tests/test_context_sessions.py."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pytest
+
+from nbagent import Agent, Compaction, CompactionEvent, ContextUsage, UserError, tool
+from nbagent.context import PARTS, cut_result, scale_parts, visible
+from nbagent.exceptions import ContextOverflowError, ServerError
+from nbagent.messages import CompactionMessage, ToolCall, ToolResultMessage, UserMessage
+from nbagent.models.function import FunctionModel
+from nbagent.store.sqlite import SQLiteStore
+
+
+def test_gauge_text_fraction_and_parts() -> None:
+    usage = ContextUsage(48_640, 128_000, scale_parts({"system": 1, "tools": 1, "history": 2,
+                                                      "tool_results": 3, "latest": 1}, 48_640), step=3, threshold=0.8)
+    assert str(usage) == "context 38 % of 128k"
+    assert usage.fraction == pytest.approx(0.38)
+    assert sum(usage.by_part.values()) == 48_640 and list(usage.by_part) == list(PARTS)
+    assert not usage.over_threshold
+    assert ContextUsage(110_000, 128_000, threshold=0.8).over_threshold
+    assert str(ContextUsage(1_234, None, estimated=True)) == "context ~1.23k tokens"
+    assert "tool results: " in usage.describe()
+
+
+def test_scale_parts_adds_up_exactly() -> None:
+    for total in (0, 1, 7, 999, 123_457):
+        assert sum(scale_parts({"system": 3, "tools": 5, "history": 7, "tool_results": 11, "latest": 13},
+                               total).values()) == total
+    assert scale_parts({}, 10)["latest"] == 10
+
+
+def test_cut_result_keeps_head_and_tail_and_says_how_to_read_the_rest() -> None:
+    text = "".join(f"{i:05d}\n" for i in range(5000))  # 30,000 characters
+    cut = cut_result(text, 1000, "call_1")
+    assert cut is not None and len(cut) < 1400
+    assert cut.startswith(text[:700]) and cut.endswith(text[-300:])
+    assert "29,000 of 30,000 characters not shown" in cut
+    assert 'read_result(call_id="call_1", offset=700' in cut
+    assert cut_result("short", 1000, "c") is None
+
+
+def test_compaction_is_checked() -> None:
+    for bad in ({"at": 0}, {"at": 1.5}, {"at": True}, {"keep_last": -1}, {"policy": "forget"}, {"summary_words": 0}):
+        with pytest.raises(UserError):
+            Compaction(**bad)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match=r"compaction must be an nbagent\.Compaction"):
+        Agent("test", compaction=0.8)  # type: ignore[arg-type]
+    with pytest.raises(UserError, match="max_result_fraction"):
+        Agent("test", max_result_fraction=2)
+
+
+def rows_tool():
+    @tool
+    def get_rows(n: int) -> str:
+        """Rows of the table.
+
+        Args:
+            n: how many rows.
+        """
+        return "\n".join(f"row {i}: " + "x" * 60 for i in range(n))
+
+    return get_rows
+
+
+def calling(name: str, **args):
+    """A fake model's function: call `name` once per user message, then answer."""
+
+    def answer(messages, request):
+        if not request.tools:  # a compaction summary request
+            return f"SUMMARY of {len(messages)} messages"
+        last = messages[-1]
+        if last.kind == "user":
+            return ToolCall.of(name, args)
+        return f"done: {last.content[:20]}"
+
+    return answer
+
+
+def test_result_context_after_a_run() -> None:
+    model = FunctionModel(calling("get_rows", n=3), context_window=10_000)
+    agent = Agent(model, tools=[rows_tool()], system="Be brief.", store="memory")
+    result = agent.run_sync("three rows please")
+    context = result.context
+    assert isinstance(context, ContextUsage) and context.window == 10_000
+    assert context.tokens == result.usage.calls[-1].input_tokens  # the provider's count of the last request
+    assert sum(context.by_part.values()) == context.tokens and not context.estimated
+    assert context.by_part["tool_results"] > 0 and context.by_part["system"] > 0
+    assert context.fraction == pytest.approx(context.tokens / 10_000)
+    assert str(context).startswith("context ") and context.step == 2
+
+
+def test_long_result_is_cut_to_the_window_kept_whole_and_readable() -> None:
+    reads = []
+
+    def answer(messages, request):
+        last = messages[-1]
+        names = [d["name"] for d in request.tools]
+        if last.kind == "user":
+            assert "read_result" not in names  # offered only once a result was cut
+            return ToolCall.of("get_rows", {"n": 400})
+        if last.name == "get_rows":
+            assert "read_result" in names
+            assert "not shown" in last.content and len(last.content) < 2_000
+            return ToolCall.of("read_result", {"call_id": last.call_id, "offset": 1_000, "limit": 300})
+        reads.append(last.content)
+        return "read it"
+
+    agent = Agent(FunctionModel(answer, context_window=4_000), tools=[rows_tool()], store="memory")
+    result = agent.run_sync("rows")  # cap: 10 % of 4,000 tokens = 1,600 characters
+    assert result.status == "completed", result.error
+    stored = [m for m in result.messages if isinstance(m, ToolResultMessage)]
+    whole = "\n".join(f"row {i}: " + "x" * 60 for i in range(400))
+    assert stored[0].full_content == whole and stored[0].whole_text == whole
+    assert reads[0].startswith("[characters 1,000 to 1,300 of ") and reads[0].endswith(whole[1000:1300])
+    assert stored[1].full_content is None  # read_result's own answer is never cut again
+    # the whole result survives the store
+    loaded = agent.history_sync(result.thread) if hasattr(agent, "history_sync") else None
+    assert loaded is None or loaded[2].full_content == whole
+
+
+def test_tool_max_result_tokens_and_no_cap() -> None:
+    @tool(max_result_tokens=50)
+    def small(n: int) -> str:
+        """Text."""
+        return "y" * 1_000
+
+    seen = {}
+
+    def answer(messages, request):
+        if messages[-1].kind == "user":
+            return ToolCall.of("small", {"n": 1})
+        seen["content"] = messages[-1].content
+        return "ok"
+
+    Agent(FunctionModel(answer), tools=[small], store="memory").run_sync("go")  # no window: the tool's own cap
+    assert len(seen["content"]) < 600 and "not shown" in seen["content"]
+    Agent(FunctionModel(calling("get_rows", n=400), context_window=4_000), tools=[rows_tool()],
+          max_result_fraction=None, store="memory").run_sync("rows")
+    with pytest.raises(UserError, match="max_result_tokens"):
+        tool(max_result_tokens=0)(rows_tool().function)  # type: ignore[arg-type]
+
+
+def session(model: FunctionModel, turns: int, **agent_options) -> list:
+    agent = Agent(model, tools=[rows_tool()], store=agent_options.pop("store", "memory"), **agent_options)
+    events: list = []
+    thread = None
+    for turn in range(turns):
+        result = agent.run_sync(f"turn {turn}: give me 20 rows", thread=thread)
+        assert result.status == "completed", result.error
+        thread = result.thread
+        events.append(result)
+    return events
+
+
+def test_summary_compaction_keeps_requests_small_and_the_thread_whole() -> None:
+    model = FunctionModel(calling("get_rows", n=20), context_window=3_000)
+    results = session(model, 30, compaction=Compaction(at=0.6, keep_last=4))
+    messages = results[-1].messages
+    records = [m for m in messages if isinstance(m, CompactionMessage)]
+    assert records, "no compaction happened"
+    assert sum(1 for m in messages if isinstance(m, UserMessage)) == 30  # every message kept
+    sizes = [r.usage.calls[-1].input_tokens for r in results]
+    assert max(sizes[10:]) <= 1.5 * max(sizes[:10]) + 200  # flat, not growing
+    summaries = [r for r in model.requests if not r.tools]
+    assert len(summaries) == len(records)
+    for request in model.requests:
+        if request.tools:  # every call of a sent request has its result
+            calls = {c.id for m in request.messages if m.kind == "assistant" for c in m.tool_calls}
+            results_ = {m.call_id for m in request.messages if m.kind == "tool-result"}
+            assert calls == results_
+    last = model.requests[-1]
+    assert "SUMMARY of" in last.messages[0].content  # the summary rides with the system prompt
+    assert last.messages[1].kind == "user"
+    purposes = [row.purpose for r in results for row in r.usage.calls]
+    assert purposes.count("compaction") == len(records)
+    assert records[0].replaced > 0 and records[0].saved > 0 and records[0].trigger == "threshold"
+    assert "compacted" in records[0].describe() and "saved" in records[0].describe()
+
+
+async def test_compaction_event_and_usage_row_in_the_stream() -> None:
+    model = FunctionModel(calling("get_rows", n=20), context_window=2_000)
+    agent = Agent(model, tools=[rows_tool()], store="memory", compaction=Compaction(at=0.5, keep_last=2))
+    thread = None
+    seen = []
+    for turn in range(10):
+        async for event in agent.stream(f"turn {turn}", thread=thread):
+            seen.append(event)
+            if event.kind == "run-started":
+                thread = event.thread
+    compactions = [e for e in seen if isinstance(e, CompactionEvent)]
+    assert compactions and compactions[0].usage is not None and compactions[0].usage.purpose == "compaction"
+    at = seen.index(compactions[0])
+    assert seen[at + 1].kind == "usage" and seen[at + 1].call.purpose == "compaction"
+    gauges = [e.context for e in seen if e.kind == "usage" and e.context is not None]
+    assert gauges and all(g.window == 2_000 for g in gauges)
+    assert seen[-1].result.context == gauges[-1]
+
+
+def test_clear_results_policy_makes_no_model_call() -> None:
+    model = FunctionModel(calling("get_rows", n=20), context_window=3_000)
+    results = session(model, 20, compaction=Compaction.clear_results(at=0.6, keep_last=4))
+    records = [m for m in results[-1].messages if isinstance(m, CompactionMessage)]
+    assert records and all(r.policy == "clear_results" and r.cleared for r in records)
+    assert all(r.tools for r in model.requests)  # no summary call
+    stubs = [m for m in model.requests[-1].messages
+             if m.kind == "tool-result" and "cleared to save context" in m.content]
+    assert stubs and all(s.full_content for s in stubs)
+    assert "read_result" in [d["name"] for d in model.requests[-1].tools]
+
+
+def overflowing(window: int):
+    """A fake that refuses a request over `window` (its own word count) as OpenAI does."""
+
+    def answer(messages, request):
+        size = sum(len(str(getattr(m, "content", "") or getattr(m, "text", "") or "").split()) for m in messages)
+        if size > window:
+            raise ContextOverflowError(f"maximum context length is {window} tokens", status_code=400,
+                                       provider="function", tokens=size, limit=window)
+        return calling("get_rows", n=20)(messages, request)
+
+    return answer
+
+
+def test_overflow_without_compaction_fails_and_names_the_fix() -> None:
+    agent = Agent(FunctionModel(overflowing(600)), tools=[rows_tool()], store="memory")
+    thread = None
+    for turn in range(40):
+        result = agent.run_sync(f"turn {turn}", thread=thread)
+        thread = result.thread
+        if result.status != "completed":
+            break
+    assert result.status == "failed"
+    assert "Agent(compaction=Compaction(...))" in (result.error or "")
+    assert isinstance(result.exception, ContextOverflowError)
+
+
+def test_overflow_with_compaction_compacts_once_and_retries() -> None:
+    # The window is unknown to nbagent: only the refusal can trigger the compaction.
+    model = FunctionModel(overflowing(600))
+    results = session(model, 40, compaction=Compaction(keep_last=4))
+    records = [m for m in results[-1].messages if isinstance(m, CompactionMessage)]
+    assert records and {r.trigger for r in records} == {"overflow"}
+
+
+def test_failed_summary_at_the_threshold_sends_the_request_whole() -> None:
+    def answer(messages, request):
+        if not request.tools:
+            raise ServerError("summarizer down", status_code=500, provider="function", retryable=False)
+        return calling("get_rows", n=20)(messages, request)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        session(FunctionModel(answer, context_window=3_000), 12, compaction=Compaction(at=0.5, keep_last=4))
+    assert any("could not be compacted" in str(w.message) for w in caught)
+
+
+def test_visible_applies_records() -> None:
+    messages = [UserMessage("a"), UserMessage("b"), CompactionMessage("S", upto=1), UserMessage("c")]
+    view = visible(messages)
+    assert view.summary == "S" and [m.content for m in view.messages] == ["b", "c"]
+    assert visible(messages[:2]).messages is not None
+
+
+async def test_a_resumed_thread_sends_what_the_first_process_would_have(tmp_path) -> None:
+    path = tmp_path / "t.db"
+    model = FunctionModel(calling("get_rows", n=20), context_window=3_000)
+    options = {"compaction": Compaction(at=0.6, keep_last=4)}
+    agent = Agent(model, tools=[rows_tool()], store=SQLiteStore(path), **options)
+    thread = None
+    for turn in range(15):
+        thread = (await agent.run(f"turn {turn}", thread=thread)).thread
+    before = model.requests[-1]
+    # another process: the same store, a new agent
+    model2 = FunctionModel(calling("get_rows", n=20), context_window=3_000)
+    agent2 = Agent(model2, tools=[rows_tool()], store=SQLiteStore(path), **options)
+    await agent2.run("turn 15", thread=thread)
+    first = model2.requests[0]
+    assert first.messages[0].content == before.messages[0].content  # the same summary, from the store
+    assert [json.dumps(m.to_dict()) for m in first.messages[1:len(before.messages)]][:3] == \
+        [json.dumps(m.to_dict()) for m in before.messages[1:]][:3]
