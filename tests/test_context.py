@@ -4,6 +4,7 @@ tests/test_context_sessions.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import warnings
 
@@ -121,8 +122,8 @@ def test_long_result_is_cut_to_the_window_kept_whole_and_readable() -> None:
     assert reads[0].startswith("[characters 1,000 to 1,300 of ") and reads[0].endswith(whole[1000:1300])
     assert stored[1].full_content is None  # read_result's own answer is never cut again
     # the whole result survives the store
-    loaded = agent.history_sync(result.thread) if hasattr(agent, "history_sync") else None
-    assert loaded is None or loaded[2].full_content == whole
+    loaded = asyncio.run(agent.store.load(result.thread))
+    assert next(m for m in loaded.messages if isinstance(m, ToolResultMessage)).full_content == whole
 
 
 def test_tool_max_result_tokens_and_no_cap() -> None:

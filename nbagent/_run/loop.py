@@ -117,6 +117,8 @@ class _Loop:
     def __init__(self, config: RunConfig, run: RunState, stream: bool) -> None:
         self.config = config = with_reader(config)
         self.window = Window(config)
+        self.prepared: ModelRequest | None = None
+        """The next request, when `before_call` built it to size it."""
         self.run = run
         self.stream = stream
         self.store = config.store
@@ -324,10 +326,11 @@ class _Loop:
             config = self.config = with_reader(await config.sources.current(config, strict=False))
         if config.compaction is None:
             return
-        self.request(step)
+        self.prepared = self.request(step)  # sized now; sent unless a compaction changes it
         tokens = self.window.over_threshold(self.config)
         if tokens is None:
             return
+        self.prepared = None
         try:
             async for event in self.compact(step, "threshold", tokens):
                 yield event
@@ -341,7 +344,7 @@ class _Loop:
             yield event
         config = self.config
         model, step = config.model, reply.step
-        request = self.request(step)
+        request, self.prepared = self.prepared or self.request(step), None
         attempt, overflows = 0, 0
         while True:
             attempt += 1
