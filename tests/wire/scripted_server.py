@@ -102,6 +102,15 @@ class LoopbackServer:
         ready.wait(10)
         return self
 
+    def serve_until_interrupted(self) -> None:
+        """The command line's loop: print ``PORT <n>`` and serve until Ctrl-C (or SIGINT)."""
+        print(f"PORT {self.port}", flush=True)
+        try:
+            while True:
+                time.sleep(3600)
+        except KeyboardInterrupt:
+            self.stop()
+
     def stop(self) -> None:
         """Close the listener and the open connections, and end the thread."""
         loop = self._loop
@@ -340,12 +349,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     server = ScriptedServer(delay=args.delay, port=args.port).start()
-    print(f"PORT {server.port}", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        server.stop()
+    server.serve_until_interrupted()
 
 
 if __name__ == "__main__":

@@ -257,12 +257,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     server = WindowServer(window=args.window, tool=args.tool, port=args.port).start()
-    print(f"PORT {server.port}", flush=True)
-    try:
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        server.stop()
+    server.serve_until_interrupted()
 
 
 if __name__ == "__main__":
