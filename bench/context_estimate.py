@@ -65,10 +65,11 @@ MESSAGE_GRID = (0, 2, 4, 6, 8, 12)
 
 
 def estimator_constants() -> dict[str, float]:
-    """``CHARS_PER_TOKEN``, ``MESSAGE_TOKENS`` and ``IMAGE_TOKENS`` as nbagent has them."""
+    """``CHARS_PER_TOKEN``, ``MESSAGE_TOKENS``, ``IMAGE_TOKENS`` (and Anthropic's ``TOOL_PROMPT_TOKENS``) as nbagent has them."""
     try:
-        from nbagent.context import CHARS_PER_TOKEN, IMAGE_TOKENS, MESSAGE_TOKENS
-        return {"CHARS_PER_TOKEN": CHARS_PER_TOKEN, "MESSAGE_TOKENS": MESSAGE_TOKENS, "IMAGE_TOKENS": IMAGE_TOKENS}
+        from nbagent.context import CHARS_PER_TOKEN, IMAGE_TOKENS, MESSAGE_TOKENS, TOOL_PROMPT_TOKENS
+        return {"CHARS_PER_TOKEN": CHARS_PER_TOKEN, "MESSAGE_TOKENS": MESSAGE_TOKENS, "IMAGE_TOKENS": IMAGE_TOKENS,
+                "ANTHROPIC_TOOL_PROMPT": TOOL_PROMPT_TOKENS.get("anthropic", 0)}
     except ImportError:
         pass
     import nbagent
@@ -99,6 +100,8 @@ class Pieces:
     units: int = 0
     images: int = 0
     tools: str = ""
+    tool_prompt: bool = False
+    """Whether the provider adds a hidden tool prompt (``TOOL_PROMPT_TOKENS``: Anthropic with tools)."""
 
     def message(self, *texts: str, images: int = 0) -> None:
         """One message (or tool call): its texts, its images, one `MESSAGE_TOKENS`."""
@@ -106,11 +109,11 @@ class Pieces:
         self.units += 1
         self.images += images
 
-    def estimate(self, chars: float, message: float, image: float) -> float:
+    def estimate(self, chars: float, message: float, image: float, tool_prompt: float = 0) -> float:
         """The estimated input tokens with these constants."""
         size = sum(math.ceil(len(t) / chars) for t in self.texts)
         if self.tools:
-            size += math.ceil(len(self.tools) / chars)
+            size += math.ceil(len(self.tools) / chars) + (tool_prompt if self.tool_prompt else 0)
         return size + self.units * message + self.images * image
 
 
@@ -209,6 +212,7 @@ def anthropic_pieces(body: dict[str, Any]) -> Pieces:
         raise Opaque("server-side tool")
     if tools:
         pieces.tools = _dumps(tools)
+        pieces.tool_prompt = True
     return pieces
 
 
@@ -337,7 +341,7 @@ class Case:
         """The estimated input tokens with these constants."""
         assert self.pieces is not None
         return self.pieces.estimate(constants["CHARS_PER_TOKEN"], constants["MESSAGE_TOKENS"],
-                                    constants["IMAGE_TOKENS"])
+                                    constants["IMAGE_TOKENS"], constants.get("ANTHROPIC_TOOL_PROMPT", 0))
 
     def ratio(self, constants: Constants) -> float | None:
         """Estimate / reported, or None where either is missing."""

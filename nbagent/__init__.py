@@ -84,7 +84,7 @@ from .usage import ModelCallUsage, Usage
 
 __version__ = "0.2.0.dev0"
 
-_EDGE = ("output_frame", "runs_frame", "tool_calls_frame", "usage_frame")
+_EDGE = ("context_frame", "output_frame", "runs_frame", "tool_calls_frame", "usage_frame")
 """The pandas edge's frames, loaded on first use (``import nbagent`` stays light)."""
 
 __all__ = [
@@ -137,6 +137,7 @@ __all__ = [
     "UserError",
     "UserMessage",
     "__version__",
+    "context_frame",
     "output_frame",
     "runs_frame",
     "tool",

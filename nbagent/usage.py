@@ -7,6 +7,7 @@ the README, notebooks and DataFrames (`input_tokens` includes cached input, as t
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -89,10 +90,27 @@ class ModelCallUsage:
     """What the call was for: ``"run"`` (an agent's own step), ``"compaction"`` (a context
     summary), ``"eval"`` (a judge call), or another string; rows stored without it read as
     ``"run"``."""
+    context: str | None = None
+    """The request's size by part, as compact JSON: the tokens of each part (``system``,
+    ``tools``, ``history``, ``tool_results``, ``latest``; they add up to `input_tokens`) and the
+    model's ``window`` (null when unknown). None for a call nbagent did not size (rows stored
+    before it did). `context_parts` reads it; ``nbagent.context_frame`` spreads it into columns."""
 
     @property
     def total_tokens(self) -> int:
         return self.input_tokens + self.output_tokens
+
+    @property
+    def context_parts(self) -> dict[str, int | None] | None:
+        """`context` read: part name -> tokens, plus ``window``; None when not recorded (or
+        unreadable)."""
+        if not self.context:
+            return None
+        try:
+            value = json.loads(self.context)
+        except ValueError:
+            return None
+        return value if isinstance(value, dict) else None
 
     def to_dict(self) -> dict[str, Any]:
         """The row as a plain dict, one key per field (`purpose` included)."""

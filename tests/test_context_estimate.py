@@ -49,7 +49,19 @@ LARGE = [c for c in ce.usable(CASES) if c.reported > ce.LARGE]
 def test_the_constants_are_nbagents() -> None:
     estimate = pytest.importorskip("nbagent.context._estimate")
     assert CONSTANTS == {"CHARS_PER_TOKEN": estimate.CHARS_PER_TOKEN, "MESSAGE_TOKENS": estimate.MESSAGE_TOKENS,
-                         "IMAGE_TOKENS": estimate.IMAGE_TOKENS}
+                         "IMAGE_TOKENS": estimate.IMAGE_TOKENS,
+                         "ANTHROPIC_TOOL_PROMPT": estimate.TOOL_PROMPT_TOKENS["anthropic"]}
+
+
+def test_anthropic_requests_with_tools_count_the_hidden_tool_prompt() -> None:
+    """Anthropic adds a tool-use system prompt to a request with tools; without counting it the
+    rule estimated such requests at 0.35x of the reported count (median of the large ones)."""
+    tools = [c for c in ce.usable(CASES) if c.family == "anthropic" and c.pieces.tools]
+    assert len(tools) >= 8
+    median = statistics.median(c.ratio(CONSTANTS) for c in tools)
+    assert 0.75 <= median <= 1.33, median
+    without = dict(CONSTANTS, ANTHROPIC_TOOL_PROMPT=0)
+    assert statistics.median(c.ratio(without) for c in tools) < 0.6
 
 
 def test_the_recordings_give_enough_cases() -> None:

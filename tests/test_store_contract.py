@@ -219,23 +219,29 @@ async def test_usage_columns(store: Store) -> None:
         await store.usage_columns(columns=["tokens"])
 
 
-async def test_usage_purpose_round_trips(stores: Stores) -> None:
-    """Each row's `purpose` (a compaction summary, a judge call, the run's own calls) comes back
-    from another store object, in loads, usage columns and copies."""
+async def test_usage_purpose_and_context_round_trip(stores: Stores) -> None:
+    """Each row's `purpose` (a compaction summary, a judge call, the run's own calls) and its
+    request's size by part (`context`) come back from another store object, in loads, usage
+    columns and copies."""
     store = stores.new()
     rows = [row("a", 1), row("a", 1), row("a", 2)]  # step 1's call and its compaction, then a judge
     rows[1].purpose, rows[2].purpose = "compaction", "eval"
+    rows[0].context = '{"system":2,"tools":3,"history":0,"tool_results":0,"latest":5,"window":128000}'
     v = await store.append("a", version=0, step=1, messages=[UserMessage("q")], usage=rows[:2])
     await store.append("a", version=v, step=2, messages=[AssistantMessage("done")], usage=rows[2:])
     other = stores.new()
     loaded = await other.load("a")
     assert loaded is not None and [r.to_dict() for r in loaded.usage] == [r.to_dict() for r in rows]
     assert (await other.usage_columns("a"))["purpose"] == ["run", "compaction", "eval"]
+    assert (await other.usage_columns("a", columns=["context"]))["context"] == [rows[0].context, None, None]
+    assert loaded.usage[0].context_parts == {"system": 2, "tools": 3, "history": 0, "tool_results": 0,
+                                             "latest": 5, "window": 128000}
     subset = await other.usage_columns(columns=["purpose", "step"])
     assert dict(subset) == {"step": [1, 1, 2], "purpose": ["run", "compaction", "eval"]}
     await other.copy("a", "b", messages=2)
     copied = await stores.new().load("b")
     assert copied is not None and [r.purpose for r in copied.usage] == ["run", "compaction", "eval"]
+    assert [r.context for r in copied.usage] == [rows[0].context, None, None]
 
 
 async def test_prune_deletes_what_was_not_written_since(store: Store) -> None:

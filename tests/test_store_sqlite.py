@@ -97,11 +97,11 @@ async def test_usage_columns_cover_every_usage_field(store: SQLiteStore) -> None
     assert (await mem.usage_columns())["input_tokens"] == [10]
 
 
-@pytest.mark.parametrize("fmt", sorted({1, 2, FORMAT_VERSION}))
+@pytest.mark.parametrize("fmt", sorted({1, 2, 3, FORMAT_VERSION}))
 async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
     """A file written in each format (tests/fixtures/make_store_fixture.py) stays readable and is
     made the current format on opening: a format 1 file gets its latest run's outcome on a
-    checkpoint, an older file's usage rows the purpose ``"run"``."""
+    checkpoint, an older file's usage rows the purpose ``"run"`` and no context (not measured)."""
     path = tmp_path / "old.db"
     shutil.copy(FIXTURES / f"store_v{fmt}.db", path)
     store = SQLiteStore(path)
@@ -181,6 +181,8 @@ async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
         (1, 100, 10, 20, 2, 0.0003, 2, "tool_calls", "gpt-4.1-mini", 1_700_000_001.0, "run"),
         (2, 150, 10, 8, 2, None, 0, "stop", "gpt-4.1-mini", 1_700_000_002.0, "run"),
     ]
+    sized = {"system": 10, "tools": 30, "history": 0, "tool_results": 0, "latest": 60, "window": 1047576}
+    assert [u.context_parts for u in loaded.usage] == [sized if fmt >= 4 else None, None]
     assert loaded.meta.status == "completed" and loaded.meta.state == {"count": 3}
     assert loaded.meta.always_allowed == ["lookup_order"]
     # And an agent continues it.
@@ -650,7 +652,8 @@ async def test_a_format_2_file_gains_purpose_and_keeps_its_chunks(tmp_path: Path
     assert sorted(cols.to_rows(), key=lambda r: r.step) == rows and set(cols["purpose"]) == {"run"}
     await assert_columns_match(store)
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone() == ("3",)
+        assert conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone() == (
+            str(FORMAT_VERSION),)
         assert conn.execute("SELECT DISTINCT purpose FROM usage").fetchall() == [("run",)]
         blobs = [d for (d,) in conn.execute("SELECT data FROM usage_chunks")]
     assert chunk_count(path) == before and all(b"purpose" not in d for d in blobs), "the old chunks are kept"

@@ -24,10 +24,10 @@ def call(step: int, purpose: str = "run", cost: float = 0.01) -> ModelCallUsage:
 
 
 # ------------------------------------------------------------------------------------ the dataclass
-def test_purpose_defaults_to_run_and_is_the_last_field() -> None:
+def test_purpose_defaults_to_run_and_comes_after_the_older_fields() -> None:
     row = ModelCallUsage("r", "t", 1, 0.0, "openai", "m")
-    assert row.purpose == "run"
-    assert USAGE_FIELDS[-1] == "purpose", "added after the existing fields: positional callers keep working"
+    assert (row.purpose, row.context) == ("run", None)
+    assert USAGE_FIELDS[-2:] == ("purpose", "context"), "added after the older fields: positional callers work"
     # Positional construction of the earlier fields is unchanged.
     old = ModelCallUsage("r", "t", 1, 0.0, "openai", "m", 1, 0, 0, 2, 0, 0.5, "stop", 0, None, None, None,
                          "USD", False)

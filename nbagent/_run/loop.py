@@ -416,6 +416,8 @@ class _Loop:
             counts.reasoning_tokens, reply.latency, message.finish_reason, len(message.tool_calls),
             usage_reported=counts.reported,
         )
+        if run.context is not None and run.context.step == reply.step:
+            row.context = run.context.to_json()
         self.config.price(row)
         return row
 

@@ -26,6 +26,7 @@ from ..context import (
     clear_candidates,
     counter_for,
     cut_point,
+    parts_json,
     request_parts,
     scale_parts,
     transcript,
@@ -102,6 +103,7 @@ class Window:
     def __init__(self, config: RunConfig) -> None:
         model = config.model
         self.count = counter_for(model.provider, model.model_name)
+        self.provider = model.provider
         self.sent: _Sent | None = None
         self.pending: tuple[int, tuple[int, int], dict[str, int]] | None = None
         """The request being sent: its estimate, compaction state and parts."""
@@ -121,7 +123,7 @@ class Window:
             m.kind == "tool-result" and m.full_content is not None for m in view.messages
         ):
             tools = (*tools, reader.definition())
-        parts = request_parts(config.system, view.summary, view.messages, tools, self.count)
+        parts = request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider)
         key = (view.upto, sum(1 for m in messages if m.kind == "compaction"))
         self.pending = (sum(parts.values()), key, parts)
         return ModelRequest(sent, tools, config.request_settings, step,
@@ -207,6 +209,11 @@ class Window:
             counts.reasoning_tokens, time.perf_counter() - clock, response.message.finish_reason, 0,
             usage_reported=counts.reported, purpose="compaction",
         )
+        asked = request_parts(summary_instructions(compaction.summary_words), None, request.messages[1:], [],
+                              self.count)
+        asked["history"], asked["latest"] = asked["latest"], 0  # its one message is the history it reads
+        row.context = parts_json(scale_parts(asked, counts.input_tokens if counts.reported else sum(asked.values())),
+                                 getattr(summarizer, "context_window", None))
         if summarizer.priced or config.prices:
             from ..pricing import price_row
 
@@ -225,7 +232,8 @@ class Window:
 
         def estimate(thread: Sequence[Message]) -> int:
             view = visible(thread)
-            return sum(request_parts(config.system, view.summary, view.messages, tools, self.count).values())
+            return sum(request_parts(config.system, view.summary, view.messages, tools, self.count,
+                                     self.provider).values())
 
         sent = self.sent
         ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0

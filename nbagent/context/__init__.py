@@ -11,14 +11,23 @@ A base module: imports messages and exceptions only (no model, no store). docs/c
 
 from ._cap import cut_result
 from ._compaction import Compaction, Visible, clear_candidates, cut_point, transcript, visible
-from ._estimate import CHARS_PER_TOKEN, IMAGE_TOKENS, MESSAGE_TOKENS, counter_for, message_tokens, text_tokens
-from ._usage import PARTS, ContextUsage, request_parts, scale_parts
+from ._estimate import (
+    CHARS_PER_TOKEN,
+    IMAGE_TOKENS,
+    MESSAGE_TOKENS,
+    TOOL_PROMPT_TOKENS,
+    counter_for,
+    message_tokens,
+    text_tokens,
+)
+from ._usage import PARTS, ContextUsage, parts_json, request_parts, scale_parts
 
 __all__ = [
     "CHARS_PER_TOKEN",
     "IMAGE_TOKENS",
     "MESSAGE_TOKENS",
     "PARTS",
+    "TOOL_PROMPT_TOKENS",
     "Compaction",
     "ContextUsage",
     "Visible",
@@ -27,6 +36,7 @@ __all__ = [
     "cut_point",
     "cut_result",
     "message_tokens",
+    "parts_json",
     "request_parts",
     "scale_parts",
     "text_tokens",

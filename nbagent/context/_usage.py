@@ -5,6 +5,7 @@ Imports messages and the estimator only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 from ..messages import Message
 from ._estimate import MESSAGE_TOKENS, Counter, message_tokens, text_tokens, tools_tokens
 
-__all__ = ["PARTS", "ContextUsage", "request_parts", "scale_parts"]
+__all__ = ["PARTS", "ContextUsage", "parts_json", "request_parts", "scale_parts"]
 
 PARTS = ("system", "tools", "history", "tool_results", "latest")
 """The parts of a request, in the order a request holds them: the system prompt, the tool
@@ -22,16 +23,17 @@ every tool result, and the latest user message."""
 
 def request_parts(
     system: str | None, summary: str | None, messages: Sequence[Message],
-    tools: Sequence[dict[str, Any]], count: Counter = text_tokens,
+    tools: Sequence[dict[str, Any]], count: Counter = text_tokens, provider: str = "",
 ) -> dict[str, int]:
     """The estimated tokens of each part (`PARTS`) of a request made of a system prompt, a
-    compaction summary, the messages sent and the tool definitions."""
+    compaction summary, the messages sent and the tool definitions (for `provider`: its hidden
+    tool prompt is counted with the tools)."""
     parts = dict.fromkeys(PARTS, 0)
     if system:
         parts["system"] = count(system) + MESSAGE_TOKENS
     if summary:
         parts["history"] = count(summary) + MESSAGE_TOKENS
-    parts["tools"] = tools_tokens(tools, count)
+    parts["tools"] = tools_tokens(tools, count, provider)
     latest = max((i for i, m in enumerate(messages) if m.kind == "user"), default=-1)
     for i, message in enumerate(messages):
         size = message_tokens(message, count)
@@ -58,6 +60,11 @@ def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
     for name in sorted(PARTS, key=lambda n: exact[n] - out[n], reverse=True)[:left]:
         out[name] += 1
     return out
+
+
+def parts_json(parts: Mapping[str, int], window: int | None) -> str:
+    """`parts` (one entry per `PARTS` name) and `window` as compact JSON (`ModelCallUsage.context`)."""
+    return json.dumps({**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}, separators=(",", ":"))
 
 
 def _short(tokens: int) -> str:
@@ -110,6 +117,11 @@ class ContextUsage:
         if not self.window:
             return f"context {approx}{_short(self.tokens)} tokens"
         return f"context {approx}{round(100 * self.tokens / self.window)} % of {_short(self.window)}"
+
+    def to_json(self) -> str:
+        """The by-part sizes and the window as compact JSON: what a usage row keeps
+        (`ModelCallUsage.context`)."""
+        return parts_json(self.by_part, self.window)
 
     def describe(self) -> str:
         """`str` of it, then one line per part: what the view's footer shows on hover."""

@@ -8,6 +8,7 @@ nbagent.usage_frame(agent)              # every model call of the threads this a
 nbagent.usage_frame(agent.store)        # ... of every stored thread (other agents' too)
 nbagent.tool_calls_frame(agent)         # one row per tool call, with approval decisions
 nbagent.runs_frame([r1, r2])            # one row per run
+nbagent.context_frame(agent)            # each request's tokens by part (docs/context.md)
 nbagent.dataframe.plot_cost(agent, by="model")
 answers = agent.map(df["question"], concurrency=8)
 nbagent.output_frame(answers)           # structured answers (output_type) as columns
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 from ._batch import BATCH_COLUMNS, batch, batch_thread_ids, output_frame
 from ._columns import USAGE_SCHEMA, usage_from_columns
+from ._context import CONTEXT_COLUMNS, context_frame, plot_context
 from ._frames import (
     RUN_SCHEMA,
     TOOL_CALL_SCHEMA,
@@ -38,13 +40,16 @@ from ._plots import cost_by_tool, plot_cost, plot_tokens
 
 __all__ = [
     "BATCH_COLUMNS",
+    "CONTEXT_COLUMNS",
     "RUN_SCHEMA",
     "TOOL_CALL_SCHEMA",
     "USAGE_SCHEMA",
     "batch",
     "batch_thread_ids",
+    "context_frame",
     "cost_by_tool",
     "output_frame",
+    "plot_context",
     "plot_cost",
     "plot_tokens",
     "runs_frame",

@@ -19,6 +19,7 @@ import pandas as pd
 
 from ..store.base import ColumnBlock, TextPart, UsageColumns
 from ..usage import ModelCallUsage
+from ._sources import FRAME_COLUMNS
 
 __all__ = [
     "USAGE_SCHEMA",
@@ -54,6 +55,7 @@ USAGE_SCHEMA: dict[str, str] = {
 }
 """Column -> dtype of the usage frame, in column order. Repeated strings are categoricals
 (small, fast to group by, and they round-trip through parquet)."""
+assert set(USAGE_SCHEMA) == set(FRAME_COLUMNS), "the usage frame holds every stored column but context"
 
 _STR: Any = "str" if int(pd.__version__.split(".")[0]) >= 3 else object
 """pandas' default string dtype."""

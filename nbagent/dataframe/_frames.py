@@ -19,6 +19,7 @@ from ..messages import AssistantMessage, Message, ToolResultMessage, call_result
 from ..result import RunResult
 from ..store.base import Checkpoint, LedgerEntry, ThreadState
 from ..store.meta import ThreadMeta
+from ..usage import ModelCallUsage
 from ._columns import (
     USAGE_SCHEMA,
     categorical,
@@ -41,16 +42,27 @@ __all__ = [
 # ---------------------------------------------------------------------------------------- usage
 
 
-def _usage(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
+def loaded_rows(loaded: Loaded) -> list[ModelCallUsage]:
+    """The usage rows `loaded` holds as objects (those of its results and threads included), in
+    the order the usage frame lists them: before the rows of its columns."""
     rows = list(loaded.rows)
     for result in loaded.results:
         rows.extend(result.usage.calls)
     for state in loaded.threads:
         rows.extend(state.usage)
+    return rows
+
+
+def _usage(loaded: Loaded, threads: list[str] | None, extra: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The usage frame of `loaded`, only `threads` (None: all); `extra`: columns of the same rows
+    (in `loaded_rows` then column order) to add before the filter."""
+    rows = loaded_rows(loaded)
     frames = [usage_from_columns(c) for c in loaded.columns]
     if rows or not frames:
         frames.insert(0, usage_from_rows(rows) if rows else empty_usage_frame())
     df = frames[0] if len(frames) == 1 else _concat(frames)
+    if extra is not None:
+        df = pd.concat([df, extra], axis=1)
     if threads is not None and (loaded.rows or loaded.results or loaded.columns):
         df = df[df["thread"].isin(threads)].reset_index(drop=True)
         df["thread"] = df["thread"].cat.remove_unused_categories()
@@ -358,11 +370,13 @@ def _runs_from_usage(
     out: dict[str, list[Any]] = {name: [] for name in RUN_SCHEMA}
     if len(usage):
         end = usage["time"] + pd.to_timedelta(usage["latency_s"].fillna(0.0), unit="s")
-        frame = usage.assign(_end=end)
+        # A step is one of the run's own model calls: a compaction summary or a judge call is
+        # not one (its tokens and cost still count).
+        frame = usage.assign(_end=end, _own=(usage["purpose"] == "run").astype("int64"))
         # by thread too: a fork holds copies of its source's runs (same ids, rows of their own)
         grouped = frame.groupby(["thread", "run_id"], observed=True, sort=False)
         agg = grouped.agg(
-            steps=("step", "size"),
+            steps=("_own", "sum"),
             started=("time", "min"),
             ended=("_end", "max"),
             cost_total=("cost_total", lambda s: s.sum(min_count=1)),
@@ -450,8 +464,9 @@ def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.
             a `Store` (every thread): runs rebuilt from the stored usage rows, grouped by run id.
         thread: only these threads.
 
-    Columns: ``run_id``, ``thread``, ``status``, ``stop_reason``, ``steps`` (model calls), token
-    totals (``input_tokens`` ... ``total_tokens``), ``tool_calls`` (asked for), ``cost_total``
+    Columns: ``run_id``, ``thread``, ``status``, ``stop_reason``, ``steps`` (the run's own model
+    calls; a compaction summary is not one, its tokens and cost count), token totals
+    (``input_tokens`` ... ``total_tokens``), ``tool_calls`` (asked for), ``cost_total``
     (USD, NaN when no call had a price), ``started`` (first model call), ``wall_s`` (from the
     start of the first model call to the end of the last one: time spent in tools after the last
     call and before the first is not counted), ``error``.

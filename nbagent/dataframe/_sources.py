@@ -15,8 +15,8 @@ instead (an older third-party store; sync or async) still works.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from ..agent import Agent
@@ -24,7 +24,11 @@ from ..result import RunResult
 from ..store.base import Checkpoint, Store, ThreadState, UsageColumns
 from ..usage import ModelCallUsage, Usage
 
-__all__ = ["Loaded", "is_async_source", "load", "scope", "store_of", "thread_names"]
+__all__ = ["FRAME_COLUMNS", "Loaded", "is_async_source", "load", "scope", "store_of", "thread_names"]
+
+FRAME_COLUMNS = tuple(f.name for f in fields(ModelCallUsage) if f.name != "context")
+"""The stored usage columns the usage frame holds (``context``, JSON per row, is read only by
+``context_frame``)."""
 
 
 @dataclass
@@ -71,19 +75,30 @@ async def _call(reader: Any, *args: Any, **kwargs: Any) -> Any:
     return value
 
 
-async def _columns_from_store(store: Store, threads: list[str] | None) -> Mapping[str, Any] | None:
+async def _columns_from_store(
+    store: Store, threads: list[str] | None, names: Sequence[str] | None
+) -> Mapping[str, Any] | None:
     reader = getattr(store, "usage_columns", None)
     if reader is None:
         return None
+    wanted = {"columns": names} if names is not None and _takes_columns(reader) else {}
     if threads is None:
-        return await _call(reader)  # type: ignore[no-any-return]
-    parts = [await _call(reader, thread=name) for name in threads]
+        return await _call(reader, **wanted)  # type: ignore[no-any-return]
+    parts = [await _call(reader, thread=name, **wanted) for name in threads]
     if len(parts) == 1:
         return parts[0]  # type: ignore[no-any-return]
     if parts and all(isinstance(p, UsageColumns) for p in parts):
         return UsageColumns.concat(parts)
     keys = [k for k in parts[0]] if parts else []
     return {k: [v for part in parts for v in part[k]] for k in keys}
+
+
+def _takes_columns(reader: Any) -> bool:
+    # An older third-party store's reader may take the thread only.
+    try:
+        return "columns" in inspect.signature(reader).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 async def load_threads(store: Store, threads: list[str] | None = None) -> list[ThreadState]:
@@ -128,11 +143,12 @@ def scope(source: Any, threads: list[str] | None) -> list[str] | None:
 
 
 async def load(
-    source: Any, *, threads: list[str] | None = None, usage_only: bool = False, ends: bool = False
+    source: Any, *, threads: list[str] | None = None, usage_only: bool = False, ends: bool = False,
+    columns: Sequence[str] | None = FRAME_COLUMNS,
 ) -> Loaded:
-    """Resolve `source`; with `usage_only`, a store's columnar reader is used when it has one;
-    with `ends`, each stored thread's last checkpoint of each run is read too (`Loaded.ends`:
-    one query per thread)."""
+    """Resolve `source`; with `usage_only`, a store's columnar reader is used when it has one
+    (reading `columns`: the usage frame's by default; None: every stored one); with `ends`, each
+    stored thread's last checkpoint of each run is read too (`Loaded.ends`: one query per thread)."""
     loaded = Loaded()
     store = store_of(source)
     if store is not None:
@@ -141,9 +157,9 @@ async def load(
         if threads is not None and not threads:
             return loaded  # an agent that has no thread yet
         if usage_only:
-            columns = await _columns_from_store(store, threads)
-            if columns is not None:
-                loaded.columns.append(columns)
+            read = await _columns_from_store(store, threads, columns)
+            if read is not None:
+                loaded.columns.append(read)
                 return loaded
         loaded.threads = await load_threads(store, threads)
         if ends:  # only threads with earlier runs: the latest run's end is in the meta record
@@ -157,7 +173,8 @@ async def load(
 
 
 def load_now(
-    source: Any, *, threads: list[str] | None = None, usage_only: bool = False, ends: bool = False
+    source: Any, *, threads: list[str] | None = None, usage_only: bool = False, ends: bool = False,
+    columns: Sequence[str] | None = FRAME_COLUMNS,
 ) -> Loaded:
     """`load` from sync code: in-memory sources directly, stores through ``run_sync``."""
     if not is_async_source(source):
@@ -167,4 +184,4 @@ def load_now(
         return loaded
     from .._sync import run_sync
 
-    return run_sync(lambda: load(source, threads=threads, usage_only=usage_only, ends=ends))
+    return run_sync(lambda: load(source, threads=threads, usage_only=usage_only, ends=ends, columns=columns))

@@ -56,7 +56,7 @@ USAGE_KINDS: dict[str, str] = {
     "input_tokens": "q", "cache_read_tokens": "q", "cache_write_tokens": "q", "output_tokens": "q",
     "reasoning_tokens": "q", "latency_s": "d", "finish_reason": "s", "tool_calls": "q",
     "cost_input": "d", "cost_output": "d", "cost_total": "d", "currency": "s", "usage_reported": "B",
-    "purpose": "s",
+    "purpose": "s", "context": "s",
 }
 """Column -> how it is held: ``"q"`` int64, ``"d"`` float64 (None is NaN: a missing cost and a
 NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (one byte),
@@ -65,7 +65,7 @@ NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (o
 CHUNK_FORMAT = 1
 """The first byte of a chunk blob."""
 
-ADDED_COLUMNS: dict[str, str] = {"purpose": "run"}
+ADDED_COLUMNS: dict[str, str | None] = {"purpose": "run", "context": None}
 """Text columns added after chunks existed -> the value of every row a chunk without the column
 holds. Such a chunk was packed before its store gained the column (SQLite format 3 files are
 refused by older nbagents, so none packs one later), and all its rows have that value."""
@@ -304,7 +304,9 @@ def decode_chunk(blob: bytes, names: Sequence[str]) -> ColumnBlock | None:
     for name in names:
         entry = layout.get(name)
         if entry is None and name in ADDED_COLUMNS:
-            parts[name] = TextPart([ADDED_COLUMNS[name]], array("i", bytes(4 * n)))
+            value = ADDED_COLUMNS[name]
+            parts[name] = (TextPart([value], array("i", bytes(4 * n))) if value is not None
+                           else TextPart([], array("i", [-1]) * n))
             continue
         if entry is None or entry[1] != USAGE_KINDS[name]:
             return None

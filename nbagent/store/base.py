@@ -46,10 +46,11 @@ __all__ = [
     "UsageColumns",
 ]
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 """Version of the persisted shapes; a store refuses files from a newer version. Format 2 is
 format 1 with the checkpoints' ``run_id``, ``stop_reason`` and ``error``; format 3 is format 2
-with the usage rows' ``purpose`` (``'run'`` in older rows). `SQLiteStore` migrates an older file
+with the usage rows' ``purpose`` (``'run'`` in older rows); format 4 is format 3 with the usage
+rows' ``context`` (the request's size by part; NULL in older rows). `SQLiteStore` migrates an older file
 when it opens it."""
 
 ERROR_KEPT = 500

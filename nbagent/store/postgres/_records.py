@@ -41,6 +41,7 @@ def _usage_json(row: ModelCallUsage) -> list[Any]:
         row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
         _finite(row.latency_s), row.finish_reason, row.tool_calls, _finite(row.cost_input),
         _finite(row.cost_output), _finite(row.cost_total), row.currency, bool(row.usage_reported), row.purpose,
+        row.context,
     ]
 
 

@@ -19,11 +19,12 @@ from ..base import ERROR_KEPT
 
 __all__ = ["SCHEMA_VERSION", "USAGE_TYPES", "check", "migrate", "quote_schema"]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The newest schema this nbagent creates and reads (rows of ``<schema>.schema_version``).
 Version 2 gives checkpoints the run's ``run_id``, ``stop_reason`` and ``error``; version 3 adds
 the functions ``load_thread`` and ``begin_thread`` and drops the index on ``threads.updated``;
-version 4 gives usage rows their ``purpose``."""
+version 4 gives usage rows their ``purpose``; version 5 their ``context`` (the request's size by
+part)."""
 
 USAGE_TYPES = {
     "run_id": "text", "thread": "text", "step": "integer", "time": "double precision",
@@ -32,12 +33,13 @@ USAGE_TYPES = {
     "latency_s": "double precision", "finish_reason": "text", "tool_calls": "integer",
     "cost_input": "double precision", "cost_output": "double precision",
     "cost_total": "double precision", "currency": "text", "usage_reported": "boolean", "purpose": "text",
+    "context": "text",
 }
 """The usage table's columns (the same names and order as SQLite's ``usage`` table)."""
 assert tuple(USAGE_TYPES) == USAGE_FIELDS
 
-_ADDED_USAGE = ("purpose",)
-"""Usage columns later versions add (`_version_4`): not in version 1's table."""
+_ADDED_USAGE = ("purpose", "context")
+"""Usage columns later versions add (`_version_4`, `_version_5`): not in version 1's table."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -298,7 +300,13 @@ def _version_4(s: str) -> list[str]:
     return [f"ALTER TABLE {s}.usage ADD COLUMN purpose text DEFAULT 'run'"]
 
 
-MIGRATIONS = [_version_1, _version_2, _version_3, _version_4]
+def _version_5(s: str) -> list[str]:
+    """Usage rows get their ``context`` (`ModelCallUsage.context`): NULL in the rows already
+    there (not measured)."""
+    return [f"ALTER TABLE {s}.usage ADD COLUMN context text"]
+
+
+MIGRATIONS = [_version_1, _version_2, _version_3, _version_4, _version_5]
 """Migration *i* (0-based) brings a schema from version *i* to *i + 1*; each returns its
 statements for a quoted schema name. A new one is appended here and `SCHEMA_VERSION` raised.
 The functions (`_functions`, for the newest schema) are created after them."""

@@ -22,9 +22,11 @@ USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
     "cache_write_tokens", "output_tokens", "reasoning_tokens", "latency_s", "finish_reason",
     "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported", "purpose",
+    "context",
 )
-"""The usage table's data columns, in `ModelCallUsage` field order (format 1's and ``purpose``,
-which a format 1 or 2 file gets when it is opened: `_migrate`)."""
+"""The usage table's data columns, in `ModelCallUsage` field order (format 1's, ``purpose``,
+which a format 1 or 2 file gets when it is opened, and ``context``, which a format 1 to 3 file
+gets: `_migrate`)."""
 
 _USAGE_TYPES = {
     "run_id": "TEXT", "thread": "TEXT", "step": "INTEGER", "time": "REAL", "provider": "TEXT",
@@ -32,7 +34,7 @@ _USAGE_TYPES = {
     "cache_write_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
     "latency_s": "REAL", "finish_reason": "TEXT", "tool_calls": "INTEGER", "cost_input": "REAL",
     "cost_output": "REAL", "cost_total": "REAL", "currency": "TEXT", "usage_reported": "INTEGER",
-    "purpose": "TEXT DEFAULT 'run'",
+    "purpose": "TEXT DEFAULT 'run'", "context": "TEXT",
 }
 
 _SCHEMA = f"""
@@ -297,12 +299,12 @@ ON CONFLICT (thread, version) DO UPDATE SET
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring an older file to `FORMAT_VERSION` in one transaction: format 1 to 2
-    (`_add_run_columns`), then format 2 to 3 (`_add_purpose`).
+    (`_add_run_columns`), format 2 to 3 (`_add_purpose`), then format 3 to 4 (`_add_context`).
 
     The format number goes up with each because an older nbagent must not write to the file:
     one that reads format 1 only writes checkpoints without naming their columns, which fails on
-    a table with more; one that reads format 2 would copy usage rows (a fork) without their
-    ``purpose`` and pack usage chunks without it. It refuses the file instead
+    a table with more; one that reads format 2 (3) would copy usage rows (a fork) without their
+    ``purpose`` (``context``) and pack usage chunks without it. It refuses the file instead
     (`StoreVersionError`: "written by a newer nbagent").
     """
     conn.execute("BEGIN IMMEDIATE")
@@ -313,6 +315,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
             _add_run_columns(conn)
         if version < 3:
             _add_purpose(conn)
+        if version < 4:
+            _add_context(conn)
         if version < FORMAT_VERSION:
             conn.execute("UPDATE nbagent_meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
         conn.execute("COMMIT")
@@ -341,6 +345,13 @@ def _add_purpose(conn: sqlite3.Connection) -> None:
     usage chunks stay: a chunk without the column reads as ``'run'`` (`_columnar.ADDED_COLUMNS`)."""
     if "purpose" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:
         conn.execute(f"ALTER TABLE usage ADD COLUMN purpose {_USAGE_TYPES['purpose']}")
+
+
+def _add_context(conn: sqlite3.Connection) -> None:
+    """Format 3 to 4, in `_migrate`'s transaction: the usage table gets ``context`` (NULL in the
+    rows already there: not measured). Chunks without it read as NULL (`_columnar.ADDED_COLUMNS`)."""
+    if "context" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:
+        conn.execute(f"ALTER TABLE usage ADD COLUMN context {_USAGE_TYPES['context']}")
 
 
 def _add_chunks(conn: sqlite3.Connection) -> None:
