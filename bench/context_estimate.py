@@ -65,7 +65,8 @@ MESSAGE_GRID = (0, 2, 4, 6, 8, 12)
 
 
 def estimator_constants() -> dict[str, float]:
-    """``CHARS_PER_TOKEN``, ``MESSAGE_TOKENS``, ``IMAGE_TOKENS`` (and Anthropic's ``TOOL_PROMPT_TOKENS``) as nbagent has them."""
+    """``CHARS_PER_TOKEN``, ``MESSAGE_TOKENS``, ``IMAGE_TOKENS`` (and Anthropic's
+    ``TOOL_PROMPT_TOKENS``) as nbagent has them."""
     try:
         from nbagent.context import CHARS_PER_TOKEN, IMAGE_TOKENS, MESSAGE_TOKENS, TOOL_PROMPT_TOKENS
         return {"CHARS_PER_TOKEN": CHARS_PER_TOKEN, "MESSAGE_TOKENS": MESSAGE_TOKENS, "IMAGE_TOKENS": IMAGE_TOKENS,

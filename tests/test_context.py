@@ -5,6 +5,7 @@ tests/test_context_sessions.py."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import warnings
 
@@ -186,7 +187,7 @@ def test_summary_compaction_keeps_requests_small_and_the_thread_whole() -> None:
 
 
 async def test_compaction_event_and_usage_row_in_the_stream() -> None:
-    model = FunctionModel(calling("get_rows", n=20), context_window=2_000)
+    model = FunctionModel(calling("get_rows", n=20), context_window=800)
     agent = Agent(model, tools=[rows_tool()], store="memory", compaction=Compaction(at=0.5, keep_last=2))
     thread = None
     seen = []
@@ -200,7 +201,7 @@ async def test_compaction_event_and_usage_row_in_the_stream() -> None:
     at = seen.index(compactions[0])
     assert seen[at + 1].kind == "usage" and seen[at + 1].call.purpose == "compaction"
     gauges = [e.context for e in seen if e.kind == "usage" and e.context is not None]
-    assert gauges and all(g.window == 2_000 for g in gauges)
+    assert gauges and all(g.window == 800 for g in gauges)
     assert seen[-1].result.context == gauges[-1]
 
 
@@ -258,7 +259,7 @@ def test_failed_summary_at_the_threshold_sends_the_request_whole() -> None:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        session(FunctionModel(answer, context_window=3_000), 12, compaction=Compaction(at=0.5, keep_last=4))
+        session(FunctionModel(answer, context_window=1_200), 12, compaction=Compaction(at=0.5, keep_last=4))
     assert any("could not be compacted" in str(w.message) for w in caught)
 
 
@@ -286,3 +287,32 @@ async def test_a_resumed_thread_sends_what_the_first_process_would_have(tmp_path
     assert first.messages[0].content == before.messages[0].content  # the same summary, from the store
     assert [json.dumps(m.to_dict()) for m in first.messages[1:len(before.messages)]][:3] == \
         [json.dumps(m.to_dict()) for m in before.messages[1:]][:3]
+
+
+def test_a_new_run_on_the_thread_sizes_its_first_request_from_the_last_one(tmp_path) -> None:
+    """Each chat turn is a run of its own: its first request starts from the thread's last
+    measured one (stored with its usage row), so a provider that counts far more tokens than the
+    rule (numbers, a small tokenizer) still triggers compaction before the window overflows."""
+    from nbagent.models.base import ModelResponse
+    from nbagent.models.function import to_response
+
+    def dense(messages, request):  # reports 10x the fake's word count, as a digit-splitting tokenizer might
+        text = "SUMMARY of the rows" if not request.tools else "noted"
+        response = to_response(text, request, "dense")
+        usage = dataclasses.replace(response.usage, input_tokens=response.usage.input_tokens * 10)
+        return ModelResponse(response.message, usage, model="dense")
+
+    def agent_on(path):
+        return Agent(FunctionModel(dense, context_window=8_000), tools=[rows_tool()], store=SQLiteStore(path),
+                     compaction=Compaction(at=0.6, keep_last=2))
+
+    rows = " ".join(f"{i} {i * 7} {i * 13}" for i in range(20))  # 60 words: 600 "tokens"
+    thread = None
+    for turn in range(16):  # one model call a run, a new agent object each turn: the base comes from the store
+        result = agent_on(tmp_path / "t.db").run_sync(f"turn {turn}: {rows}", thread=thread)
+        assert result.status == "completed", result.error
+        thread = result.thread
+    stored = asyncio.run(SQLiteStore(tmp_path / "t.db").load(thread)).usage
+    assert any(r.purpose == "compaction" for r in stored)
+    sent = [r.input_tokens for r in stored if r.purpose == "run"]
+    assert max(sent) < 8_000, sent

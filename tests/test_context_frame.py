@@ -23,7 +23,7 @@ from tests.test_context import calling, rows_tool
 
 
 def long_session(store, turns: int = 12) -> Agent:
-    model = FunctionModel(calling("get_rows", n=20), context_window=2_500)
+    model = FunctionModel(calling("get_rows", n=20), context_window=1_000)
     agent = Agent(model, tools=[rows_tool()], system="Be brief.", store=store,
                   compaction=Compaction(at=0.6, keep_last=4))
     thread = None
@@ -43,8 +43,8 @@ def test_context_frame_of_a_stored_session_adds_up(tmp_path) -> None:
     assert set(frame["purpose"].astype(object)) == {"run", "compaction"}
     assert (frame[list(PARTS)].sum(axis=1) == frame["input_tokens"]).all()  # the parts add up
     runs = frame[frame["purpose"] == "run"]
-    assert (runs["window"] == 2_500).all()
-    assert runs["fraction"].tolist() == pytest.approx((runs["input_tokens"] / 2_500).tolist())
+    assert (runs["window"] == 1_000).all()
+    assert runs["fraction"].tolist() == pytest.approx((runs["input_tokens"] / 1_000).tolist())
     assert (runs["tool_results"] > 0).any() and (runs["system"] > 0).all()
     summaries = frame[frame["purpose"] == "compaction"]
     assert (summaries["tools"] == 0).all() and (summaries["history"] > 0).all()  # the transcript
@@ -99,7 +99,7 @@ def test_context_frame_thread_filter() -> None:
 
 def test_runs_frame_steps_count_the_runs_own_calls_only() -> None:
     """A compaction summary is a usage row of its run (its cost counts) but not a step."""
-    model = FunctionModel(calling("get_rows", n=20), context_window=2_500)
+    model = FunctionModel(calling("get_rows", n=20), context_window=1_000)
     agent = Agent(model, tools=[rows_tool()], store="memory", compaction=Compaction(at=0.6, keep_last=4))
     results, thread = [], None
     for turn in range(12):

@@ -116,7 +116,7 @@ class _Loop:
 
     def __init__(self, config: RunConfig, run: RunState, stream: bool) -> None:
         self.config = config = with_reader(config)
-        self.window = Window(config)
+        self.window = Window(config, run.stored.last_sent)
         self.prepared: ModelRequest | None = None
         """The next request, when `before_call` built it to size it."""
         self.run = run
@@ -417,7 +417,7 @@ class _Loop:
             usage_reported=counts.reported,
         )
         if run.context is not None and run.context.step == reply.step:
-            row.context = run.context.to_json()
+            row.context = self.window.row_context(run.context)
         self.config.price(row)
         return row
 

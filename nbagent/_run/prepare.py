@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from ..approvals import Decisions
+from ..context import last_sent
 from ..exceptions import ConflictError, NotResumableError, PendingCallsError, UserError
 from ..messages import Prompt, UserMessage, user_message
 from ..result import RunResult
@@ -39,6 +40,7 @@ def run_state(
         stored.always_allowed = set(meta.always_allowed)
         stored.decisions = dict(meta.decisions)
         stored.pending = list(meta.pending)
+        stored.last_sent = last_sent(loaded.usage)
         if state is None:
             stored.state, stored.stored_state = config.restore_state(meta.state), meta.state
     return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages))

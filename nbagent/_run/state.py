@@ -65,6 +65,9 @@ class StoredThread:
     """The user's state object."""
     stored_state: Any = None
     """Its last storable JSON form."""
+    last_sent: tuple[int, int] | None = None
+    """nbagent's estimate and the provider's count of the thread's last request before this run
+    (`nbagent.context.last_sent`), where this run's estimates start; None when not recorded."""
 
 
 @dataclass(slots=True)

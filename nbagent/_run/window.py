@@ -100,11 +100,13 @@ class _Sent:
 class Window:
     """One run's bookkeeping of the context window (see the module)."""
 
-    def __init__(self, config: RunConfig) -> None:
+    def __init__(self, config: RunConfig, last: tuple[int, int] | None = None) -> None:
+        """`last`: the estimate and the provider's count of the thread's last request before this
+        run (`StoredThread.last_sent`): the first request is sized from them, by their ratio."""
         model = config.model
         self.count = counter_for(model.provider, model.model_name)
         self.provider = model.provider
-        self.sent: _Sent | None = None
+        self.sent: _Sent | None = None if last is None else _Sent(last[0], last[1], (-1, -1))
         self.pending: tuple[int, tuple[int, int], dict[str, int]] | None = None
         """The request being sent: its estimate, compaction state and parts."""
 
@@ -153,6 +155,11 @@ class Window:
         compaction = config.compaction
         return ContextUsage(tokens, config.context_window, scale_parts(parts, tokens), reported is None, step,
                             compaction.at if compaction is not None else None)
+
+    def row_context(self, usage: ContextUsage) -> str:
+        """What a usage row keeps of its request (`ModelCallUsage.context`): the parts, the
+        window and nbagent's estimate of the request."""
+        return parts_json(usage.by_part, usage.window, self.sent.estimate if self.sent is not None else None)
 
     def over_threshold(self, config: RunConfig) -> int | None:
         """The next request's tokens when they pass the compaction threshold, else None."""

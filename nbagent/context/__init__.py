@@ -20,7 +20,7 @@ from ._estimate import (
     message_tokens,
     text_tokens,
 )
-from ._usage import PARTS, ContextUsage, parts_json, request_parts, scale_parts
+from ._usage import PARTS, ContextUsage, last_sent, parts_json, request_parts, scale_parts
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -35,6 +35,7 @@ __all__ = [
     "counter_for",
     "cut_point",
     "cut_result",
+    "last_sent",
     "message_tokens",
     "parts_json",
     "request_parts",

@@ -13,7 +13,7 @@ from typing import Any
 from ..messages import Message
 from ._estimate import MESSAGE_TOKENS, Counter, message_tokens, text_tokens, tools_tokens
 
-__all__ = ["PARTS", "ContextUsage", "parts_json", "request_parts", "scale_parts"]
+__all__ = ["PARTS", "ContextUsage", "last_sent", "parts_json", "request_parts", "scale_parts"]
 
 PARTS = ("system", "tools", "history", "tool_results", "latest")
 """The parts of a request, in the order a request holds them: the system prompt, the tool
@@ -62,9 +62,28 @@ def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
     return out
 
 
-def parts_json(parts: Mapping[str, int], window: int | None) -> str:
-    """`parts` (one entry per `PARTS` name) and `window` as compact JSON (`ModelCallUsage.context`)."""
-    return json.dumps({**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}, separators=(",", ":"))
+def parts_json(parts: Mapping[str, int], window: int | None, estimate: int | None = None) -> str:
+    """`parts` (one entry per `PARTS` name) and `window` as compact JSON (`ModelCallUsage.context`),
+    with nbagent's own `estimate` of the request when given (the next run on the thread starts
+    its estimates from it and the provider's count: `last_sent`)."""
+    value: dict[str, Any] = {**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}
+    if estimate is not None:
+        value["estimate"] = int(estimate)
+    return json.dumps(value, separators=(",", ":"))
+
+
+def last_sent(rows: Sequence[Any]) -> tuple[int, int] | None:
+    """nbagent's estimate and the provider's count of the last request of a thread's own calls
+    (usage rows, oldest first), if they were recorded: where the next run's estimates start."""
+    for row in reversed(rows):
+        if getattr(row, "purpose", "run") != "run":
+            continue
+        sized = row.context_parts if getattr(row, "context", None) else None
+        estimate = (sized or {}).get("estimate")
+        if isinstance(estimate, int) and estimate > 0 and row.usage_reported and row.input_tokens > 0:
+            return estimate, row.input_tokens
+        return None
+    return None
 
 
 def _short(tokens: int) -> str:
@@ -117,11 +136,6 @@ class ContextUsage:
         if not self.window:
             return f"context {approx}{_short(self.tokens)} tokens"
         return f"context {approx}{round(100 * self.tokens / self.window)} % of {_short(self.window)}"
-
-    def to_json(self) -> str:
-        """The by-part sizes and the window as compact JSON: what a usage row keeps
-        (`ModelCallUsage.context`)."""
-        return parts_json(self.by_part, self.window)
 
     def describe(self) -> str:
         """`str` of it, then one line per part: what the view's footer shows on hover."""

@@ -70,8 +70,9 @@ def context_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> 
         thread: only these threads (a name or several).
 
     Columns: `CONTEXT_COLUMNS`. A compaction's summary call counts the instructions as its
-    ``system`` and the transcript it summarises as its ``history``. A call made before nbagent recorded request sizes (or by a
-    model nbagent did not size) has <NA> parts; ``fraction`` is NaN where the window is unknown.
+    ``system`` and the transcript it summarises as its ``history``. A call made before nbagent
+    recorded request sizes (or by a model nbagent did not size) has <NA> parts; ``fraction`` is
+    NaN where the window is unknown.
 
     ```python
     frame = nbagent.context_frame(agent)
