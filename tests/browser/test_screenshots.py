@@ -201,6 +201,7 @@ def test_hero_image_is_a_real_run(user_folder: JupyterServer, page_factory: Call
     page.wait_text("needs approval", timeout=RUN_TIMEOUT)
     page.output_buttons("Approve").first.wait_for(state="visible", timeout=60_000)
     time.sleep(1.0)  # the footer's totals arrive with the pause
+    assert "% of 4.1k" in page.output_text(), "the footer's context gauge (the local model's window)"
     view = page.page.locator(".nbagent-chat").first
     _set_theme(page, LIGHT)
     view.screenshot(path=str(DOCS_IMG / "chat_view.png"))
