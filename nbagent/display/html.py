@@ -119,7 +119,8 @@ MAX_CHARS = 20_000
 """Beyond this, text is cut even in the expanded view (keeps widget traffic and outputs bounded)."""
 
 # Column widths of the tool table; the live view uses the same so rows line up.
-COLUMNS = (("tool", "16%"), ("arguments", "32%"), ("status", "12%"), ("result", "32%"), ("time", "8%"))
+COLUMNS = (("tool", "15%"), ("arguments", "30%"), ("status", "15%"), ("result", "32%"), ("time", "8%"))
+"""Wide enough at a notebook's usual width (~730 px) for the longest status pill, "needs approval"."""
 
 
 def pretty_args(args: Any) -> str:

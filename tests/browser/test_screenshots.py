@@ -202,6 +202,11 @@ def test_hero_image_is_a_real_run(user_folder: JupyterServer, page_factory: Call
     page.output_buttons("Approve").first.wait_for(state="visible", timeout=60_000)
     time.sleep(1.0)  # the footer's totals arrive with the pause
     assert "% of 4.1k" in page.output_text(), "the footer's context gauge (the local model's window)"
+    clipped = page.eval("""() => Array.from(document.querySelectorAll('.nbagent-status')).filter(pill => {
+        const cell = pill.closest('td'); if (!cell) return false;
+        return pill.getBoundingClientRect().right > cell.getBoundingClientRect().right + 0.5;
+    }).map(pill => pill.innerText)""")
+    assert clipped == [], f"status pills cut by their column: {clipped}"
     view = page.page.locator(".nbagent-chat").first
     _set_theme(page, LIGHT)
     view.screenshot(path=str(DOCS_IMG / "chat_view.png"))
