@@ -254,6 +254,7 @@ class Agent(Generic[OutputT]):
             output=self.output, output_retries=self.output_retries, prices=self.prices,
             state_type=self.state_type, sources=sources, compaction=self.compaction,
             summarizer=_summarizer(self.compaction), max_result_fraction=self.max_result_fraction,
+            name=self.name,
         )
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_seen", (settings, tools))

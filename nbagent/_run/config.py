@@ -61,6 +61,8 @@ class RunConfig:
     summarizer: Model | None = None
     """The model that writes compaction summaries (the agent's own unless `compaction` names one)."""
     max_result_fraction: float | None = 0.1
+    name: str | None = None
+    """The agent's name (`Agent(name=...)`), for what reports on the run (tracing)."""
 
     @property
     def context_window(self) -> int | None:

@@ -231,6 +231,8 @@ async def execute(
         ctx = RunContext(stored.state, run.run_id, stored.id, stored.step, stored.messages, call.id)
     try:
         fn = tool.bind(validated, ctx)
+        if run.work.wrap_tool is not None:
+            fn = run.work.wrap_tool(call, fn, tool.is_async)
         if tool.is_async:
             value = await fn()
         else:

@@ -59,6 +59,7 @@ from ..store.base import LedgerEntry
 from ..store.meta import live_runs
 from ..tools import Tool
 from ..usage import ModelCallUsage, Usage
+from . import hooks
 from .config import RunConfig
 from .execute import execute
 from .late import answer_open_calls
@@ -555,5 +556,9 @@ class _Loop:
 
 
 def drive(config: RunConfig, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:
-    """The run's events; the last one is a `RunEndedEvent` (unless it is cancelled)."""
+    """The run's events; the last one is a `RunEndedEvent` (unless it is cancelled). A run goes
+    through `hooks.run_hook` when one is set (tracing)."""
+    hook = hooks.run_hook
+    if hook is not None:
+        return hook(config, run, lambda changed: _Loop(changed, run, stream).events())
     return _Loop(config, run, stream).events()

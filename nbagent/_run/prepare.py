@@ -41,6 +41,7 @@ def run_state(
         stored.decisions = dict(meta.decisions)
         stored.pending = list(meta.pending)
         stored.last_sent = last_sent(loaded.usage)
+        stored.trace = meta.trace
         if state is None:
             stored.state, stored.stored_state = config.restore_state(meta.state), meta.state
     return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages))

@@ -25,7 +25,7 @@ from ..approvals import Decision, PendingCall
 from ..context import ContextUsage
 from ..events import RunEndKind
 from ..exceptions import UserError
-from ..messages import Message
+from ..messages import Message, ToolCall
 from ..result import RunResult, RunStatus, StopReason
 from ..store.base import LedgerEntry
 from ..store.meta import ThreadMeta, live_runs
@@ -34,6 +34,7 @@ from ..usage import Usage
 if TYPE_CHECKING:
     import asyncio
     import concurrent.futures
+    from collections.abc import Callable
 
 __all__ = ["END_KINDS", "RunOutcome", "RunState", "RunWork", "StoredThread", "new_run_id", "state_to_json"]
 
@@ -68,6 +69,9 @@ class StoredThread:
     last_sent: tuple[int, int] | None = None
     """nbagent's estimate and the provider's count of the thread's last request before this run
     (`nbagent.context.last_sent`), where this run's estimates start; None when not recorded."""
+    trace: dict[str, str] | None = None
+    """The W3C trace context (``traceparent``, ``tracestate``) of the run that last wrote the
+    thread while traced (`ThreadMeta.trace`), so a resume elsewhere continues its trace."""
 
 
 @dataclass(slots=True)
@@ -84,6 +88,10 @@ class RunWork:
     dirty: bool = True
     """Whether the meta record changed since it was last written."""
     state_warned: bool = False
+    wrap_tool: Callable[[ToolCall, Callable[[], Any], bool], Callable[[], Any]] | None = None
+    """Set by a run hook (`hooks`, tracing): ``wrap_tool(call, fn, is_async)`` returns what runs
+    instead of the bound tool function `fn` (for an async tool, a function returning an awaitable;
+    for a sync tool, one that runs in a worker thread). None: `fn` runs as it is."""
 
 
 @dataclass(slots=True)
@@ -159,6 +167,7 @@ class RunState:
             started_at=self.started_at,
             ended_at=outcome.ended_at,
             owner=process_owner() if outcome.status == "running" else None,
+            trace=stored.trace,
         )
 
     def to_result(self) -> RunResult:

@@ -67,6 +67,10 @@ class ThreadMeta:
     owner: dict[str, Any] | None = None
     """While a run goes on: the process running it, ``{"host", "pid", "start"}`` (``start``: the
     process's start time, so a reused pid is not taken for it). None once the run has ended."""
+    trace: dict[str, str] | None = None
+    """The W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the traced run that
+    last wrote the record (`nbagent.tracing`): a resume, in any process, continues that trace.
+    None when the thread was never traced."""
     version: int = META_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -90,6 +94,8 @@ class ThreadMeta:
             data["forked_from"] = self.forked_from
         if self.owner is not None:
             data["owner"] = self.owner
+        if self.trace is not None:
+            data["trace"] = self.trace
         return data
 
     @classmethod
@@ -120,6 +126,7 @@ class ThreadMeta:
             ended_at=data.get("ended_at"),
             forked_from=data.get("forked_from"),
             owner=data.get("owner"),
+            trace=data.get("trace"),
             version=int(data.get("version", META_VERSION)),
         )
 
