@@ -19,6 +19,7 @@ from ..messages import AssistantMessage, Message, ToolResultMessage, call_result
 from ..result import RunResult
 from ..store.base import Checkpoint, LedgerEntry, ThreadState
 from ..store.meta import ThreadMeta
+from ..tracing import is_instrumented, trace_ids
 from ..usage import ModelCallUsage
 from ._columns import (
     USAGE_SCHEMA,
@@ -108,14 +109,41 @@ def usage_frame(
     when the call was made; NaN where the price is unknown), ``currency`` (category),
     ``usage_reported`` (bool: False when the provider sent no counts), ``purpose`` (category:
     ``"run"`` for an agent's own calls, ``"compaction"`` for a context summary, ``"eval"`` for
-    an evaluator's judge call; rows stored before it existed read ``"run"``).
+    an evaluator's judge call; rows stored before it existed read ``"run"``). With tracing on
+    (`nbagent.tracing.instrument`), also ``trace_id`` and ``span_id`` (string: the row's ``chat``
+    span, 32 and 16 hex digits; missing for rows this process did not trace).
 
     Works in a notebook cell (where a loop runs) and in scripts.
     """
     wanted = _wanted_columns(columns)  # a bad name fails before anything is read
     names = thread_names(thread)
     df = _usage(load_now(source, threads=names, usage_only=True), names)
+    if is_instrumented() or (wanted is not None and any(c in TRACE_COLUMNS for c in wanted)):
+        df = _with_trace_ids(df)
     return df if wanted is None else df[list(wanted)]
+
+
+TRACE_COLUMNS = ("trace_id", "span_id")
+"""The usage frame's columns when tracing is on (`nbagent.tracing`): the ``chat`` span of each
+row (32 and 16 hex digits; missing for a row this process did not trace)."""
+
+
+def _with_trace_ids(df: pd.DataFrame) -> pd.DataFrame:
+    seen: dict[tuple[Any, Any, Any], int] = {}
+    traces: list[str | None] = []
+    spans: list[str | None] = []
+    keys = zip(df["run_id"].to_numpy(dtype=object), df["step"].to_numpy(), df["purpose"].to_numpy(dtype=object),
+               strict=True)
+    for key in keys:
+        nth = seen.get(key, 0)
+        seen[key] = nth + 1
+        found = trace_ids(*key, nth)
+        traces.append(found[0] if found else None)
+        spans.append(found[1] if found else None)
+    df = df.copy()
+    df["trace_id"] = pd.array(traces, dtype="string")
+    df["span_id"] = pd.array(spans, dtype="string")
+    return df
 
 
 def _wanted_columns(columns: str | Sequence[str] | None) -> Sequence[str] | None:
@@ -125,7 +153,7 @@ def _wanted_columns(columns: str | Sequence[str] | None) -> Sequence[str] | None
         return SUMMARY_COLUMNS
     if isinstance(columns, str):
         columns = [columns]
-    unknown = [c for c in columns if c not in USAGE_SCHEMA]
+    unknown = [c for c in columns if c not in USAGE_SCHEMA and c not in TRACE_COLUMNS]
     if unknown:
         raise UserError(f"usage_frame(columns=...): no column {', '.join(map(repr, unknown))}; the columns are "
                         f"{', '.join(USAGE_SCHEMA)} (or columns='summary')")
