@@ -44,7 +44,8 @@ class SourceSet:
         self.tools = tools
         self.definitions = list(definitions)
         self.reserved = tuple(reserved)
-        self._merged: tuple[tuple[Sequence[Tool], ...], RunConfig] | None = None
+        self._merged: tuple[tuple[Sequence[Tool], ...], RunConfig, RunConfig] | None = None
+        """The lists last merged, the config made of them, and the config it was made from."""
 
     async def current(self, config: RunConfig, *, strict: bool = True) -> RunConfig:
         """`config` with the sources' tools as they are now.
@@ -62,19 +63,19 @@ class SourceSet:
         known = [source.cached_tools() for source in self.sources]
         merged = self._merged
         if merged is not None and all(a is b for a, b in zip(known, merged[0], strict=True)):
-            return merged[1]
+            return _keeping(config, merged)
         try:
             missing = [i for i, tools in enumerate(known) if tools is None]
             listed = await asyncio.gather(*(self.sources[i].list_tools() for i in missing))
         except Exception:
             if strict or merged is None:
                 raise
-            return merged[1]
+            return _keeping(config, merged)
         for i, tools in zip(missing, listed, strict=True):
             known[i] = tools
         lists = tuple(tools for tools in known if tools is not None)
         resolved = self._merge(config, lists)
-        self._merged = (lists, resolved)
+        self._merged = (lists, resolved, config)
         return resolved
 
     def _merge(self, config: RunConfig, lists: tuple[Sequence[Tool], ...]) -> RunConfig:
@@ -95,3 +96,14 @@ class SourceSet:
         own = len(self.tools)
         definitions = [*self.definitions[:own], *added, *self.definitions[own:]]
         return dataclasses.replace(config, tools=MappingProxyType(tools), tool_definitions=tuple(definitions))
+
+
+def _keeping(config: RunConfig, merged: tuple[Any, RunConfig, RunConfig]) -> RunConfig:
+    """The merged tools in `config`: the merged config itself when `config` is the one it was made
+    from (or it), else `config` with its tools (a run hook may have changed the run's config, e.g.
+    its model wrapped for tracing: that change is kept)."""
+    _, resolved, base = merged
+    if config is base or config is resolved or (config.model is resolved.model
+                                                 and config.summarizer is resolved.summarizer):
+        return resolved
+    return dataclasses.replace(config, tools=resolved.tools, tool_definitions=resolved.tool_definitions)
