@@ -62,7 +62,7 @@ ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 OTHER_BENCHES = (
     "bench_store.py", "bench_provider.py", "bench_anthropic.py", "bench_frames.py", "bench_widget_traffic.py",
-    "bench_commit_floor.py", "bench_postgres.py", "bench_mcp.py", "bench_cluster.py",
+    "bench_commit_floor.py", "bench_postgres.py", "bench_mcp.py", "bench_cluster.py", "bench_tracing.py",
 )
 OTHER_QUICK_ARGS = {  # what --quick passes on to each (their own smoke settings)
     "bench_frames.py": ["--rows", "100000", "--batch", "200"],

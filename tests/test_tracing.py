@@ -331,6 +331,45 @@ class FakeSpan:
         self.events.append((name, attributes))
 
 
+async def test_every_model_call_of_an_agent_with_a_tool_source_is_traced(spans: InMemorySpanExporter) -> None:
+    # The source's merged config is cached; a traced run's model must survive it at every step.
+    class Source:
+        def __init__(self) -> None:
+            self.tools: tuple[Any, ...] | None = None
+
+        def cached_tools(self) -> tuple[Any, ...] | None:
+            return self.tools
+
+        async def list_tools(self) -> tuple[Any, ...]:
+            self.tools = (weather_tools()[0],)
+            return self.tools
+
+    script = [[tool_call("get_weather", city="Oslo")], [tool_call("get_weather", city="Rome")], "ok"]
+    agent = Agent(ScriptedModel(script * 2), tools=[Source()], store=MemoryStore())
+    for _ in range(2):
+        assert (await agent.run("weather twice")).output == "ok"
+    assert len(named(spans, "invoke_agent")) == 2
+    assert len(named(spans, "chat ")) == 6 and len(named(spans, "execute_tool")) == 4
+
+
+async def test_a_client_tool_is_requested_and_its_result_decided(spans: InMemorySpanExporter) -> None:
+    from nbagent import Tool
+
+    ask = Tool.client("ask_user", "Ask the person a question.", {"question": str})
+    agent = Agent(ScriptedModel([[tool_call("ask_user", question="colour?")], "blue it is"]), tools=[ask],
+                  store=MemoryStore())
+    paused = await agent.run("pick a colour")
+    await agent.resume(paused, results={paused.pending[0].id: "blue"})
+    first, second = named(spans, "invoke_agent")
+    (requested,) = first.events
+    assert requested.name == "nbagent.approval.requested"
+    assert (requested.attributes or {})["nbagent.reason"] == "client"
+    (decided,) = second.events
+    assert (decided.attributes or {})["gen_ai.tool.name"] == "ask_user"
+    (call,) = named(spans, "execute_tool")
+    assert (call.attributes or {})["nbagent.decision"] == (decided.attributes or {})["nbagent.decision"]
+
+
 # ---------------------------------------------------------------------------------------- frames
 
 
