@@ -370,6 +370,22 @@ async def test_a_client_tool_is_requested_and_its_result_decided(spans: InMemory
     assert (call.attributes or {})["nbagent.decision"] == (decided.attributes or {})["nbagent.decision"]
 
 
+async def test_a_failure_of_the_tracing_never_reaches_the_run(spans: InMemorySpanExporter,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbagent.tracing import _spans
+
+    def broken(*args: Any) -> Any:
+        raise RuntimeError("exporter bug")
+
+    monkeypatch.setattr(_spans, "_warned", False)
+    monkeypatch.setitem(_spans._HANDLERS, "tool-call-started", broken)
+    agent = Agent(ScriptedModel([[tool_call("get_weather", city="Oslo")], "ok"]), tools=weather_tools(),
+                  store=MemoryStore())
+    with pytest.warns(RuntimeWarning, match="a span could not be recorded"):
+        result = await agent.run("go")
+    assert result.output == "ok" and len(named(spans, "invoke_agent")) == 1
+
+
 # ---------------------------------------------------------------------------------------- frames
 
 

@@ -22,7 +22,10 @@ def remember(row: Any, trace_id: int, span_id: int) -> None:
     """Remember the ``chat`` span a usage row (`ModelCallUsage`) came from."""
     key = (str(row.run_id), int(row.step), str(row.purpose or "run"))
     if key not in _ids and len(_ids) >= MAX_ROWS:
-        del _ids[next(iter(_ids))]
+        try:
+            del _ids[next(iter(_ids))]
+        except (KeyError, RuntimeError, StopIteration):  # another thread's run forgot it first
+            pass
     _ids.setdefault(key, []).append((format(trace_id, "032x"), format(span_id, "016x")))
 
 

@@ -145,10 +145,14 @@ class RunTrace:
             run.work.dirty = True  # the next checkpoint's meta record carries it
 
     def on_event(self, event: Event) -> None:
-        """Read one event of the run (text deltas cost one dict lookup)."""
+        """Read one event of the run (text deltas cost one dict lookup). A failure here is
+        reported once and never reaches the run."""
         handler = _HANDLERS.get(event.kind)
         if handler is not None:
-            handler(self, event)
+            try:
+                handler(self, event)
+            except Exception as exc:
+                _tracing_failed(exc)
 
     def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         if self.span is not None:
@@ -326,6 +330,19 @@ class RunTrace:
         return traced
 
 
+_warned = False
+
+
+def _tracing_failed(exc: Exception) -> None:
+    global _warned
+    if not _warned:
+        _warned = True
+        import warnings
+
+        warnings.warn(f"nbagent.tracing: a span could not be recorded ({type(exc).__name__}: {exc}); "
+                      "the run goes on", RuntimeWarning, stacklevel=2)
+
+
 def system_instructions_of(system: str) -> str:
     """``gen_ai.system_instructions`` for the agent's system prompt."""
     from ..messages import SystemMessage
@@ -423,7 +440,9 @@ class TracedModel(Model):
     def context_window(self) -> int | None:
         return self.inner.context_window
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> Any:  # what else the wrapped model has (base_url, ...)
+        if name == "inner":
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
