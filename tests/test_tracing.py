@@ -280,6 +280,28 @@ async def test_a_cancelled_run_ends_its_spans(spans: InMemorySpanExporter) -> No
     assert call.end_time is not None
 
 
+async def test_a_stream_closed_mid_answer_ends_its_chat_span_as_cancelled(spans: InMemorySpanExporter) -> None:
+    import contextlib
+
+    from nbagent.models import FunctionModel
+
+    async def deltas(messages: list[Any], request: Any) -> Any:
+        for word in ("one ", "two ", "three "):
+            yield word
+            await asyncio.sleep(0.01)
+
+    agent = Agent(FunctionModel(lambda m, r: "x", stream_function=deltas), store=MemoryStore())
+    async with contextlib.aclosing(agent.stream("count")) as events:
+        async for event in events:
+            if event.kind == "text-delta":
+                break
+    (chat,) = named(spans, "chat ")
+    assert (chat.attributes or {})["nbagent.status"] == "cancelled"
+    assert (chat.attributes or {})["gen_ai.response.time_to_first_chunk"] >= 0
+    (run,) = named(spans, "invoke_agent")
+    assert (run.attributes or {})["nbagent.status"] == "cancelled"
+
+
 async def test_a_compaction_and_a_fallback_are_span_events(spans: InMemorySpanExporter) -> None:
     from nbagent import Compaction
     from nbagent.models import FunctionModel

@@ -15,5 +15,6 @@ store, `loop.drive` runs it, and `handle.RunHandle` is a run in a background tas
 | execute   | running one tool call into a `ToolResultMessage`                                |
 | loop      | `drive`: model -> plan -> tools -> model ..., committing each step              |
 | handle    | `RunHandle`, `consume`                                                          |
+| hooks     | `run_hook`: the one place an edge (tracing) plugs into every run; None: off     |
 | fork      | copying a thread up to a step                                                   |
 """

@@ -88,6 +88,8 @@ class RunTrace:
         self.ctx: otel_context.Context | None = None
         self.tools: dict[str, Span] = {}
         """The ``execute_tool`` spans of the calls running, by call id."""
+        self.calling: set[Span] = set()
+        """``chat`` spans of model calls going on (a run closed meanwhile ends them)."""
         self.answered: list[tuple[Span, int]] = []
         """``chat`` spans answered and not ended yet: each ends with its usage row (its cost), at the
         time its answer came."""
@@ -192,6 +194,8 @@ class RunTrace:
         for span, end in self.answered:
             span.end(end_time=end)
         self.answered.clear()
+        for span in list(self.calling):  # the model's stream was abandoned with the run
+            self.chat_failed(span, None)
         for span in self.tools.values():
             span.set_attribute("nbagent.status", "cancelled")
             span.end()
@@ -222,8 +226,10 @@ class RunTrace:
             system = system_instructions(request.messages)
             if system is not None:
                 attributes["gen_ai.system_instructions"] = system
-        return self.tracer.start_span(f"chat {model.model_name}", context=self.ctx, kind=SpanKind.CLIENT,
+        span = self.tracer.start_span(f"chat {model.model_name}", context=self.ctx, kind=SpanKind.CLIENT,
                                       attributes=attributes)
+        self.calling.add(span)
+        return span
 
     def chat_answered(self, span: Span, model: Model, response: ModelResponse) -> None:
         """The call's answer; the span ends with its usage row (`on_usage`)."""
@@ -242,6 +248,7 @@ class RunTrace:
             })
         if self.content:
             attributes["gen_ai.output.messages"] = output_messages(message)
+        self.calling.discard(span)
         span.set_attributes(attributes)
         if response.error is not None:
             span.set_attribute("error.type", type(response.error).__name__)
@@ -250,6 +257,9 @@ class RunTrace:
 
     def chat_failed(self, span: Span, exc: BaseException | None) -> None:
         """The call raised (it may be retried: a retry is a new ``chat`` span), or was cancelled."""
+        if span not in self.calling:
+            return  # ended already (the run was closed before the model's stream)
+        self.calling.discard(span)
         if exc is None or not isinstance(exc, Exception):
             span.set_attribute("nbagent.status", "cancelled")
         else:
