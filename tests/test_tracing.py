@@ -185,6 +185,19 @@ async def test_every_gen_ai_attribute_is_a_name_of_the_conventions(spans: InMemo
     assert chat["gen_ai.request.stream"] is True
 
 
+def test_provider_names_follow_the_conventions_well_known_values() -> None:
+    from opentelemetry.semconv._incubating.attributes.gen_ai_attributes import GenAiProviderNameValues
+
+    from nbagent.models import OpenAIModel
+    from nbagent.tracing._spans import PROVIDER_NAMES, provider_name
+
+    assert set(PROVIDER_NAMES.values()) <= {v.value for v in GenAiProviderNameValues}
+    for given, expected in (("openai", "openai"), ("google", "gcp.gemini"), ("mistral", "mistral_ai"),
+                            ("ollama", "ollama")):
+        model = OpenAIModel("m", base_url="http://127.0.0.1:9/v1", api_key="x", provider=given)
+        assert provider_name(model) == expected
+
+
 async def test_content_is_off_by_default(spans: InMemorySpanExporter) -> None:
     model = ScriptedModel([[tool_call("get_weather", city="Atlantis")], "It is sunny in Atlantis"])
     agent = Agent(model, tools=weather_tools(), store=MemoryStore(), system="SYSTEM-PROMPT")

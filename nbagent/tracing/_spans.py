@@ -60,6 +60,21 @@ class Tracing:
         return RunTrace(self.settings, config, run).events(start)
 
 
+PROVIDER_NAMES = {
+    "google": "gcp.gemini", "gemini": "gcp.gemini", "google-gla": "gcp.gemini", "vertex": "gcp.vertex_ai",
+    "google-vertex": "gcp.vertex_ai", "mistral": "mistral_ai", "x-ai": "x_ai", "xai": "x_ai", "grok": "x_ai",
+    "azure": "azure.ai.openai", "bedrock": "aws.bedrock", "aws": "aws.bedrock", "watsonx": "ibm.watsonx.ai",
+}
+"""nbagent's provider names (genai-prices' ids, what users pass) -> the conventions' well-known
+``gen_ai.provider.name`` values where they differ; any other name is used as it is."""
+
+
+def provider_name(model: Model) -> str:
+    """``gen_ai.provider.name`` of a model."""
+    name = model.provider
+    return PROVIDER_NAMES.get(name, name)
+
+
 def _server(model: Model) -> dict[str, Any]:
     """``server.address`` / ``server.port`` from a model's base URL (never its user or query)."""
     url = getattr(model, "base_url", None)
@@ -129,7 +144,7 @@ class RunTrace:
             parent = _PROPAGATOR.extract(stored.trace)
         name = config.name or "agent"
         model = config.model
-        attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": model.provider,
+        attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.provider.name": provider_name(model),
                       "gen_ai.agent.name": name, "gen_ai.request.model": model.model_name, **self.base(),
                       "nbagent.resumed": not prompted}
         if self.content:
@@ -210,7 +225,7 @@ class RunTrace:
     def chat_start(self, model: Model, request: ModelRequest, stream: bool) -> Span:
         """Open a ``chat`` span for one model call (the caller makes it current)."""
         attributes: dict[str, Any] = {
-            "gen_ai.operation.name": "chat", "gen_ai.provider.name": model.provider,
+            "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider_name(model),
             "gen_ai.request.model": model.model_name, "nbagent.step": request.step, **self.base(),
             **_server(model),
         }
