@@ -582,6 +582,16 @@ async def test_a_resume_in_another_process_continues_the_trace(spans: InMemorySp
     assert child["chat scripted"]["trace"] == resumed["trace"]
 
 
+def test_the_trace_context_is_part_of_the_meta_record_and_old_records_read_without_it() -> None:
+    from nbagent.store.meta import ThreadMeta
+
+    carrier = {"traceparent": "00-" + "1" * 32 + "-" + "2" * 16 + "-01"}
+    record = ThreadMeta(status="paused", trace=carrier).to_dict()
+    assert record["trace"] == carrier and ThreadMeta.from_dict(record).trace == carrier
+    assert "trace" not in ThreadMeta(status="paused").to_dict()
+    assert ThreadMeta.from_dict({"version": 1, "status": "paused"}).trace is None
+
+
 def test_with_tracing_off_no_opentelemetry_is_imported() -> None:
     code = textwrap.dedent("""
         import sys
