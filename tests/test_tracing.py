@@ -329,7 +329,7 @@ async def test_a_compaction_and_a_fallback_are_span_events(spans: InMemorySpanEx
             return "a summary"
         return tool_call("get_rows", n=20) if messages[-1].kind == "user" else "done"
 
-    agent = Agent(FunctionModel(answer, context_window=2_000), tools=[get_rows], store=MemoryStore(),
+    agent = Agent(FunctionModel(answer, context_window=800), tools=[get_rows], store=MemoryStore(),
                   compaction=Compaction(at=0.5, keep_last=2))
     thread = None
     for turn in range(8):
