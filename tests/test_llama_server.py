@@ -368,3 +368,26 @@ def test_another_installations_server_is_left_alone_and_ours_starts_elsewhere(
         if ours is not None:
             ours.stop()
         theirs.stop()
+
+
+def test_a_server_of_another_context_size_is_not_reused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """``local(ctx=1024)`` while a 4096-token server runs on the default port gets a server of its
+    own with that window (it was handed the 4096 one, so the gauge and the caps used a window the
+    server did not have); the next start of either size finds its own again."""
+    check_local_llm_or_skip()
+    monkeypatch.setenv("NBAGENT_LOCAL_LLM_PORT", str(free_port()))
+    big = ls.start_server(directory=tmp_path, stop_at_exit=False)
+    small = None
+    try:
+        small = ls.start_server(ctx=1024, directory=tmp_path, stop_at_exit=False)
+        assert small.started and small.pid != big.pid
+        assert ls.start_server(ctx=1024, directory=tmp_path, stop_at_exit=False).pid == small.pid
+        assert ls.start_server(directory=tmp_path, stop_at_exit=False).pid == big.pid
+        with pytest.raises(urllib.error.HTTPError) as refused:  # the window is really 1024 tokens
+            chat(small.base_url, "word " * 1500)
+        assert refused.value.code == 400 and b"context" in refused.value.read()
+        assert chat(big.base_url, "word " * 1500)["usage"]["prompt_tokens"] > 1024
+    finally:
+        if small is not None:
+            small.stop()
+        big.stop()

@@ -348,7 +348,9 @@ def start_server(
     message has the server log's last lines).
     """
     gguf = require_local_model()
-    mine = [str(gguf), str(CHAT_TEMPLATE)]  # what tells this installation's server from another's
+    # What tells this installation's server, of this context size, from another's: a server of
+    # another `ctx` is not reused (its window is not the one asked for).
+    mine = [str(gguf), str(CHAT_TEMPLATE), f"--ctx={int(ctx)}"]
     chosen = port is None
     port = default_port() if port is None else int(port)
     if port == 0:
@@ -367,9 +369,10 @@ def start_server(
             if not chosen:
                 raise LocalServerError(
                     f"port {port} on {host} is in use by another process (or another nbagent installation's "
-                    "local server); pick another port (start_server(port=...) or NBAGENT_LOCAL_LLM_PORT)")
+                    "local server, or one with another context size); pick another port "
+                    "(start_server(port=...) or NBAGENT_LOCAL_LLM_PORT)")
             where = _Where(host, _free_port(host), directory, where.deadline, timeout)  # start ours elsewhere
-        server = _spawn(where, ["--threads", str(threads), "--ctx", str(ctx), "--model", str(gguf),
+        server = _spawn(where, ["--threads", str(threads), f"--ctx={int(ctx)}", "--model", str(gguf),
                                 "--chat-template", str(CHAT_TEMPLATE)])
         if chosen:  # (an explicit port is never moved: it is refused above)
             _remember_port(directory, mine, where.port)
@@ -418,7 +421,7 @@ class _Where:
 def _running_server(where: _Where, reuse: bool, mine: Sequence[str]) -> LocalServer | None:
     """The server our pid file names, once it answers (it may still be loading after its
     starter died); None when there is none (a stale pid file is removed) or it is another
-    installation's (another model or chat template: left alone)."""
+    installation's (another model, chat template or context size: left alone)."""
     old = _read_pid(where.pid_file)
     if old is not None and _is_our_server(old):
         if not _is_our_server(old, mine):
