@@ -7,7 +7,8 @@
 
 Every recorded interaction (one JSON file: ``request.body``, ``response.body`` or ``response.sse``)
 with a successful reply that reports input tokens is estimated from its raw request body by the
-rule of ``nbagent/context/_estimate.py``: a text takes ``ceil(len / CHARS_PER_TOKEN)`` tokens,
+rule of ``nbagent/context/_estimate.py``: a text takes a token per digit and
+``ceil(other characters / CHARS_PER_TOKEN)`` tokens,
 each message and each tool call adds ``MESSAGE_TOKENS``, an image ``IMAGE_TOKENS``, and the tool
 definitions take ``json.dumps(tools)`` by the same rule. The pieces follow ``message_tokens``:
 
@@ -112,10 +113,16 @@ class Pieces:
 
     def estimate(self, chars: float, message: float, image: float, tool_prompt: float = 0) -> float:
         """The estimated input tokens with these constants."""
-        size = sum(math.ceil(len(t) / chars) for t in self.texts)
+        size = sum(_rule(t, chars) for t in self.texts)
         if self.tools:
-            size += math.ceil(len(self.tools) / chars) + (tool_prompt if self.tool_prompt else 0)
+            size += _rule(self.tools, chars) + (tool_prompt if self.tool_prompt else 0)
         return size + self.units * message + self.images * image
+
+
+def _rule(text: str, chars: float) -> int:
+    """nbagent's rule for one text (``text_tokens``): a digit a token, the rest `chars` a token."""
+    digits = sum(map(text.count, "0123456789"))
+    return math.ceil((len(text) - digits) / chars) + digits
 
 
 def _dumps(value: Any) -> str:

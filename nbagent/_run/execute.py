@@ -17,10 +17,11 @@ import contextvars
 import json
 import os
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..approvals import Decision
-from ..context import cut_result
+from ..context import CHARS_PER_TOKEN, chars_for, cut_result
 from ..display.sanitize import rich_html
 from ..exceptions import ModelRetry
 from ..messages import Image, ToolCall, ToolResultMessage, clean_text
@@ -217,13 +218,15 @@ os.register_at_fork(after_in_child=_forget_threads)
 
 async def execute(
     run: RunState, call: ToolCall, tool: Tool, validated: Any, edited: dict[str, Any] | None,
-    decision: Decision | None, cap: int | None = None,
+    decision: Decision | None, cap: int | None = None, count: Callable[[str], int] | None = None,
 ) -> ToolResultMessage:
     """Run one tool call and return its result; a raising tool gives an error result. `edited`:
     the arguments a person edited (recorded on the result, whose text stays the tool's own).
     `cap`: the most characters of the result the model reads (`RunConfig.result_cap`); a longer
-    result is cut as head + tail and kept whole in ``full_content``. None: objects' renderings
-    are cut at `MAX_RESULT_CHARS` (kept whole too), strings are sent whole."""
+    result is cut as head + tail and kept whole in ``full_content``; with `count` (the model's
+    token counter), `cap` is ``tokens * CHARS_PER_TOKEN`` and the result keeps as many characters
+    as hold those tokens (fewer for a dense table of numbers). None: objects' renderings are cut at
+    `MAX_RESULT_CHARS` (kept whole too), strings are sent whole."""
     clock = time.perf_counter()
     ctx = None
     if tool.takes_ctx:
@@ -249,7 +252,7 @@ async def execute(
                     run.work.blocking.pop(call.id, None)
         output, is_error, status = tool_output(value, None), False, "done"
         if cap is None and not isinstance(value, str):
-            cap = MAX_RESULT_CHARS
+            cap, count = MAX_RESULT_CHARS, None
     except ModelRetry as exc:
         output, is_error, status = ToolOutput(exc.message, [], None), True, "failed"
     except asyncio.CancelledError:
@@ -267,6 +270,8 @@ async def execute(
         output = ToolOutput(f"{type(exc).__name__}: {exc} (raised by the tool)", [], None)
         is_error, status = True, "failed"
     content = clean_text(output.content)
+    if cap is not None and count is not None and len(content) > cap // 4:
+        cap = chars_for(content, int(cap / CHARS_PER_TOKEN), count)
     cut = None if cap is None else cut_result(content, cap, call.id)
     result = ToolResultMessage(call.id, call.name, content if cut is None else cut, is_error, status,  # type: ignore[arg-type]
                                time.perf_counter() - clock, images=output.images, display=output.display,

@@ -533,7 +533,7 @@ class _Loop:
         decision = self.run.work.decided.pop(item.call.id, None)
         tool = item.tool
         cap = None if tool.name == READ_RESULT else self.config.result_cap(tool)  # it pages by itself
-        return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap)
+        return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count)
 
     async def cancel_cleanup(self) -> None:
         """Leave a valid conversation: stop running tools, answer every open call."""

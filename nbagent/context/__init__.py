@@ -9,7 +9,7 @@
 A base module: imports messages and exceptions only (no model, no store). docs/context.md.
 """
 
-from ._cap import cut_result
+from ._cap import chars_for, cut_result
 from ._compaction import Compaction, Visible, clear_candidates, cut_point, transcript, visible
 from ._estimate import (
     CHARS_PER_TOKEN,
@@ -31,6 +31,7 @@ __all__ = [
     "Compaction",
     "ContextUsage",
     "Visible",
+    "chars_for",
     "clear_candidates",
     "counter_for",
     "cut_point",

@@ -7,10 +7,25 @@ the store (`ToolResultMessage.full_content`). Imports nothing from nbagent.
 
 from __future__ import annotations
 
-__all__ = ["HEAD_SHARE", "cut_result"]
+from collections.abc import Callable
+
+__all__ = ["HEAD_SHARE", "chars_for", "cut_result"]
 
 HEAD_SHARE = 0.7
 """The share of the kept characters taken from the start of the result (the rest from its end)."""
+SAMPLE_CHARS = 20_000
+"""How much of a result `chars_for` counts to know how dense it is."""
+
+
+def chars_for(text: str, tokens: int, count: Callable[[str], int]) -> int:
+    """How many characters of `text` hold about `tokens` tokens as `count` counts them: a dense
+    text (numbers, a tokenizer that splits them) gets fewer characters than prose. The density
+    is measured on the first `SAMPLE_CHARS` characters."""
+    sample = text[:SAMPLE_CHARS]
+    counted = count(sample)
+    if counted <= 0:
+        return max(1, tokens)
+    return max(1, int(tokens * len(sample) / counted))
 
 
 def cut_result(text: str, limit: int, call_id: str) -> str | None:

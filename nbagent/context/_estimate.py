@@ -39,8 +39,16 @@ Counter = Callable[[str], int]
 
 
 def text_tokens(text: str) -> int:
-    """Tokens of `text` by the characters-per-token rule."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """Tokens of `text` by the rule: a digit is a token of its own (as many open models'
+    tokenizers split numbers: SmolLM2, Qwen, Mistral, Gemma), the rest `CHARS_PER_TOKEN`
+    characters a token. A table of numbers is so counted 2 to 3 times what prose of its length
+    is; where a tokenizer groups digits (OpenAI's, Llama 3's), numbers are overestimated, which
+    cuts and compacts early rather than overflowing."""
+    digits = sum(map(text.count, _DIGITS))
+    return math.ceil((len(text) - digits) / CHARS_PER_TOKEN) + digits
+
+
+_DIGITS = "0123456789"
 
 
 @functools.lru_cache(maxsize=32)
