@@ -13,6 +13,7 @@ until it is killed; its tool appends its call id to the marker file each time it
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -33,8 +34,9 @@ from nbagent import Agent, Compaction, RunContext, tool  # noqa: E402
 from nbagent._run.execute import FRAME_COLUMNS, FRAME_ROWS  # noqa: E402
 from nbagent.exceptions import ContextOverflowError  # noqa: E402
 from nbagent.messages import CompactionMessage, Message, ToolResultMessage, UserMessage  # noqa: E402
-from nbagent.models import OpenAIModel  # noqa: E402
+from nbagent.models import AnthropicModel, OpenAIModel  # noqa: E402
 from nbagent.store import SQLiteStore  # noqa: E402
+from tests.wire.anthropic_window_server import AnthropicWindowServer, anthropic_paired  # noqa: E402
 from tests.wire.window_server import WindowServer, paired  # noqa: E402
 
 WINDOW = 4_000
@@ -81,6 +83,37 @@ def frame_text(n: int) -> str:
                                        max_colwidth=50, show_dimensions=True)
 
 
+async def check_session(db: Path, results: list[Any], server: Any, threshold: bool) -> list[CompactionMessage]:
+    """What a 100-turn session with compaction must show, on the wire and in the store (either
+    server: both keep `requests`, `sizes`, `refused`, `window`); returns the compaction records."""
+    messages = results[-1].messages
+    records = [m for m in messages if isinstance(m, CompactionMessage)]
+    assert len(records) >= 5, "a 100-turn session must have compacted repeatedly"
+    assert server.max_prompt_tokens <= server.window
+    if threshold:
+        assert server.refused == 0 and {r.trigger for r in records} == {"threshold"}
+    else:  # each refusal: a compaction (its summary request, no tools), then the retry, which fits
+        assert server.refused == len(records) and {r.trigger for r in records} == {"overflow"}
+        refused = [i for i, size in enumerate(server.sizes) if size > server.window]
+        for i in refused:
+            summary, retry = server.requests[i + 1], server.requests[i + 2]
+            assert not summary.get("tools") and server.sizes[i + 1] <= server.window
+            assert retry.get("tools") and server.sizes[i + 2] < server.sizes[i]
+    assert sum(not body.get("tools") for body in server.requests) == len(records)  # one summary each
+    # the store holds every message, as the run handed them out
+    loaded = await SQLiteStore(db).load(results[-1].thread)
+    assert loaded is not None
+    assert [m.to_dict() for m in loaded.messages] == [m.to_dict() for m in messages]
+    kinds = Counter(m.kind for m in loaded.messages)
+    assert kinds == {"user": TURNS, "assistant": 2 * TURNS, "tool-result": TURNS, "compaction": len(records)}
+    assert [m.content for m in loaded.messages if isinstance(m, UserMessage)] == [prompt(t) for t in range(TURNS)]
+    results_ = [m for m in loaded.messages if isinstance(m, ToolResultMessage)]
+    assert [m.content for m in results_] == [frame_text(t) for t in range(TURNS)]
+    assert all(f"[{ROWS} rows x 3 columns]" in m.content for m in results_)
+    assert Counter(row.purpose for row in loaded.usage) == {"run": 2 * TURNS, "compaction": len(records)}
+    return records
+
+
 # ---------------------------------------------------------------------------------- 100 turns
 @pytest.mark.parametrize("known", [True, False], ids=["window-known", "window-unknown"])
 async def test_a_100_turn_session_with_a_dataframe_tool_completes(tmp_path: Path, known: bool) -> None:
@@ -101,35 +134,13 @@ async def test_a_100_turn_session_with_a_dataframe_tool_completes(tmp_path: Path
     assert [r.output for r in results] == [f"turn done: {prompt(t)[:40]}" for t in range(TURNS)]
     # every request the server got had each tool call paired with its result
     assert server.requests and all(paired(body) for body in server.requests)
-    assert server.max_prompt_tokens <= WINDOW
-    thread = results[-1].thread
-    messages = results[-1].messages
-    records = [m for m in messages if isinstance(m, CompactionMessage)]
-    assert len(records) >= 5, "a 100-turn session must have compacted repeatedly"
-    if known:
-        assert server.refused == 0 and {r.trigger for r in records} == {"threshold"}
-    else:
-        assert server.refused == len(records) and {r.trigger for r in records} == {"overflow"}
-    summaries = [body for body in server.requests if not body.get("tools")]
-    assert len(summaries) == len(records)
+    records = await check_session(tmp_path / "t.db", results, server, known)
     # the last request: the summary rides with the system prompt, the turn's messages whole
     last = server.requests[-1]["messages"]
     assert last[0]["role"] == "system" and "SUMMARY(" in last[0]["content"]
     users = [m["content"] for m in last if m["role"] == "user"]
     assert users[-1] == prompt(TURNS - 1) and len(users) <= 10  # the older ones are in the summary
     assert [m["role"] for m in last[-3:]] == ["user", "assistant", "tool"]
-    # the store holds every message, as the run handed them out
-    loaded = await SQLiteStore(tmp_path / "t.db").load(thread)
-    assert loaded is not None
-    assert [m.to_dict() for m in loaded.messages] == [m.to_dict() for m in messages]
-    kinds = Counter(m.kind for m in loaded.messages)
-    assert kinds == {"user": TURNS, "assistant": 2 * TURNS, "tool-result": TURNS, "compaction": len(records)}
-    assert [m.content for m in loaded.messages if isinstance(m, UserMessage)] == [prompt(t) for t in range(TURNS)]
-    results_ = [m for m in loaded.messages if isinstance(m, ToolResultMessage)]
-    assert [m.content for m in results_] == [frame_text(t) for t in range(TURNS)]
-    assert all(f"[{ROWS} rows x 3 columns]" in m.content for m in results_)
-    purposes = Counter(row.purpose for row in loaded.usage)
-    assert purposes == {"run": 2 * TURNS, "compaction": len(records)}
     print(f"\n100 turns ({'known' if known else 'unknown'} window): {elapsed:.2f} s, {len(server.requests)} "
           f"requests, {len(records)} compactions, {server.refused} refused, max {server.max_prompt_tokens} tokens")
 
@@ -263,6 +274,80 @@ async def test_kill_9_during_a_compaction_then_resume(tmp_path: Path, hold: Any)
     records = [m for m in loaded.messages if isinstance(m, CompactionMessage)]
     assert records and len([b for b in server.requests if is_summary(b)]) == len(records) + (hold is is_summary)
     print(f"\nkilled {hold.__name__} at request {crashed + 1}, after {len(done)} turns; resumed: {resumed.status}")
+
+
+# ---------------------------------------------------------------------------------- Anthropic
+RECORDED_TOO_LONG = Path(__file__).parent / "wire" / "anthropic_messages" / "anthropic_error_400_prompt_too_long.json"
+
+
+def anthropic_model(server: AnthropicWindowServer, window: int | None) -> AnthropicModel:
+    return AnthropicModel("claude-haiku-4-5", base_url=server.url, api_key="sk-test", context_window=window,
+                          max_retries=0)
+
+
+def test_the_anthropic_server_refuses_as_the_recorded_api_does() -> None:
+    import anthropic
+
+    recorded = json.loads(RECORDED_TOO_LONG.read_text())["response"]["body"]
+    with AnthropicWindowServer(window=100) as server:
+        sdk = anthropic.Anthropic(base_url=server.url, api_key="sk-test", max_retries=0)
+        with pytest.raises(anthropic.BadRequestError) as caught:
+            sdk.messages.create(model="claude-haiku-4-5", max_tokens=10,
+                                messages=[{"role": "user", "content": "word " * 200}])
+        answer = sdk.messages.create(model="claude-haiku-4-5", max_tokens=10,
+                                     messages=[{"role": "user", "content": "hi there"}])
+        sdk.close()
+    body = caught.value.body
+    assert caught.value.status_code == 400
+    assert body.keys() == recorded.keys() and body["error"].keys() == recorded["error"].keys()
+    assert body["error"]["message"] == f"prompt is too long: {server.sizes[0]} tokens > 100 maximum"
+    assert answer.content[0].text.startswith("SUMMARY(1 messages, ")
+    assert answer.usage.input_tokens == server.sizes[1]
+
+
+@pytest.mark.parametrize("window", [WINDOW, None], ids=["window-known", "window-200k"])
+async def test_a_100_turn_anthropic_session_compacts_and_retries(tmp_path: Path, window: int | None) -> None:
+    """`AnthropicModel` against the Anthropic-shaped server. Window known: compaction at the
+    threshold. Not given: the model takes claude-haiku-4-5's 200k window, the server serves
+    4,000 tokens, and each ``prompt is too long`` 400 is met by a compaction and a retry."""
+    with AnthropicWindowServer(window=WINDOW) as server:
+        model = anthropic_model(server, window)
+        assert model.context_window == (window or 200_000)
+        agent = Agent(model, tools=[sales], store=SQLiteStore(tmp_path / "t.db"),
+                      compaction=Compaction(at=0.7, keep_last=4))
+        started = time.perf_counter()
+        try:
+            results = await session(agent, TURNS)
+        finally:
+            await model.aclose()
+        elapsed = time.perf_counter() - started
+    assert [r.status for r in results] == ["completed"] * TURNS, results[-1].error
+    assert [r.output for r in results] == [f"turn done: {prompt(t)[:40]}" for t in range(TURNS)]
+    assert server.unpaired == 0 and all(anthropic_paired(body) for body in server.requests)
+    records = await check_session(tmp_path / "t.db", results, server, window is not None)
+    last = server.requests[-1]
+    assert "SUMMARY(" in last["system"][0]["text"]
+    prompts = [b["text"] for m in last["messages"] if m["role"] == "user"
+               for b in ([{"type": "text", "text": m["content"]}] if isinstance(m["content"], str) else m["content"])
+               if b.get("type") == "text"]
+    assert prompts[-1] == prompt(TURNS - 1) and len(prompts) <= 10
+    print(f"\nAnthropic, 100 turns ({'known' if window else '200k'} window): {elapsed:.2f} s, "
+          f"{len(server.requests)} requests, {len(records)} compactions, {server.refused} refused")
+
+
+async def test_an_anthropic_session_without_compaction_fails_and_names_the_fix(tmp_path: Path) -> None:
+    with AnthropicWindowServer(window=WINDOW) as server:
+        model = anthropic_model(server, None)
+        agent = Agent(model, tools=[sales], store=SQLiteStore(tmp_path / "t.db"))
+        try:
+            results = await session(agent, TURNS)
+        finally:
+            await model.aclose()
+    failed = results[-1]
+    assert failed.status == "failed" and isinstance(failed.exception, ContextOverflowError)
+    assert "Agent(compaction=Compaction(...))" in (failed.error or "")
+    assert f"prompt is too long: {server.sizes[-1]} tokens > {WINDOW} maximum" in (failed.error or "")
+    assert server.refused == 1 and len(results) < TURNS // 2
 
 
 if __name__ == "__main__":
