@@ -145,6 +145,33 @@ async def test_a_100_turn_session_with_a_dataframe_tool_completes(tmp_path: Path
           f"requests, {len(records)} compactions, {server.refused} refused, max {server.max_prompt_tokens} tokens")
 
 
+async def test_a_streamed_session_compacts_on_the_streamed_refusal(tmp_path: Path) -> None:
+    """Streamed (as the chat view runs), the refusal comes as the stream's HTTP 400: the same
+    compaction and retry, the text deltas of every turn delivered once."""
+    with WindowServer(window=WINDOW) as server:
+        model = window_model(server, None)
+        agent = Agent(model, tools=[sales], store=SQLiteStore(tmp_path / "t.db"), prices=PRICES,
+                      compaction=Compaction(keep_last=4))
+        thread, texts, kinds = None, [], Counter()
+        try:
+            for turn in range(40):
+                async for event in agent.stream(prompt(turn), thread=thread):
+                    kinds[event.kind] += 1
+                    if event.kind == "run-started":
+                        thread, texts = event.thread, [*texts, ""]
+                    elif event.kind == "text-delta":
+                        texts[-1] += event.delta
+                assert event.result.status == "completed", event.result.error
+        finally:
+            await model.aclose()
+    assert all(body.get("stream") for body in server.requests if body.get("tools"))
+    assert texts == [f"turn done: {prompt(t)[:40]}" for t in range(40)]
+    assert server.refused >= 2 and kinds["compaction"] == server.refused
+    assert all(paired(body) for body in server.requests) and server.max_prompt_tokens <= WINDOW
+    loaded = await SQLiteStore(tmp_path / "t.db").load(thread)
+    assert loaded is not None and Counter(m.kind for m in loaded.messages)["user"] == 40
+
+
 async def test_the_same_session_without_compaction_fails_and_names_the_fix(tmp_path: Path) -> None:
     with WindowServer(window=WINDOW) as server:
         model = window_model(server)
