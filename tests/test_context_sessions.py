@@ -206,17 +206,17 @@ def charge(ctx: RunContext[Any], n: int) -> str:
     return f"charged store {n}: " + " ".join(f"{n * 1000 + i}" for i in range(150))
 
 
-def crash_agent(db: Path, port: int) -> Agent:
+def crash_agent(db: Path, port: int, window: int | None) -> Agent:
     """The agent of the child and of the process that resumes its thread: the same options."""
     model = OpenAIModel("window", base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", provider="window",
-                        context_window=WINDOW, max_retries=0)
+                        context_window=window, max_retries=0)
     return Agent(model, tools=[charge], store=SQLiteStore(db), prices=PRICES,
                  compaction=Compaction(at=0.6, keep_last=4))
 
 
-def child(db: str, port: str) -> None:
-    """Run turns on thread ``t`` until killed (or 60 turns)."""
-    agent = crash_agent(Path(db), int(port))
+def child(db: str, port: str, window: str) -> None:
+    """Run turns on thread ``t`` until killed (or 60 turns); `window` "0": not known."""
+    agent = crash_agent(Path(db), int(port), int(window) or None)
     for turn in range(60):
         result = agent.run_sync(prompt(turn), thread="t")
         print(f"turn {turn} {result.status}", flush=True)
@@ -237,18 +237,20 @@ def stored_call_ids(messages: list[Message]) -> list[str]:
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("hold", [is_summary, after_summary], ids=["during-the-summary", "after-the-record"])
-async def test_kill_9_during_a_compaction_then_resume(tmp_path: Path, hold: Any) -> None:
+@pytest.mark.parametrize(("hold", "window"), [(is_summary, WINDOW), (after_summary, WINDOW), (is_summary, None)],
+                         ids=["during-the-summary", "after-the-record", "during-an-overflow-summary"])
+async def test_kill_9_during_a_compaction_then_resume(tmp_path: Path, hold: Any, window: int | None) -> None:
     """The child is killed while the server holds the summary request (the compaction is in
-    flight: no record yet), or the first request after it (the record is committed). Resumed
-    in this process, the thread sends what the child would have, runs no tool twice and loses
-    nothing."""
+    flight: no record yet), or the first request after it (the record is committed), or the
+    summary request of a compaction a ``context_length_exceeded`` refusal triggered (the window
+    not known). Resumed in this process, the thread sends what the child would have, runs no
+    tool twice and loses nothing."""
     db, markers = tmp_path / "t.db", tmp_path / "markers"
     markers.touch()
     with WindowServer(window=WINDOW) as server:
         server.hold(hold)
         env = {**os.environ, "NBAGENT_TEST_MARKERS": str(markers), "PYTHONPATH": str(ROOT)}
-        proc = subprocess.Popen([sys.executable, __file__, str(db), str(server.port)], env=env,
+        proc = subprocess.Popen([sys.executable, __file__, str(db), str(server.port), str(window or 0)], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             deadline = time.monotonic() + 60
@@ -272,7 +274,7 @@ async def test_kill_9_during_a_compaction_then_resume(tmp_path: Path, hold: Any)
 
         os.environ["NBAGENT_TEST_MARKERS"] = str(markers)  # this process's tools mark the same file
         try:
-            agent = crash_agent(db, server.port)
+            agent = crash_agent(db, server.port, window)
             resumed = await agent.resume(thread="t")
             later = [await agent.run(prompt(t), thread="t") for t in range(len(done) + 1, len(done) + 4)]
             await agent.model.aclose()  # type: ignore[attr-defined]
@@ -281,10 +283,15 @@ async def test_kill_9_during_a_compaction_then_resume(tmp_path: Path, hold: Any)
     assert resumed.status == "completed", resumed.error
     assert all(r.status == "completed" for r in later), [r.error for r in later]
 
-    # the resumed process's first request is the one the child was killed waiting for
-    assert server.requests[crashed + 1] == held
+    # the resumed process sends the request the child was killed waiting for (after the request
+    # the server refused, sent again and refused again, when a refusal set off the compaction)
+    first = crashed + 1
+    if window is None:
+        assert server.sizes[crashed - 1] > WINDOW and server.requests[first] == server.requests[crashed - 1]
+        first += 1
+    assert server.requests[first] == held
     if hold is is_summary:  # then the compaction it finished applies to the next request
-        assert after_summary(server.requests[crashed + 2])
+        assert after_summary(server.requests[first + 1])
     assert all(paired(body) for body in server.requests)
 
     # nothing ran twice, and every call that ran has its result stored
@@ -378,4 +385,4 @@ async def test_an_anthropic_session_without_compaction_fails_and_names_the_fix(t
 
 
 if __name__ == "__main__":
-    child(*sys.argv[1:3])
+    child(*sys.argv[1:4])
