@@ -6,8 +6,9 @@ compaction and retry with `AnthropicModel` against the Anthropic-shaped server o
 tests/wire/anthropic_window_server.py.
 
 The crash's child process is this file run as a script (``python tests/test_context_sessions.py
-DB PORT MARKERS``): it runs turns on thread ``t`` of a SQLite file against the parent's server
-until it is killed; its tool appends its call id to the marker file each time it runs.
+DB PORT WINDOW``, WINDOW 0: not known): it runs turns on thread ``t`` of a SQLite file against the
+parent's server until it is killed; its tool appends its call id to the file named by
+``NBAGENT_TEST_MARKERS`` each time it runs (the resuming process's tool too).
 """
 
 from __future__ import annotations
