@@ -269,3 +269,24 @@ def test_the_command_line_server_prints_its_port_and_answers() -> None:
         proc.wait(10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_a_held_request_is_recorded_and_answered_only_once_released(server: WindowServer) -> None:
+    import threading
+
+    server.hold(lambda body: not body.get("tools"))  # the summary requests of a compaction
+    sdk = openai.OpenAI(base_url=server.base_url, api_key="sk-test", max_retries=0)
+    tool_answer = sdk.chat.completions.create(model="window", messages=[{"role": "user", "content": "count to 2"}],
+                                              tools=[COUNT_TOOL])  # not held
+    answers: list[Any] = []
+    thread = threading.Thread(target=lambda: answers.append(sdk.chat.completions.create(
+        model="window", messages=[{"role": "user", "content": "sum it up"}])))
+    thread.start()
+    thread.join(0.5)
+    assert thread.is_alive() and not answers  # held
+    assert server.held == 1 and len(server.requests) == 2 and not server.requests[1].get("tools")
+    server.release()
+    thread.join(10)
+    sdk.close()
+    assert tool_answer.choices[0].finish_reason == "tool_calls"
+    assert answers[0].choices[0].message.content.startswith("SUMMARY(1 messages, ")

@@ -42,14 +42,20 @@ Command line (its own process; prints ``PORT <n>``)::
     python tests/wire/window_server.py --window 4000 [--tool NAME] [--port 0]
 
 ``GET /stats`` answers the counters as JSON; ``POST /reset`` clears them.
+
+`hold` makes the server keep the requests a test picks (e.g. the summary request of a compaction,
+``hold(lambda body: not body.get("tools"))``) unanswered until `release`, to catch a client
+mid-request (and kill it); a held request is recorded when it arrives, counted in `held`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 if __package__:
@@ -144,7 +150,25 @@ class WindowServer(LoopbackServer):
         """Requests refused as larger than the window."""
         self.max_prompt_tokens = 0
         """The largest size of an accepted request."""
+        self.held = 0
+        """Requests `hold` kept waiting (now or before)."""
         self._calls = 0
+        self._hold: Callable[[dict[str, Any]], bool] | None = None
+        self._gate: Any = None  # an asyncio.Event on the server's loop, made by `hold`
+
+    def hold(self, which: Callable[[dict[str, Any]], bool]) -> None:
+        """Keep each request for which `which(body)` is true unanswered until `release`."""
+        assert self._loop is not None, "start the server first"
+        gate = asyncio.run_coroutine_threadsafe(_new_event(), self._loop).result(10)
+        with self._lock:
+            self._hold, self._gate = which, gate
+
+    def release(self) -> None:
+        """Answer the held requests, and hold no more."""
+        with self._lock:
+            gate, self._hold, self._gate = self._gate, None, None
+        if gate is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(gate.set)
 
     def reset(self) -> None:
         """Forget the requests and counters (tool call ids keep counting)."""
@@ -180,6 +204,11 @@ class WindowServer(LoopbackServer):
                 self.refused += 1
             else:
                 self.max_prompt_tokens = max(self.max_prompt_tokens, size)
+            gate = self._gate if self._hold is not None and self._hold(request) else None
+            if gate is not None:
+                self.held += 1
+        if gate is not None:
+            await gate.wait()
         if too_large:
             return 400, {}, context_length_error(self.window, size)
         message, finish = self._reply(request)
@@ -216,6 +245,10 @@ class WindowServer(LoopbackServer):
             return {"role": "assistant", "content": None, "tool_calls": [call]}, "tool_calls"
         last_user = users[-1] if users else ""
         return {"role": "assistant", "content": f"turn done: {last_user[:TURN_DONE_CHARS]}"}, "stop"
+
+
+async def _new_event() -> asyncio.Event:
+    return asyncio.Event()
 
 
 def _chunks(request: dict[str, Any], message: dict[str, Any], finish: str, usage: dict[str, int]) -> EventStream:
