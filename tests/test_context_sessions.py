@@ -109,7 +109,7 @@ async def check_session(db: Path, results: list[Any], server: Any, threshold: bo
     assert kinds == {"user": TURNS, "assistant": 2 * TURNS, "tool-result": TURNS, "compaction": len(records)}
     assert [m.content for m in loaded.messages if isinstance(m, UserMessage)] == [prompt(t) for t in range(TURNS)]
     results_ = [m for m in loaded.messages if isinstance(m, ToolResultMessage)]
-    assert [m.content for m in results_] == [frame_text(t) for t in range(TURNS)]
+    assert [m.whole_text for m in results_] == [frame_text(t) for t in range(TURNS)]  # kept whole, even when cut
     assert all(f"[{ROWS} rows x 3 columns]" in m.content for m in results_)
     assert Counter(row.purpose for row in loaded.usage) == {"run": 2 * TURNS, "compaction": len(records)}
     return records

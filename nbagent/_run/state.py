@@ -66,7 +66,7 @@ class StoredThread:
     """The user's state object."""
     stored_state: Any = None
     """Its last storable JSON form."""
-    last_sent: tuple[int, int] | None = None
+    last_sent: tuple[int, int, tuple[int, int] | None] | None = None
     """nbagent's estimate and the provider's count of the thread's last request before this run
     (`nbagent.context.last_sent`), where this run's estimates start; None when not recorded."""
     trace: dict[str, str] | None = None

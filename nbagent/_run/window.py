@@ -100,13 +100,14 @@ class _Sent:
 class Window:
     """One run's bookkeeping of the context window (see the module)."""
 
-    def __init__(self, config: RunConfig, last: tuple[int, int] | None = None) -> None:
-        """`last`: the estimate and the provider's count of the thread's last request before this
-        run (`StoredThread.last_sent`): the first request is sized from them, by their ratio."""
+    def __init__(self, config: RunConfig, last: tuple[int, int, tuple[int, int] | None] | None = None) -> None:
+        """`last`: the estimate, the provider's count and the compaction state of the thread's last
+        request before this run (`StoredThread.last_sent`): the first request is sized from them
+        as the process that sent it would have (so a resume sends what a crashed run would)."""
         model = config.model
         self.count = counter_for(model.provider, model.model_name)
         self.provider = model.provider
-        self.sent: _Sent | None = None if last is None else _Sent(last[0], last[1], (-1, -1))
+        self.sent: _Sent | None = None if last is None else _Sent(last[0], last[1], last[2] or (-1, -1))
         self.pending: tuple[int, tuple[int, int], dict[str, int]] | None = None
         """The request being sent: its estimate, compaction state and parts."""
 
@@ -159,7 +160,8 @@ class Window:
     def row_context(self, usage: ContextUsage) -> str:
         """What a usage row keeps of its request (`ModelCallUsage.context`): the parts, the
         window and nbagent's estimate of the request."""
-        return parts_json(usage.by_part, usage.window, self.sent.estimate if self.sent is not None else None)
+        sent = self.sent
+        return parts_json(usage.by_part, usage.window, *((sent.estimate, sent.key) if sent is not None else ()))
 
     def over_threshold(self, config: RunConfig) -> int | None:
         """The next request's tokens when they pass the compaction threshold, else None."""

@@ -62,26 +62,35 @@ def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
     return out
 
 
-def parts_json(parts: Mapping[str, int], window: int | None, estimate: int | None = None) -> str:
+def parts_json(
+    parts: Mapping[str, int], window: int | None, estimate: int | None = None, key: Sequence[int] | None = None,
+) -> str:
     """`parts` (one entry per `PARTS` name) and `window` as compact JSON (`ModelCallUsage.context`),
-    with nbagent's own `estimate` of the request when given (the next run on the thread starts
-    its estimates from it and the provider's count: `last_sent`)."""
+    with nbagent's own `estimate` of the request and its compaction state `key` when given (the
+    next run on the thread, or a resume after a crash, starts its estimates from them and the
+    provider's count, as the process that sent it would go on: `last_sent`)."""
     value: dict[str, Any] = {**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}
     if estimate is not None:
         value["estimate"] = int(estimate)
+    if key is not None:
+        value["key"] = [int(k) for k in key]
     return json.dumps(value, separators=(",", ":"))
 
 
-def last_sent(rows: Sequence[Any]) -> tuple[int, int] | None:
-    """nbagent's estimate and the provider's count of the last request of a thread's own calls
-    (usage rows, oldest first), if they were recorded: where the next run's estimates start."""
+def last_sent(rows: Sequence[Any]) -> tuple[int, int, tuple[int, int] | None] | None:
+    """nbagent's estimate, the provider's count and the compaction state of the last request of a
+    thread's own calls (usage rows, oldest first), if they were recorded: where the next run's
+    estimates start."""
     for row in reversed(rows):
         if getattr(row, "purpose", "run") != "run":
             continue
         sized = row.context_parts if getattr(row, "context", None) else None
         estimate = (sized or {}).get("estimate")
         if isinstance(estimate, int) and estimate > 0 and row.usage_reported and row.input_tokens > 0:
-            return estimate, row.input_tokens
+            key = (sized or {}).get("key")
+            if isinstance(key, list) and len(key) == 2 and all(isinstance(k, int) for k in key):
+                return estimate, row.input_tokens, (key[0], key[1])
+            return estimate, row.input_tokens, None
         return None
     return None
 
