@@ -20,17 +20,23 @@ docs/evals.md.
 
 from __future__ import annotations
 
+from ._compare import ComparisonFrame, compare
 from ._evaluators import Case, Evaluator, Score, contains, equals, evaluator, judge
+from ._forecast import Forecast, estimate
 from ._report import EvalReport, diff, evaluate
 
 __all__ = [
     "Case",
+    "ComparisonFrame",
     "EvalReport",
     "Evaluator",
+    "Forecast",
     "Score",
+    "compare",
     "contains",
     "diff",
     "equals",
+    "estimate",
     "evaluate",
     "evaluator",
     "judge",
