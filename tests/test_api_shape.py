@@ -28,7 +28,8 @@ def test_all_is_complete_and_sorted() -> None:
         if not name.startswith("_") and not inspect.ismodule(value) and name not in ("annotations", "Any")
     }
     # served by __getattr__
-    lazy = {"usage_frame", "tool_calls_frame", "runs_frame", "output_frame", "context_frame", "RunHandle"}
+    lazy = {"usage_frame", "tool_calls_frame", "runs_frame", "output_frame", "context_frame", "RunHandle",
+            "compare"}
     assert set(nbagent.__all__) == (public | lazy | {"__version__"})
     assert nbagent.__all__ == sorted(nbagent.__all__)
     assert set(nbagent.__all__) <= set(dir(nbagent))

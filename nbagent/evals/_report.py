@@ -199,7 +199,7 @@ def diff(before: EvalReport, after: EvalReport) -> pd.DataFrame:
                           np.where(joined["after"] < joined["before"], "regressed", "same"))
         unknown = joined["before"].isna() | joined["after"].isna()
         both_missing = joined["before"].isna() & joined["after"].isna()
-        change = np.where(unknown & ~both_missing, None, change)
+        change = np.where(unknown & ~both_missing, np.array(None, dtype=object), change)
         joined["change"] = pd.Categorical(change, categories=["improved", "regressed", "same"])
         joined.insert(0, "evaluator", name)
         parts.append(joined)

@@ -6,7 +6,6 @@ SDK (the chain's members bring their own).
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -17,6 +16,12 @@ from .base import Model, ModelRequest, ModelResponse, StreamItem
 __all__ = ["Fallback", "FallbackModel"]
 
 TRIGGERS = ("retryable", "content_filter", "context_window")
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio  # not at import time: `import nbagent` stays without asyncio
+
+    await asyncio.sleep(seconds)
 
 
 @dataclass(slots=True, frozen=True)
@@ -37,7 +42,7 @@ class FallbackModel(Model):
     ```
 
     Args:
-        models: the chain, primary first (`Model`s or strings `infer_model` takes).
+        models: the chain, primary first (`Model`s).
         on: the failures that move to the next model: ``"retryable"`` (429, 5xx, connection,
             timeout: what `Retry` retries), ``"content_filter"`` (`ContentFilterError`, raised
             or on a billed answer), ``"context_window"`` (`ContextOverflowError`). Other errors
@@ -52,13 +57,12 @@ class FallbackModel(Model):
     fails the step (never two half answers).
     """
 
-    def __init__(self, models: Sequence[Model | str], *, on: Iterable[str] = TRIGGERS,
+    def __init__(self, models: Sequence[Model], *, on: Iterable[str] = TRIGGERS,
                  retry: Retry | None = None) -> None:
-        from . import infer_model
-
-        self.models = [infer_model(m) for m in models]
-        if not self.models:
-            raise UserError("FallbackModel needs at least one model")
+        self.models = list(models)
+        if not self.models or not all(isinstance(m, Model) for m in self.models):
+            raise UserError("FallbackModel takes a list of one or more Models (primary first), "
+                            "e.g. [OpenAIModel(...), AnthropicModel(...)]")
         self.on = frozenset(on)
         unknown = self.on - set(TRIGGERS)
         if unknown:
@@ -97,7 +101,7 @@ class FallbackModel(Model):
             except ModelError as exc:
                 if not self.retry.should_retry(exc, attempt):
                     raise
-                await asyncio.sleep(self.retry.delay(exc, attempt))
+                await _sleep(self.retry.delay(exc, attempt))
                 continue
             if response.error is not None and self.falls_back(response.error):
                 raise response.error
@@ -145,7 +149,7 @@ class FallbackModel(Model):
                     if shown:
                         raise
                     if self.retry.should_retry(exc, attempt):
-                        await asyncio.sleep(self.retry.delay(exc, attempt))
+                        await _sleep(self.retry.delay(exc, attempt))
                         continue
                     self._moved(i, exc)
                     break
