@@ -39,7 +39,7 @@ def test_all_is_complete_and_sorted() -> None:
 
 def test_event_classes_end_in_event_and_the_unreleased_names_are_gone() -> None:
     event_names = [n for n in nbagent.__all__ if n.endswith("Event") and n != "Event"]
-    assert len(event_names) == 12  # CompactionEvent joined with the context window (docs/context.md)
+    assert len(event_names) == 13  # CompactionEvent joined with the context window (docs/context.md)
     for old in ("TextDelta", "RunEnded", "batch", "abatch"):
         with pytest.raises(AttributeError):
             getattr(nbagent, old)

@@ -129,3 +129,42 @@ def test_the_chain_needs_a_model_and_known_triggers() -> None:
         FallbackModel([])
     with pytest.raises(nbagent.UserError):
         FallbackModel([second()], on=["sometimes"])
+
+
+def test_each_move_is_a_model_fallback_event() -> None:
+    model = FallbackModel([failing(ServerError("503 busy", status_code=503)), second()], retry=NO_WAIT)
+    agent = Agent(model, store="memory", retry=NO_WAIT)
+
+    async def kinds() -> list[object]:
+        return [e async for e in agent.stream("hi")]
+
+    from nbagent._sync import run_sync
+
+    events = run_sync(kinds)
+    [moved] = [e for e in events if e.kind == "model-fallback"]
+    assert isinstance(moved, nbagent.ModelFallbackEvent)
+    assert (moved.failed, moved.model, moved.step) == ("primary", "second", 1)
+    assert "503 busy" in moved.error
+    kinds_in_order = [e.kind for e in events]
+    assert kinds_in_order.index("model-fallback") < kinds_in_order.index("usage")
+
+
+async def test_the_view_says_which_model_answered() -> None:
+    from nbagent.messages import UserMessage
+    from nbagent.widgets._controller import ChatController
+    from tests.widgets.test_chat_controller import controller_for
+
+    model = FallbackModel([failing(ServerError("503 busy", status_code=503)), second()], retry=NO_WAIT)
+    controller, _ = await controller_for(Agent(model, store="memory", retry=NO_WAIT), "c-fallback")
+    said: list[str] = []
+    original = ChatController.say
+
+    def spy(self: ChatController, text: str, **kwargs: object) -> None:
+        said.append(text)
+        original(self, text, **kwargs)  # type: ignore[arg-type]
+
+    controller.say = spy.__get__(controller)  # type: ignore[method-assign]
+    controller.send(UserMessage("hi"))
+    result = await controller.wait()
+    assert result is not None and result.output == "from second"
+    assert any(s.startswith("answered by second (primary: ") and "503 busy" in s for s in said)

@@ -52,7 +52,9 @@ class FallbackModel(Model):
             `Retry` then wraps the whole chain.
 
     The usage row's ``model`` names the model that answered; `provider` is that model's (the
-    last answer's, read when the row is made). `fallbacks` keeps the moves of the last request.
+    last answer's, read when the row is made). Each move down the chain is a
+    `nbagent.ModelFallbackEvent` (the view says "answered by second (primary: 503 ...)"), kept on
+    the answer (`ModelResponse.fallbacks`); `fallbacks` holds the last answer's moves.
     Streaming: a failure before the first delta falls back unseen; after deltas were shown it
     fails the step (never two half answers).
     """
@@ -107,30 +109,32 @@ class FallbackModel(Model):
                 raise response.error
             return response
 
-    def _moved(self, i: int, exc: BaseException) -> None:
+    def _moved(self, i: int, exc: BaseException, moves: list[Fallback]) -> None:
         if i + 1 >= len(self.models) or not self.falls_back(exc):
             raise exc
-        self.fallbacks.append(Fallback(self.models[i].model_name, str(exc), self.models[i + 1].model_name))
+        moves.append(Fallback(self.models[i].model_name, str(exc), self.models[i + 1].model_name))
 
-    def _answer(self, model: Model, response: ModelResponse) -> ModelResponse:
+    def _answer(self, model: Model, response: ModelResponse, moves: list[Fallback]) -> ModelResponse:
         self._answered = model
         response.model = response.model or model.model_name
+        response.fallbacks = [*response.fallbacks, *moves]
+        self.fallbacks = moves
         return response
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         """The first model's answer that does not fail in the ways named in `on`."""
-        self.fallbacks = []
+        moves: list[Fallback] = []
         for i, model in enumerate(self.models):
             try:
-                return self._answer(model, await self._retried(model, request))
+                return self._answer(model, await self._retried(model, request), moves)
             except ModelError as exc:
-                self._moved(i, exc)
+                self._moved(i, exc, moves)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Each model's stream in turn until one answers; a failure after a delta was yielded is
         raised, not fallen back from."""
-        self.fallbacks = []
+        moves: list[Fallback] = []
         for i, model in enumerate(self.models):
             attempt = 0
             while True:
@@ -141,7 +145,7 @@ class FallbackModel(Model):
                         if isinstance(item, ModelResponse):
                             if item.error is not None and self.falls_back(item.error):
                                 raise item.error
-                            yield self._answer(model, item)
+                            yield self._answer(model, item, moves)
                             return
                         shown = True
                         yield item
@@ -151,7 +155,7 @@ class FallbackModel(Model):
                     if self.retry.should_retry(exc, attempt):
                         await _sleep(self.retry.delay(exc, attempt))
                         continue
-                    self._moved(i, exc)
+                    self._moved(i, exc, moves)
                     break
 
     def __repr__(self) -> str:
