@@ -168,3 +168,59 @@ async def test_the_view_says_which_model_answered() -> None:
     result = await controller.wait()
     assert result is not None and result.output == "from second"
     assert any(s.startswith("answered by second (primary: ") and "503 busy" in s for s in said)
+
+
+# --------------------------------------------------------------- recorded errors, real SDKs
+WIRE_ERRORS = [
+    ("anthropic", "anthropic_error_429", False),
+    ("anthropic", "anthropic_error_500", False),
+    ("anthropic", "anthropic_error_529_overloaded", False),
+    ("anthropic", "anthropic_stream_error_429", True),
+    ("openai", "openrouter_error_429", False),
+    ("openai", "openrouter_error_429", True),
+]
+
+
+@pytest.fixture(scope="module")
+def wire_server():  # type: ignore[no-untyped-def]
+    from tests.wire.replay_server import ReplayServer
+
+    with ReplayServer() as srv:
+        yield srv
+
+
+@pytest.mark.parametrize(("provider", "case", "stream"), WIRE_ERRORS, ids=[f"{c}-{'stream' if s else 'whole'}"
+                                                                          for _, c, s in WIRE_ERRORS])
+def test_recorded_provider_errors_fall_back(wire_server, provider: str, case: str, stream: bool) -> None:
+    """The real SDKs read the recorded 429 / 500 / 529 replies over loopback HTTP; the chain moves on."""
+    if provider == "anthropic":
+        from nbagent.models import AnthropicModel
+
+        primary: object = AnthropicModel("claude-sonnet-4-5", base_url=wire_server.anthropic_base_url_for(case),
+                                         api_key="sk-test", max_retries=0)
+    else:
+        from nbagent.models import OpenAIModel
+
+        primary = OpenAIModel("gpt-4o-mini", base_url=wire_server.base_url_for(case), api_key="sk-test",
+                              max_retries=0)
+    model = FallbackModel([primary, second()], retry=NO_WAIT)  # type: ignore[list-item]
+    agent = Agent(model, store="memory", retry=NO_WAIT, prices={"*": {"input": 0, "output": 0}})
+
+    async def run() -> tuple[list[str], str | None]:
+        kinds, output = [], None
+        if stream:
+            async for event in agent.stream("hi"):
+                kinds.append(event.kind)
+                if event.kind == "run-completed":
+                    output = event.result.output  # type: ignore[union-attr]
+        else:
+            output = (await agent.run("hi")).output
+        return kinds, output
+
+    from nbagent._sync import run_sync
+
+    kinds, output = run_sync(run)
+    assert output == "from second"
+    assert model.fallbacks and model.fallbacks[0].next == "second"
+    if stream:
+        assert "model-fallback" in kinds
