@@ -227,3 +227,44 @@ def test_the_forecast_matches_the_real_batch_and_its_sample_is_not_run_twice() -
     assert "<caption>Forecast</caption>" in forecast._repr_html_()
     dry = agent.map(rows, dry_run=True, sample=2)
     assert isinstance(dry, evals.Forecast) and dry.rows == 20
+
+
+@pytest.mark.local_llm
+def test_evaluate_compare_and_forecast_on_the_local_model(local_llm_base_url) -> None:
+    """End to end on the bundled local model: a judge, a comparison of 3 agents (scripted, test,
+    local), and a forecast against the real totals of the same batch."""
+    from nbagent.models import ScriptedModel
+    from nbagent.models.openai import OpenAIModel
+
+    def local() -> OpenAIModel:
+        return OpenAIModel("local-model", base_url=local_llm_base_url, api_key="local", provider="local",
+                           settings={"temperature": 0, "max_tokens": 16})
+
+    agent = Agent(local(), store="memory")
+    report = agent.evaluate(CASES, [evals.contains(), evals.judge("Does it name a city?", model=local())],
+                            concurrency=2, progress=False)
+    assert report.frame["status"].tolist() == ["completed"] * 3
+    # a 135M model often answers neither pass nor fail: then the row has an error cell, never both
+    scored = report.frame["judge"].notna()
+    errors = report.frame["judge_error"].notna() if "judge_error" in report.frame else ~scored
+    assert (scored ^ errors).all()
+    usage = nbagent.usage_frame(agent)
+    assert (usage["purpose"] == "eval").sum() == 3  # every judge call is a usage row, read or not
+    assert usage["cost_total"].fillna(0).sum() == 0.0  # a local model costs nothing
+
+    frame = nbagent.compare(CASES, agents={
+        "scripted": Agent(ScriptedModel(["Paris", "Berlin", "Rome"]), store="memory"),
+        "test": Agent(TestModel(text="Rome"), store="memory"),
+        "local": Agent(local(), store="memory"),
+    }, evaluators=[evals.contains()], concurrency=1, progress=False)
+    assert frame[("scripted", "contains")].tolist() == [1.0, 1.0, 1.0]
+    assert frame[("local", "status")].tolist() == ["completed"] * 3
+    assert (frame[("local", "input_tokens")] > 0).all()
+
+    rows = [f"Name a colour. ({i})" for i in range(12)]
+    batch_agent = Agent(local(), store="memory")
+    forecast = batch_agent.estimate(rows, sample=4, concurrency=2)
+    answers = batch_agent.map(rows, concurrency=2, progress=False)
+    assert answers["skipped"].sum() == 4
+    assert forecast.input_tokens == pytest.approx(answers["input_tokens"].sum(), rel=0.25)
+    assert forecast.output_tokens == pytest.approx(answers["output_tokens"].sum(), rel=0.5)
