@@ -34,6 +34,7 @@ from .events import (
     ClientCallRequestedEvent,
     CompactionEvent,
     Event,
+    ModelFallbackEvent,
     ModelResponseEvent,
     ModelRetryEvent,
     ReasoningDeltaEvent,
@@ -107,6 +108,7 @@ __all__ = [
     "Message",
     "ModelCallUsage",
     "ModelError",
+    "ModelFallbackEvent",
     "ModelResponseEvent",
     "ModelRetry",
     "ModelRetryEvent",
@@ -137,6 +139,7 @@ __all__ = [
     "UserError",
     "UserMessage",
     "__version__",
+    "compare",
     "context_frame",
     "output_frame",
     "runs_frame",
@@ -155,6 +158,10 @@ def __getattr__(name: str) -> Any:
         from . import dataframe
 
         return getattr(dataframe, name)
+    if name == "compare":  # the evals edge (pandas), loaded on first use
+        from .evals import compare
+
+        return compare
     raise AttributeError(f"module 'nbagent' has no attribute {name!r}")
 
 

@@ -539,6 +539,33 @@ class Agent(Generic[OutputT]):
 
         return batch(self, inputs, **kwargs)
 
+    def evaluate(self, cases: Any, evaluators: Any = (), **kwargs: Any) -> Any:
+        """Run each case through `map` and score the answers; returns an `nbagent.evals.EvalReport`
+        (``.frame``: one row per case with a score column per evaluator; ``.summary()``).
+
+        ```python
+        report = agent.evaluate(cases, evaluators=[nbagent.evals.equals(), my_check])
+        ```
+
+        `cases`: a DataFrame with an ``input`` column (and ``expected``), a list of dicts, or a
+        list of inputs. `evaluators`: ``nbagent.evals`` evaluators and plain functions
+        ``(output, expected, row) -> bool | float | dict``. Other options go to `map`. See
+        docs/evals.md.
+        """
+        from .evals import evaluate
+
+        return evaluate(self, cases, evaluators, **kwargs)
+
+    def estimate(self, inputs: Any, *, sample: int = 5, **kwargs: Any) -> Any:
+        """Run `sample` of the rows and forecast the whole batch: an `nbagent.evals.Forecast` of
+        its tokens, cost (low, mid, high) and wall time at the batch's concurrency. The sampled
+        rows are the batch's own threads, so the real `map` afterwards skips them. The same as
+        ``agent.map(inputs, dry_run=True)``. See docs/evals.md.
+        """
+        from .evals import estimate
+
+        return estimate(self, inputs, sample=sample, **kwargs)
+
 
 def _context_options(compaction: Any, max_result_fraction: Any) -> tuple[Compaction | None, float | None]:
     """`Agent`'s ``compaction`` and ``max_result_fraction``, checked."""

@@ -14,6 +14,7 @@ Owns the event shapes; imports approvals (`PendingCall`), messages and usage onl
 | approval-requested     | ApprovalRequestedEvent   | pending (PendingCall)                        |
 | client-call-requested  | ClientCallRequestedEvent | pending (PendingCall)                        |
 | model-retry            | ModelRetryEvent          | attempt, error, delay_s (clear partial text) |
+| model-fallback         | ModelFallbackEvent       | failed, error, model (who answered), step    |
 | usage                  | UsageEvent               | call (ModelCallUsage), total (Usage), context|
 | compaction             | CompactionEvent          | record (CompactionMessage), usage, step      |
 | run-paused / run-completed / run-stopped / run-failed / run-cancelled | RunEndedEvent | result |
@@ -40,6 +41,7 @@ __all__ = [
     "ClientCallRequestedEvent",
     "CompactionEvent",
     "Event",
+    "ModelFallbackEvent",
     "ModelResponseEvent",
     "ModelRetryEvent",
     "PendingCall",
@@ -155,6 +157,18 @@ class ModelRetryEvent:
 
 
 @dataclass(slots=True)
+class ModelFallbackEvent:
+    """A `FallbackModel`'s model failed (`failed`, with `error`) and the step was answered by the
+    chain's next model instead (`model`: the one that answered in the end)."""
+
+    failed: str
+    error: str
+    model: str
+    step: int
+    kind: Literal["model-fallback"] = "model-fallback"
+
+
+@dataclass(slots=True)
 class UsageEvent:
     """A model call's usage row, the run's total so far, and how full the context window was
     for that request (`ContextUsage`; None for a compaction's summary call)."""
@@ -202,6 +216,7 @@ Event = (
     | ApprovalRequestedEvent
     | ClientCallRequestedEvent
     | ModelRetryEvent
+    | ModelFallbackEvent
     | UsageEvent
     | CompactionEvent
     | RunEndedEvent

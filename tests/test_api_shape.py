@@ -28,7 +28,8 @@ def test_all_is_complete_and_sorted() -> None:
         if not name.startswith("_") and not inspect.ismodule(value) and name not in ("annotations", "Any")
     }
     # served by __getattr__
-    lazy = {"usage_frame", "tool_calls_frame", "runs_frame", "output_frame", "context_frame", "RunHandle"}
+    lazy = {"usage_frame", "tool_calls_frame", "runs_frame", "output_frame", "context_frame", "RunHandle",
+            "compare"}
     assert set(nbagent.__all__) == (public | lazy | {"__version__"})
     assert nbagent.__all__ == sorted(nbagent.__all__)
     assert set(nbagent.__all__) <= set(dir(nbagent))
@@ -38,7 +39,7 @@ def test_all_is_complete_and_sorted() -> None:
 
 def test_event_classes_end_in_event_and_the_unreleased_names_are_gone() -> None:
     event_names = [n for n in nbagent.__all__ if n.endswith("Event") and n != "Event"]
-    assert len(event_names) == 12  # CompactionEvent joined with the context window (docs/context.md)
+    assert len(event_names) == 13  # CompactionEvent joined with the context window (docs/context.md)
     for old in ("TextDelta", "RunEnded", "batch", "abatch"):
         with pytest.raises(AttributeError):
             getattr(nbagent, old)

@@ -48,6 +48,8 @@ ALLOWED_UPWARD = {
     ("nbagent", "__getattr__"),                     # nbagent.usage_frame & co. load the pandas edge on first use
     ("nbagent.agent", "Agent.chat"),                # agent.chat() shows the view
     ("nbagent.agent", "Agent.map"),                 # agent.map() runs a batch into a DataFrame
+    ("nbagent.agent", "Agent.evaluate"),            # agent.evaluate() scores a batch (nbagent.evals)
+    ("nbagent.agent", "Agent.estimate"),            # agent.estimate() forecasts a batch (nbagent.evals)
     ("nbagent.result", "RunResult._repr_html_"),    # display(result) renders the static summary
 }
 

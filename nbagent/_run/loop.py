@@ -31,6 +31,7 @@ from ..events import (
     ClientCallRequestedEvent,
     CompactionEvent,
     Event,
+    ModelFallbackEvent,
     ModelResponseEvent,
     ModelRetryEvent,
     ReasoningDeltaEvent,
@@ -387,6 +388,8 @@ class _Loop:
                 return
             reply.latency = time.perf_counter() - clock
             reply.response = response
+            for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
+                yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
             self.run.context = self.window.observe(config, response, step)
             return
 

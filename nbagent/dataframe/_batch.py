@@ -288,7 +288,9 @@ def batch(
     desc: str | None = None,
     executor: Any = None,
     chunk_size: int | None = None,
-) -> pd.DataFrame:
+    dry_run: bool = False,
+    sample: int = 5,
+) -> Any:
     """Run one independent conversation per input, `concurrency` at a time; return a DataFrame.
 
     ```python
@@ -317,6 +319,9 @@ def batch(
             for what travels to the workers and how.
         chunk_size: rows per chunk sent to a worker (cluster executors only; default: enough
             chunks that every worker gets several).
+        dry_run: run only `sample` rows and return a forecast of the whole batch (an
+            `nbagent.evals.Forecast`, as `Agent.estimate` does) instead of the frame.
+        sample: how many rows a dry run runs.
 
     Returns:
         One row per input, in input order: ``input``, ``output`` (the final answer or None),
@@ -340,6 +345,11 @@ def batch(
     rows still running (on a cluster: the remaining chunks too); finished rows are stored and
     skipped next time.
     """
+    if dry_run:
+        from ..evals import estimate
+
+        return estimate(agent, inputs, sample=sample, concurrency=concurrency, thread_prefix=thread_prefix,
+                        progress=progress, executor=executor, chunk_size=chunk_size)
     if executor is not None and not (isinstance(executor, str) and executor == "local"):
         from ._executors import run_on_cluster
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..messages import ToolCall
 from .base import Model, ModelRequest, ModelResponse, ReasoningText
+from .fallback import FallbackModel
 from .function import FunctionModel, ScriptedModel
 from .test import TestModel
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AnthropicModel",
+    "FallbackModel",
     "FunctionModel",
     "Model",
     "ModelRequest",

@@ -53,6 +53,9 @@ class ModelResponse:
     """Set when the answer arrived (and is billed) but cannot be used: the run loop records its
     usage row, keeps the answer out of the thread and fails the run with this error (e.g. a
     `ContentFilterError` for Anthropic's stop reason ``refusal``, with the provider's details)."""
+    fallbacks: list[Any] = field(default_factory=list)
+    """The models that failed before this answer, as `FallbackModel` records them (each a
+    `nbagent.models.fallback.Fallback`: failed, error, next); empty for a direct answer."""
 
 
 class ReasoningText(str):

@@ -375,6 +375,8 @@ class ChatController:
             self.log.reset_step(event.step)
             self.say(f"model call failed (attempt {event.attempt}): {event.error}; "
                      f"retrying in {event.delay_s:.1f} s")
+        elif kind == "model-fallback":
+            self.say(f"answered by {event.model} ({event.failed}: {event.error})")
         elif kind == "usage":
             self.tally.add(event.call, event.context)
             self.render_usage()

@@ -1,0 +1,43 @@
+"""Evals at the pandas edge: score an agent's answers to a cases frame, diff two reports.
+
+```python
+import nbagent
+from nbagent import evals
+cases = pd.DataFrame({"input": ["Capital of France?"], "expected": ["Paris"]})
+report = agent.evaluate(cases, evaluators=[evals.equals(), evals.contains("Paris"),
+                                           evals.judge("Is the answer polite?", model=judge_model),
+                                           my_function])   # (output, expected, row) -> bool | float | dict
+report.frame        # one row per case: input, output, expected, status, cost, latency_s, ... scores
+report.summary()    # one row per evaluator: mean, pass_rate, errors; a total row: cost, p50/p95 latency
+evals.diff(report_a, report_b)   # per case and evaluator: before, after, change
+nbagent.compare(cases["input"], agents={"a": agent_a, "b": agent_b})   # one wide frame
+agent.estimate(rows, sample=5)   # a Forecast of the batch's tokens, cost and time
+```
+
+The answers come from ``agent.map`` (concurrency, progress, resume, cluster executors). See
+docs/evals.md.
+"""
+
+from __future__ import annotations
+
+from ._compare import ComparisonFrame, compare
+from ._evaluators import Case, Evaluator, Score, contains, equals, evaluator, judge
+from ._forecast import Forecast, estimate
+from ._report import EvalReport, diff, evaluate
+
+__all__ = [
+    "Case",
+    "ComparisonFrame",
+    "EvalReport",
+    "Evaluator",
+    "Forecast",
+    "Score",
+    "compare",
+    "contains",
+    "diff",
+    "equals",
+    "estimate",
+    "evaluate",
+    "evaluator",
+    "judge",
+]

@@ -1,0 +1,108 @@
+"""`estimate`: run a sample of a batch's rows and forecast the whole batch (`Forecast`).
+
+Owns the forecast arithmetic. Imports pandas and numpy and the batch (`nbagent.dataframe`). The
+sampled rows run as the batch's own rows (same thread ids), so the real batch afterwards skips
+them instead of paying for them twice.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..exceptions import UserError
+from ..usage import usd
+
+__all__ = ["Forecast", "estimate"]
+
+
+@dataclass(slots=True)
+class Forecast:
+    """What a batch will take, forecast from a sample of its rows.
+
+    Tokens and cost are for all `rows` (the sampled ones included); `cost` is ``(low, mid,
+    high)`` in USD: the sample's mean cost per row times the rows, plus or minus two standard
+    errors of that mean (NaN when the model has no price). `wall_s` is the sample's mean row
+    time times the rounds of `concurrency` rows the batch takes.
+    """
+
+    rows: int
+    input_tokens: int
+    output_tokens: int
+    cost: tuple[float, float, float]
+    wall_s: float
+    concurrency: int
+    sample: pd.DataFrame
+    """The sampled rows' frame (``agent.map``'s columns)."""
+
+    def __repr__(self) -> str:
+        low, mid, high = self.cost
+        return (f"Forecast({self.rows} rows from a sample of {len(self.sample)}: "
+                f"~{self.input_tokens:,} input + {self.output_tokens:,} output tokens, "
+                f"cost {usd(mid)} ({usd(low)} to {usd(high)}), ~{self.wall_s:.1f}s at concurrency {self.concurrency})")
+
+    def _repr_html_(self) -> str:
+        low, mid, high = self.cost
+        cells = [("rows", f"{self.rows:,} (sample {len(self.sample)})"),
+                 ("input tokens", f"~{self.input_tokens:,}"), ("output tokens", f"~{self.output_tokens:,}"),
+                 ("cost", f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>"),
+                 ("wall time", f"~{self.wall_s:.1f} s at concurrency {self.concurrency}")]
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in cells)
+        return f"<table class='nbagent-forecast'><caption>Forecast</caption>{body}</table>"
+
+
+def _positions(count: int, sample: int, seed: int | None) -> list[int]:
+    if count <= sample:
+        return list(range(count))
+    return sorted(int(i) for i in np.random.default_rng(seed).choice(count, sample, replace=False))
+
+
+def forecast_of(frame: pd.DataFrame, rows: int, concurrency: int) -> Forecast:
+    """A `Forecast` for `rows` rows from `frame`, the sampled rows' ``agent.map`` frame."""
+    n = len(frame)
+    if n == 0:
+        raise UserError("estimate() needs at least one row to sample")
+    costs = frame["cost"].dropna()
+    if len(costs):
+        mean = float(costs.mean())
+        spread = 2 * float(costs.std(ddof=1)) / math.sqrt(len(costs)) if len(costs) > 1 else 0.0
+        cost = (max(0.0, mean - spread) * rows, mean * rows, (mean + spread) * rows)
+    else:
+        cost = (math.nan, math.nan, math.nan)
+    times = frame["duration_s"].dropna()
+    per_row = float(times.mean()) if len(times) else math.nan
+    return Forecast(
+        rows=rows,
+        input_tokens=round(float(frame["input_tokens"].mean()) * rows),
+        output_tokens=round(float(frame["output_tokens"].mean()) * rows),
+        cost=cost,
+        wall_s=per_row * math.ceil(rows / concurrency),
+        concurrency=concurrency,
+        sample=frame,
+    )
+
+
+def estimate(
+    agent: Any, inputs: Any, *, sample: int = 5, concurrency: int = 8, seed: int | None = 0,
+    thread_prefix: str | None = None, progress: bool = False, **options: Any,
+) -> Forecast:
+    """Run `sample` rows of `inputs` (chosen at random with `seed`) and forecast the batch; see
+    `Agent.estimate`."""
+    if not isinstance(sample, int) or isinstance(sample, bool) or sample < 1:
+        raise UserError(f"sample must be a positive integer, got {sample!r}")
+    from ..dataframe import batch
+    from ..dataframe._batch import _rows_of
+
+    values, index = _rows_of(inputs)
+    picked = _positions(len(values), sample, seed)
+    # The rows keep their batch keys (positions, or the Series' labels), hence the batch's thread ids.
+    labels = picked if isinstance(index, pd.RangeIndex) else [index[i] for i in picked]
+    subset = pd.Series([values[i] for i in picked], index=pd.Index(labels), dtype=object)
+    frame = batch(agent, subset, concurrency=min(concurrency, len(picked)) or 1, thread_prefix=thread_prefix,
+                  progress=progress, desc="estimate", **options)
+    return forecast_of(frame, len(values), concurrency)

@@ -1,0 +1,270 @@
+"""Evals (#28): agent.evaluate with every kind of evaluator, judge usage rows, resume, diff,
+compare over three agents, the forecast against the real batch."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pandas as pd
+import pytest
+
+import nbagent
+from nbagent import Agent, evals
+from nbagent.models import FunctionModel, TestModel
+
+matplotlib.use("Agg")
+
+
+def capitals(messages, info):
+    text = messages[-1].content
+    return "Paris" if "France" in text else "Berlin, I think" if "Germany" in text else "I do not know"
+
+
+CASES = pd.DataFrame({
+    "input": ["Capital of France?", "Capital of Germany?", "Capital of Italy?"],
+    "expected": ["Paris", "Berlin", "Rome"],
+})
+
+
+def short(output, expected, row):
+    """A plain function with the issue's signature."""
+    return {"score": len(output) < 10, "reason": f"{len(output)} characters"}
+
+
+def test_every_kind_of_evaluator_scores_its_own_column() -> None:
+    agent = Agent(FunctionModel(capitals), store="memory")
+    polite = evals.judge("Is the answer polite?", model=FunctionModel(lambda m, i: '{"pass": true, "reason": "ok"}'))
+
+    def first_word(output):  # one argument is enough
+        return output.split()[0].strip(",") == "Berlin"
+
+    report = agent.evaluate(CASES, evaluators=[evals.equals(), evals.contains("Paris"), polite, short, first_word],
+                            progress=False)
+    f = report.frame
+    for column in ("input", "output", "expected", "status", "cost", "latency_s", "thread"):
+        assert column in f
+    assert f["equals"].tolist() == [1.0, 0.0, 0.0]
+    assert f["contains"].tolist() == [1.0, 0.0, 0.0]
+    assert f["judge"].tolist() == [1.0, 1.0, 1.0]
+    assert f["judge_reason"].tolist() == ["ok"] * 3
+    assert f["short"].tolist() == [1.0, 0.0, 0.0]
+    assert f["short_reason"].tolist() == ["5 characters", "15 characters", "13 characters"]
+    assert f["first_word"].tolist() == [0.0, 1.0, 0.0]
+    assert "equals_reason" not in f  # reasons only where given
+    summary = report.summary()
+    assert list(summary.index) == ["equals", "contains", "judge", "short", "first_word", "total"]
+    assert summary.loc["equals", "pass_rate"] == pytest.approx(1 / 3)
+    assert summary.loc["judge", "mean"] == 1.0
+    assert summary.loc["total", "errors"] == 0
+    assert summary.loc["total", "latency_p95_s"] >= summary.loc["total", "latency_p50_s"] > 0
+    assert "equals=0.33" in repr(report)
+
+
+def test_contains_defaults_to_expected_and_equals_skips_rows_without_one() -> None:
+    agent = Agent(FunctionModel(capitals), store="memory")
+    cases = pd.DataFrame({"input": ["Capital of Germany?", "Capital of France?"], "expected": ["berlin", None]})
+    f = agent.evaluate(cases, [evals.contains(), evals.equals()], progress=False).frame
+    assert f["contains"].iloc[0] == 1.0  # case-insensitive by default
+    assert math.isnan(f["equals"].iloc[1])  # no expected answer: not scored
+
+
+def test_a_failing_evaluator_gives_an_error_cell_and_the_other_rows_go_on() -> None:
+    agent = Agent(FunctionModel(capitals), store="memory")
+
+    def picky(output, expected):
+        if "Germany" in expected or output.startswith("Berlin"):
+            raise ValueError("cannot judge Germany")
+        return True
+
+    report = agent.evaluate(CASES, [picky, evals.equals()], progress=False)
+    f = report.frame
+    assert f["picky"].iloc[0] == 1.0 and math.isnan(f["picky"].iloc[1]) and f["picky"].iloc[2] == 1.0
+    assert f["picky_error"].iloc[1] == "ValueError: cannot judge Germany"
+    assert f["picky_error"].isna().tolist() == [True, False, True]
+    assert f["equals"].notna().all()
+    assert report.summary().loc["picky", "errors"] == 1
+
+
+def test_a_judge_call_is_a_usage_row_with_purpose_eval_on_the_case_thread() -> None:
+    agent = Agent(FunctionModel(capitals), store="memory")
+    judge_model = FunctionModel(lambda m, i: "FAIL: it is rude" if "Berlin" in m[-1].content else "PASS",
+                                model_name="judge-model")
+    report = agent.evaluate(CASES, [evals.judge("Is it polite?", model=judge_model)], progress=False)
+    assert report.frame["judge"].tolist() == [1.0, 0.0, 1.0]
+    usage = nbagent.usage_frame(agent)
+    judged = usage[usage["purpose"] == "eval"]
+    assert len(judged) == 3
+    assert set(judged["model"]) == {"judge-model"}
+    assert set(judged["thread"]) == set(report.frame["thread"])
+    assert set(judged["run_id"]) == set(report.frame["run_id"])
+    runs = nbagent.runs_frame(agent)
+    assert (runs["steps"] == 1).all()  # a judge call is not one of the run's own steps
+    # the judge sees the question, the answer and the expected answer
+    assert "Question: Capital of France?" in judge_model.requests[0].messages[-1].content
+
+
+def test_priced_judge_cost_counts_in_eval_cost_and_the_total() -> None:
+    prices = {"judge-model": {"input": 1_000_000.0, "output": 0.0}, "*": {"input": 0, "output": 0}}
+    agent = Agent(FunctionModel(capitals), store="memory", prices=prices)
+    judge_model = FunctionModel(lambda m, i: "yes", model_name="judge-model")
+    report = agent.evaluate(CASES.head(1), [evals.judge("Right?", model=judge_model)], progress=False)
+    cost = report.frame["eval_cost"].iloc[0]
+    assert cost > 0
+    assert report.frame["status"].iloc[0] == "completed"
+    assert report.summary().loc["total", "cost"] == pytest.approx(cost)  # the run itself is free here
+
+
+def test_a_judge_that_answers_nonsense_is_an_error_cell() -> None:
+    agent = Agent(FunctionModel(capitals), store="memory")
+    report = agent.evaluate(CASES.head(2), [evals.judge("?", model=FunctionModel(lambda m, i: "hmm"))],
+                            progress=False)
+    assert report.frame["judge_error"].str.contains("neither pass nor fail").all()
+
+
+def test_evaluate_resumes_after_a_restart(tmp_path) -> None:
+    path = str(tmp_path / "threads.db")
+    calls = []
+
+    def dying(messages, info):
+        calls.append(messages[-1].content)
+        if len(calls) > 1:
+            raise RuntimeError("the kernel died")  # the rows after the first never finish
+        return capitals(messages, info)
+
+    first = Agent(FunctionModel(dying), store=path, name="capitals")
+    report = first.evaluate(CASES, [evals.equals()], concurrency=1, progress=False)
+    assert report.frame["status"].tolist() == ["completed", "failed", "failed"]
+    calls.clear()
+    again = Agent(FunctionModel(lambda m, i: (calls.append(m[-1].content), capitals(m, i))[1]), store=path,
+                  name="capitals")  # a new kernel: the same agent on the same file
+    report = again.evaluate(CASES, [evals.equals()], concurrency=1, progress=False)
+    assert calls == ["Capital of Germany?", "Capital of Italy?"]  # the finished row was not run again
+    assert report.frame["equals"].tolist() == [1.0, 0.0, 0.0]
+    assert report.frame["status"].tolist() == ["completed"] * 3
+
+
+def test_diff_says_which_cases_improved_or_regressed() -> None:
+    old = Agent(FunctionModel(capitals), store="memory").evaluate(CASES, [evals.equals()], progress=False)
+    new = Agent(FunctionModel(lambda m, i: "Rome" if "Italy" in m[-1].content else "Berlin"), store="memory",
+                system="v2").evaluate(CASES, [evals.equals()], progress=False)
+    d = evals.diff(old, new)
+    assert d.index.names == ["case", "evaluator"]
+    assert d["change"].tolist() == ["regressed", "improved", "improved"]
+    assert d.loc[(0, "equals"), "before"] == 1.0 and d.loc[(0, "equals"), "after"] == 0.0
+    with pytest.raises(nbagent.UserError):
+        evals.diff(old, old.frame)
+
+
+def test_evaluator_names_must_be_unique_and_lambdas_need_one() -> None:
+    agent = Agent(FunctionModel(capitals), store="memory")
+    with pytest.raises(nbagent.UserError, match="share a name"):
+        agent.evaluate(CASES, [evals.equals(), evals.equals()], progress=False)
+    with pytest.raises(nbagent.UserError, match="lambda"):
+        agent.evaluate(CASES, [lambda o: True], progress=False)
+    report = agent.evaluate(CASES, [evals.Evaluator("nonempty", lambda case: bool(case.output))], progress=False)
+    assert report.frame["nonempty"].tolist() == [1.0] * 3
+
+
+def add(a: int, b: int) -> int:
+    """Add two numbers."""
+    return a + b
+
+
+def test_compare_three_agents_in_one_wide_frame() -> None:
+    agents = {
+        "capitals": Agent(FunctionModel(capitals), store="memory"),
+        "paris": Agent(FunctionModel(lambda m, i: "Paris"), store="memory"),
+        "tools": Agent(TestModel(text="Rome"), tools=[add], store="memory"),
+    }
+    frame = nbagent.compare(CASES, agents=agents, evaluators=[evals.equals()], progress=False)
+    assert isinstance(frame, evals.ComparisonFrame)
+    assert list(frame.columns.get_level_values(0).unique()) == ["capitals", "paris", "tools"]
+    assert list(frame["capitals"].columns) == ["output", "status", "tool_calls", "input_tokens", "output_tokens",
+                                               "cost", "latency_s", "equals"]
+    assert frame[("paris", "output")].tolist() == ["Paris"] * 3
+    assert frame[("tools", "tool_calls")].tolist() == [1, 1, 1]
+    assert frame[("capitals", "tool_calls")].tolist() == [0, 0, 0]
+    assert frame.xs("equals", axis=1, level=1).sum().tolist() == [1.0, 1.0, 1.0]
+    html = frame.view()._repr_html_()
+    assert "Capital of Germany?" in html and "Berlin, I think" in html and "equals=" in html
+    assert "paris: Paris" in repr(frame.view())
+    assert frame.plot.latency() is not None
+    assert frame.plot.cost_vs_score().get_ylabel() == "mean equals"
+
+
+def test_compare_models_on_one_agent() -> None:
+    agent = Agent(FunctionModel(capitals), store="memory", system="Be brief.")
+    frame = nbagent.compare(CASES["input"], agent=agent,
+                            models=[FunctionModel(lambda m, i: "a", model_name="m1"), TestModel(text="b")],
+                            progress=False)
+    assert list(frame.columns.get_level_values(0).unique()) == ["m1", "test"]
+    assert frame[("m1", "output")].tolist() == ["a"] * 3
+    assert agent.model.model_name == "function"  # the agent itself is unchanged
+    with pytest.raises(nbagent.UserError):
+        nbagent.compare(CASES, agents={"a": agent}, models=["test"])
+
+
+def test_the_forecast_matches_the_real_batch_and_its_sample_is_not_run_twice() -> None:
+    calls = []
+    prices = {"function": {"input": 1.0, "output": 2.0}}
+
+    def answer(messages, info):
+        calls.append(1)
+        return "x" * 40
+
+    agent = Agent(FunctionModel(answer), store="memory", prices=prices)
+    rows = [f"question number {i}" for i in range(20)]
+    forecast = agent.estimate(rows, sample=4)
+    assert len(calls) == 4 and len(forecast.sample) == 4
+    answers = agent.map(rows, progress=False)
+    assert len(calls) == 20 and answers["skipped"].sum() == 4
+    assert forecast.input_tokens == pytest.approx(answers["input_tokens"].sum(), rel=0.1)
+    assert forecast.output_tokens == answers["output_tokens"].sum()
+    low, mid, high = forecast.cost
+    assert low <= answers["cost"].sum() <= high or mid == pytest.approx(answers["cost"].sum(), rel=0.1)
+    assert "Forecast(20 rows from a sample of 4" in repr(forecast)
+    assert "<caption>Forecast</caption>" in forecast._repr_html_()
+    dry = agent.map(rows, dry_run=True, sample=2)
+    assert isinstance(dry, evals.Forecast) and dry.rows == 20
+
+
+@pytest.mark.local_llm
+def test_evaluate_compare_and_forecast_on_the_local_model(local_llm_base_url) -> None:
+    """End to end on the bundled local model: a judge, a comparison of 3 agents (scripted, test,
+    local), and a forecast against the real totals of the same batch."""
+    from nbagent.models import ScriptedModel
+    from nbagent.models.openai import OpenAIModel
+
+    def local() -> OpenAIModel:
+        return OpenAIModel("local-model", base_url=local_llm_base_url, api_key="local", provider="local",
+                           settings={"temperature": 0, "max_tokens": 16})
+
+    agent = Agent(local(), store="memory")
+    report = agent.evaluate(CASES, [evals.contains(), evals.judge("Does it name a city?", model=local())],
+                            concurrency=2, progress=False)
+    assert report.frame["status"].tolist() == ["completed"] * 3
+    # a 135M model often answers neither pass nor fail: then the row has an error cell, never both
+    scored = report.frame["judge"].notna()
+    errors = report.frame["judge_error"].notna() if "judge_error" in report.frame else ~scored
+    assert (scored ^ errors).all()
+    usage = nbagent.usage_frame(agent)
+    assert (usage["purpose"] == "eval").sum() == 3  # every judge call is a usage row, read or not
+    assert usage["cost_total"].fillna(0).sum() == 0.0  # a local model costs nothing
+
+    frame = nbagent.compare(CASES, agents={
+        "scripted": Agent(ScriptedModel(["Paris", "Berlin", "Rome"]), store="memory"),
+        "test": Agent(TestModel(text="Rome"), store="memory"),
+        "local": Agent(local(), store="memory"),
+    }, evaluators=[evals.contains()], concurrency=1, progress=False)
+    assert frame[("scripted", "contains")].tolist() == [1.0, 1.0, 1.0]
+    assert frame[("local", "status")].tolist() == ["completed"] * 3
+    assert (frame[("local", "input_tokens")] > 0).all()
+
+    rows = [f"Name a colour. ({i})" for i in range(12)]
+    batch_agent = Agent(local(), store="memory")
+    forecast = batch_agent.estimate(rows, sample=4, concurrency=2)
+    answers = batch_agent.map(rows, concurrency=2, progress=False)
+    assert answers["skipped"].sum() == 4
+    assert forecast.input_tokens == pytest.approx(answers["input_tokens"].sum(), rel=0.25)
+    assert forecast.output_tokens == pytest.approx(answers["output_tokens"].sum(), rel=0.5)

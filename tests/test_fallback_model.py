@@ -1,0 +1,226 @@
+"""FallbackModel (#28): the next model answers when one fails in the named ways, streamed and not."""
+
+from __future__ import annotations
+
+import pytest
+
+import nbagent
+from nbagent import Agent, Retry
+from nbagent.exceptions import (
+    AuthenticationError,
+    ContentFilterError,
+    ContextOverflowError,
+    RateLimitError,
+    ServerError,
+)
+from nbagent.messages import AssistantMessage
+from nbagent.models import FallbackModel, FunctionModel
+from nbagent.models.base import ModelResponse
+
+NO_WAIT = Retry(attempts=1)
+
+
+def failing(error: Exception, name: str = "primary") -> FunctionModel:
+    def answer(messages, info):
+        raise error
+
+    return FunctionModel(answer, model_name=name)
+
+
+def second() -> FunctionModel:
+    return FunctionModel(lambda m, i: "from second", model_name="second")
+
+
+@pytest.mark.parametrize("error", [
+    RateLimitError("429 slow down", status_code=429),
+    ServerError("500 oops", status_code=500),
+    ServerError("529 overloaded", status_code=529),
+    ContextOverflowError("too long"),
+    ContentFilterError("blocked"),
+])
+def test_each_trigger_moves_to_the_next_model(error: Exception) -> None:
+    model = FallbackModel([failing(error), second()], retry=NO_WAIT)
+    agent = Agent(model, store="memory", retry=NO_WAIT)
+    result = agent.run_sync("hi")
+    assert result.output == "from second"
+    assert result.usage.calls[0].model == "second"  # the usage row names the model that answered
+    assert [(f.failed, f.next) for f in model.fallbacks] == [("primary", "second")]
+    assert nbagent.usage_frame(agent)["model"].tolist() == ["second"]
+
+
+def test_an_error_not_named_in_on_fails_at_once() -> None:
+    model = FallbackModel([failing(AuthenticationError("401 bad key", status_code=401)), second()], retry=NO_WAIT)
+    result = Agent(model, store="memory", retry=NO_WAIT).run_sync("hi")
+    assert result.status == "failed" and "bad key" in (result.error or "")
+    only_retryable = FallbackModel([failing(ContentFilterError("blocked")), second()], on=["retryable"],
+                                   retry=NO_WAIT)
+    assert Agent(only_retryable, store="memory", retry=NO_WAIT).run_sync("hi").status == "failed"
+
+
+def test_the_first_model_is_retried_before_the_chain_moves_on() -> None:
+    calls = []
+
+    def flaky(messages, info):
+        calls.append(1)
+        if len(calls) < 3:
+            raise ServerError("503 busy", status_code=503, retry_after=0)
+        return "primary after retries"
+
+    model = FallbackModel([FunctionModel(flaky, model_name="primary"), second()], retry=Retry(attempts=3))
+    assert Agent(model, store="memory").run_sync("hi").output == "primary after retries"
+    assert len(calls) == 3 and model.fallbacks == []
+
+
+def test_a_billed_content_filtered_answer_falls_back() -> None:
+    def refused(messages, info):
+        return ModelResponse(AssistantMessage(text="", finish_reason="refusal"), error=ContentFilterError("refusal"))
+
+    model = FallbackModel([FunctionModel(refused, model_name="primary"), second()], retry=NO_WAIT)
+    assert Agent(model, store="memory").run_sync("hi").output == "from second"
+
+
+def test_streaming_falls_back_unseen_before_the_first_delta() -> None:
+    async def dead(messages, info):
+        raise ServerError("500 down", status_code=500)
+        yield ""  # pragma: no cover
+
+    model = FallbackModel([FunctionModel(stream_function=dead, model_name="primary"), second()], retry=NO_WAIT)
+    agent = Agent(model, store="memory", retry=NO_WAIT)
+
+    async def run() -> list[str]:
+        deltas = []
+        async for event in agent.stream("hi"):
+            if type(event).__name__ == "TextDeltaEvent":
+                deltas.append(event.delta)
+        return deltas
+
+    from nbagent._sync import run_sync
+
+    deltas = run_sync(run)
+    assert "".join(deltas) == "from second"
+
+
+def test_streaming_fails_the_step_after_deltas_were_shown() -> None:
+    async def halfway(messages, info):
+        yield "half an ans"
+        raise ServerError("500 cut", status_code=500)
+
+    model = FallbackModel([FunctionModel(stream_function=halfway, model_name="primary"), second()], retry=NO_WAIT)
+    agent = Agent(model, store="memory", retry=NO_WAIT)
+
+    async def run() -> tuple[list[str], str]:
+        deltas, status = [], ""
+        async for event in agent.stream("hi"):
+            if type(event).__name__ == "TextDeltaEvent":
+                deltas.append(event.delta)
+            if type(event).__name__ == "RunEndedEvent":
+                status = event.result.status
+        return deltas, status
+
+    from nbagent._sync import run_sync
+
+    deltas, status = run_sync(run)
+    assert "from second" not in "".join(deltas)  # never two half answers
+    assert status == "failed"
+
+
+def test_the_chain_needs_a_model_and_known_triggers() -> None:
+    with pytest.raises(nbagent.UserError):
+        FallbackModel([])
+    with pytest.raises(nbagent.UserError):
+        FallbackModel([second()], on=["sometimes"])
+
+
+def test_each_move_is_a_model_fallback_event() -> None:
+    model = FallbackModel([failing(ServerError("503 busy", status_code=503)), second()], retry=NO_WAIT)
+    agent = Agent(model, store="memory", retry=NO_WAIT)
+
+    async def kinds() -> list[object]:
+        return [e async for e in agent.stream("hi")]
+
+    from nbagent._sync import run_sync
+
+    events = run_sync(kinds)
+    [moved] = [e for e in events if e.kind == "model-fallback"]
+    assert isinstance(moved, nbagent.ModelFallbackEvent)
+    assert (moved.failed, moved.model, moved.step) == ("primary", "second", 1)
+    assert "503 busy" in moved.error
+    kinds_in_order = [e.kind for e in events]
+    assert kinds_in_order.index("model-fallback") < kinds_in_order.index("usage")
+
+
+async def test_the_view_says_which_model_answered() -> None:
+    from nbagent.messages import UserMessage
+    from nbagent.widgets._controller import ChatController
+    from tests.widgets.test_chat_controller import controller_for
+
+    model = FallbackModel([failing(ServerError("503 busy", status_code=503)), second()], retry=NO_WAIT)
+    controller, _ = await controller_for(Agent(model, store="memory", retry=NO_WAIT), "c-fallback")
+    said: list[str] = []
+    original = ChatController.say
+
+    def spy(self: ChatController, text: str, **kwargs: object) -> None:
+        said.append(text)
+        original(self, text, **kwargs)  # type: ignore[arg-type]
+
+    controller.say = spy.__get__(controller)  # type: ignore[method-assign]
+    controller.send(UserMessage("hi"))
+    result = await controller.wait()
+    assert result is not None and result.output == "from second"
+    assert any(s.startswith("answered by second (primary: ") and "503 busy" in s for s in said)
+
+
+# --------------------------------------------------------------- recorded errors, real SDKs
+WIRE_ERRORS = [
+    ("anthropic", "anthropic_error_429", False),
+    ("anthropic", "anthropic_error_500", False),
+    ("anthropic", "anthropic_error_529_overloaded", False),
+    ("anthropic", "anthropic_stream_error_429", True),
+    ("openai", "openrouter_error_429", False),
+    ("openai", "openrouter_error_429", True),
+]
+
+
+@pytest.fixture(scope="module")
+def wire_server():  # type: ignore[no-untyped-def]
+    from tests.wire.replay_server import ReplayServer
+
+    with ReplayServer() as srv:
+        yield srv
+
+
+@pytest.mark.parametrize(("provider", "case", "stream"), WIRE_ERRORS, ids=[f"{c}-{'stream' if s else 'whole'}"
+                                                                          for _, c, s in WIRE_ERRORS])
+def test_recorded_provider_errors_fall_back(wire_server, provider: str, case: str, stream: bool) -> None:
+    """The real SDKs read the recorded 429 / 500 / 529 replies over loopback HTTP; the chain moves on."""
+    if provider == "anthropic":
+        from nbagent.models import AnthropicModel
+
+        primary: object = AnthropicModel("claude-sonnet-4-5", base_url=wire_server.anthropic_base_url_for(case),
+                                         api_key="sk-test", max_retries=0)
+    else:
+        from nbagent.models import OpenAIModel
+
+        primary = OpenAIModel("gpt-4o-mini", base_url=wire_server.base_url_for(case), api_key="sk-test",
+                              max_retries=0)
+    model = FallbackModel([primary, second()], retry=NO_WAIT)  # type: ignore[list-item]
+    agent = Agent(model, store="memory", retry=NO_WAIT, prices={"*": {"input": 0, "output": 0}})
+
+    async def run() -> tuple[list[str], str | None]:
+        kinds, output = [], None
+        if stream:
+            async for event in agent.stream("hi"):
+                kinds.append(event.kind)
+                if event.kind == "run-completed":
+                    output = event.result.output  # type: ignore[union-attr]
+        else:
+            output = (await agent.run("hi")).output
+        return kinds, output
+
+    from nbagent._sync import run_sync
+
+    kinds, output = run_sync(run)
+    assert output == "from second"
+    assert model.fallbacks and model.fallbacks[0].next == "second"
+    if stream:
+        assert "model-fallback" in kinds
