@@ -387,6 +387,9 @@ class _Loop:
                 return
             reply.latency = time.perf_counter() - clock
             reply.response = response
+            keep = getattr(model, "keep_recording", None)
+            if keep is not None:  # nbagent.models.record: the call is stored with the thread
+                await keep(self.store, self.run.stored.id, response)
             self.run.context = self.window.observe(config, response, step)
             return
 
@@ -420,6 +423,9 @@ class _Loop:
         if run.context is not None and run.context.step == reply.step:
             row.context = self.window.row_context(run.context)
         self.config.price(row)
+        if response.replayed:  # taken from a recording: free (what it cost when recorded is kept)
+            row.replayed, row.recorded_cost = True, row.cost_total
+            row.cost_input = row.cost_output = row.cost_total = 0.0
         return row
 
     async def take_answer(self, reply: _Reply) -> tuple[Plan | None, list[Event]]:

@@ -53,6 +53,9 @@ class ModelResponse:
     """Set when the answer arrived (and is billed) but cannot be used: the run loop records its
     usage row, keeps the answer out of the thread and fails the run with this error (e.g. a
     `ContentFilterError` for Anthropic's stop reason ``refusal``, with the provider's details)."""
+    replayed: bool = False
+    """True for an answer taken from a recording (`nbagent.models.replay`): its usage row is
+    marked ``replayed`` and costs 0."""
 
 
 class ReasoningText(str):
