@@ -7,7 +7,6 @@ ids or timings), `request_key` and `first_difference`. Imports messages, usage a
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,6 +54,8 @@ def canonical(value: Any) -> str:
 
 def request_key(content: dict[str, Any]) -> str:
     """The hash a request is looked up by (sha256 of its canonical content)."""
+    import hashlib  # not loaded by importing nbagent
+
     return hashlib.sha256(canonical(content).encode()).hexdigest()
 
 

@@ -16,7 +16,6 @@ exceptions, `base`, `_recording` and the store package.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -206,6 +205,8 @@ class ReplayModel(Model):
         times = [d[0] for d in found.deltas]
         for i, item in enumerate(found.stream_items()):
             if self.timing and i < len(times):
+                import asyncio  # only when pacing: importing nbagent loads no asyncio
+
                 await asyncio.sleep(max(0.0, times[i] - (time.perf_counter() - clock)))
             yield item
 
