@@ -127,7 +127,8 @@ def main() -> None:
     results["pydantic-evals"] = _peer_times(n, args.repeats)
     medians = {k: statistics.median(v) for k, v in results.items()}
     peer = medians["pydantic-evals"] / n
-    print(f"| {n:,} cases, instant fake model, 3 evaluators, concurrency 8 | total s | ms per case | vs pydantic-evals |")
+    print(f"| {n:,} cases, instant fake model, 3 evaluators, concurrency 8 "
+          "| total s | ms per case | vs pydantic-evals |")
     print("|---|---:|---:|---:|")
     for name, total in medians.items():
         print(f"| {name} | {total:.2f} | {total / n * 1000:.3f} | {total / n / peer:.2f}x |")

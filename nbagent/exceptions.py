@@ -27,8 +27,9 @@ NbagentError
 │   └── ModelResponseError         the answer cannot be used (e.g. cut off inside a tool call)
 │       ├── ResponseBodyError      a 2xx whose body is no completion: an HTML page, empty, not
 │       │                          UTF-8 (retried, except bytes that are not UTF-8)
-│       └── ContentFilterError     the provider's safety system stopped the answer (Anthropic's
-│                                  stop reason refusal, finish reason content_filter)
+│       ├── ContentFilterError     the provider's safety system stopped the answer (Anthropic's
+│       │                          stop reason refusal, finish reason content_filter)
+│       └── ReplayMismatchError    a replayed run asked what the recording does not hold
 ├── ToolSourceError                a tool source (an MCP server) cannot start, connect or list
 │                                  its tools
 └── StoreError                     the checkpoint store cannot do what was asked
@@ -71,6 +72,7 @@ __all__ = [
     "NotResumableError",
     "PendingCallsError",
     "RateLimitError",
+    "ReplayMismatchError",
     "ResponseBodyError",
     "ResumeError",
     "ServerError",
@@ -245,6 +247,11 @@ class StreamInterruptedError(ModelError):
 
 class ModelResponseError(ModelError):
     """The model's answer cannot be used, e.g. it was cut off inside a tool call."""
+
+
+class ReplayMismatchError(ModelResponseError):
+    """A replayed run (`nbagent.models.replay`) sent a request that no recorded call matches;
+    the message names the first difference from the closest recorded request. Not retried."""
 
 
 class ResponseBodyError(ModelResponseError):

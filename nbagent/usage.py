@@ -95,6 +95,11 @@ class ModelCallUsage:
     ``tools``, ``history``, ``tool_results``, ``latest``; they add up to `input_tokens`) and the
     model's ``window`` (null when unknown). None for a call nbagent did not size (rows stored
     before it did). `context_parts` reads it; ``nbagent.context_frame`` spreads it into columns."""
+    replayed: bool = False
+    """True for a call answered from a recording (`nbagent.models.replay`): its cost columns are
+    0 (nothing was spent), and `recorded_cost` holds what the recorded call cost."""
+    recorded_cost: float | None = None
+    """For a replayed call: the recorded call's price (USD; None when unknown or not replayed)."""
 
     @property
     def total_tokens(self) -> int:

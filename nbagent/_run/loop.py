@@ -387,11 +387,21 @@ class _Loop:
                 self.run.outcome.fail(exc)
                 return
             reply.latency = time.perf_counter() - clock
-            reply.response = response
-            for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
-                yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
-            self.run.context = self.window.observe(config, response, step)
+            async for event in self.answered(reply, response):
+                yield event
             return
+
+    async def answered(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
+        """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, store a recording
+        (`nbagent.models.record`) with the thread, and measure the request's context."""
+        config, step = self.config, reply.step
+        reply.response = response
+        for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
+            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
+        keep = getattr(config.model, "keep_recording", None)
+        if keep is not None:
+            await keep(self.store, self.run.stored.id, response)
+        self.run.context = self.window.observe(config, response, step)
 
     async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
         """The provider refused the request as too long: compact and let the caller retry (up to
@@ -423,6 +433,9 @@ class _Loop:
         if run.context is not None and run.context.step == reply.step:
             row.context = self.window.row_context(run.context)
         self.config.price(row)
+        if response.replayed:  # taken from a recording: free (what it cost when recorded is kept)
+            row.replayed, row.recorded_cost = True, row.cost_total
+            row.cost_input = row.cost_output = row.cost_total = 0.0
         return row
 
     async def take_answer(self, reply: _Reply) -> tuple[Plan | None, list[Event]]:

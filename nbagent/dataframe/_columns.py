@@ -52,6 +52,8 @@ USAGE_SCHEMA: dict[str, str] = {
     "currency": "category",
     "usage_reported": "bool",
     "purpose": "category",
+    "replayed": "bool",
+    "recorded_cost": "float64",
 }
 """Column -> dtype of the usage frame, in column order. Repeated strings are categoricals
 (small, fast to group by, and they round-trip through parquet)."""
@@ -64,6 +66,8 @@ _DEFAULTS: dict[str, Any] = {
     "currency": "USD",
     "usage_reported": True,
     "purpose": "run",
+    "replayed": False,
+    "recorded_cost": np.nan,
     "latency_s": np.nan,
     "cost_input": np.nan,
     "cost_output": np.nan,

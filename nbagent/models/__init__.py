@@ -15,6 +15,7 @@ from ..messages import ToolCall
 from .base import Model, ModelRequest, ModelResponse, ReasoningText
 from .fallback import FallbackModel
 from .function import FunctionModel, ScriptedModel
+from .replay import RecordingModel, ReplayModel, export_recording, record, replay
 from .test import TestModel
 
 if TYPE_CHECKING:
@@ -30,11 +31,16 @@ __all__ = [
     "ModelResponse",
     "OpenAIModel",
     "ReasoningText",
+    "RecordingModel",
+    "ReplayModel",
     "ScriptedModel",
     "TestModel",
     "auto",
+    "export_recording",
     "infer_model",
     "local",
+    "record",
+    "replay",
     "tool_call",
 ]
 
@@ -79,10 +85,16 @@ def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
        batch), else the bundled local model (`local`), so everything runs offline.
 
     `kwargs` go to the model that the environment names (not to `fallback`).
+
+    ``NBAGENT_REPLAY`` set (a store path or URL, or a ``.jsonl`` file of `export_recording`)
+    comes first: the model is `replay` of it, so a notebook runs offline for free; a request
+    that the recording does not hold fails with `ReplayMismatchError` (nothing goes live).
     """
     import os
 
     env = os.environ
+    if env.get("NBAGENT_REPLAY"):
+        return replay(env["NBAGENT_REPLAY"])
     if env.get("ANTHROPIC_API_KEY"):
         from .anthropic import AnthropicModel
 

@@ -56,6 +56,9 @@ class ModelResponse:
     fallbacks: list[Any] = field(default_factory=list)
     """The models that failed before this answer, as `FallbackModel` records them (each a
     `nbagent.models.fallback.Fallback`: failed, error, next); empty for a direct answer."""
+    replayed: bool = False
+    """True for an answer taken from a recording (`nbagent.models.replay`): its usage row is
+    marked ``replayed`` and costs 0."""
 
 
 class ReasoningText(str):

@@ -344,6 +344,24 @@ class Store:
                 blocks.extend(UsageColumns.from_rows(loaded.usage, names).blocks)
         return UsageColumns(blocks, names)
 
+    # ------------------------------------------------------------------ recordings
+    async def add_recording(self, thread: str, entry: Mapping[str, Any]) -> None:
+        """Keep one recorded model call (`nbagent.models.record`) with `thread`: plain JSON data,
+        read back in the order added by `recordings`.
+
+        This default keeps recordings in this object (what `MemoryStore` does); `SQLiteStore`
+        and `PostgresStore` keep them in a ``recordings`` table of their own.
+        """
+        kept: dict[str, list[dict[str, Any]]] = self.__dict__.setdefault("_recordings", {})
+        kept.setdefault(thread, []).append(dict(entry))
+
+    async def recordings(self, threads: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The recorded model calls of `threads` (None: of every thread), each thread's in the
+        order recorded, as JSON data (see `nbagent.models.replay`)."""
+        kept: dict[str, list[dict[str, Any]]] = self.__dict__.get("_recordings", {})
+        names = list(kept) if threads is None else [t for t in threads if t in kept]
+        return [dict(e) for name in names for e in kept[name]]
+
     async def close(self) -> None:
         """Release resources (connections, files)."""
 

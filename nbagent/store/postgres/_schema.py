@@ -33,12 +33,12 @@ USAGE_TYPES = {
     "latency_s": "double precision", "finish_reason": "text", "tool_calls": "integer",
     "cost_input": "double precision", "cost_output": "double precision",
     "cost_total": "double precision", "currency": "text", "usage_reported": "boolean", "purpose": "text",
-    "context": "text",
+    "context": "text", "replayed": "boolean", "recorded_cost": "double precision",
 }
 """The usage table's columns (the same names and order as SQLite's ``usage`` table)."""
 assert tuple(USAGE_TYPES) == USAGE_FIELDS
 
-_ADDED_USAGE = ("purpose", "context")
+_ADDED_USAGE = ("purpose", "context", "replayed", "recorded_cost")
 """Usage columns later versions add (`_version_4`, `_version_5`): not in version 1's table."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
@@ -303,7 +303,20 @@ def _version_4(s: str) -> list[str]:
 def _version_5(s: str) -> list[str]:
     """Usage rows get their ``context`` (`ModelCallUsage.context`): NULL in the rows already
     there (not measured)."""
-    return [f"ALTER TABLE {s}.usage ADD COLUMN context text"]
+    return [f"ALTER TABLE {s}.usage ADD COLUMN context text", *_replay_columns(s)]
+
+
+def _replay_columns(s: str) -> list[str]:
+    """Part of version 5: usage rows get ``replayed`` and ``recorded_cost``
+    (`ModelCallUsage.replayed`), and the ``recordings`` table keeps recorded model calls
+    (`nbagent.models.record`), one JSON entry per call, in the order recorded."""
+    return [
+        f"ALTER TABLE {s}.usage ADD COLUMN replayed boolean DEFAULT false",
+        f"ALTER TABLE {s}.usage ADD COLUMN recorded_cost double precision",
+        f"CREATE TABLE {s}.recordings (\n    id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,\n"
+        "    thread text NOT NULL,\n    data text NOT NULL\n)",
+        f"CREATE INDEX recordings_thread ON {s}.recordings (thread, id)",
+    ]
 
 
 MIGRATIONS = [_version_1, _version_2, _version_3, _version_4, _version_5]

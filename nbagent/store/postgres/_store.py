@@ -311,6 +311,32 @@ class PostgresStore(Store):
         except _Undecodable as bad:
             raise self._damage(source, bad.what, bad.cause) from None
 
+    async def add_recording(self, thread: str, entry: Mapping[str, Any]) -> None:
+        """Keep one recorded model call in the ``recordings`` table; see `Store.add_recording`."""
+        import json
+
+        sql = f"INSERT INTO {quote_schema(self.schema)}.recordings (thread, data) VALUES (%s, %s)"
+        data = json.dumps(dict(entry), ensure_ascii=False, default=str)
+
+        async def work(conn: Any, _: int) -> None:
+            await conn.execute(sql, (thread, data))
+
+        await self._db.run(work)
+
+    async def recordings(self, threads: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The recorded model calls of `threads` (None: all); see `Store.recordings`."""
+        import json
+
+        table = f"{quote_schema(self.schema)}.recordings"
+        if threads is None:
+            rows = await self._db.fetchall(f"SELECT data FROM {table} ORDER BY id")
+        else:
+            rows = await self._db.fetchall(
+                f"SELECT data FROM {table} WHERE thread = ANY(%s::text[]) "
+                "ORDER BY array_position(%s::text[], thread), id",
+                (list(threads), list(threads)))
+        return [json.loads(r[0]) for r in rows]
+
     async def close(self) -> None:
         """Close this process's connections (the store opens them again if used again)."""
         self._db.close()

@@ -22,7 +22,7 @@ USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
     "cache_write_tokens", "output_tokens", "reasoning_tokens", "latency_s", "finish_reason",
     "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported", "purpose",
-    "context",
+    "context", "replayed", "recorded_cost",
 )
 """The usage table's data columns, in `ModelCallUsage` field order (format 1's, ``purpose``,
 which a format 1 or 2 file gets when it is opened, and ``context``, which a format 1 to 3 file
@@ -34,7 +34,7 @@ _USAGE_TYPES = {
     "cache_write_tokens": "INTEGER", "output_tokens": "INTEGER", "reasoning_tokens": "INTEGER",
     "latency_s": "REAL", "finish_reason": "TEXT", "tool_calls": "INTEGER", "cost_input": "REAL",
     "cost_output": "REAL", "cost_total": "REAL", "currency": "TEXT", "usage_reported": "INTEGER",
-    "purpose": "TEXT DEFAULT 'run'", "context": "TEXT",
+    "purpose": "TEXT DEFAULT 'run'", "context": "TEXT", "replayed": "INTEGER DEFAULT 0", "recorded_cost": "REAL",
 }
 
 _SCHEMA = f"""
@@ -241,7 +241,7 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
     if not tables:
         # Idempotent, so two processes creating the same new file at once both succeed.
         conn.executescript(
-            "BEGIN IMMEDIATE;" + _SCHEMA + _CHUNK_SCHEMA
+            "BEGIN IMMEDIATE;" + _SCHEMA + _CHUNK_SCHEMA + _RECORDINGS_SCHEMA
             + f"INSERT OR IGNORE INTO nbagent_meta VALUES ('format_version', '{FORMAT_VERSION}');"
             "INSERT OR IGNORE INTO nbagent_meta VALUES ('created_by', 'nbagent');"
             "COMMIT;"
@@ -277,6 +277,8 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
         _add_chunks(conn)
     if version < FORMAT_VERSION:
         _migrate(conn)
+    elif "recordings" not in tables:
+        _add_replay_now(conn)
 
 
 def _schema_names(conn: sqlite3.Connection) -> set[str]:
@@ -317,6 +319,7 @@ def _migrate(conn: sqlite3.Connection) -> None:
             _add_purpose(conn)
         if version < 4:
             _add_context(conn)
+            _add_replay(conn)
         if version < FORMAT_VERSION:
             conn.execute("UPDATE nbagent_meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
         conn.execute("COMMIT")
@@ -352,6 +355,42 @@ def _add_context(conn: sqlite3.Connection) -> None:
     rows already there: not measured). Chunks without it read as NULL (`_columnar.ADDED_COLUMNS`)."""
     if "context" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:
         conn.execute(f"ALTER TABLE usage ADD COLUMN context {_USAGE_TYPES['context']}")
+
+
+_RECORDINGS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS recordings (
+    id INTEGER PRIMARY KEY,
+    thread TEXT NOT NULL,
+    data TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS recordings_thread ON recordings (thread, id);
+"""
+"""Recorded model calls (`nbagent.models.record`), one JSON entry per call (format 4)."""
+
+
+def _add_replay(conn: sqlite3.Connection) -> None:
+    """Part of format 4, in a migration's transaction: the usage table gets ``replayed`` (0 in
+    the rows already there) and ``recorded_cost`` (NULL), and the file the ``recordings`` table.
+    Chunks without the two columns are read from the usage rows instead."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(usage)")}
+    for name in ("replayed", "recorded_cost"):
+        if name not in columns:
+            conn.execute(f"ALTER TABLE usage ADD COLUMN {name} {_USAGE_TYPES[name]}")
+    for statement in _RECORDINGS_SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _add_replay_now(conn: sqlite3.Connection) -> None:
+    """`_add_replay` in a transaction of its own, for a format 4 file written before it."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        _add_replay(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
 
 
 def _add_chunks(conn: sqlite3.Connection) -> None:

@@ -100,13 +100,14 @@ def _usage_values(row: ModelCallUsage, thread: str) -> tuple[Any, ...]:
         row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
         row.latency_s, row.finish_reason, row.tool_calls, row.cost_input, row.cost_output,
         row.cost_total, row.currency, int(row.usage_reported), row.purpose,
-        row.context,
+        row.context, int(row.replayed), row.recorded_cost,
     )
 
 
 def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     row = ModelCallUsage(*values)
     row.usage_reported = bool(row.usage_reported)
+    row.replayed = bool(row.replayed)
     return row
 
 
@@ -558,6 +559,22 @@ class SQLiteStore(Store):
                 pass
         blocks = await self._db.run(lambda conn: _read_blocks(conn, names, thread), write=False)
         return UsageColumns(blocks, names)
+
+    async def add_recording(self, thread: str, entry: Mapping[str, Any]) -> None:
+        """Keep one recorded model call in the ``recordings`` table; see `Store.add_recording`."""
+        data = json.dumps(dict(entry), ensure_ascii=False, default=str)
+        await self._db.run(lambda conn: conn.execute(
+            "INSERT INTO recordings (thread, data) VALUES (?, ?)", (thread, data)), write=True)
+
+    async def recordings(self, threads: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The recorded model calls of `threads` (None: all); see `Store.recordings`."""
+        def read(conn: sqlite3.Connection) -> list[Any]:
+            if threads is None:
+                return conn.execute("SELECT data FROM recordings ORDER BY id").fetchall()
+            return [r for t in threads for r in conn.execute(
+                "SELECT data FROM recordings WHERE thread = ? ORDER BY id", (t,)).fetchall()]
+
+        return [json.loads(r[0]) for r in await self._db.run(read, write=False)]
 
     async def close(self) -> None:
         """Close this process's connection (the store reopens it if used again)."""

@@ -1,0 +1,147 @@
+"""The shape of a recorded model call: the normalised request it is matched by, and its answer.
+
+Owns `Recording` (one call: the request's content, its streamed deltas with their relative times,
+the whole answer), `request_content` (what a request is matched by: what the model reads, never
+ids or timings), `request_key` and `first_difference`. Imports messages, usage and `base` only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..messages import AssistantMessage, Message, ToolResultMessage, message_from_dict
+from ..usage import TokenCounts
+from .base import ModelRequest, ModelResponse, ReasoningText, StreamItem
+
+__all__ = ["RECORDING_FORMAT", "Recording", "first_difference", "request_content", "request_key"]
+
+RECORDING_FORMAT = 1
+"""Version of a recording's JSON (``"format"`` in each entry)."""
+
+
+def _message_content(message: Message) -> dict[str, Any]:
+    """What the model reads of one message: no call ids (a live model makes new ones), no
+    timings or decisions, the edited-arguments note included."""
+    if isinstance(message, AssistantMessage):
+        data: dict[str, Any] = {"kind": "assistant", "text": message.text or None}
+        if message.tool_calls:
+            data["tool_calls"] = [[c.name, c.args_json] for c in message.tool_calls]
+        return data
+    if isinstance(message, ToolResultMessage):
+        return {"kind": "tool-result", "name": message.name, "content": message.model_text(),
+                "is_error": message.is_error}
+    data = message.to_dict()
+    return data
+
+
+def request_content(request: ModelRequest) -> dict[str, Any]:
+    """A request as plain JSON data, for matching: its messages (`_message_content`), tools,
+    settings and output tool; not its step (matching is by content, not by position)."""
+    return {
+        "messages": [_message_content(m) for m in request.messages],
+        "tools": [dict(t) for t in request.tools],
+        "settings": dict(request.settings),
+        "output_tool": request.output_tool,
+    }
+
+
+def canonical(value: Any) -> str:
+    """Deterministic JSON of `value` (sorted keys; what JSON cannot hold becomes its ``str``)."""
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
+
+
+def request_key(content: dict[str, Any]) -> str:
+    """The hash a request is looked up by (sha256 of its canonical content)."""
+    import hashlib  # not loaded by importing nbagent
+
+    return hashlib.sha256(canonical(content).encode()).hexdigest()
+
+
+@dataclass(slots=True)
+class Recording:
+    """One recorded model call."""
+
+    key: str
+    request: dict[str, Any]
+    """`request_content` of the request."""
+    message: dict[str, Any]
+    """The answer (`AssistantMessage.to_dict`)."""
+    usage: dict[str, Any] = field(default_factory=dict)
+    """The answer's `TokenCounts`, as a dict."""
+    deltas: list[list[Any]] = field(default_factory=list)
+    """The streamed pieces as ``[seconds since the call started, "text" | "reasoning", text]``
+    (empty for a call that was not streamed)."""
+    provider: str = "unknown"
+    model: str = "unknown"
+    """The model name the server reported (else the model's own)."""
+    priced: bool = True
+    thread: str | None = None
+    step: int = 0
+    time: float = 0.0
+    latency_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The recording as JSON data (one line of an exported file)."""
+        return {"format": RECORDING_FORMAT, "key": self.key, "thread": self.thread, "step": self.step,
+                "time": self.time, "latency_s": self.latency_s, "provider": self.provider, "model": self.model,
+                "priced": self.priced, "request": self.request, "message": self.message, "usage": self.usage,
+                "deltas": self.deltas}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Recording:
+        """A recording from `to_dict`'s data (its key recomputed when absent)."""
+        request = data["request"]
+        return cls(data.get("key") or request_key(request), request, data["message"], data.get("usage") or {},
+                   list(data.get("deltas") or []), data.get("provider", "unknown"), data.get("model", "unknown"),
+                   bool(data.get("priced", True)), data.get("thread"), int(data.get("step", 0)),
+                   float(data.get("time", 0.0)), float(data.get("latency_s", 0.0)))
+
+    def response(self) -> ModelResponse:
+        """The recorded answer, as a fresh `ModelResponse` marked `replayed`."""
+        message = message_from_dict(self.message)
+        assert isinstance(message, AssistantMessage)
+        counts = TokenCounts(**{k: v for k, v in self.usage.items() if k in TokenCounts.__slots__})
+        return ModelResponse(message, counts, model=self.model, replayed=True)
+
+    def stream_items(self) -> list[StreamItem]:
+        """The recorded deltas (or the answer's text as one, when none were recorded), then the
+        answer."""
+        items: list[StreamItem] = []
+        for _, kind, text in self.deltas:
+            items.append(ReasoningText(text) if kind == "reasoning" else str(text))
+        if not self.deltas and self.message.get("text"):
+            items.append(str(self.message["text"]))
+        items.append(self.response())
+        return items
+
+
+def _short(value: Any, width: int = 160) -> str:
+    text = canonical(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def first_difference(recorded: dict[str, Any], new: dict[str, Any]) -> str:
+    """Where two `request_content` values first differ, as a sentence people can read."""
+    old_messages, new_messages = recorded["messages"], new["messages"]
+    for i, (old, now) in enumerate(zip(old_messages, new_messages, strict=False)):
+        if old != now:
+            return f"message {i} ({now.get('kind')}) differs: recorded {_short(old)}, now {_short(now)}"
+    if len(old_messages) != len(new_messages):
+        return (f"the recorded request has {len(old_messages)} messages, this one {len(new_messages)}"
+                f" (the first {min(len(old_messages), len(new_messages))} are the same)")
+    for name in ("tools", "settings", "output_tool"):
+        if recorded.get(name) != new.get(name):
+            return f"the {name} differ: recorded {_short(recorded.get(name))}, now {_short(new.get(name))}"
+    return "no difference found"
+
+
+def common_prefix(recorded: dict[str, Any], new: dict[str, Any]) -> int:
+    """How many leading messages two request contents share."""
+    count = 0
+    for old, now in zip(recorded["messages"], new["messages"], strict=False):
+        if old != now:
+            break
+        count += 1
+    return count

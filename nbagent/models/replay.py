@@ -1,0 +1,299 @@
+"""Record a model's calls with the thread, and replay them: no key, no network, no cost.
+
+```python
+from nbagent.models import record, replay, export_recording
+agent = Agent(record(real_model), store="runs.db")            # every call kept with its thread
+agent = Agent(replay("runs.db", thread="t1"))                  # answers from the recording
+agent = Agent(replay("recording.jsonl", then=real_model))      # replay while requests match, then go live
+export_recording(store, "recording.jsonl")                     # JSON Lines, no keys
+```
+
+Owns `RecordingModel`, `ReplayModel`, `record`, `replay`, `export_recording`. The run loop hands
+a recording model each answer with its store and thread (`RecordingModel.keep_recording`); a replayed
+answer is marked (`ModelResponse.replayed`) so its usage row costs 0. Imports messages,
+exceptions, `base`, `_recording` and the store package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..exceptions import ReplayMismatchError, UserError
+from ..store.base import Store
+from ._recording import Recording, common_prefix, first_difference, request_content, request_key
+from .base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem
+
+__all__ = ["RecordingModel", "ReplayModel", "export_recording", "record", "replay"]
+
+
+class _Forwarding(Model):
+    """A model wrapping another, reporting its provider, name, pricing and window."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+
+    @property
+    def provider(self) -> str:  # type: ignore[override]
+        return self.inner.provider
+
+    @property
+    def model_name(self) -> str:  # type: ignore[override]
+        return self.inner.model_name
+
+    @property
+    def priced(self) -> bool:  # type: ignore[override]
+        return self.inner.priced
+
+    @property  # type: ignore[misc]
+    def context_window(self) -> int | None:
+        return self.inner.context_window
+
+
+class RecordingModel(_Forwarding):
+    """`record(model)`: answers with `inner`, and keeps each call (normalised request, streamed
+    deltas with their times, answer, token counts) until the run loop stores it with the thread
+    (`keep_recording`). An answer that failed is not recorded."""
+
+    def __init__(self, inner: Model) -> None:
+        super().__init__(inner)
+        self._pending: dict[int, Recording] = {}
+
+    def _made(self, request: ModelRequest, response: ModelResponse, started: float,
+              deltas: list[list[Any]]) -> None:
+        content = request_content(request)
+        counts = response.usage
+        self._pending[id(response)] = Recording(
+            request_key(content), content, response.message.to_dict(),
+            {"input_tokens": counts.input_tokens, "cache_read_tokens": counts.cache_read_tokens,
+             "cache_write_tokens": counts.cache_write_tokens, "output_tokens": counts.output_tokens,
+             "reasoning_tokens": counts.reasoning_tokens, "reported": counts.reported},
+            deltas, self.inner.provider, response.model or self.inner.model_name, self.inner.priced,
+            step=request.step, time=time.time(), latency_s=time.perf_counter() - started,
+        )
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        started = time.perf_counter()
+        response = await self.inner.request(request)
+        self._made(request, response, started, [])
+        return response
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        started = time.perf_counter()
+        deltas: list[list[Any]] = []
+        async for item in self.inner.request_stream(request):
+            if isinstance(item, ModelResponse):
+                self._made(request, item, started, deltas)
+            elif isinstance(item, str):
+                kind = "reasoning" if isinstance(item, ReasoningText) else "text"
+                deltas.append([round(time.perf_counter() - started, 6), kind, str(item)])
+            yield item
+
+    async def keep_recording(self, store: Store, thread: str, response: ModelResponse) -> None:
+        """Store the recording of `response` with `thread` (the run loop calls this after each
+        answer); nothing for an answer this model did not make."""
+        made = self._pending.pop(id(response), None)
+        if made is None:
+            return
+        made.thread = thread
+        await store.add_recording(thread, made.to_dict())
+
+    def __repr__(self) -> str:
+        return f"record({self.inner!r})"
+
+
+def record(model: Model) -> RecordingModel:
+    """`model`, with each of its calls stored with the thread in the agent's store (see
+    `nbagent.models.replay`): ``Agent(record(real_model), store="runs.db")``."""
+    if not isinstance(model, Model):
+        raise UserError(f"record() takes a Model, got {type(model).__name__}")
+    return RecordingModel(model)
+
+
+class ReplayModel(Model):
+    """`replay(...)`: answers each request from the recorded call with the same content.
+
+    Requests are matched by content (`request_content`: messages, tools, settings; not call ids,
+    steps or timings), so the order of calls does not matter; a request recorded several times
+    gets its recorded answers in turn. A request with no recording raises `ReplayMismatchError`
+    naming its first difference from the closest recorded request, unless `then` is set: from
+    that request on, `then` answers (live). Nothing is sent anywhere while replaying.
+    """
+
+    def __init__(self, recordings: Iterable[Recording], *, then: Model | None = None,
+                 timing: bool = False, source: str = "a recording") -> None:
+        self.recordings = list(recordings)
+        self.then = then
+        self.timing = timing
+        self.source = source
+        self.live = False
+        """True once a request did not match and `then` took over."""
+        self.replayed = 0
+        """How many requests were answered from the recording."""
+        self._index: dict[str, list[Recording]] = {}
+        for entry in self.recordings:
+            self._index.setdefault(entry.key, []).append(entry)
+        self._used: dict[str, int] = {}
+        self._first = self.recordings[0] if self.recordings else None
+
+    # The recorded model's provider, name and pricing while replaying; `then`'s once live.
+    @property
+    def provider(self) -> str:  # type: ignore[override]
+        if self.then is not None and (self.live or self._first is None):
+            return self.then.provider
+        return self._first.provider if self._first else "replay"
+
+    @property
+    def model_name(self) -> str:  # type: ignore[override]
+        if self.then is not None and (self.live or self._first is None):
+            return self.then.model_name
+        return self._first.model if self._first else "replay"
+
+    @property
+    def priced(self) -> bool:  # type: ignore[override]
+        if self.then is not None and (self.live or self._first is None):
+            return self.then.priced
+        return self._first.priced if self._first else False
+
+    def _default_context_window(self) -> int | None:
+        return self.then.context_window if self.then is not None else None
+
+    def _find(self, request: ModelRequest) -> Recording | None:
+        """The recording answering `request`; None when `then` goes live. Raises
+        `ReplayMismatchError` when nothing matches and there is no `then`."""
+        if self.live:
+            return None
+        content = request_content(request)
+        key = request_key(content)
+        found = self._index.get(key)
+        if found:
+            used = self._used.get(key, 0)
+            self._used[key] = used + 1
+            self.replayed += 1
+            return found[min(used, len(found) - 1)]
+        if self.then is not None:
+            self.live = True
+            return None
+        raise ReplayMismatchError(self._mismatch(content), provider="replay")
+
+    def _mismatch(self, content: dict[str, Any]) -> str:
+        if not self.recordings:
+            return f"{self.source} holds no recorded model call to answer this request with"
+        closest = max(self.recordings, key=lambda r: common_prefix(r.request, content))
+        return (f"no recorded model call in {self.source} matches this request (step {closest.step} of "
+                f"thread {closest.thread!r} is the closest): {first_difference(closest.request, content)}")
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        found = self._find(request)
+        if found is None:
+            assert self.then is not None
+            return await self.then.request(request)
+        return found.response()
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        found = self._find(request)
+        if found is None:
+            assert self.then is not None
+            async for item in self.then.request_stream(request):
+                yield item
+            return
+        clock = time.perf_counter()
+        times = [d[0] for d in found.deltas]
+        for i, item in enumerate(found.stream_items()):
+            if self.timing and i < len(times):
+                import asyncio  # only when pacing: importing nbagent loads no asyncio
+
+                await asyncio.sleep(max(0.0, times[i] - (time.perf_counter() - clock)))
+            yield item
+
+    async def keep_recording(self, store: Store, thread: str, response: ModelResponse) -> None:
+        """Pass a live answer on to `then` when it records (``then=record(real_model)``)."""
+        keep = getattr(self.then, "keep_recording", None)
+        if keep is not None and not response.replayed:
+            await keep(store, thread, response)
+
+    def __repr__(self) -> str:
+        return f"replay({self.source}, {len(self.recordings)} calls{', then=' + repr(self.then) if self.then else ''})"
+
+
+def _read_jsonl(path: Path) -> list[Recording]:
+    entries = []
+    with path.open(encoding="utf-8") as file:
+        for number, line in enumerate(file, 1):
+            if not line.strip():
+                continue
+            try:
+                entries.append(Recording.from_dict(json.loads(line)))
+            except (ValueError, KeyError, TypeError) as exc:
+                raise UserError(f"{path}, line {number}: not a recorded model call ({exc})") from None
+    return entries
+
+
+def _run_sync(make: Any) -> Any:
+    from .._sync import run_sync
+
+    return run_sync(make)
+
+
+def load_recordings(source: Store | str | os.PathLike[str], threads: Sequence[str] | None = None) -> list[Recording]:
+    """The recorded calls of `source` (a store, a store path or URL, or a ``.jsonl`` file), of
+    `threads` only when given."""
+    if isinstance(source, Store):
+        rows = _run_sync(lambda: source.recordings(threads))
+        return [Recording.from_dict(r) for r in rows]
+    text = os.fspath(source)
+    if text.endswith((".jsonl", ".ndjson")):
+        entries = _read_jsonl(Path(text).expanduser())
+        return entries if threads is None else [e for e in entries if e.thread in set(threads)]
+    from ..store import open_store
+
+    store = open_store(text)
+    try:
+        return load_recordings(store, threads)
+    finally:
+        _run_sync(store.close)
+
+
+def replay(
+    source: Store | str | os.PathLike[str],
+    thread: str | Sequence[str] | None = None,
+    *,
+    then: Model | None = None,
+    timing: bool = False,
+) -> ReplayModel:
+    """A model answering from recorded calls (`record`): no key, no network, no cost.
+
+    Args:
+        source: a store (or its path or URL) holding recordings, or a ``.jsonl`` file that
+            `export_recording` wrote. Only read: a replayed run writes to its agent's own store.
+        thread: the recorded thread (or threads) to answer from; None: every recording.
+        then: the model that answers from the first request that matches no recording on
+            (go live); None: such a request fails the run with `ReplayMismatchError`.
+        timing: True to stream the recorded deltas at their recorded pace (default: at once).
+
+    The usage rows of replayed calls are marked ``replayed`` and cost 0; ``recorded_cost`` keeps
+    what the recorded call cost.
+    """
+    threads = [thread] if isinstance(thread, str) else (list(thread) if thread is not None else None)
+    entries = load_recordings(source, threads)
+    label = repr(source) if isinstance(source, Store) else repr(os.fspath(source))
+    if thread is not None and not entries:
+        raise UserError(f"{label} holds no recorded model call of thread {thread!r}")
+    return ReplayModel(entries, then=then, timing=timing, source=label)
+
+
+def export_recording(source: Store | str | os.PathLike[str], path: str | os.PathLike[str],
+                     threads: Sequence[str] | None = None) -> int:
+    """Write the recorded calls of `source` (of `threads`, None: all) to a JSON Lines file that
+    `replay` reads; returns how many were written. The file holds requests and answers only:
+    no keys, headers or URLs."""
+    entries = load_recordings(source, threads)
+    target = Path(path).expanduser()
+    with target.open("w", encoding="utf-8") as file:
+        for entry in entries:
+            file.write(json.dumps(entry.to_dict(), ensure_ascii=False, default=str) + "\n")
+    return len(entries)

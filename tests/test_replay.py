@@ -1,0 +1,213 @@
+"""Record and replay (`nbagent.models.record` / `replay`, issue #29): a recorded run replayed with
+no model answers the same, for free; a changed request fails naming its first difference, or
+goes live with ``then=``; recordings live in every store and export to JSON Lines without keys."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nbagent import Agent, tool
+from nbagent.exceptions import ReplayMismatchError, UserError
+from nbagent.messages import ToolResultMessage
+from nbagent.models import (
+    FunctionModel,
+    ReplayModel,
+    ScriptedModel,
+    auto,
+    export_recording,
+    record,
+    replay,
+    tool_call,
+)
+from nbagent.store import MemoryStore, PostgresStore, SQLiteStore, Store
+from tests.wire.scripted_server import ScriptedServer
+
+ROOT = Path(__file__).resolve().parents[1]
+KINDS = [
+    pytest.param("memory", id="memory"),
+    pytest.param("sqlite", id="sqlite"),
+    pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
+]
+
+WEATHER = {"Paris": "sunny", "Oslo": "snow"}
+
+
+@tool
+def weather(city: str) -> str:
+    """The weather in a city."""
+    return WEATHER.get(city, "unknown")
+
+
+def script(steps: int = 3) -> ScriptedModel:
+    """Tool calls for steps 1 .. steps-1, then a text answer."""
+    calls: list[Any] = [tool_call("weather", city="Paris" if i % 2 else "Oslo") for i in range(1, steps)]
+    model = ScriptedModel([*calls, "Paris is sunny, Oslo has snow."], model_name="gpt-4.1-mini")
+    model.provider = "openai"  # priced like gpt-4.1-mini, so the recorded cost is known
+    return model
+
+
+def open_store(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Store:
+    if kind == "memory":
+        return MemoryStore()
+    if kind == "sqlite":
+        return SQLiteStore(tmp_path / "threads.db")
+    return PostgresStore(request.getfixturevalue("postgres_url"), schema=request.getfixturevalue("pg_schema"))
+
+
+def visible(messages: list[Any]) -> list[dict[str, Any]]:
+    """Messages as dicts without timings (a tool's duration differs between two runs)."""
+    out = []
+    for m in messages:
+        data = m.to_dict()
+        data.pop("duration_s", None)
+        out.append(data)
+    return out
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_replay_answers_like_the_recording_for_free(kind: str, request: pytest.FixtureRequest,
+                                                          tmp_path: Path) -> None:
+    store = open_store(kind, request, tmp_path)
+    live = script()
+    first = await Agent(record(live), tools=[weather], store=store).run("Weather?", thread="t1")
+    assert first.status == "completed" and len(live.requests) == 3
+    assert len(await store.recordings(["t1"])) == 3
+
+    model = replay(store, thread="t1")
+    again = await Agent(model, tools=[weather], store=store).run("Weather?", thread="t2")
+    assert again.output == first.output
+    assert visible(again.messages) == visible(first.messages)
+    assert model.replayed == 3
+    rows = again.usage.calls
+    assert [r.replayed for r in rows] == [True] * 3
+    assert all(r.cost_total == 0 for r in rows)
+    assert [r.recorded_cost for r in rows] == [r.cost_total for r in first.usage.calls]
+    assert all(r.recorded_cost and r.recorded_cost > 0 for r in rows)
+    assert [r.input_tokens for r in rows] == [r.input_tokens for r in first.usage.calls]
+    stored = await store.load("t2")  # the flags and the recorded cost survive the store
+    assert stored is not None
+    assert [(r.replayed, r.cost_total, r.recorded_cost) for r in stored.usage] == [
+        (True, 0.0, r.cost_total) for r in first.usage.calls]
+    original = await store.load("t1")
+    assert original is not None and not any(r.replayed for r in original.usage)
+    await store.close()
+
+
+async def test_streamed_deltas_are_recorded_and_replayed() -> None:
+    store = MemoryStore()
+    agent = Agent(record(FunctionModel(lambda m, r: "one two three")), store=store)
+    live = [e.delta async for e in agent.stream("hi", thread="s") if e.kind == "text-delta"]
+    (entry,) = await store.recordings(["s"])
+    assert [d[2] for d in entry["deltas"]] == live == ["one", " two", " three"]
+    assert all(isinstance(d[0], float) for d in entry["deltas"])
+    replayed = Agent(replay(store, thread="s"))
+    again = [e.delta async for e in replayed.stream("hi") if e.kind == "text-delta"]
+    assert again == live
+
+
+async def test_a_changed_request_fails_naming_the_first_difference() -> None:
+    store = MemoryStore()
+    await Agent(record(script()), tools=[weather], store=store).run("Weather?", thread="t1")
+    result = await Agent(replay(store, thread="t1"), tools=[weather]).run("Weather in Rome?")
+    assert result.status == "failed"
+    assert isinstance(result.exception, ReplayMismatchError)
+    assert "message 0 (user) differs" in result.error  # type: ignore[operator]
+    assert "Weather in Rome?" in result.error  # type: ignore[operator]
+    assert "Weather?" in result.error  # type: ignore[operator]
+
+
+async def test_then_goes_live_at_exactly_the_first_mismatch(monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MemoryStore()
+    first = await Agent(record(script(4)), tools=[weather], store=store).run("Weather?", thread="t1")
+    assert first.steps == 4
+    monkeypatch.setitem(WEATHER, "Oslo", "rain")  # step 2's tool result changes: step 3 asks anew
+    live = FunctionModel(lambda m, r: "live answer")
+    model = replay(store, thread="t1", then=live)
+    result = await Agent(model, tools=[weather]).run("Weather?")
+    assert result.status == "completed"
+    assert model.replayed == 2 and model.live
+    assert [r.step for r in live.requests] == [3]
+    assert result.output == "live answer"
+    assert [r.replayed for r in result.usage.calls] == [True, True, False]
+
+
+async def test_go_live_from_step_3_of_6_calls_the_model_for_steps_3_to_6_only() -> None:
+    store = MemoryStore()
+    recorded = await Agent(record(script(6)), tools=[weather], store=store).run("Weather?", thread="t1")
+    assert recorded.steps == 6
+    agent = Agent(replay(store, thread="t1", then=script(6)), tools=[weather], store=store)
+    live = agent.model.then  # type: ignore[attr-defined]
+    live.position = 2  # the live model continues the script from step 3
+    fork = await agent.fork("t1", at_step=2, edit="fog")  # step 2's tool result, edited
+    result = await agent.resume(thread=fork)
+    assert result.status == "completed"
+    assert [r.step for r in live.requests] == [3, 4, 5, 6]
+    fork_messages = (await store.load(fork)).messages  # type: ignore[union-attr]
+    assert any(isinstance(m, ToolResultMessage) and m.content == "fog" for m in fork_messages)
+
+
+async def test_matching_is_by_content_not_position() -> None:
+    store = MemoryStore()
+    a = Agent(record(FunctionModel(lambda m, r: "answer to " + m[-1].content)), store=store)  # type: ignore[union-attr]
+    await a.run("first", thread="a")
+    await a.run("second", thread="b")
+    model = replay(store)
+    agent = Agent(model)
+    assert (await agent.run("second")).output == "answer to second"
+    assert (await agent.run("first")).output == "answer to first"
+
+
+def test_export_holds_no_key_and_replays_in_another_process(tmp_path: Path) -> None:
+    secret = "sk-test-very-secret-0123456789"
+    store = SQLiteStore(tmp_path / "threads.db")
+    with ScriptedServer() as server:
+        from nbagent.models import OpenAIModel
+
+        real = OpenAIModel("scripted", base_url=server.base_url, api_key=secret)
+        agent = Agent(record(real), tools=[weather], store=store, prices={"scripted": {"input": 1, "output": 2}})
+        first = agent.run_sync("Paris", thread="web")
+        asked = server.requests_for("Paris")
+    assert first.status == "completed" and asked == 2
+    path = tmp_path / "recording.jsonl"
+    assert export_recording(store, path) == 2
+    text = path.read_text()
+    assert secret not in text and "Authorization" not in text and server.base_url not in text
+    assert [json.loads(line)["thread"] for line in text.splitlines()] == ["web", "web"]
+    # Another process, the server gone: the recording answers the same run.
+    code = (
+        "import sys; from nbagent import Agent, tool\n"
+        "from nbagent.models import auto\n"
+        "@tool\ndef weather(city: str) -> str:\n    '''The weather in a city.'''\n"
+        "    return {'Paris': 'sunny', 'Oslo': 'snow'}.get(city, 'unknown')\n"
+        "r = Agent(auto(), tools=[weather]).run_sync('Paris')\n"
+        "print(r.status, '|', r.output, '|', [u.replayed for u in r.usage.calls])\n"
+    )
+    env = {"NBAGENT_REPLAY": str(path), "PATH": "/usr/bin:/bin", "NBAGENT_STORE": str(tmp_path / "other.db")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    assert out.strip() == f"completed | {first.output} | [True, True]"
+
+
+def test_auto_replays_what_nbagent_replay_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    store = SQLiteStore(tmp_path / "rec.db")
+    Agent(record(FunctionModel(lambda m, r: "hello")), store=store).run_sync("hi", thread="x")
+    monkeypatch.setenv("NBAGENT_REPLAY", str(tmp_path / "rec.db"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")
+    model = auto()
+    assert isinstance(model, ReplayModel) and len(model.recordings) == 1
+    assert Agent(model).run_sync("hi").output == "hello"
+
+
+def test_replay_of_an_unknown_thread_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(UserError, match="no recorded model call of thread 'nope'"):
+        replay(MemoryStore(), thread="nope")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text("{not json}\n")
+    with pytest.raises(UserError, match="line 1"):
+        replay(bad)
