@@ -167,3 +167,11 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(__all__)
+
+
+def load_ipython_extension(ipython: Any) -> None:
+    """``%load_ext nbagent``: register the ``%%agent`` and ``%agent`` magics (see
+    `nbagent.notebook`; IPython is loaded only now)."""
+    from .notebook import load_ipython_extension as register
+
+    register(ipython)

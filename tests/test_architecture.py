@@ -47,6 +47,7 @@ EDGE_LAYER = 5
 ALLOWED_UPWARD = {
     ("nbagent", "__getattr__"),                     # nbagent.usage_frame & co. load the pandas edge on first use
     ("nbagent.agent", "Agent.chat"),                # agent.chat() shows the view
+    ("nbagent", "load_ipython_extension"),          # %load_ext nbagent registers the notebook magics
     ("nbagent.agent", "Agent.map"),                 # agent.map() runs a batch into a DataFrame
     ("nbagent.agent", "Agent.evaluate"),            # agent.evaluate() scores a batch (nbagent.evals)
     ("nbagent.agent", "Agent.estimate"),            # agent.estimate() forecasts a batch (nbagent.evals)

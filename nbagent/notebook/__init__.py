@@ -1,0 +1,29 @@
+"""The notebook as context: ``%%agent`` / ``%agent`` magics and variables as capped summaries.
+
+``%load_ext nbagent`` (or ``import nbagent.notebook`` inside IPython) registers the magics; see
+docs/notebook.md. This edge imports IPython only when the magics are registered.
+"""
+
+from __future__ import annotations
+
+from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
+from ._magics import AgentMagics, load_ipython_extension, magics_of
+
+__all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "interpolate", "load_ipython_extension",
+           "magics_of", "summarize"]
+
+
+def _register_in_running_shell() -> None:
+    """Register the magics in the IPython shell that imports this module, if there is one."""
+    import sys
+
+    if "IPython" not in sys.modules:
+        return
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is not None:
+        load_ipython_extension(shell)
+
+
+_register_in_running_shell()

@@ -1,0 +1,131 @@
+"""The ``%%agent`` and ``%agent`` magics (registered by `load_ipython_extension`)."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from typing import Any
+
+from ..agent import Agent
+from ..exceptions import UserError
+from ._context import cap_for, interpolate
+
+__all__ = ["AgentMagics", "load_ipython_extension", "magics_of"]
+
+_USAGE = "%%agent [--agent NAME] [--thread T] [--model M] [--new]"
+
+
+def _options(line: str) -> dict[str, Any]:
+    """The magic line's options."""
+    options: dict[str, Any] = {"agent": None, "thread": None, "model": None, "new": False}
+    words = shlex.split(line)
+    rest: list[str] = []
+    while words:
+        word = words.pop(0)
+        if word == "--new":
+            options["new"] = True
+        elif word in ("--agent", "--thread", "--model"):
+            if not words:
+                raise UserError(f"{word} needs a value: {_USAGE}")
+            options[word[2:]] = words.pop(0)
+        elif word.startswith("--"):
+            raise UserError(f"unknown option {word}: {_USAGE}")
+        else:
+            rest.append(word)
+    options["prompt"] = " ".join(rest)
+    return options
+
+
+class AgentMagics:
+    """The state behind the magics of one IPython shell: the default agents, each agent's current
+    thread and each cell's exception (for ``{Err[n]}``).
+
+    Attributes:
+        shell: the IPython shell.
+        threads: the thread each agent's next cell continues, by ``id(agent)``.
+        errors: the exception each cell raised, by execution count.
+        last: the view (in a kernel) or `RunResult` (elsewhere) of the last magic.
+    """
+
+    def __init__(self, shell: Any) -> None:
+        self.shell = shell
+        self.threads: dict[int, str] = {}
+        self.errors: dict[int, BaseException] = {}
+        self.last: Any = None
+        self._defaults: dict[str, Agent] = {}
+
+    def record_error(self, result: Any) -> None:
+        """IPython's ``post_run_cell`` hook: keep the cell's exception for ``{Err[n]}``."""
+        error = getattr(result, "error_in_exec", None) or getattr(result, "error_before_exec", None)
+        count = getattr(result, "execution_count", None)
+        if error is not None and count is not None:
+            self.errors[count] = error
+
+    def _agent(self, name: str | None, model: str | None) -> Agent:
+        namespace = self.shell.user_ns
+        if name is not None:
+            agent = namespace.get(name)
+            if not isinstance(agent, Agent):
+                raise UserError(f"--agent {name}: no Agent named {name!r} in the notebook")
+            return agent
+        key = model or ""
+        if key not in self._defaults:
+            chosen: Any
+            if model is None:
+                from ..models import auto
+
+                chosen = auto()
+            else:  # a Model in the notebook, or a model name (``--model openai:gpt-4o``)
+                chosen = namespace.get(model, model)
+            self._defaults[key] = Agent(chosen, name="notebook")
+        return self._defaults[key]
+
+    def _last_error(self) -> BaseException | None:
+        return self.errors[max(self.errors)] if self.errors else None
+
+    def run(self, line: str, cell: str | None = None) -> Any:
+        """Run one magic: the cell body (or the rest of the line) is the prompt."""
+        options = _options(line)
+        text = (cell if cell is not None else options["prompt"]).strip()
+        if not text.strip():
+            raise UserError(f"the prompt is empty: {_USAGE}")
+        agent = self._agent(options["agent"], options["model"])
+        prompt = interpolate(text, self.shell.user_ns, cap=cap_for(agent.model),
+                             errors=self.errors, last_error=self._last_error())
+        thread = options["thread"] or (None if options["new"] else self.threads.get(id(agent)))
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:  # a plain shell: run to the end
+            result = agent.run_sync(prompt, thread=thread)
+            self.threads[id(agent)] = result.thread
+            self.last = result
+            return result
+        view = agent.chat(thread=thread)  # a kernel: a background run behind the view
+        self.threads[id(agent)] = view.thread
+        view.ask(prompt)
+        self.last = view
+        return view
+
+
+_SHELLS: dict[int, AgentMagics] = {}
+
+
+def magics_of(ipython: Any) -> AgentMagics | None:
+    """The `AgentMagics` registered in `ipython`, or None."""
+    return _SHELLS.get(id(ipython))
+
+
+def load_ipython_extension(ipython: Any) -> AgentMagics:
+    """Register ``%%agent`` and ``%agent`` in `ipython` (``%load_ext nbagent``); a second call
+    keeps the first registration. Returns the magics' state."""
+    magics = _SHELLS.get(id(ipython))
+    if magics is None:
+        magics = _SHELLS[id(ipython)] = AgentMagics(ipython)
+
+        def agent(line: str, cell: str | None = None) -> Any:
+            return magics.run(line, cell)
+
+        agent._ipython_magic_no_var_expand = True  # type: ignore[attr-defined]  # {x} is ours, not IPython's
+        ipython.register_magic_function(agent, "line_cell", "agent")
+        ipython.events.register("post_run_cell", magics.record_error)
+    return magics
