@@ -29,7 +29,7 @@ threshold and the same number of messages kept. The server writes both summaries
    no switch for the gauge, so "not" is this bench replacing, for its arm only, the per-request
    estimate by part (``nbagent._run.window.request_parts``) by a constant and ``Window.observe``
    (the `ContextUsage`, the parts scaled to the reported count, the usage row's JSON) by
-   ``None``. Arms alternate in blocks; the figure is the median over blocks of (on / off - 1)
+   ``None``. The arms alternate run by run; the figure is the median over blocks of (on / off - 1)
    (goal <= 5 %). A second pass times those functions (and ``ContextUsage.to_json``) directly
    inside S1 runs, and a third compares on / off per turn in a 100-turn session with no compaction
    (an instant in-process model, a 1M window), where the thread grows to ~400 messages.
@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import logging
@@ -420,45 +421,45 @@ async def s1_block(fn: Any, expected: str, runs: int) -> float:
 
 
 async def part_gauge(blocks: int, runs: int, sessions: int) -> dict[str, Any]:
-    """Part 2: S1 with the gauge computed vs not, alternating blocks; then the gauge's own time."""
+    """Part 2: S1 with the gauge computed vs not, the arms alternating run by run (the patch is
+    applied between runs, outside the timing); per block of `runs` pairs, the median of each arm.
+    Then the gauge's own functions timed, and the 100-turn session."""
     fn, expected = s1_runner()
     for _ in range(3):  # warm both paths
         await s1_block(fn, expected, 50)
         with gauge_off():
             await s1_block(fn, expected, 50)
     on, off, ratios = [], [], []
-    for i in range(blocks):
-        pair: dict[str, float] = {}
-        for arm in (("on", "off") if i % 2 == 0 else ("off", "on")):
-            if arm == "off":
-                with gauge_off():
-                    pair[arm] = await s1_block(fn, expected, runs)
-            else:
-                pair[arm] = await s1_block(fn, expected, runs)
-        on.append(pair["on"])
-        off.append(pair["off"])
-        ratios.append(pair["on"] / pair["off"] - 1)
-    direct = await gauge_direct(fn, expected, runs * 2)
+    for _ in range(blocks):
+        times: dict[bool, list[int]] = {True: [], False: []}
+        gc.collect()
+        for i in range(2 * runs):
+            gauge = i % 4 in (0, 3)  # on, off, off, on, ...: neither arm always goes first
+            with contextlib.nullcontext() if gauge else gauge_off():
+                t0 = time.process_time_ns()
+                out = await fn()
+                times[gauge].append(time.process_time_ns() - t0)
+            assert out.text == expected, out.text
+        on.append(statistics.median(times[True]) / 1e3)
+        off.append(statistics.median(times[False]) / 1e3)
+        ratios.append(on[-1] / off[-1] - 1)
+    direct = await gauge_direct(fn, expected, runs * 5)
     return {"on_us": on, "off_us": off, "overhead": ratios, "direct": direct, "long": await gauge_long(sessions)}
 
 
 async def gauge_long(sessions: int) -> dict[str, Any]:
     """The gauge on/off in the 100-turn session with an instant in-process model and no compaction
-    (1M window: the thread grows to ~400 messages): per session pair, the median over turns of
-    on / off - 1, and the same over turns 91-100."""
-    await fake_session("nbagent", False)
-    with gauge_off():
-        await fake_session("nbagent", False)
+    (1M window: the thread grows to ~400 messages), two sessions side by side, their turns
+    alternating: per session pair, the median over turns of on / off - 1, and over turns 91-100."""
     all_turns, late, on_late = [], [], []
-    for i in range(sessions):
-        pair = {}
-        for on in ((True, False) if i % 2 == 0 else (False, True)):
-            gc.collect()
-            if on:
-                pair[on] = await fake_session("nbagent", False)
-            else:
-                with gauge_off():
-                    pair[on] = await fake_session("nbagent", False)
+    for _ in range(sessions):
+        gauge, plain = FakeSession("nbagent", False), FakeSession("nbagent", False)
+        pair: dict[bool, list[int]] = {True: [], False: []}
+        gc.collect()
+        for turn in range(1, TURNS + 1):
+            for on in ((True, False) if turn % 2 else (False, True)):
+                with contextlib.nullcontext() if on else gauge_off():
+                    pair[on].append(await (gauge if on else plain).turn(turn))
         ratios = [a / b - 1 for a, b in zip(pair[True], pair[False], strict=True)]
         all_turns.append(statistics.median(ratios))
         late.append(statistics.median(ratios[-10:]))
@@ -477,11 +478,11 @@ async def gauge_direct(fn: Any, expected: str, runs: int) -> dict[str, Any]:
 
     def timing(index: int, f: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            t0 = time.perf_counter_ns()
+            t0 = thread_ns()
             try:
                 return f(*args, **kwargs)
             finally:
-                spent[index] += time.perf_counter_ns() - t0
+                spent[index] += thread_ns() - t0
         return timed
 
     with patched(window, "request_parts", timing(0, window.request_parts)), \
@@ -588,43 +589,49 @@ def fake_langchain(compaction: bool) -> Any:
     return create_agent(chat, tools=[lc_get_rows], middleware=middleware, checkpointer=InMemorySaver())
 
 
-async def fake_session(name: str, compaction: bool) -> list[int]:
-    """CPU time of each of `TURNS` turns of one never-compacting session."""
-    out = []
-    if name == "nbagent":
-        agent, thread = fake_nbagent(compaction), None
-        for turn in range(1, TURNS + 1):
+class FakeSession:
+    """A never-compacting session on an instant in-process model, turn by turn."""
+
+    def __init__(self, name: str, compaction: bool) -> None:
+        self.name = name
+        self.agent = fake_nbagent(compaction) if name == "nbagent" else fake_langchain(compaction)
+        self.thread: Any = None
+
+    async def turn(self, turn: int) -> int:
+        """Run `turn`; its CPU time (this thread), in ns."""
+        if self.name == "nbagent":
             t0 = thread_ns()
-            result = await agent.run(prompt(turn), thread=thread)
-            out.append(thread_ns() - t0)
+            result = await self.agent.run(prompt(turn), thread=self.thread)
+            spent = thread_ns() - t0
             assert result.status == "completed" and result.output == "turn done", result.error
-            thread = result.thread
-        return out
-    agent = fake_langchain(compaction)
-    config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 1000}
-    for turn in range(1, TURNS + 1):
+            self.thread = result.thread
+            return spent
+        config = {"configurable": {"thread_id": "bench"}, "recursion_limit": 1000}
         t0 = thread_ns()
-        state = await agent.ainvoke({"messages": [{"role": "user", "content": prompt(turn)}]}, config=config)
-        out.append(thread_ns() - t0)
+        state = await self.agent.ainvoke({"messages": [{"role": "user", "content": prompt(turn)}]}, config=config)
+        spent = thread_ns() - t0
         assert state["messages"][-1].content == "turn done"
-    return out
+        return spent
 
 
 async def check_ab(sessions: int) -> dict[str, Any]:
     """What configuring compaction costs a turn when it never triggers (1M-token window, instant
-    in-process models): per turn, the CPU with compaction configured less without, the same turn of
-    sessions run one after the other; the median over turns, per session pair."""
-    for name in ("nbagent", "langchain"):  # warm
-        for on in (False, True):
-            await fake_session(name, on)
+    in-process models): two sessions side by side, with and without, their turns alternating;
+    per turn the CPU with less without, the median over turns, per session pair."""
     out: dict[str, Any] = {}
     for name in ("nbagent", "langchain"):
+        warm_on, warm_off = FakeSession(name, True), FakeSession(name, False)
+        for turn in range(1, 11):
+            await warm_on.turn(turn)
+            await warm_off.turn(turn)
         added, base = [], []
-        for i in range(sessions):
-            pair = {}
-            for on in ((False, True) if i % 2 == 0 else (True, False)):
-                gc.collect()
-                pair[on] = await fake_session(name, on)
+        for _ in range(sessions):
+            with_it, without = FakeSession(name, True), FakeSession(name, False)
+            pair: dict[bool, list[int]] = {True: [], False: []}
+            gc.collect()
+            for turn in range(1, TURNS + 1):
+                for on in ((True, False) if turn % 2 else (False, True)):
+                    pair[on].append(await (with_it if on else without).turn(turn))
             added.append(statistics.median((a - b) / 1e3 for a, b in zip(pair[True], pair[False], strict=True)))
             base.append(statistics.median(b / 1e3 for b in pair[False]))
         out[name] = {"added_us": added, "turn_us": base}
@@ -666,10 +673,10 @@ def report(results: dict[str, Any]) -> str:
         on = statistics.median(gauge["on_us"])
         gauge_us = d["request_parts_us"] + d["observe_us"] + d["to_json_us"]
         lines += ["### 2. The gauge's cost in S1 (`MemoryStore`), CPU per run", "",
-                  "| | median over blocks (min-max) |", "|---|---:|",
+                  "| | median over blocks of interleaved runs (min-max) |", "|---|---:|",
                   f"| gauge computed | {spread(gauge['on_us'])} µs |",
                   f"| gauge not computed | {spread(gauge['off_us'])} µs |",
-                  f"| on / off - 1 (per block pair) | {spread([100 * r for r in gauge['overhead']], '{:+.1f}')} % |",
+                  f"| on / off - 1 (per block) | {spread([100 * r for r in gauge['overhead']], '{:+.1f}')} % |",
                   f"| `request_parts` + `Window.observe` + `ContextUsage.to_json`, timed inside S1 (2 calls each) | "
                   f"{gauge_us:.1f} µs a run ({d['request_parts_us']:.1f} + {d['observe_us']:.1f} + "
                   f"{d['to_json_us']:.1f}), {100 * gauge_us / on:.1f} % of S1 with the gauge |"]
