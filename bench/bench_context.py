@@ -30,7 +30,7 @@ threshold and the same number of messages kept. The server writes both summaries
    estimate by part (``nbagent._run.window.request_parts``) by a constant and ``Window.observe``
    (the `ContextUsage`, the parts scaled to the reported count, the usage row's JSON) by
    ``None``. The arms alternate run by run; the figure is the median over blocks of (on / off - 1)
-   (goal <= 5 %). A second pass times those functions (and ``ContextUsage.to_json``) directly
+   (goal <= 5 %). A second pass times those functions (and ``Window.row_context``) directly
    inside S1 runs, and a third compares on / off per turn in a 100-turn session with no compaction
    (an instant in-process model, a 1M window), where the thread grows to ~400 messages.
 3. Compaction overhead per turn, excluding the summary call: CPU time of this thread (the server's
@@ -469,11 +469,12 @@ async def gauge_long(sessions: int) -> dict[str, Any]:
 
 async def gauge_direct(fn: Any, expected: str, runs: int) -> dict[str, Any]:
     """The gauge's functions timed inside S1 runs: ``request_parts`` (each request's estimate by
-    part), ``Window.observe`` (the `ContextUsage`) and ``ContextUsage.to_json`` (the usage row's
-    copy)."""
+    part), ``Window.observe`` (the `ContextUsage`) and the usage row's JSON copy of it
+    (``Window.row_context``; ``ContextUsage.to_json`` in versions before it)."""
     from nbagent._run import window
     from nbagent.context import ContextUsage
 
+    row_json = (window.Window, "row_context") if hasattr(window.Window, "row_context") else (ContextUsage, "to_json")
     spent = [0, 0, 0]
 
     def timing(index: int, f: Callable[..., Any]) -> Callable[..., Any]:
@@ -487,12 +488,13 @@ async def gauge_direct(fn: Any, expected: str, runs: int) -> dict[str, Any]:
 
     with patched(window, "request_parts", timing(0, window.request_parts)), \
             patched(window.Window, "observe", timing(1, window.Window.observe)), \
-            patched(ContextUsage, "to_json", timing(2, ContextUsage.to_json)):
+            patched(*row_json, timing(2, getattr(*row_json))):
         await s1_block(fn, expected, 50)
         spent[:] = [0, 0, 0]
         per_run = await s1_block(fn, expected, runs)
     return {"request_parts_us": spent[0] / runs / 1e3, "observe_us": spent[1] / runs / 1e3,
-            "to_json_us": spent[2] / runs / 1e3, "s1_us_instrumented": per_run, "runs": runs}
+            "row_json_us": spent[2] / runs / 1e3, "row_json": ".".join((row_json[0].__name__, row_json[1])),
+            "s1_us_instrumented": per_run, "runs": runs}
 
 
 # ------------------------------------------------------------------------------------------ part 3
@@ -671,15 +673,15 @@ def report(results: dict[str, Any]) -> str:
     if gauge:
         d = gauge["direct"]
         on = statistics.median(gauge["on_us"])
-        gauge_us = d["request_parts_us"] + d["observe_us"] + d["to_json_us"]
+        gauge_us = d["request_parts_us"] + d["observe_us"] + d["row_json_us"]
         lines += ["### 2. The gauge's cost in S1 (`MemoryStore`), CPU per run", "",
                   "| | median over blocks of interleaved runs (min-max) |", "|---|---:|",
                   f"| gauge computed | {spread(gauge['on_us'])} µs |",
                   f"| gauge not computed | {spread(gauge['off_us'])} µs |",
                   f"| on / off - 1 (per block) | {spread([100 * r for r in gauge['overhead']], '{:+.1f}')} % |",
-                  f"| `request_parts` + `Window.observe` + `ContextUsage.to_json`, timed inside S1 (2 calls each) | "
+                  f"| `request_parts` + `Window.observe` + `{d['row_json']}`, timed inside S1 (2 calls each) | "
                   f"{gauge_us:.1f} µs a run ({d['request_parts_us']:.1f} + {d['observe_us']:.1f} + "
-                  f"{d['to_json_us']:.1f}), {100 * gauge_us / on:.1f} % of S1 with the gauge |"]
+                  f"{d['row_json_us']:.1f}), {100 * gauge_us / on:.1f} % of S1 with the gauge |"]
         long = gauge["long"]
         lines += [f"| on / off - 1 in a 100-turn session, no compaction (1M window, instant model), median turn "
                   f"| {spread([100 * r for r in long['overhead']], '{:+.1f}')} % |",
