@@ -310,3 +310,18 @@ class ToolTable(widgets.VBox):
             self.rows[call_id] = row
             self.children = (*self.children, row)  # type: ignore[has-type]
         return row
+
+    def settle(self) -> None:
+        """Rows read in the order the calls ran: a call that ended while a call above it waits
+        for a person moves above the waiting ones (a read-only call that ran while another
+        waited for approval no longer sits below that call's later result)."""
+        children = list(self.children)
+        rows = [c for c in children if isinstance(c, ToolRow)]
+        first = next((i for i, r in enumerate(rows) if r.status in WAITING), None)
+        if first is None:
+            return
+        ended = [r for r in rows[first:] if r.status not in (*WAITING, *TICKING, "queued")]
+        if not ended:
+            return
+        rest = [r for r in rows[first:] if r not in ended]
+        self.children = (*children[:len(children) - len(rows)], *rows[:first], *ended, *rest)

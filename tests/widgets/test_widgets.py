@@ -307,6 +307,40 @@ async def test_model_retry_clears_partial_text() -> None:
 
 
 # ----------------------------------------------------------------------------------- approvals
+async def test_a_call_that_ran_while_another_waits_is_shown_above_it() -> None:
+    """06_mcp_tools: the model asked for add_note (needs approval) and list_notes (read-only) in
+    one answer; list_notes ran at once and said "(no notes yet)". Its row sat below add_note's
+    later "saved" row, which read as if the save had failed. Rows read in the order calls ran."""
+    notes: list[str] = []
+
+    @tool(requires_approval=True)
+    def add_note(title: str) -> str:
+        """Add a note."""
+        notes.append(title)
+        return f"saved {title!r}"
+
+    @tool
+    def list_notes() -> str:
+        """List the notes."""
+        return ", ".join(notes) or "(no notes yet)"
+
+    def answer(messages: list[Message], request: Any) -> Any:
+        if messages[-1].kind == "user":
+            return [tool_call("add_note", title="milk"), tool_call("list_notes")]
+        return "ok"
+
+    agent = Agent(FunctionModel(answer), tools=[add_note, list_notes], store=MemoryStore())
+    view = agent.chat(thread="t-order")
+    assert (await ask(view, "save milk")).status == "paused"
+    [table] = [w for w in all_widgets(view) if w.__class__.__name__ == "ToolTable"]
+    names = [r.name for r in table.children[1:]]
+    assert names == ["list_notes", "add_note"], names  # the call that ran first is first
+    [row] = waiting_rows(view)
+    await click(row.buttons["Approve"])
+    assert (await view.wait()).status == "completed"
+    assert [(r.name, r.status) for r in table.children[1:]] == [("list_notes", "done"), ("add_note", "done")]
+
+
 async def test_approval_row_shows_full_args_and_approve_runs_the_tool() -> None:
     view = make_agent().chat(thread="t-approve")
     result = await ask(view, "refund please")
