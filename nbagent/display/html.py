@@ -62,6 +62,9 @@ __all__ = [
 
 FONT = "font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;line-height:1.45"
 MONO = "font-family:var(--jp-code-font-family,monospace);font-size:12px"
+NO_MATH = "mathjax_ignore"
+"""The class that keeps JupyterLab's MathJax off an output: it typesets the text between two
+"$" as math, so "$5 and $10" in a model's answer would read as an italic formula."""
 BORDER = "1px solid var(--jp-border-color2,#ddd)"
 MUTED = "color:var(--jp-ui-font-color2,#666)"
 ERROR = "color:var(--jp-error-color1,#c62828)"
@@ -591,6 +594,6 @@ def render_result_html(result: RunResult) -> str:
     parts.append(usage_html(result.usage))
     parts.append(_usage_table(result.usage))
     return (
-        f'<div class="nbagent-result" style="{FONT};border:{BORDER};border-radius:6px;padding:8px 10px;'
+        f'<div class="nbagent-result {NO_MATH}" style="{FONT};border:{BORDER};border-radius:6px;padding:8px 10px;'
         f'max-width:960px;text-align:left;box-sizing:border-box">' + "".join(parts) + "</div>"
     )

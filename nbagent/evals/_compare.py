@@ -76,7 +76,9 @@ class _SideBySide:
         if len(text) > self._width:
             text = text[: self._width] + " ..."
         status = str(f.loc[label, (name, "status")])
-        note = f"{status} · {usd(f.loc[label, (name, 'cost')])} · {f.loc[label, (name, 'latency_s')]:.2f}s"
+        latency = f.loc[label, (name, "latency_s")]
+        took = "n/a" if pd.isna(latency) else f"{latency:.2f}s"  # NaN: a row the batch had already answered
+        note = f"{status} · {usd(f.loc[label, (name, 'cost')])} · {took}"
         scores = " ".join(f"{e}={f.loc[label, (name, e)]:.2f}" for e in f.evaluators)
         return (f"<td style='vertical-align:top;white-space:pre-wrap'>{html.escape(text)}"
                 f"<br><small style='opacity:.7'>{html.escape(note)} {html.escape(scores)}</small></td>")
@@ -88,7 +90,8 @@ class _SideBySide:
         for label in f.index:
             first = f"<td style='vertical-align:top'>{html.escape(str(f.inputs.loc[label]))}</td>"
             rows.append("<tr>" + first + "".join(self._cell(n, label) for n in f.agents) + "</tr>")
-        return f"<table class='nbagent-compare'><tr>{head}</tr>{''.join(rows)}</table>"
+        # mathjax_ignore: JupyterLab typesets the text between two "$" of an HTML output as math
+        return f"<table class='nbagent-compare mathjax_ignore'><tr>{head}</tr>{''.join(rows)}</table>"
 
     def __repr__(self) -> str:
         f = self._frame

@@ -53,7 +53,8 @@ class Forecast:
                  ("cost", f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>"),
                  ("wall time", f"~{self.wall_s:.1f} s at concurrency {self.concurrency}")]
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in cells)
-        return f"<table class='nbagent-forecast'><caption>Forecast</caption>{body}</table>"
+        # mathjax_ignore: JupyterLab typesets the text between two "$" of an HTML output as math
+        return f"<table class='nbagent-forecast mathjax_ignore'><caption>Forecast</caption>{body}</table>"
 
 
 def _positions(count: int, sample: int, seed: int | None) -> list[int]:

@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..display.html import BORDER, FONT, MUTED, messages_html, table_header_html, tool_row_html
+from ..display.html import BORDER, FONT, MUTED, NO_MATH, messages_html, table_header_html, tool_row_html
 from ..display.sanitize import escape
 from ..messages import Message, ToolCall, unanswered_calls
 
@@ -73,8 +73,8 @@ def transcript_bundle(thread: str, messages: Sequence[Message]) -> dict[str, Any
     waiting = unanswered_calls(messages)
     body = (messages_html(shown, skip_call_ids={c.id for c in waiting}) if shown
             else f'<div style="{MUTED}">no messages yet</div>')
-    html = (f'<div class="nbagent-transcript" style="{FONT};border:{BORDER};border-radius:6px;padding:8px 10px;'
-            f'max-width:960px">{head}{body}{_waiting_html(waiting)}</div>')
+    html = (f'<div class="nbagent-transcript {NO_MATH}" style="{FONT};border:{BORDER};border-radius:6px;'
+            f'padding:8px 10px;max-width:960px">{head}{body}{_waiting_html(waiting)}</div>')
     return {"text/html": html, "text/plain": transcript_text(thread, messages, waiting)}
 
 

@@ -30,7 +30,17 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..display.html import ERROR, FONT, MUTED, assistant_html, compaction_html, header_html, messages_html, user_html
+from ..display.html import (
+    ERROR,
+    FONT,
+    MUTED,
+    NO_MATH,
+    assistant_html,
+    compaction_html,
+    header_html,
+    messages_html,
+    user_html,
+)
 from ..display.sanitize import escape
 from ..messages import Prompt, UserMessage
 from ._calls import validate_args
@@ -126,12 +136,19 @@ class RunLog(widgets.VBox):
     def update_call(self, call_id: str, status: str, result: str | None = None, *,
                     is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
         self.rows[call_id].set_status(status, result, is_error=is_error, duration_s=duration_s, message=message)
+        self._settle(call_id)
+
+    def _settle(self, call_id: str) -> None:
+        for table in self._tables.values():
+            if call_id in table.rows:
+                table.settle()
 
     def set_call_args(self, call_id: str, args: Any) -> None:
         self.rows[call_id].args = args
 
     def show_pending(self, pending: PendingCall, unavailable: str | None = None) -> None:
         self.rows[pending.id].show_pending(pending, unavailable)
+        self._settle(pending.id)
 
     def lock_call(self, call_id: str) -> None:
         self.rows[call_id].lock("queued")
@@ -247,6 +264,7 @@ class ChatView(widgets.VBox):
             layout=widgets.Layout(width="100%", max_width="1000px"),
         )
         self.add_class("nbagent-chat")
+        self.add_class(NO_MATH)  # JupyterLab would typeset "$5 and $10" in an answer as math
         self.controller.load()
 
     def _make_buttons(self) -> dict[str, widgets.Button]:

@@ -74,7 +74,8 @@ view
 CHECK_JS = """
 (selector) => {
   const badTags = ['script', 'style', 'iframe', 'frame', 'object', 'embed', 'base', 'meta', 'link',
-                   'form', 'img', 'svg', 'math', 'video', 'audio', 'source'];
+                   'form', 'img', 'svg', 'math', 'video', 'audio', 'source',
+                   'mjx-container'];  // MathJax typeset text between two "$" as a formula
   const bad = [];
   const roots = Array.from(document.querySelectorAll(selector));
   for (const root of roots) {

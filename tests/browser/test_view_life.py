@@ -190,7 +190,7 @@ def test_the_view_stays_true_to_its_thread(jupyter_app, browser_root, make_noteb
     plain = "".join(live["text/plain"])
     assert plain.startswith("nbagent chat view of thread 'life'") and "ChatView(" not in plain
     html, text = "".join(copy["text/html"]), "".join(copy["text/plain"])
-    assert 'class="nbagent-transcript"' in html and "<script" not in html
+    assert 'class="nbagent-transcript mathjax_ignore"' in html and "<script" not in html
     for said in ("you: refund order 42", "The tool said: refunded 42", "you: book a table",
                  "The tool said: denied by the user: not now"):
         assert said in text, (said, text)

@@ -126,7 +126,7 @@ async def test_the_notebook_keeps_a_readable_copy_of_the_conversation(monkeypatc
     assert kind == "update" and same_id == display_id
     assert "You said: &lt;img src=x onerror=alert(1)&gt; hello" in copy["text/html"]
     assert_inert(copy["text/html"], allow_style_attr=True)
-    assert 'class="nbagent-transcript"' in copy["text/html"]
+    assert 'class="nbagent-transcript mathjax_ignore"' in copy["text/html"]
     assert copy["text/plain"].splitlines()[1:] == ["you: <img src=x onerror=alert(1)> hello",
                                                    "assistant: You said: <img src=x onerror=alert(1)> hello"]
     await ask(view, "refund please")  # a run that pauses: the copy shows the call waiting
