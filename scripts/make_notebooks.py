@@ -483,6 +483,62 @@ OFFLINE_UNSET = ("OPENAI_API_KEY", "ANTHROPIC_API_KEY", "OLLAMA_MODEL")
 """Variables that would make `nbagent.models.auto` pick a hosted model: unset when executing."""
 
 
+NOTEBOOKS["09_evals_and_forecasts.ipynb"] = [
+    ("md", """# Evals, a comparison of two models, and a forecast
+
+Is the agent right on many questions, which model should it use, and what will a batch cost?
+Each answer is a DataFrame: `agent.evaluate` scores the answers to a cases frame,
+`nbagent.compare` puts two models side by side, and `agent.estimate` forecasts a batch from a
+sample of its rows before it runs (docs/evals.md).
+
+Without a key the model is the bundled SmolLM2-135M, which knows these capitals; the stand-in of
+the comparison shows what wrong answers score. With `OPENAI_API_KEY` or `ANTHROPIC_API_KEY` set,
+the same cells score a real model."""),
+    ("code", SETUP),
+    ("md", "## Evaluate\nA cases frame: an `input` column and the `expected` answer. Each evaluator is a score column."),
+    ("code", '''import pandas as pd
+from nbagent import evals
+
+cases = pd.DataFrame({
+    "input": ["What is the capital of France?", "What is the capital of Japan?", "What is the capital of Italy?"],
+    "expected": ["Paris", "Tokyo", "Rome"],
+})
+
+
+def brief(output, expected, row):          # any function (output, expected, row) -> bool | float | dict
+    return len(output) <= 200
+
+
+agent = Agent(model, system="Answer in one short sentence.", settings={"max_tokens": 40})
+report = agent.evaluate(cases, evaluators=[evals.contains(), brief], concurrency=1)
+print(report.frame[["input", "output", "contains", "brief"]].to_string(max_colwidth=60))'''),
+    ("code", '''print(report.summary()[["mean", "pass_rate", "errors"]])'''),
+    ("md", """## Compare two models
+
+The same cases through the model and a stand-in that always answers "Paris": one wide frame,
+one column group per model. `frame.view()` shows the answers side by side."""),
+    ("code", '''from nbagent.models import FunctionModel
+
+stand_in = FunctionModel(lambda messages, info: "Paris.", model_name="always-paris")
+frame = nbagent.compare(cases, agent=agent, models=[model, stand_in], evaluators=[evals.contains()],
+                        concurrency=1)
+print(frame.xs("contains", axis=1, level="field").mean().round(2).to_dict())
+frame.view(width=120)'''),
+    ("md", """## A forecast before spending
+
+`agent.estimate` runs a sample of the rows and forecasts the whole batch: tokens, cost (low, mid,
+high) and time at the batch's concurrency. The sampled rows are the batch's own, so the real run
+skips them."""),
+    ("code", '''rows = [f"Name a fruit that is {colour}." for colour in ["red", "yellow", "green", "orange", "purple", "brown"]]
+forecast = agent.estimate(rows, sample=2, concurrency=1)
+forecast'''),
+    ("code", '''answers = agent.map(rows, concurrency=1)
+print("forecast tokens:", forecast.input_tokens, "+", forecast.output_tokens)
+print("real tokens:    ", answers["input_tokens"].sum(), "+", answers["output_tokens"].sum())
+print("sampled rows skipped:", int(answers["skipped"].sum()))'''),
+]
+
+
 def build(name: str) -> nbformat.NotebookNode:
     """The notebook `name` from its cell sources, without outputs (stable cell ids)."""
     nb = nbformat.v4.new_notebook()

@@ -317,6 +317,22 @@ def check_batch_on_a_cluster(ran: Ran) -> None:
     assert decided.startswith("completed Done: Booked a table in"), decided
 
 
+def check_evals_and_forecasts(ran: Ran) -> None:
+    # One row per case with a score per evaluator, and a summary indexed by evaluator.
+    scored = ran.after("report = agent.evaluate(cases")
+    assert "contains" in scored and "brief" in scored and "capital of Japan" in scored, scored
+    summary = ran.after("report.summary()")
+    assert summary.split()[:3] == ["mean", "pass_rate", "errors"] and "total" in summary, summary
+    # Two models side by side: the stand-in names Paris every time, so 1/3 of the cases.
+    compared = ran.after("nbagent.compare(cases")
+    assert "'always-paris': 0.33" in compared, compared
+    # The forecast, then the batch that skips its sampled rows.
+    assert ran.after("forecast = agent.estimate(").startswith("Forecast(6 rows from a sample of 2")
+    real = ran.after("answers = agent.map(rows")
+    assert "sampled rows skipped: 2" in real, real
+    assert [t.startswith("batch-") for t in ran.threads].count(True) >= 6
+
+
 CHECKS: dict[str, Callable[[Ran], None]] = {
     "01_quickstart.ipynb": check_quickstart,
     "02_approve_tools.ipynb": check_approve_tools,
@@ -325,6 +341,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "05_structured_output.ipynb": check_structured_output,
     "06_mcp_tools.ipynb": check_mcp_tools,
     "07_batch_on_a_cluster.ipynb": check_batch_on_a_cluster,
+    "09_evals_and_forecasts.ipynb": check_evals_and_forecasts,
 }
 
 

@@ -156,7 +156,7 @@ def _run_all(page: NotebookPage) -> None:
 
 
 NOTEBOOK_NAMES = ["01_quickstart", "02_approve_tools", "03_token_costs", "04_state_and_history",
-                  "05_structured_output", "06_mcp_tools", "07_batch_on_a_cluster"]
+                  "05_structured_output", "06_mcp_tools", "07_batch_on_a_cluster", "09_evals_and_forecasts"]
 
 
 @pytest.mark.parametrize("stem", NOTEBOOK_NAMES)
