@@ -512,3 +512,27 @@ def test_infer_model_and_auto_pick_the_responses_model(monkeypatch: pytest.Monke
     compatible = auto()
     assert type(compatible) is OpenAIModel and compatible.model_name == "qwen3"
     assert KEY not in repr(chosen)
+
+
+async def test_a_streamed_unknown_item_and_event_are_kept_not_dropped(server: Any) -> None:
+    """An item type and an event type the SDK does not know, inside a recorded stream: the item
+    is kept as its ``output_item.done`` carries it and sent back; the event is passed over."""
+    case = json.loads(json.dumps(CASES["responses_stream_text"]))
+    unknown = {"type": "hologram_call", "id": "hg_1", "status": "completed", "frames": [1, {"x": None}]}
+    events = split_sse_events(case["response"]["sse"])
+    extra = [f"event: response.hologram.delta\ndata: {json.dumps({'type': 'response.hologram.delta', 'x': 1})}\n\n",
+             "event: response.output_item.done\ndata: " + json.dumps(
+                 {"type": "response.output_item.done", "output_index": 9, "item": unknown}) + "\n\n"]
+    case["response"]["sse"] = "".join(events[:2] + extra + events[2:])
+    name = server.add_case("responses_stream_unknown_item", case)
+    model = model_at(server.base_url_for(name), "gpt-4o")
+    agent = Agent(model, store=MemoryStore())
+    try:
+        result, _ = await run_agent(agent, True, "first")
+        again, _ = await run_agent(agent, True, "second", thread=result.thread)
+    finally:
+        await model.aclose()
+    assert result.status == again.status == "completed", result.error
+    assert first_answer(result).thinking_blocks[-1] == unknown
+    assert first_answer(result).text == recorded(CASES["responses_stream_text"])[1]["output"][0]["content"][0]["text"]
+    assert server.responses_requests()[-1]["body"]["input"][-2] == unknown
