@@ -458,10 +458,14 @@ async def test_rate_limits_server_errors_and_errors_mid_stream_are_retried(serve
     ``retry-after``, a 500, and an ``error`` event inside a started stream."""
     event = "event: error\ndata: " + json.dumps({"type": "error", "code": "server_error", "message": "boom",
                                                   "param": None, "sequence_number": 3})
+    failed = "event: response.failed\ndata: " + json.dumps({"type": "response.failed", "response": {
+        "id": "resp_1", "object": "response", "status": "failed", "output": [],
+        "error": {"code": "server_error", "message": "The model failed to generate a response."}}})
     server.reset()  # the fault counters
     urls = [(server.fault_base_url("429-then-200", "responses_plain_text"), False),
             (server.fault_base_url("500-then-200", "responses_plain_text"), False),
             (server.fault_base_url("error-once", "responses_stream_text", arg=f"2,{event}"), True),
+            (server.fault_base_url("error-once", "responses_stream_text", arg=f"2,{failed}"), True),
             (server.fault_base_url("drop-once", "responses_stream_text", arg=3), True)]
     for url, stream in urls:
         model = model_at(url, "gpt-4o")
@@ -536,3 +540,52 @@ async def test_a_streamed_unknown_item_and_event_are_kept_not_dropped(server: An
     assert first_answer(result).thinking_blocks[-1] == unknown
     assert first_answer(result).text == recorded(CASES["responses_stream_text"])[1]["output"][0]["content"][0]["text"]
     assert server.responses_requests()[-1]["body"]["input"][-2] == unknown
+
+
+# ----------------------------------------------------------------------------- request shapes
+def test_the_request_spells_tools_choice_images_and_settings_as_the_responses_api_does() -> None:
+    from nbagent.exceptions import UserError
+    from nbagent.images import Image
+    from nbagent.messages import SystemMessage, ToolResultMessage, UserMessage
+    from nbagent.models.base import ModelRequest
+
+    model = OpenAIResponsesModel("gpt-4o", api_key=KEY, settings={"max_tokens": 64, "temperature": 0})
+    png = Image(b"\x89PNG\r\n\x1a\n" + b"0" * 16, "image/png")
+    tools = [{"name": "look", "description": "Look", "parameters": {"type": "object", "properties": {}},
+              "strict": True}]
+    history = [SystemMessage("Be brief."), UserMessage("What is this?", [png]),
+               AssistantMessage(text="Looking.", tool_calls=[]),  # an answer from another model
+               ToolResultMessage("call_9", "look", "a plot", images=[png])]
+    params = model.request_params(ModelRequest(history, tools, {"tool_choice": "look",
+                                                                "parallel_tool_calls": False}), stream=False)
+    assert params["instructions"] == "Be brief." and params["store"] is False and "stream" not in params
+    assert params["max_output_tokens"] == 64 and params["temperature"] == 0 and "include" not in params
+    assert params["tools"] == [{"type": "function", "name": "look", "description": "Look",
+                                "parameters": {"type": "object", "properties": {}}, "strict": True}]
+    assert params["tool_choice"] == {"type": "function", "name": "look"} and params["parallel_tool_calls"] is False
+    user, assistant, result = params["input"]
+    assert user["content"][0] == {"type": "input_text", "text": "What is this?"}
+    assert user["content"][1]["type"] == "input_image" and user["content"][1]["image_url"].startswith("data:image/png")
+    assert assistant == {"role": "assistant", "content": "Looking."}
+    assert result["type"] == "function_call_output" and result["output"][1]["type"] == "input_image"
+    no_tools = model.request_params(ModelRequest(history[:2], [], {"tool_choice": "required"}), stream=True)
+    assert "tool_choice" not in no_tools and no_tools["stream"] is True
+    with pytest.raises(UserError, match="previous_response_id is never sent"):
+        OpenAIResponsesModel("gpt-4o", api_key=KEY, settings={"previous_response_id": "resp_1"})
+
+
+def test_the_model_travels_without_its_key_and_anthropic_skips_its_items(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pickle
+
+    from nbagent.models.anthropic._wire import _assistant_content
+
+    model = OpenAIResponsesModel("gpt-5.4", api_key=KEY, reasoning_effort="low", store=False)
+    data = pickle.dumps(model)
+    assert KEY.encode() not in data
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-other-0123456789abcdef")
+    arrived = pickle.loads(data)
+    assert (arrived.reasoning, arrived.encrypted_reasoning, arrived._api_key.get()) == (
+        {"effort": "low"}, True, "sk-other-0123456789abcdef")
+    answer = AssistantMessage(text="hi", thinking_blocks=[{"type": "reasoning", "id": "rs_1", "summary": []},
+                                                          {"type": "message", "id": "msg_1", "content": []}])
+    assert _assistant_content(answer) == [{"type": "text", "text": "hi"}]
