@@ -589,3 +589,39 @@ def test_the_model_travels_without_its_key_and_anthropic_skips_its_items(monkeyp
     answer = AssistantMessage(text="hi", thinking_blocks=[{"type": "reasoning", "id": "rs_1", "summary": []},
                                                           {"type": "message", "id": "msg_1", "content": []}])
     assert _assistant_content(answer) == [{"type": "text", "text": "hi"}]
+
+
+async def test_a_content_filter_stop_fails_and_a_body_that_is_no_response_is_named(server: Any) -> None:
+    from nbagent.exceptions import ContentFilterError, ResponseBodyError
+
+    case = json.loads(json.dumps(CASES["responses_incomplete_max_output_tokens"]))
+    case["response"]["body"]["incomplete_details"] = {"reason": "content_filter"}
+    case["response"].pop("body_raw", None)  # (replayed in preference to body)
+    name = server.add_case("responses_content_filter", case)
+    model = model_at(server.base_url_for(name), "gpt-4o")
+    try:
+        result, _ = await run_agent(Agent(model, store=MemoryStore()), False)
+    finally:
+        await model.aclose()
+    assert result.status == "failed" and isinstance(result.exception, ContentFilterError)
+    for stream in (False, True):
+        model = model_at(server.fault_base_url("bad-body", "responses_plain_text", arg="html"), "gpt-4o")
+        try:
+            result, _ = await run_agent(Agent(model, store=MemoryStore(), retry=FAST), stream)
+        finally:
+            await model.aclose()
+        assert result.status == "failed" and isinstance(result.exception, ResponseBodyError)
+        assert "not a Responses API response" in (result.error or "") and "HTML" in (result.error or "")
+
+
+async def test_usage_is_priced_as_openai(server: Any) -> None:
+    model = model_at(server.base_url_for("responses_reasoning_tool_call_0"), "gpt-5")
+    tool = tools_for(CASES["responses_reasoning_tool_call_0"]["request"]["body"], requires_approval=True)
+    try:
+        result, _ = await run_agent(Agent(model, tools=tool, store=MemoryStore()), False)
+    finally:
+        await model.aclose()
+    usage = CASES["responses_reasoning_tool_call_0"]["response"]["body"]["usage"]
+    assert (result.usage.input_tokens, result.usage.output_tokens, result.usage.reasoning_tokens) == (
+        usage["input_tokens"], usage["output_tokens"], 1792)
+    assert result.usage.cost_total > 0  # genai-prices' gpt-5 at provider openai
