@@ -162,6 +162,8 @@ async def test_every_case_runs_through_an_agent(server: Any, name: str) -> None:
     if events:
         streamed = "".join(e.delta for e in events if isinstance(e, TextDeltaEvent))
         assert streamed == (message.text or "")
+        thought = "".join(e.delta for e in events if isinstance(e, ReasoningDeltaEvent))
+        assert thought == (message.reasoning or "")
 
 
 def test_the_recorded_facts_written_out() -> None:
@@ -625,3 +627,27 @@ async def test_usage_is_priced_as_openai(server: Any) -> None:
     assert (result.usage.input_tokens, result.usage.output_tokens, result.usage.reasoning_tokens) == (
         usage["input_tokens"], usage["output_tokens"], 1792)
     assert result.usage.cost_total > 0  # genai-prices' gpt-5 at provider openai
+
+
+async def test_two_streamed_reasoning_items_read_as_the_answer_reasoning(server: Any) -> None:
+    """A second reasoning item in one stream (a web search between them): the streamed reasoning
+    is the answer's reasoning, its items' summaries a blank line apart."""
+    case = json.loads(json.dumps(CASES["responses_stream_reasoning_summary_0"]))
+    events = split_sse_events(case["response"]["sse"])
+    reasoning = [e for e in events if '"response.reasoning_summary' in e or
+                 ('"response.output_item.' in e and '"type":"reasoning"' in e.replace(" ", ""))]
+    again = [e.replace('"output_index":0', '"output_index":5').replace('"output_index": 0', '"output_index": 5')
+             for e in reasoning]
+    last = max(i for i, e in enumerate(events) if e in reasoning)
+    case["response"]["sse"] = "".join(events[: last + 1] + again + events[last + 1:])
+    name = server.add_case("responses_stream_two_reasonings", case)
+    model = model_at(server.base_url_for(name), "gpt-5", reasoning_summary="auto")
+    try:
+        result, streamed = await run_agent(Agent(model, store=MemoryStore()), True)
+    finally:
+        await model.aclose()
+    message = first_answer(result)
+    assert [b["type"] for b in message.thinking_blocks].count("reasoning") == 2
+    thought = "".join(e.delta for e in streamed if isinstance(e, ReasoningDeltaEvent))
+    summary = "\n\n".join(p["text"] for p in recorded(CASES["responses_stream_reasoning_summary_0"])[0][0]["summary"])
+    assert thought == message.reasoning == f"{summary}\n\n{summary}"

@@ -169,16 +169,17 @@ async def response_stream_items(  # Size: the per-event loop, kept in one functi
     (``response.completed`` / ``incomplete``) a retried `StreamInterruptedError`."""
     state = _Streamed()
     state.request_id = request_id
-    seen = False
+    seen = thought = False
     async for event in events:
         seen = True
         kind = getattr(event, "type", None)
         if kind == "response.output_text.delta":
             yield event.delta
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            thought = True
             yield ReasoningText(event.delta)
         elif kind == "response.reasoning_summary_part.added":
-            if getattr(event, "summary_index", 0):
+            if thought:  # parts and items are joined by a blank line, as in the answer's reasoning
                 yield ReasoningText("\n\n")
         elif kind == "response.output_item.added":
             item = getattr(event, "item", None)
