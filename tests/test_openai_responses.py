@@ -651,3 +651,33 @@ async def test_two_streamed_reasoning_items_read_as_the_answer_reasoning(server:
     thought = "".join(e.delta for e in streamed if isinstance(e, ReasoningDeltaEvent))
     summary = "\n\n".join(p["text"] for p in recorded(CASES["responses_stream_reasoning_summary_0"])[0][0]["summary"])
     assert thought == message.reasoning == f"{summary}\n\n{summary}"
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+async def test_the_reasoning_goes_back_with_its_following_message_unlike_the_recorded_400(
+    server: Any, stream: bool
+) -> None:
+    """The recorded client sent the reasoning item without the message item that followed it and
+    got a 400 ("provided without its required following item"). nbagent sends the same reasoning
+    item, byte-identical, followed by that message item with its id. (The replay answers the
+    recorded 400 all the same: the run fails with it, its status shown.)"""
+    server.reset()  # the `then:` counters
+    first, second = CASES["responses_reasoning_history_error_0"], CASES["responses_reasoning_history_error_1"]
+    items, _ = recorded(first)
+    model = model_at(server.fault_base_url("then", "responses_reasoning_history_error_0",
+                                           arg="responses_reasoning_history_error_1"),
+                     "gpt-5", reasoning_effort="low", reasoning_summary="detailed")
+    agent = Agent(model, store=MemoryStore(), retry=FAST)
+    before = len(server.responses_requests())
+    try:
+        result, _ = await run_agent(agent, False, "What is the meaning of life?")
+        again, _ = await run_agent(agent, stream, "Anything to add?", thread=result.thread)
+    finally:
+        await model.aclose()
+    assert result.status == "completed" and again.status == "failed" and "400" in (again.error or "")
+    carried = server.responses_requests()[before:][1]["body"]["input"]
+    theirs = [i for i in second["request"]["body"]["input"] if i.get("type") == "reasoning"]
+    assert [i for i in carried if i.get("type") == "reasoning"] == theirs
+    at = carried.index(theirs[0])
+    assert carried[at + 1]["type"] == "message" and carried[at + 1]["id"] == items[1]["id"]
+    assert carried[at + 2] == {"role": "user", "content": "Anything to add?"}
