@@ -182,7 +182,9 @@ def test_every_example_notebook_picks_its_model_with_auto() -> None:
          ("AnthropicModel", "anthropic", "claude-sonnet-4-5")),
         ({"ANTHROPIC_API_KEY": "sk-ant-x", "ANTHROPIC_MODEL": "claude-haiku-4-5"},
          ("AnthropicModel", "anthropic", "claude-haiku-4-5")),
-        ({"OPENAI_API_KEY": "sk-x", "OLLAMA_MODEL": "llama3.1"}, ("OpenAIModel", "openai", "gpt-4.1-mini")),
+        ({"OPENAI_API_KEY": "sk-x", "OLLAMA_MODEL": "llama3.1"}, ("OpenAIResponsesModel", "openai", "gpt-5.4")),
+        ({"OPENAI_API_KEY": "sk-x", "OPENAI_BASE_URL": "http://127.0.0.1:8000/v1"},
+         ("OpenAIModel", "openai", "gpt-4.1-mini")),
         ({"OLLAMA_MODEL": "llama3.1", "OLLAMA_HOST": "127.0.0.1:11500"}, ("OpenAIModel", "ollama", "llama3.1")),
     ],
 )
@@ -190,7 +192,7 @@ def test_auto_picks_the_model_the_environment_names_in_the_documented_order(
     env: dict[str, str], expected: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     for name in ("ANTHROPIC_API_KEY", "ANTHROPIC_MODEL", "OPENAI_API_KEY", "OPENAI_MODEL", "OLLAMA_MODEL",
-                 "OLLAMA_HOST"):
+                 "OLLAMA_HOST", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
@@ -208,12 +210,12 @@ def test_auto_falls_back_to_a_stand_in_only_when_the_environment_names_no_model(
 ) -> None:
     from nbagent.models import TestModel, auto
 
-    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OLLAMA_MODEL"):
+    for name in ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OLLAMA_MODEL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     stand_in = TestModel()
     assert auto(fallback=stand_in) is stand_in  # not the bundled model: nothing is started
     monkeypatch.setenv("OPENAI_API_KEY", "sk-x")
-    assert type(auto(fallback=stand_in)).__name__ == "OpenAIModel"
+    assert type(auto(fallback=stand_in)).__name__ == "OpenAIResponsesModel"
 
 
 def test_the_agent_class_has_its_docstring() -> None:

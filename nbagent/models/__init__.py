@@ -20,7 +20,7 @@ from .test import TestModel
 
 if TYPE_CHECKING:
     from .anthropic import AnthropicModel
-    from .openai import OpenAIModel
+    from .openai import OpenAIModel, OpenAIResponsesModel
 
 __all__ = [
     "AnthropicModel",
@@ -30,6 +30,7 @@ __all__ = [
     "ModelRequest",
     "ModelResponse",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "ReasoningText",
     "RecordingModel",
     "ReplayModel",
@@ -55,6 +56,10 @@ def __getattr__(name: str) -> Any:
         from .openai import OpenAIModel
 
         return OpenAIModel
+    if name == "OpenAIResponsesModel":
+        from .openai import OpenAIResponsesModel
+
+        return OpenAIResponsesModel
     if name == "AnthropicModel":
         from .anthropic import AnthropicModel
 
@@ -77,8 +82,11 @@ def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
 
     1. ``ANTHROPIC_API_KEY`` set: Claude (`AnthropicModel`), ``ANTHROPIC_MODEL`` names it
        (default ``claude-sonnet-4-5``);
-    2. ``OPENAI_API_KEY`` set: OpenAI or any compatible server (`OpenAIModel`), ``OPENAI_MODEL``
-       names it (default ``gpt-4.1-mini``), ``OPENAI_BASE_URL`` points elsewhere;
+    2. ``OPENAI_API_KEY`` set: OpenAI, ``OPENAI_MODEL`` names the model. With ``OPENAI_BASE_URL``
+       unset or pointing at ``api.openai.com``, OpenAI's Responses API (`OpenAIResponsesModel`,
+       default ``gpt-5.4``: reasoning models with tools); with ``OPENAI_BASE_URL`` pointing at
+       another, OpenAI-compatible server, Chat Completions there (`OpenAIModel`, default
+       ``gpt-4.1-mini``), which every compatible server speaks;
     3. ``OLLAMA_MODEL`` set: that model on an Ollama server at ``OLLAMA_HOST`` (default
        ``http://127.0.0.1:11434``), through its OpenAI-compatible API;
     4. otherwise `fallback` when given (a stand-in where the bundled model is too slow, e.g. a
@@ -100,7 +108,10 @@ def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
 
         return AnthropicModel(env.get("ANTHROPIC_MODEL") or "claude-sonnet-4-5", **kwargs)
     if env.get("OPENAI_API_KEY"):
-        from .openai import OpenAIModel
+        from .openai import OpenAIModel, OpenAIResponsesModel
+
+        if "api.openai.com" in (env.get("OPENAI_BASE_URL") or "api.openai.com"):
+            return OpenAIResponsesModel(env.get("OPENAI_MODEL") or "gpt-5.4", **kwargs)
 
         return OpenAIModel(env.get("OPENAI_MODEL") or "gpt-4.1-mini", **kwargs)
     if env.get("OLLAMA_MODEL"):
@@ -115,8 +126,8 @@ def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
 
 
 def infer_model(model: Model | str) -> Model:
-    """Turn ``"openai:gpt-4.1-mini"``, ``"anthropic:claude-sonnet-4-5"`` (or ``"test"``, ``"local"``)
-    into a `Model`."""
+    """Turn ``"openai:gpt-4.1-mini"``, ``"openai-responses:gpt-5.4"`` (OpenAI's Responses API),
+    ``"anthropic:claude-sonnet-4-5"`` (or ``"test"``, ``"local"``) into a `Model`."""
     if isinstance(model, Model):
         return model
     if not isinstance(model, str):
@@ -132,6 +143,10 @@ def infer_model(model: Model | str) -> Model:
         from .openai import OpenAIModel
 
         return OpenAIModel(name)
+    if provider == "openai-responses" and name:
+        from .openai import OpenAIResponsesModel
+
+        return OpenAIResponsesModel(name)
     if provider == "anthropic" and name:
         from .anthropic import AnthropicModel
 
@@ -140,5 +155,6 @@ def infer_model(model: Model | str) -> Model:
 
     raise UserError(
         f"unknown model {model!r}: use 'openai:<model name>' (any OpenAI-compatible server via "
-        "OPENAI_BASE_URL), 'anthropic:<model name>', 'local', 'test', or pass a Model instance"
+        "OPENAI_BASE_URL), 'openai-responses:<model name>' (OpenAI's Responses API), "
+        "'anthropic:<model name>', 'local', 'test', or pass a Model instance"
     )

@@ -72,6 +72,10 @@ URL scheme (every route below ends in ``/v1/chat/completions``; use the part bef
         status:CODE[,TYPE]    answer HTTP CODE with an error body of that type (default: a type
                               matching the status), e.g. ``status:413,request_too_large``.
 
+    OpenAI Responses API: every route above works with ``/v1/responses`` in place of
+    ``/v1/chat/completions`` (the same ``base_url``s), answered from ``openai_responses/*.json``
+    (see its ``README.md``); name the case (path, header or fault route): no body matching.
+
     GET  .../v1/models        a one-model list (some clients probe it).
     GET  /health              {"ok": true, "cases": N}
 
@@ -126,6 +130,7 @@ from urllib.parse import quote, unquote
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 ANTHROPIC_CASES_DIR = Path(__file__).resolve().parent / "anthropic_messages"
+RESPONSES_CASES_DIR = Path(__file__).resolve().parent / "openai_responses"
 CASE_HEADER = "X-Replay-Case"
 SERVED_HEADER = "X-Replay-Case-Served"
 FAULT_MODES = ("drop-mid-stream", "500-then-200", "429-then-200", "slow", "event-delay", "429-retry-after",
@@ -150,11 +155,13 @@ _DROPPED_REQUEST_HEADERS = {"authorization", "api-key", "proxy-authorization", "
 _EVENT_END = re.compile(r"\r?\n\r?\n")
 _CHAT_SUFFIX = "/chat/completions"
 _MESSAGES_SUFFIX = "/messages"
+_RESPONSES_SUFFIX = "/responses"
 
 __all__ = [
     "ANTHROPIC_CASES_DIR",
     "CASES_DIR",
     "FAULT_MODES",
+    "RESPONSES_CASES_DIR",
     "ReplayServer",
     "all_cases",
     "case_names",
@@ -222,6 +229,8 @@ def _parse_chat_path(path: str) -> _Route | None:
     """Parse a path ending in /chat/completions or /v1/messages; None if it is not one of ours."""
     if path.endswith(_CHAT_SUFFIX):
         suffix = _CHAT_SUFFIX
+    elif path.endswith("/v1" + _RESPONSES_SUFFIX):  # OpenAI's Responses API: OpenAI-shaped like chat
+        suffix = _RESPONSES_SUFFIX
     elif path.endswith("/v1" + _MESSAGES_SUFFIX):
         suffix = _MESSAGES_SUFFIX
     else:
@@ -733,7 +742,10 @@ class ReplayServer:
                 try:
                     self._cases[name] = load_case(name, self.cases_dir)
                 except KeyError:
-                    self._cases[name] = load_case(name, self.anthropic_cases_dir)
+                    try:
+                        self._cases[name] = load_case(name, self.anthropic_cases_dir)
+                    except KeyError:
+                        self._cases[name] = load_case(name, RESPONSES_CASES_DIR)
             return self._cases[name]
 
     def add_case(self, name: str, case: dict[str, Any]) -> str:
@@ -755,6 +767,11 @@ class ReplayServer:
         """Only the POSTs to .../chat/completions."""
         return [r for r in self.requests
                 if r["method"] == "POST" and r["path"].split("?")[0].endswith(_CHAT_SUFFIX)]
+
+    def responses_requests(self) -> list[dict[str, Any]]:
+        """Only the POSTs to .../v1/responses (OpenAI's Responses API)."""
+        return [r for r in self.requests
+                if r["method"] == "POST" and r["path"].split("?")[0].endswith("/v1" + _RESPONSES_SUFFIX)]
 
     def messages_requests(self) -> list[dict[str, Any]]:
         """Only the POSTs to .../v1/messages (Anthropic)."""

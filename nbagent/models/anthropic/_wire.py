@@ -96,7 +96,8 @@ def _tool_result_content(message: Any) -> str | list[dict[str, Any]]:
 def _assistant_content(message: Any) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     for block in getattr(message, "thinking_blocks", None) or ():
-        blocks.append(dict(block))  # sent back unchanged (signature included)
+        if block.get("type") in ("thinking", "redacted_thinking"):  # not another provider's items
+            blocks.append(dict(block))  # sent back unchanged (signature included)
     text = message.text or message.refusal
     if text:
         blocks.append({"type": "text", "text": text})

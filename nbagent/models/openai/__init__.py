@@ -28,6 +28,8 @@ The package, by responsibility (each module's docstring says what it owns and ma
     _stream    answer side: whole completions, streamed chunks assembled, token counts
     _errors    failures sorted into nbagent's exceptions; the key's hygiene (secret, scrubbing)
     _model     OpenAIModel: the client of each event loop, request / request_stream
+    responses  OpenAIResponsesModel: OpenAI's Responses API, on `_model`'s client and errors
+    _responses_wire, _responses_stream   its request side and answer side
 
 `local_model` and `LocalModel` (the bundled llama.cpp server) live in `nbagent.models._local`
 (which imports this package, not the other way round); `nbagent.models.local()` is their entry.
@@ -41,11 +43,13 @@ from ._model import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, OpenAIModel
 from ._stream import _StreamAssembler as _StreamAssembler  # private, re-exported for the tests
 from ._stream import token_counts
 from ._wire import _allowed_settings as _allowed_settings  # private, re-exported for the tests
+from .responses import OpenAIResponsesModel
 
 __all__ = [
     "DEFAULT_DEADLINE",
     "DEFAULT_TIMEOUT",
     "OpenAIModel",
+    "OpenAIResponsesModel",
     "parse_retry_after",
     "stream_error_status",
     "token_counts",

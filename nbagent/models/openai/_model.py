@@ -107,14 +107,14 @@ class OpenAIModel(Travelling, Model):
         model_name = model_name or os.environ.get("OPENAI_MODEL") or None
         if not model_name:
             raise UserError(
-                "OpenAIModel needs a model name: OpenAIModel('gpt-4.1-mini'), "
+                f"{type(self).__name__} needs a model name: {type(self).__name__}('gpt-4.1-mini'), "
                 "Agent('openai:gpt-4.1-mini'), or set the OPENAI_MODEL environment variable"
             )
         self.model_name = model_name
         self._context_window = check_context_window(f"{type(self).__name__}(context_window=...)", context_window)
         self.provider = provider
         self.settings: dict[str, Any] = dict(settings or {})
-        check_settings(self.settings)
+        self._check_settings(self.settings)
         self.timeout = timeout
         self.max_retries = max_retries
         self.send_reasoning = send_reasoning
@@ -137,6 +137,10 @@ class OpenAIModel(Travelling, Model):
                 key = self._key_placeholder = "not-needed"  # no secret: it travels (`Travelling`)
         self._api_key = _Secret(key or "")
         self._init_clients()
+
+    def _check_settings(self, settings: Mapping[str, Any]) -> None:
+        """Raise `UserError` for a setting the SDK's create call does not take."""
+        check_settings(settings)
 
     def _init_clients(self) -> None:
         self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncOpenAI, Any]] = (

@@ -1,0 +1,207 @@
+"""The answer side of the Responses API wire: a response (whole, or its streamed events) in,
+nbagent's `ModelResponse` out.
+
+Owns `response_answer` (a whole response as its JSON dict: output items, status, usage),
+`response_counts` (token counts with one meaning across providers: ``input_tokens`` all prompt
+tokens, ``cache_read_tokens`` from ``input_tokens_details.cached_tokens``, ``reasoning_tokens``
+from ``output_tokens_details``) and `response_stream_items`, the per-event loop of a streamed
+answer: text deltas, reasoning-summary (and raw reasoning-text) deltas as `ReasoningText`, and
+each output item kept as its ``response.output_item.done`` event carries it (the earlier
+``output_item.added`` copy differs, and is not the one the server expects back).
+
+Every output item is kept on the answer (`AssistantMessage.thinking_blocks`, in order) and sent
+back as it came (`_responses_wire`): reasoning (its summary shown as the answer's reasoning
+text), messages (their text joined as the answer's text, a refusal part as its refusal, gpt-5.5's
+``phase`` kept), function calls (as `ToolCall`), and built-in tool calls or item types nbagent does
+not know, kept unchanged. Sans-IO: the errors it raises are built by the caller's callbacks.
+
+May import: nbagent's exceptions, messages, usage and model base, and `_stream`'s field readers.
+Not the SDK client, `_errors` or the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any
+
+from ...exceptions import ModelResponseError, StreamInterruptedError
+from ...messages import AssistantMessage, ToolCall, unique_call_ids
+from ...usage import TokenCounts
+from ..base import ModelResponse, ReasoningText, StreamItem
+from ._stream import _get, _int
+
+__all__ = ["response_answer", "response_counts", "response_stream_items"]
+
+_FINISH = {"max_output_tokens": "length", "content_filter": "content_filter"}
+"""``incomplete_details.reason`` as nbagent's finish reason (``length``: `RunResult.truncated`)."""
+
+
+def response_counts(usage: Any) -> TokenCounts:
+    """Map a Responses ``usage`` object or dict to `TokenCounts`."""
+    if not usage:
+        return TokenCounts(reported=False)
+    prompt = _get(usage, "input_tokens")
+    completion = _get(usage, "output_tokens")
+    return TokenCounts(
+        input_tokens=_int(prompt),
+        cache_read_tokens=_int(_get(_get(usage, "input_tokens_details"), "cached_tokens")),
+        output_tokens=_int(completion),
+        reasoning_tokens=_int(_get(_get(usage, "output_tokens_details"), "reasoning_tokens")),
+        reported=prompt is not None or completion is not None,
+    )
+
+
+def _summary_text(item: dict[str, Any]) -> str:
+    parts = [p.get("text") for p in item.get("summary") or () if isinstance(p, dict)]
+    if not any(parts):  # a raw chain of thought (OpenRouter's reasoning_text content)
+        parts = [p.get("text") for p in item.get("content") or () if isinstance(p, dict)]
+    return "\n\n".join(p for p in parts if isinstance(p, str) and p)
+
+
+def _message_parts(item: dict[str, Any], texts: list[str], refusals: list[str]) -> None:
+    for part in item.get("content") or ():
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") == "output_text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif part.get("type") == "refusal" and isinstance(part.get("refusal"), str):
+            refusals.append(part["refusal"])
+
+
+def _finish(status: Any, incomplete: Any, calls: list[ToolCall]) -> str | None:
+    if status == "incomplete":
+        reason = _get(incomplete, "reason")
+        return _FINISH.get(reason, reason if isinstance(reason, str) else "length")
+    if status == "completed":
+        return "tool_calls" if calls else "stop"
+    return status if isinstance(status, str) else None
+
+
+def answer_from_items(items: list[dict[str, Any]], response: dict[str, Any]) -> ModelResponse:
+    """The `ModelResponse` of a response's output `items` (kept whole, in order, on the message)
+    and its status, usage, model and id (`response`)."""
+    texts: list[str] = []
+    refusals: list[str] = []
+    reasoning: list[str] = []
+    calls: list[ToolCall] = []
+    for item in items:
+        kind = item.get("type")
+        if kind == "message":
+            _message_parts(item, texts, refusals)
+        elif kind == "function_call":
+            args = item.get("arguments")
+            calls.append(ToolCall(str(item.get("call_id") or item.get("id") or ""), str(item.get("name") or ""),
+                                  args if isinstance(args, str) else "{}"))
+        elif kind == "reasoning":
+            summary = _summary_text(item)
+            if summary:
+                reasoning.append(summary)
+    unique_call_ids(calls)
+    model = response.get("model") or None
+    text = "".join(texts)
+    message = AssistantMessage(
+        text=text if text or not (calls or refusals) else None,
+        tool_calls=calls,
+        reasoning="\n\n".join(reasoning) or None,
+        refusal="".join(refusals) or None,
+        finish_reason=_finish(response.get("status"), response.get("incomplete_details"), calls),
+        model=model,
+        thinking_blocks=items,
+    )
+    return ModelResponse(message, response_counts(response.get("usage")), model, response.get("id") or None)
+
+
+def response_answer(response: dict[str, Any], fail: Callable[..., Exception],
+                    provider: str = "openai") -> ModelResponse:
+    """Map a whole response (its JSON dict) to a `ModelResponse`. A failed response raises
+    ``fail(error)``; one still queued or in progress (background mode) a `ModelResponseError`."""
+    status = response.get("status")
+    if status == "failed" or (response.get("error") and status not in ("completed", "incomplete")):
+        raise fail(response.get("error"), "the response failed")
+    if status in ("queued", "in_progress"):
+        raise ModelResponseError(
+            f"the response is {status} (background mode), not an answer: OpenAIResponsesModel waits for "
+            "no background response; leave settings={'background': ...} out", provider=provider)
+    items = [dict(i) for i in response.get("output") or () if isinstance(i, dict)]
+    return answer_from_items(items, response)
+
+
+# ------------------------------------------------------------------------------- a streamed answer
+class _Streamed:
+    """What a stream gathered besides its deltas: the done items by output index, the response."""
+
+    __slots__ = ("calls_open", "done", "request_id", "response")
+
+    def __init__(self) -> None:
+        self.done: dict[int, dict[str, Any]] = {}
+        self.response: dict[str, Any] | None = None
+        self.request_id: str | None = None
+        self.calls_open: str | None = None
+
+    def answer(self) -> ModelResponse:
+        response = self.response or {}
+        if self.done:
+            items = [self.done[i] for i in sorted(self.done)]
+        else:
+            items = [dict(i) for i in response.get("output") or () if isinstance(i, dict)]
+        answer = answer_from_items(items, response)
+        answer.request_id = self.request_id or answer.request_id
+        return answer
+
+
+def _as_dict(obj: Any) -> dict[str, Any]:
+    if isinstance(obj, dict):
+        return obj
+    to_dict = getattr(obj, "to_dict", None)
+    return to_dict() if to_dict is not None else dict(obj)  # type: ignore[no-any-return]
+
+
+async def response_stream_items(  # Size: the per-event loop, kept in one function
+    events: AsyncIterator[Any],
+    request_id: str | None,
+    fail: Callable[..., Exception],
+    empty: Callable[[], Exception],
+    provider: str = "openai",
+) -> AsyncGenerator[StreamItem, None]:
+    """The text deltas (``str``) and `ReasoningText` deltas of a stream's events, then the
+    `ModelResponse` of its items. An ``error`` event or ``response.failed`` raises
+    ``fail(error)``; a stream without events ``empty()``; one that stops before its last event
+    (``response.completed`` / ``incomplete``) a retried `StreamInterruptedError`."""
+    state = _Streamed()
+    state.request_id = request_id
+    seen = thought = False
+    async for event in events:
+        seen = True
+        kind = getattr(event, "type", None)
+        if kind == "response.output_text.delta":
+            yield event.delta
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            thought = True
+            yield ReasoningText(event.delta)
+        elif kind == "response.reasoning_summary_part.added":
+            if thought:  # parts and items are joined by a blank line, as in the answer's reasoning
+                yield ReasoningText("\n\n")
+        elif kind == "response.output_item.added":
+            item = getattr(event, "item", None)
+            if getattr(item, "type", None) == "function_call":
+                state.calls_open = getattr(item, "name", None) or "?"
+        elif kind == "response.output_item.done":
+            item = _as_dict(event.item)
+            state.done[_int(getattr(event, "output_index", len(state.done)))] = item
+            if item.get("type") == "function_call":
+                state.calls_open = None
+        elif kind in ("response.completed", "response.incomplete"):
+            state.response = _as_dict(event.response)
+        elif kind == "response.failed":
+            response = _as_dict(event.response)
+            raise fail(response.get("error"), "the response failed")
+        elif kind == "error":
+            error = {k: v for k, v in _as_dict(event).items() if k not in ("type", "sequence_number")}
+            raise fail(error, "the server ended the stream with an error")
+    if not seen:
+        raise empty()
+    if state.response is None:
+        where = f" inside the tool call {state.calls_open!r}" if state.calls_open else ""
+        raise StreamInterruptedError(f"the streamed answer broke off{where} (no response.completed came)",
+                                     provider=provider)
+    yield state.answer()

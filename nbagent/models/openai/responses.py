@@ -1,0 +1,204 @@
+"""`OpenAIResponsesModel`: OpenAI's Responses API (``client.responses``) through the official ``openai`` SDK.
+
+The API for OpenAI's reasoning models with tools: on Chat Completions, GPT-5.4 and later take no
+tool calls with a reasoning effort other than ``none``; here they do, and the reasoning carries
+across steps. Built on `OpenAIModel` (its client per event loop, time limits, error mapping, key
+hygiene, travelling to workers); what differs is the request (`_responses_wire`) and the answer
+(`_responses_stream`).
+
+The reasoning rule (``store=False``, the default): every request sends ``"store": false`` and no
+``previous_response_id``; with reasoning configured (``reasoning_effort`` / ``reasoning_summary``,
+or a reasoning model: ``o*``, ``gpt-5*``) ``include`` holds ``"reasoning.encrypted_content"``. Every
+output item of an answer (reasoning with its encrypted content, messages with their ``phase``,
+function calls, built-in tool calls, item types nbagent does not know) is kept with the answer in
+the thread (every store persists it) and sent back in its place on every later request: after an
+approval pause, and after a restart from another process. With ``store=True`` the server keeps the
+responses and items go back as they came (reasoning by id); ``previous_response_id`` is never used.
+
+May import: ``openai``, nbagent's exceptions and model base, the models' shared helpers, and
+this package's `_model`, `_errors`, `_responses_wire`, `_responses_stream`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from typing import Any
+
+from ...exceptions import ModelError, UserError
+from .. import _bodies
+from .._deadline import DEFAULT_DEADLINE, Deadline, within
+from .._keys import _safe_url
+from ..base import ModelRequest, ModelResponse, StreamItem
+from . import _errors
+from ._model import DEFAULT_TIMEOUT, OpenAIModel
+from ._responses_stream import response_answer, response_stream_items
+from ._responses_wire import check_settings, responses_params
+
+__all__ = ["OpenAIResponsesModel"]
+
+_REASONING_MODEL = re.compile(r"^(o\d|gpt-5|codex)", re.IGNORECASE)
+"""Model names that reason whether asked to or not (their reasoning items must go back whole)."""
+
+_EXPECTED = "a Responses API response"
+
+
+class OpenAIResponsesModel(OpenAIModel):
+    """A model on OpenAI's Responses API (``/v1/responses``), via the official ``openai`` SDK.
+
+    ```python
+    agent = Agent("openai-responses:gpt-5.4", tools=[get_weather])
+    agent = Agent(OpenAIResponsesModel("gpt-5.4", reasoning_effort="medium", reasoning_summary="auto"))
+    agent = Agent(OpenAIResponsesModel("gpt-5.4", builtin_tools=[{"type": "web_search"}]))
+    ```
+
+    Args:
+        model_name: the model to ask for; default ``$OPENAI_MODEL``.
+        base_url: default ``$OPENAI_BASE_URL``, else OpenAI's (Azure's ``.../openai/v1`` works too).
+        api_key: default ``$OPENAI_API_KEY``; never shown in reprs, messages, events, usage rows or errors.
+        reasoning_effort: ``reasoning.effort`` (``"none"``, ``"minimal"``, ``"low"``, ``"medium"``,
+            ``"high"``, ``"xhigh"``); None: the model's default.
+        reasoning_summary: ``reasoning.summary`` (``"auto"``, ``"concise"``, ``"detailed"``): the
+            summaries stream as reasoning (the view's Thinking section) and go back only inside
+            their reasoning item.
+        store: False (default): nothing is kept on OpenAI's side, the encrypted reasoning goes back
+            with every request (see the module docstring). True: the server keeps the responses.
+        builtin_tools: OpenAI's built-in tools, as the API spells them (``{"type": "web_search"}``,
+            ``{"type": "code_interpreter", "container": {"type": "auto"}}``, ``{"type":
+            "image_generation"}``, ``{"type": "file_search", "vector_store_ids": [...]}``): they run
+            on OpenAI's side, never locally, and need no approval; their items stay with the answer.
+        encrypted_reasoning: ask for ``reasoning.encrypted_content``; None (default): when
+            ``store`` is False and reasoning is configured or the model reasons (``o*``, ``gpt-5*``).
+        provider, settings, timeout, max_retries, client, http_client, deadline, context_window:
+            as for `OpenAIModel`; `settings` are ``responses.create``'s (``max_output_tokens``,
+            or nbagent's ``max_tokens``; ``temperature``, ``text``, ``truncation``, ``extra_body``...).
+    """
+
+    def __init__(
+        self,
+        model_name: str | None = None,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        reasoning_effort: str | None = None,
+        reasoning_summary: str | None = None,
+        store: bool = False,
+        builtin_tools: Sequence[Mapping[str, Any]] = (),
+        encrypted_reasoning: bool | None = None,
+        provider: str = "openai",
+        settings: Mapping[str, Any] | None = None,
+        timeout: float | Any = DEFAULT_TIMEOUT,
+        max_retries: int = 0,
+        client: Any = None,
+        http_client: Any = None,
+        deadline: float | None = DEFAULT_DEADLINE,
+        context_window: int | None = None,
+    ) -> None:
+        super().__init__(
+            model_name, base_url=base_url, api_key=api_key, provider=provider, settings=settings,
+            timeout=timeout, max_retries=max_retries, client=client, http_client=http_client,
+            send_reasoning=False, deadline=deadline, context_window=context_window,
+        )
+        self.store = bool(store)
+        self.reasoning: dict[str, Any] = {}
+        if reasoning_effort is not None:
+            self.reasoning["effort"] = reasoning_effort
+        if reasoning_summary is not None:
+            self.reasoning["summary"] = reasoning_summary
+        for tool in builtin_tools:
+            if not isinstance(tool, Mapping) or not isinstance(tool.get("type"), str):
+                raise UserError(
+                    f"a built-in tool is a dict with a 'type' (e.g. {{'type': 'web_search'}}), got {tool!r}")
+        self.builtin_tools = [dict(t) for t in builtin_tools]
+        if encrypted_reasoning is None:
+            encrypted_reasoning = not self.store and bool(
+                self.reasoning or self.settings.get("reasoning") or _REASONING_MODEL.match(self.model_name))
+        self.encrypted_reasoning = bool(encrypted_reasoning)
+
+    def _check_settings(self, settings: Mapping[str, Any]) -> None:
+        check_settings(settings)
+
+    def __repr__(self) -> str:
+        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
+        return f"OpenAIResponsesModel({self.model_name!r}, provider={self.provider!r}{url})"
+
+    # ------------------------------------------------------------------ request building
+    def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
+        """The keyword arguments for ``responses.create`` (without the key)."""
+        return responses_params(
+            request, model_name=self.model_name, settings=self.settings, store=self.store,
+            reasoning=self.reasoning, encrypted=self.encrypted_reasoning, builtin_tools=self.builtin_tools,
+            stream=stream,
+        )
+
+    def map_completion(self, raw: Any) -> ModelResponse:
+        """Map a whole response (its JSON dict, or the SDK's ``Response``) to a `ModelResponse`."""
+        data = raw if isinstance(raw, dict) else raw.to_dict()
+        return response_answer(data, self.stream_error, self.provider)
+
+    # ------------------------------------------------------------------ requests
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        """Ask for the whole answer (no streaming), within the call's `deadline`."""
+        deadline = Deadline(self, _errors._where)
+        try:
+            client = await self.client()
+            params = self.request_params(request, stream=False)
+            raw = await within(deadline, lambda: client.responses.with_raw_response.create(**params),
+                               self.map_error)
+        finally:
+            deadline.close()
+        response = raw.http_response
+        answer = self._whole(response.status_code, response.headers.get("content-type", ""), response.content,
+                             streaming=False)
+        answer.request_id = response.headers.get("x-request-id") or answer.request_id
+        return answer
+
+    def _whole(self, status: int, content_type: str, data: bytes, *, streaming: bool) -> ModelResponse:
+        """The answer in a body read whole: a response object, or an error object sent with a
+        2xx status (raised as `stream_error` sorts it), else `ResponseBodyError`."""
+        body: Any = None
+        with contextlib.suppress(ValueError):
+            body = json.loads(data.decode("utf-8")) if data.strip() else None
+        if isinstance(body, dict):
+            if body.get("object") == "response" or isinstance(body.get("output"), list):
+                return self.map_completion(body)
+            if body.get("error"):
+                raise self.stream_error(body["error"])
+        raise _bodies.body_error(self, status, content_type, data, streaming=streaming, expected=_EXPECTED)
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """Stream the answer: text deltas (``str``), `ReasoningText` deltas (reasoning summaries),
+        then the `ModelResponse`, within the call's `deadline` (the stream's last event included)."""
+        deadline = Deadline(self, _errors._where)
+        try:
+            client = await self.client()
+            params = self.request_params(request, stream=True)
+            stream = await within(deadline, lambda: client.responses.create(**params), self.map_error)
+            headers = stream.response.headers
+            content_type = headers.get("content-type", "")
+            if "event-stream" not in content_type:  # a server or proxy that answered whole
+                pieces = [p async for p in self._reading(stream, stream.response.aiter_bytes(), deadline)]
+                whole = self._whole(stream.response.status_code, content_type, b"".join(pieces), streaming=True)
+                if whole.message.text:
+                    yield whole.message.text
+                yield whole
+                return
+
+            def empty() -> ModelError:
+                return _bodies.body_error(self, stream.response.status_code, content_type, None, streaming=True,
+                                          expected=_EXPECTED)
+
+            async with (
+                contextlib.aclosing(self._reading(stream, stream, deadline)) as events,
+                contextlib.aclosing(self._items(events, headers.get("x-request-id"), empty)) as items,
+            ):
+                async for item in items:
+                    yield item
+        finally:
+            deadline.close()
+
+    def _items(self, events: AsyncIterator[Any], request_id: str | None,
+               empty: Any) -> AsyncGenerator[StreamItem, None]:
+        return response_stream_items(events, request_id, self.stream_error, empty, self.provider)
