@@ -254,8 +254,13 @@ def responses_pieces(body: dict[str, Any]) -> Pieces:
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     in_answer = False  # consecutive assistant items are one nbagent AssistantMessage
-    for item in items:
+    last_user = max((i for i, it in enumerate(items) if it.get("type", "message") == "message"
+                     and it.get("role") == "user"), default=-1)
+    for at, item in enumerate(items):
         kind, role = item.get("type", "message"), item.get("role")
+        if kind == "reasoning" and at < last_user:
+            continue  # OpenAI drops an earlier turn's reasoning from the context: not counted
+
         if kind in ("reasoning", "compaction") and item.get("encrypted_content"):
             raise Opaque("encrypted item (reasoning / compaction)")
         if kind == "message" and role != "assistant":
