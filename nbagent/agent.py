@@ -496,6 +496,13 @@ class Agent(Generic[OutputT]):
         self._touch(new)
         return new
 
+    async def delete_thread(self, thread: str) -> bool:
+        """Delete a stored thread with everything kept for it: messages, usage, checkpoints,
+        pending calls and its recorded model calls (`nbagent.models.record`); True if it existed.
+        It no longer counts among this agent's threads."""
+        self._own_threads.pop(thread, None)
+        return await self.store.delete_thread(thread)
+
     def threads_sync(self) -> list[ThreadInfo]:
         """`threads` from sync code."""
         return _blocking(self.threads)
@@ -511,6 +518,10 @@ class Agent(Generic[OutputT]):
     def thread_usage_sync(self, thread: str) -> Usage:
         """`thread_usage` from sync code."""
         return _blocking(lambda: self.thread_usage(thread))
+
+    def delete_thread_sync(self, thread: str) -> bool:
+        """`delete_thread` from sync code."""
+        return _blocking(lambda: self.delete_thread(thread))
 
     def fork_sync(
         self,

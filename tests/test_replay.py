@@ -211,3 +211,34 @@ def test_replay_of_an_unknown_thread_is_refused(tmp_path: Path) -> None:
     bad.write_text("{not json}\n")
     with pytest.raises(UserError, match="line 1"):
         replay(bad)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_deleting_a_thread_deletes_its_recordings(kind: str, request: pytest.FixtureRequest,
+                                                        tmp_path: Path) -> None:
+    store = open_store(kind, request, tmp_path)
+    agent = Agent(record(script()), tools=[weather], store=store)
+    await agent.run("Weather?", thread="t1")
+    agent.model = record(script())
+    await agent.run("Weather?", thread="t2")
+    assert len(await store.recordings()) == 6
+    assert await agent.delete_thread("t1") is True
+    assert "t1" not in agent.own_threads()
+    assert await store.recordings(["t1"]) == []
+    assert [r["thread"] for r in await store.recordings()] == ["t2"] * 3
+    with pytest.raises(UserError, match="no recorded model call of thread 't1'"):
+        replay(store, thread="t1")
+    assert await agent.delete_thread("t1") is False
+    await store.append("t3", version=0, step=0, messages=[])  # prune takes recordings along too
+    await store.add_recording("t3", (await store.recordings(["t2"]))[0])
+    assert await store.prune(older_than=-60) == ["t2", "t3"]
+    assert await store.recordings() == []
+    await store.close()
+
+
+def test_delete_thread_sync_deletes_recordings_in_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    agent = Agent(record(script()), tools=[weather], store=SQLiteStore(path))
+    agent.run_sync("Weather?", thread="t1")
+    assert agent.delete_thread_sync("t1") is True
+    assert export_recording(str(path), tmp_path / "left.jsonl") == 0
