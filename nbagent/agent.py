@@ -474,6 +474,11 @@ class Agent(Generic[OutputT]):
         keeps only its latest value, which may reflect later steps): pass ``state=`` when you
         continue the fork. Pending approvals are not copied.
 
+        Go live from a step: with ``replay(recording, then=real_model)`` as the model, a fork
+        edited at step *n* and resumed takes nothing from the model up to step *n* (the copied
+        steps, or a replayed run that rebuilt the thread from the recording) and asks the real
+        model from step *n + 1* on (the first request the recording does not hold; docs/replay.md).
+
         Args:
             thread: the thread to copy (it is not changed).
             at_step: the last step to copy (see `checkpoints`); None copies the whole thread.

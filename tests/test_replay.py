@@ -242,3 +242,30 @@ def test_delete_thread_sync_deletes_recordings_in_sqlite(tmp_path: Path) -> None
     agent.run_sync("Weather?", thread="t1")
     assert agent.delete_thread_sync("t1") is True
     assert export_recording(str(path), tmp_path / "left.jsonl") == 0
+
+
+async def test_go_live_from_a_step_of_an_exported_recording_in_a_fresh_store(tmp_path: Path) -> None:
+    """CI / Binder: the recording is a file and the store is empty. The replayed run rebuilds the
+    thread for free, the fork edits step 2's tool result, and only steps 3 to 6 call the model."""
+    recorded = MemoryStore()
+    await Agent(record(script(6)), tools=[weather], store=recorded).run("Weather?", thread="t1")
+    path = tmp_path / "recording.jsonl"
+    assert export_recording(recorded, path) == 6
+
+    def answer(messages: list[Any], info: Any) -> Any:
+        return tool_call("weather", city="Paris") if info.step < 6 else "Fog in Oslo, sun in Paris."
+
+    live = FunctionModel(answer)
+    agent = Agent(replay(path, then=live), tools=[weather], store=MemoryStore())
+    again = await agent.run("Weather?", thread="t1")
+    assert again.steps == 6 and live.requests == []
+    assert all(r.replayed and r.cost_total == 0 for r in again.usage.calls)
+    fork = await agent.fork("t1", at_step=2, edit="fog")
+    result = await agent.resume(thread=fork)
+    assert result.status == "completed" and result.output == "Fog in Oslo, sun in Paris."
+    assert [r.step for r in live.requests] == [3, 4, 5, 6]
+    assert any(isinstance(m, ToolResultMessage) and m.content == "fog" for m in live.requests[0].messages)
+    stored = await agent.store.load(fork)
+    assert stored is not None
+    assert [(r.step, r.replayed) for r in stored.usage] == [
+        (1, True), (2, True), (3, False), (4, False), (5, False), (6, False)]
