@@ -269,3 +269,85 @@ async def test_go_live_from_a_step_of_an_exported_recording_in_a_fresh_store(tmp
     assert stored is not None
     assert [(r.step, r.replayed) for r in stored.usage] == [
         (1, True), (2, True), (3, False), (4, False), (5, False), (6, False)]
+
+
+def counted_tools() -> tuple[list[Any], list[str]]:
+    """An async tool whose first call of an answer is slower (its results come in out of order),
+    and the list of the cities it was called for."""
+    import asyncio
+
+    ran: list[str] = []
+
+    @tool
+    async def forecast(city: str) -> str:
+        """Tomorrow's weather in a city (a network call, say)."""
+        ran.append(city)
+        await asyncio.sleep(0.05 if city == "Paris" else 0.0)
+        return f"{city}: {WEATHER.get(city, 'unknown')}"
+
+    return [forecast], ran
+
+
+def two_calls_then_text() -> FunctionModel:
+    def answer(messages: list[Any], info: Any) -> Any:
+        if info.step == 1:
+            return [tool_call("forecast", city="Paris"), tool_call("forecast", city="Oslo")]
+        if info.step == 2:
+            return tool_call("forecast", city="Rome")
+        return "done: " + " / ".join(m.content for m in messages if isinstance(m, ToolResultMessage))
+
+    return FunctionModel(answer)
+
+
+async def test_tools_recorded_takes_results_from_the_recording_and_runs_no_tool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MemoryStore()
+    tools, ran = counted_tools()
+    first = await Agent(record(two_calls_then_text()), tools=tools, store=store).run("Plan a trip", thread="t1")
+    assert first.status == "completed" and sorted(ran) == ["Oslo", "Paris", "Rome"]
+    results = [m for m in first.messages if isinstance(m, ToolResultMessage)]
+    assert [m.content for m in results[:2]] == ["Oslo: snow", "Paris: sunny"]  # Paris was slower
+    ran.clear()
+    monkeypatch.setitem(WEATHER, "Paris", "storm")  # the tools would now answer differently
+
+    again = await Agent(replay(store, thread="t1", tools="recorded"), tools=tools).run("Plan a trip")
+    assert ran == []  # no tool ran
+    assert again.status == "completed" and again.output == first.output
+    by_call = {m.call_id: m.content for m in again.messages if isinstance(m, ToolResultMessage)}
+    assert by_call == {m.call_id: m.content for m in results}  # each call got its own recorded result
+    assert all(m.duration_s == 0.0 for m in again.messages if isinstance(m, ToolResultMessage))
+
+    ran_again = await Agent(replay(store, thread="t1"), tools=tools).run("Plan a trip")  # default: tools run
+    assert sorted(ran) == ["Oslo", "Paris"]  # then step 2 differs: the run stops before Rome
+    assert ran_again.status == "failed" and isinstance(ran_again.exception, ReplayMismatchError)
+    assert "Paris: storm" in ran_again.error  # type: ignore[operator]
+
+
+async def test_tools_recorded_without_a_recorded_result_gives_an_error_result() -> None:
+    store = MemoryStore()
+    tools, ran = counted_tools()
+    agent = Agent(record(two_calls_then_text()), tools=tools, store=store, max_steps=2)
+    first = await agent.run("Plan a trip", thread="t1")  # stops after step 2's tool: Rome's result never sent
+    assert first.stop_reason == "max_steps" and "Rome" in ran
+    ran.clear()
+    again = await Agent(replay(store, thread="t1", tools="recorded"), tools=tools, max_steps=2).run("Plan a trip")
+    assert ran == []
+    rome = [m for m in again.messages if isinstance(m, ToolResultMessage)][-1]
+    assert rome.is_error and "holds no recorded result for this call" in rome.content
+    live = await Agent(replay(store, thread="t1", tools="recorded", then=two_calls_then_text()), tools=tools,
+                       max_steps=2).run("Plan a trip")
+    assert ran == ["Rome"] and live.messages[-1].content == "Rome: unknown"  # type: ignore[union-attr]
+    with pytest.raises(UserError, match="tools must be 'run' or 'recorded'"):
+        replay(store, tools="none")  # type: ignore[arg-type]
+
+
+async def test_results_that_finish_in_another_order_still_match() -> None:
+    """Concurrent calls finish in any order: the recording (Oslo's result first) answers a run
+    whose results come in the calls' order."""
+    store = MemoryStore()
+    tools, _ran = counted_tools()
+    first = await Agent(record(two_calls_then_text()), tools=tools, store=store).run("Plan a trip", thread="t1")
+    assert [m.content for m in first.messages if isinstance(m, ToolResultMessage)][:2] == ["Oslo: snow", "Paris: sunny"]
+    again = await Agent(replay(store, thread="t1"), tools=tools, tools_in_order=True).run("Plan a trip")
+    assert [m.content for m in again.messages if isinstance(m, ToolResultMessage)][:2] == ["Paris: sunny", "Oslo: snow"]
+    assert again.status == "completed" and again.output == first.output
