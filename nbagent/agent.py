@@ -474,6 +474,11 @@ class Agent(Generic[OutputT]):
         keeps only its latest value, which may reflect later steps): pass ``state=`` when you
         continue the fork. Pending approvals are not copied.
 
+        Go live from a step: with ``replay(recording, then=real_model)`` as the model, a fork
+        edited at step *n* and resumed takes nothing from the model up to step *n* (the copied
+        steps, or a replayed run that rebuilt the thread from the recording) and asks the real
+        model from step *n + 1* on (the first request the recording does not hold; docs/replay.md).
+
         Args:
             thread: the thread to copy (it is not changed).
             at_step: the last step to copy (see `checkpoints`); None copies the whole thread.
@@ -496,6 +501,13 @@ class Agent(Generic[OutputT]):
         self._touch(new)
         return new
 
+    async def delete_thread(self, thread: str) -> bool:
+        """Delete a stored thread with everything kept for it: messages, usage, checkpoints,
+        pending calls and its recorded model calls (`nbagent.models.record`); True if it existed.
+        It no longer counts among this agent's threads."""
+        self._own_threads.pop(thread, None)
+        return await self.store.delete_thread(thread)
+
     def threads_sync(self) -> list[ThreadInfo]:
         """`threads` from sync code."""
         return _blocking(self.threads)
@@ -511,6 +523,10 @@ class Agent(Generic[OutputT]):
     def thread_usage_sync(self, thread: str) -> Usage:
         """`thread_usage` from sync code."""
         return _blocking(lambda: self.thread_usage(thread))
+
+    def delete_thread_sync(self, thread: str) -> bool:
+        """`delete_thread` from sync code."""
+        return _blocking(lambda: self.delete_thread(thread))
 
     def fork_sync(
         self,

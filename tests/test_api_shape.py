@@ -52,7 +52,8 @@ def _params(fn: object) -> list[tuple[str, object]]:
     return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ["run", "resume", "threads", "checkpoints", "pending", "thread_usage", "fork"])
+@pytest.mark.parametrize("name", ["run", "resume", "threads", "checkpoints", "pending", "thread_usage", "fork",
+                                  "delete_thread"])
 def test_each_async_method_has_a_sync_twin_with_the_same_parameters(name: str) -> None:
     """The naming rule: the awaitable form has the plain name, its blocking twin adds ``_sync``."""
     async_fn, sync_fn = getattr(Agent, name), getattr(Agent, name + "_sync")

@@ -211,3 +211,143 @@ def test_replay_of_an_unknown_thread_is_refused(tmp_path: Path) -> None:
     bad.write_text("{not json}\n")
     with pytest.raises(UserError, match="line 1"):
         replay(bad)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_deleting_a_thread_deletes_its_recordings(kind: str, request: pytest.FixtureRequest,
+                                                        tmp_path: Path) -> None:
+    store = open_store(kind, request, tmp_path)
+    agent = Agent(record(script()), tools=[weather], store=store)
+    await agent.run("Weather?", thread="t1")
+    agent.model = record(script())
+    await agent.run("Weather?", thread="t2")
+    assert len(await store.recordings()) == 6
+    assert await agent.delete_thread("t1") is True
+    assert "t1" not in agent.own_threads()
+    assert await store.recordings(["t1"]) == []
+    assert [r["thread"] for r in await store.recordings()] == ["t2"] * 3
+    with pytest.raises(UserError, match="no recorded model call of thread 't1'"):
+        replay(store, thread="t1")
+    assert await agent.delete_thread("t1") is False
+    await store.append("t3", version=0, step=0, messages=[])  # prune takes recordings along too
+    await store.add_recording("t3", (await store.recordings(["t2"]))[0])
+    assert await store.prune(older_than=-60) == ["t2", "t3"]
+    assert await store.recordings() == []
+    await store.close()
+
+
+def test_delete_thread_sync_deletes_recordings_in_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "runs.db"
+    agent = Agent(record(script()), tools=[weather], store=SQLiteStore(path))
+    agent.run_sync("Weather?", thread="t1")
+    assert agent.delete_thread_sync("t1") is True
+    assert export_recording(str(path), tmp_path / "left.jsonl") == 0
+
+
+async def test_go_live_from_a_step_of_an_exported_recording_in_a_fresh_store(tmp_path: Path) -> None:
+    """CI / Binder: the recording is a file and the store is empty. The replayed run rebuilds the
+    thread for free, the fork edits step 2's tool result, and only steps 3 to 6 call the model."""
+    recorded = MemoryStore()
+    await Agent(record(script(6)), tools=[weather], store=recorded).run("Weather?", thread="t1")
+    path = tmp_path / "recording.jsonl"
+    assert export_recording(recorded, path) == 6
+
+    def answer(messages: list[Any], info: Any) -> Any:
+        return tool_call("weather", city="Paris") if info.step < 6 else "Fog in Oslo, sun in Paris."
+
+    live = FunctionModel(answer)
+    agent = Agent(replay(path, then=live), tools=[weather], store=MemoryStore())
+    again = await agent.run("Weather?", thread="t1")
+    assert again.steps == 6 and live.requests == []
+    assert all(r.replayed and r.cost_total == 0 for r in again.usage.calls)
+    fork = await agent.fork("t1", at_step=2, edit="fog")
+    result = await agent.resume(thread=fork)
+    assert result.status == "completed" and result.output == "Fog in Oslo, sun in Paris."
+    assert [r.step for r in live.requests] == [3, 4, 5, 6]
+    assert any(isinstance(m, ToolResultMessage) and m.content == "fog" for m in live.requests[0].messages)
+    stored = await agent.store.load(fork)
+    assert stored is not None
+    assert [(r.step, r.replayed) for r in stored.usage] == [
+        (1, True), (2, True), (3, False), (4, False), (5, False), (6, False)]
+
+
+def counted_tools() -> tuple[list[Any], list[str]]:
+    """An async tool whose first call of an answer is slower (its results come in out of order),
+    and the list of the cities it was called for."""
+    import asyncio
+
+    ran: list[str] = []
+
+    @tool
+    async def forecast(city: str) -> str:
+        """Tomorrow's weather in a city (a network call, say)."""
+        ran.append(city)
+        await asyncio.sleep(0.05 if city == "Paris" else 0.0)
+        return f"{city}: {WEATHER.get(city, 'unknown')}"
+
+    return [forecast], ran
+
+
+def two_calls_then_text() -> FunctionModel:
+    def answer(messages: list[Any], info: Any) -> Any:
+        if info.step == 1:
+            return [tool_call("forecast", city="Paris"), tool_call("forecast", city="Oslo")]
+        if info.step == 2:
+            return tool_call("forecast", city="Rome")
+        return "done: " + " / ".join(m.content for m in messages if isinstance(m, ToolResultMessage))
+
+    return FunctionModel(answer)
+
+
+async def test_tools_recorded_takes_results_from_the_recording_and_runs_no_tool(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    store = MemoryStore()
+    tools, ran = counted_tools()
+    first = await Agent(record(two_calls_then_text()), tools=tools, store=store).run("Plan a trip", thread="t1")
+    assert first.status == "completed" and sorted(ran) == ["Oslo", "Paris", "Rome"]
+    results = [m for m in first.messages if isinstance(m, ToolResultMessage)]
+    assert [m.content for m in results[:2]] == ["Oslo: snow", "Paris: sunny"]  # Paris was slower
+    ran.clear()
+    monkeypatch.setitem(WEATHER, "Paris", "storm")  # the tools would now answer differently
+
+    again = await Agent(replay(store, thread="t1", tools="recorded"), tools=tools).run("Plan a trip")
+    assert ran == []  # no tool ran
+    assert again.status == "completed" and again.output == first.output
+    by_call = {m.call_id: m.content for m in again.messages if isinstance(m, ToolResultMessage)}
+    assert by_call == {m.call_id: m.content for m in results}  # each call got its own recorded result
+    assert all(m.duration_s == 0.0 for m in again.messages if isinstance(m, ToolResultMessage))
+
+    ran_again = await Agent(replay(store, thread="t1"), tools=tools).run("Plan a trip")  # default: tools run
+    assert sorted(ran) == ["Oslo", "Paris"]  # then step 2 differs: the run stops before Rome
+    assert ran_again.status == "failed" and isinstance(ran_again.exception, ReplayMismatchError)
+    assert "Paris: storm" in ran_again.error  # type: ignore[operator]
+
+
+async def test_tools_recorded_without_a_recorded_result_gives_an_error_result() -> None:
+    store = MemoryStore()
+    tools, ran = counted_tools()
+    agent = Agent(record(two_calls_then_text()), tools=tools, store=store, max_steps=2)
+    first = await agent.run("Plan a trip", thread="t1")  # stops after step 2's tool: Rome's result never sent
+    assert first.stop_reason == "max_steps" and "Rome" in ran
+    ran.clear()
+    again = await Agent(replay(store, thread="t1", tools="recorded"), tools=tools, max_steps=2).run("Plan a trip")
+    assert ran == []
+    rome = [m for m in again.messages if isinstance(m, ToolResultMessage)][-1]
+    assert rome.is_error and "holds no recorded result for this call" in rome.content
+    live = await Agent(replay(store, thread="t1", tools="recorded", then=two_calls_then_text()), tools=tools,
+                       max_steps=2).run("Plan a trip")
+    assert ran == ["Rome"] and live.messages[-1].content == "Rome: unknown"  # type: ignore[union-attr]
+    with pytest.raises(UserError, match="tools must be 'run' or 'recorded'"):
+        replay(store, tools="none")  # type: ignore[arg-type]
+
+
+async def test_results_that_finish_in_another_order_still_match() -> None:
+    """Concurrent calls finish in any order: the recording (Oslo's result first) answers a run
+    whose results come in the calls' order."""
+    store = MemoryStore()
+    tools, _ran = counted_tools()
+    first = await Agent(record(two_calls_then_text()), tools=tools, store=store).run("Plan a trip", thread="t1")
+    assert [m.content for m in first.messages if isinstance(m, ToolResultMessage)][:2] == ["Oslo: snow", "Paris: sunny"]
+    again = await Agent(replay(store, thread="t1"), tools=tools, tools_in_order=True).run("Plan a trip")
+    assert [m.content for m in again.messages if isinstance(m, ToolResultMessage)][:2] == ["Paris: sunny", "Oslo: snow"]
+    assert again.status == "completed" and again.output == first.output

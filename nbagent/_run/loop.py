@@ -547,6 +547,12 @@ class _Loop:
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)
+        recorded = getattr(self.config.model, "recorded_result", None)  # replay(tools="recorded"): not run
+        result: ToolResultMessage | None = recorded(item.call, item.edited) if recorded is not None else None
+        if result is not None:
+            if decision is not None:
+                decision.stamp(result)
+            return result
         tool = item.tool
         cap = None if tool.name == READ_RESULT else self.config.result_cap(tool)  # it pages by itself
         return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count)

@@ -15,6 +15,9 @@ Part of `nbagent.display` (layer 2): imports the base data shapes and `sanitize`
 ipywidgets or the edge, so a saved ``RunResult`` renders without a widget front end
 (``RunResult._repr_html_`` imports it when a notebook asks for HTML). The live view
 (`nbagent.widgets`) reuses these builders.
+
+Size: every piece of a run's static HTML lives here, next to the table styles they all share, so
+the summary, the live view and the saved copy cannot drift apart.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ __all__ = [
     "question_html",
     "reasoning_html",
     "render_result_html",
+    "replayed_answers",
+    "replayed_badge",
     "result_row_html",
     "rich_result_html",
     "status_badge",
@@ -179,6 +184,24 @@ def badge(label: str, colour: str, *, title: str | None = None, cls: str = "") -
         f"border:1px solid {colour};border-radius:8px;padding:0 6px;font-size:11px;line-height:1.5;"
         f'white-space:nowrap;display:inline-block">{escape(label)}</span>'
     )
+
+
+REPLAYED_TITLE = "answered from a recording (nbagent.models.replay): no model was asked, cost 0"
+
+
+def replayed_badge() -> str:
+    """The small "replayed" label of an answer taken from a recording (`nbagent.models.replay`)."""
+    return badge("replayed", "var(--jp-info-color1,#0097a7)", title=REPLAYED_TITLE, cls="nbagent-replayed")
+
+
+def replayed_answers(messages: Sequence[Message], steps: Sequence[int], rows: Iterable[Any]) -> list[int]:
+    """The indices of the answers in `messages` (whose steps are `steps`) that were taken from a
+    recording: the answers of the steps whose usage row (of `rows`) is marked ``replayed``."""
+    replayed = {r.step for r in rows if r.replayed and getattr(r, "purpose", "run") == "run"}
+    if not replayed:
+        return []
+    return [i for i, (m, step) in enumerate(zip(messages, steps, strict=False))
+            if m.kind == "assistant" and step in replayed]
 
 
 def status_badge(status: str) -> str:
@@ -456,7 +479,7 @@ def usage_html(usage: Usage, *, label: str = "run") -> str:
 
 
 def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = (),
-                  whole: Sequence[Message] | None = None, offset: int = 0) -> str:
+                  whole: Sequence[Message] | None = None, offset: int = 0, replayed: Iterable[int] = ()) -> str:
     """A conversation as static HTML: user bubbles, each answer's reasoning as a closed "Thinking"
     section (escaped), answers as Markdown, and each answer's tool calls as a table with their
     results (matched by call id). Calls in `skip_call_ids` are left out (the live view shows those
@@ -465,8 +488,12 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
     `whole` and `offset`: `messages` is ``whole[offset:...]`` (a part of a longer conversation,
     e.g. what a resumed run added): results are looked up in `whole`, so a call answered later
     shows its result, and results here of calls asked before `offset` (the calls a resume
-    decided) are shown as rows of their own, with the call's name and arguments."""
+    decided) are shown as rows of their own, with the call's name and arguments.
+
+    `replayed`: the indices (in `whole`) of the answers taken from a recording
+    (`replayed_answers`), shown with a small "replayed" badge."""
     skip = set(skip_call_ids)
+    from_recording = set(replayed)
     whole = messages if whole is None else whole
     results = call_results(whole)
     out: list[str] = []
@@ -492,6 +519,8 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
             out.append(compaction_html(m))
         elif m.kind == "assistant":
             answer = index
+            if index in from_recording:
+                out.append(f'<div style="margin:2px 0">{replayed_badge()}</div>')
             out.append(reasoning_html(m.reasoning))  # type: ignore[union-attr]
             out.append(assistant_html(m.text, m.refusal))  # type: ignore[union-attr]
             calls = [c for c in m.tool_calls if c.id not in skip]  # type: ignore[union-attr]
@@ -553,7 +582,10 @@ def _usage_table(usage: Usage) -> str:
         cost = usd(row.cost_total)
         cells = (row.step, row.model, f"{row.input_tokens:,}", f"{row.cache_read_tokens:,}",
                  f"{row.output_tokens:,}", cost, _duration(row.latency_s))
-        body.append(f'<tr style="{TR}">' + "".join(f"<td {td}>{escape(c)}</td>" for c in cells) + "</tr>")
+        html = [escape(c) for c in cells]
+        if getattr(row, "replayed", False):
+            html[1] += " " + replayed_badge()
+        body.append(f'<tr style="{TR}">' + "".join(f"<td {td}>{c}</td>" for c in html) + "</tr>")
     table = TABLE.replace("width:100%;table-layout:fixed;", "width:auto;")
     return (
         f'<details class="nbagent-usage" style="{FONT};font-size:12px">'
@@ -570,6 +602,9 @@ def render_result_html(result: RunResult) -> str:
         f'<span style="{MUTED}"> · thread <code style="{CODE}">{escape(result.thread)}</code> · {result.steps} '
         f"step{'s' if result.steps != 1 else ''}</span>"
     )
+    replayed = sum(1 for row in result.usage.calls if getattr(row, "replayed", False))
+    if replayed:
+        head += f'<span style="{MUTED}"> · {replayed} of {calls_text(result.usage.requests)} </span>{replayed_badge()}'
     if result.stop_reason:
         head += f'<span style="{MUTED}"> · stopped: {escape(result.stop_reason)}</span>'
     if result.truncated:

@@ -8,6 +8,7 @@ ids or timings), `request_key` and `first_difference`. Imports messages, usage a
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,32 +16,59 @@ from ..messages import AssistantMessage, Message, ToolResultMessage, message_fro
 from ..usage import TokenCounts
 from .base import ModelRequest, ModelResponse, ReasoningText, StreamItem
 
-__all__ = ["RECORDING_FORMAT", "Recording", "first_difference", "request_content", "request_key"]
+__all__ = ["RECORDING_FORMAT", "Recording", "answered_key", "first_difference", "message_content", "messages_content",
+           "request_content", "request_key", "tool_results"]
 
 RECORDING_FORMAT = 1
 """Version of a recording's JSON (``"format"`` in each entry)."""
 
 
-def _message_content(message: Message) -> dict[str, Any]:
+def message_content(message: Message, positions: dict[str, int] | None = None) -> dict[str, Any]:
     """What the model reads of one message: no call ids (a live model makes new ones), no
-    timings or decisions, the edited-arguments note included."""
+    timings or decisions, the edited-arguments note included. A tool result names the call it
+    answers by its place in that answer's calls (``"call"``, from `positions`: call id -> place),
+    so results that came in out of order still answer the right call."""
     if isinstance(message, AssistantMessage):
         data: dict[str, Any] = {"kind": "assistant", "text": message.text or None}
         if message.tool_calls:
             data["tool_calls"] = [[c.name, c.args_json] for c in message.tool_calls]
         return data
     if isinstance(message, ToolResultMessage):
-        return {"kind": "tool-result", "name": message.name, "content": message.model_text(),
-                "is_error": message.is_error}
+        return {"kind": "tool-result", "name": message.name, "call": (positions or {}).get(message.call_id),
+                "content": message.model_text(), "is_error": message.is_error}
     data = message.to_dict()
     return data
 
 
+def messages_content(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """`message_content` of each message, each tool result's call placed in its answer. The
+    results that follow one another are put in the order of their calls: concurrent calls
+    finish in any order, and a replay (or results taken from the recording) must match anyway."""
+    positions: dict[str, int] = {}
+    out: list[dict[str, Any]] = []
+    run = 0  # where the current run of tool results started in `out`
+    for m in messages:
+        if isinstance(m, AssistantMessage) and m.tool_calls:
+            positions.update((c.id, i) for i, c in enumerate(m.tool_calls))
+        if not isinstance(m, ToolResultMessage):
+            _sort_results(out, run)
+            run = len(out) + 1
+        out.append(message_content(m, positions))
+    _sort_results(out, run)
+    return out
+
+
+def _sort_results(out: list[dict[str, Any]], start: int) -> None:
+    """Order ``out[start:]`` (tool results only) by their calls' places."""
+    if len(out) - start > 1:
+        out[start:] = sorted(out[start:], key=lambda m: m["call"] if isinstance(m["call"], int) else -1)
+
+
 def request_content(request: ModelRequest) -> dict[str, Any]:
-    """A request as plain JSON data, for matching: its messages (`_message_content`), tools,
+    """A request as plain JSON data, for matching: its messages (`message_content`), tools,
     settings and output tool; not its step (matching is by content, not by position)."""
     return {
-        "messages": [_message_content(m) for m in request.messages],
+        "messages": messages_content(request.messages),
         "tools": [dict(t) for t in request.tools],
         "settings": dict(request.settings),
         "output_tool": request.output_tool,
@@ -145,3 +173,28 @@ def common_prefix(recorded: dict[str, Any], new: dict[str, Any]) -> int:
             break
         count += 1
     return count
+
+
+def answered_key(messages: list[dict[str, Any]], answer: dict[str, Any]) -> str:
+    """The key of a conversation (`messages_content`) followed by an answer (its
+    `message_content`): what the results of the answer's calls are found by (`tool_results`)."""
+    return request_key({"messages": [*messages, answer]})
+
+
+def tool_results(recordings: Iterable[Recording]) -> dict[str, dict[int, dict[str, Any]]]:
+    """The recorded tool results, for ``replay(tools="recorded")``: by `answered_key` of the
+    conversation up to the answer that asked for them, each result by its call's place in the
+    answer. A recorded request holds the results of its last answer with tool calls; the results
+    of a recorded run's last tool step are in no request (the run ended before sending them)."""
+    found: dict[str, dict[int, dict[str, Any]]] = {}
+    for entry in recordings:
+        messages = entry.request["messages"]
+        last = next((i for i in range(len(messages) - 1, -1, -1)
+                     if messages[i].get("kind") == "assistant" and messages[i].get("tool_calls")), None)
+        if last is None:
+            continue
+        results = {m["call"]: m for m in messages[last + 1:]
+                   if m.get("kind") == "tool-result" and isinstance(m.get("call"), int)}
+        if results:
+            found.setdefault(answered_key(messages[:last], messages[last]), results)
+    return found

@@ -21,11 +21,21 @@ import os
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from ..exceptions import ReplayMismatchError, UserError
+from ..messages import ToolCall, ToolResultMessage, message_from_dict
 from ..store.base import Store
-from ._recording import Recording, common_prefix, first_difference, request_content, request_key
+from ._recording import (
+    Recording,
+    answered_key,
+    common_prefix,
+    first_difference,
+    message_content,
+    request_content,
+    request_key,
+    tool_results,
+)
 from .base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem
 
 __all__ = ["RecordingModel", "ReplayModel", "export_recording", "record", "replay"]
@@ -122,14 +132,22 @@ class ReplayModel(Model):
     gets its recorded answers in turn. A request with no recording raises `ReplayMismatchError`
     naming its first difference from the closest recorded request, unless `then` is set: from
     that request on, `then` answers (live). Nothing is sent anywhere while replaying.
+
+    With ``tools="recorded"`` the run loop asks `recorded_result` before it runs a tool call of
+    a replayed answer, and the recorded result stands in for the call: the tool does not run.
     """
 
     def __init__(self, recordings: Iterable[Recording], *, then: Model | None = None,
-                 timing: bool = False, source: str = "a recording") -> None:
+                 timing: bool = False, source: str = "a recording",
+                 tools: Literal["run", "recorded"] = "run") -> None:
         self.recordings = list(recordings)
         self.then = then
         self.timing = timing
         self.source = source
+        self.tools = tools
+        """``"run"``: the tools run (default); ``"recorded"``: their results come from the recording."""
+        self._results: dict[str, dict[int, dict[str, Any]]] | None = None  # `tool_results`, made on first use
+        self._waiting: dict[tuple[str, str], list[dict[str, Any] | None]] = {}
         self.live = False
         """True once a request did not match and `then` took over."""
         self.replayed = 0
@@ -174,11 +192,49 @@ class ReplayModel(Model):
             used = self._used.get(key, 0)
             self._used[key] = used + 1
             self.replayed += 1
-            return found[min(used, len(found) - 1)]
+            entry = found[min(used, len(found) - 1)]
+            if self.tools == "recorded":
+                self._expect_results(content, entry)
+            return entry
         if self.then is not None:
             self.live = True
             return None
         raise ReplayMismatchError(self._mismatch(content), provider="replay")
+
+    def _expect_results(self, content: dict[str, Any], entry: Recording) -> None:
+        """Keep the recorded results of the calls of `entry`'s answer (to `content`), for
+        `recorded_result`; a call whose result the recording does not hold gets None."""
+        if not entry.message.get("tool_calls"):
+            return
+        if self._results is None:
+            self._results = tool_results(self.recordings)
+        answer = message_content(message_from_dict(entry.message))
+        results = self._results.get(answered_key(content["messages"], answer), {})
+        for place, (name, args) in enumerate(answer["tool_calls"]):
+            self._waiting.setdefault((name, args), []).append(results.get(place))
+
+    def recorded_result(self, call: ToolCall, edited: dict[str, Any] | None = None) -> ToolResultMessage | None:
+        """With ``tools="recorded"``: the recorded result of `call` (an answer replayed from the
+        recording asked for it), which the run loop uses instead of running the tool; `edited`:
+        the arguments a person edited. None: the tool runs (``tools="run"``, or the call was
+        asked live, by `then`). A call whose result the recording does not hold (the recorded run
+        ended before it sent the result to the model) gets an error result, unless `then` is set:
+        then it runs."""
+        if self.tools != "recorded" or self.live:
+            return None
+        waiting = self._waiting.get((call.name, call.args_json))
+        found = waiting.pop(0) if waiting else None
+        if found is None:
+            if self.then is not None:
+                return None
+            return ToolResultMessage(call.id, call.name, f"{self.source} holds no recorded result for this call "
+                                     "(replay(tools='recorded') runs no tool)", True, "failed", 0.0, edited_args=edited)
+        content = str(found["content"])
+        if edited is not None:  # the recorded text is what the model read: the edit's note, then the result
+            content = content.removeprefix(ToolResultMessage("", "", "", edited_args=edited).model_text())
+        is_error = bool(found.get("is_error"))
+        return ToolResultMessage(call.id, call.name, content, is_error, "failed" if is_error else "done", 0.0,
+                                 edited_args=edited)
 
     def _mismatch(self, content: dict[str, Any]) -> str:
         if not self.recordings:
@@ -264,6 +320,7 @@ def replay(
     *,
     then: Model | None = None,
     timing: bool = False,
+    tools: Literal["run", "recorded"] = "run",
 ) -> ReplayModel:
     """A model answering from recorded calls (`record`): no key, no network, no cost.
 
@@ -274,16 +331,23 @@ def replay(
         then: the model that answers from the first request that matches no recording on
             (go live); None: such a request fails the run with `ReplayMismatchError`.
         timing: True to stream the recorded deltas at their recorded pace (default: at once).
+        tools: ``"run"`` (default): the agent's tools run, as they are the user's code;
+            ``"recorded"``: the result of each call a replayed answer asks for is taken from the
+            recording and the tool does not run (for tools with side effects, or that need a
+            network). The text the model read is replayed: images and the view's rich display are
+            not kept. Calls asked for after going live (`then`) run.
 
     The usage rows of replayed calls are marked ``replayed`` and cost 0; ``recorded_cost`` keeps
     what the recorded call cost.
     """
+    if tools not in ("run", "recorded"):
+        raise UserError(f"tools must be 'run' or 'recorded', got {tools!r}")
     threads = [thread] if isinstance(thread, str) else (list(thread) if thread is not None else None)
     entries = load_recordings(source, threads)
     label = repr(source) if isinstance(source, Store) else repr(os.fspath(source))
     if thread is not None and not entries:
         raise UserError(f"{label} holds no recorded model call of thread {thread!r}")
-    return ReplayModel(entries, then=then, timing=timing, source=label)
+    return ReplayModel(entries, then=then, timing=timing, source=label, tools=tools)
 
 
 def export_recording(source: Store | str | os.PathLike[str], path: str | os.PathLike[str],

@@ -230,7 +230,7 @@ class Store:
 
     async def delete_thread(self, thread: str) -> bool:
         """Remove a thread with everything stored for it (messages, usage, ledger, checkpoints,
-        pending calls); True if it existed."""
+        pending calls, recorded model calls); True if it existed."""
         raise NotImplementedError
 
     async def prune(self, older_than: float | timedelta | datetime) -> list[str]:

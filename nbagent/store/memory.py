@@ -105,4 +105,5 @@ class MemoryStore(Store):
         return list(t.checkpoints) if t else []
 
     async def delete_thread(self, thread: str) -> bool:
+        self.__dict__.get("_recordings", {}).pop(thread, None)  # `Store.add_recording` keeps them here
         return self._threads.pop(thread, None) is not None

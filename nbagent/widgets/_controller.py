@@ -69,6 +69,10 @@ class RunLayout(CallRows, Protocol):
     def finish_streams(self) -> None:
         """The run ended: whatever still streams is complete."""
 
+    def mark_replayed(self, step: int) -> None:
+        """The answer of `step` was taken from a recording (`nbagent.models.replay`): a small
+        "replayed" badge says so."""
+
 
 class ChatLayout(Protocol):
     """What the controller shows: the runs (`run_log`) and the rest of the view. `ChatView`
@@ -78,8 +82,10 @@ class ChatLayout(Protocol):
     def run_log(self) -> RunLayout:
         """Where the runs are shown."""
 
-    def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str]) -> None:
-        """The stored conversation (without the calls in `skip_call_ids`: they get rows)."""
+    def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
+                     replayed: Sequence[int] = ()) -> None:
+        """The stored conversation (without the calls in `skip_call_ids`: they get rows); the
+        answers at the indices `replayed` came from a recording (a "replayed" badge)."""
 
     def show_usage(self, tally: UsageTally, *, token_budget: int | None = None,
                    cost_budget: float | None = None) -> None:
@@ -380,6 +386,8 @@ class ChatController:
         elif kind == "usage":
             self.tally.add(event.call, event.context)
             self.render_usage()
+            if event.call.replayed and event.call.purpose == "run":
+                self.log.mark_replayed(event.call.step)
         elif kind == "compaction":
             self.log.show_compaction(event.record)
         elif kind == "run-started":

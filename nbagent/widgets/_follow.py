@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._watch import watch
 from ..approvals import Decisions, PendingCall
+from ..display.html import replayed_answers
 from ..exceptions import ArgumentsMismatchError, ConflictError, NotResumableError, PendingCallsError, UnknownCallError
 from ._calls import WAITING, CallBoard, CallState, decided_text
 
@@ -139,7 +140,8 @@ class ThreadFollower:
         if loaded is None:
             return
         pending = loaded.open_pending()
-        c.layout.show_history(loaded.messages, [p.id for p in pending])
+        c.layout.show_history(loaded.messages, [p.id for p in pending],
+                              replayed=replayed_answers(loaded.messages, loaded.message_steps, loaded.usage))
         c.board.decisions.always_allowed = set(loaded.meta.always_allowed)
         c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps))
         c.render_usage()

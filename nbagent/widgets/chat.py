@@ -39,6 +39,7 @@ from ..display.html import (
     compaction_html,
     header_html,
     messages_html,
+    replayed_badge,
     user_html,
 )
 from ..display.sanitize import escape
@@ -82,6 +83,7 @@ class RunLog(widgets.VBox):
         self.rows: dict[str, ToolRow] = {}
         self._streams: dict[int, StreamText] = {}
         self._thinking: dict[int, ThinkingText] = {}
+        self._answers: dict[int, widgets.HTML] = {}  # a step's answer that was not streamed
         self._tables: dict[object, ToolTable] = {}
         self._schedule, self._decide, self._validate = schedule, decide, validate
         super().__init__(layout=widgets.Layout(width="100%"))
@@ -92,7 +94,7 @@ class RunLog(widgets.VBox):
 
     # RunLayout: what the controller shows of the runs
     def run_started(self) -> None:
-        self._streams, self._thinking, self._tables = {}, {}, {}
+        self._streams, self._thinking, self._tables, self._answers = {}, {}, {}, {}
 
     def stream(self, step: int, delta: str, *, reasoning: bool = False) -> None:
         (self._thinking_for(step) if reasoning else self._stream(step)).append(delta)
@@ -112,12 +114,22 @@ class RunLog(widgets.VBox):
         if st is not None:
             st.finish(message.text or "")
         elif message.text:
-            self.add(widgets.HTML(assistant_html(message.text)))
+            self._answers[step] = widgets.HTML(assistant_html(message.text))
+            self.add(self._answers[step])
         if message.refusal:
             self.add(widgets.HTML(assistant_html(None, message.refusal)))
 
     def show_compaction(self, record: Any) -> None:
         self.add(widgets.HTML(compaction_html(record)))
+
+    def mark_replayed(self, step: int) -> None:
+        """A "replayed" badge just above the answer of `step` (its reasoning, text or tool calls)."""
+        label = widgets.HTML(f'<div style="{FONT};margin:2px 0">{replayed_badge()}</div>')
+        children = list(self.children)
+        answer = (self._thinking.get(step) or self._streams.get(step) or self._answers.get(step)
+                  or self._tables.get(step))
+        children.insert(children.index(answer) if answer in children else len(children), label)
+        self.children = tuple(children)
 
     def finish_streams(self) -> None:
         for st in (*self._thinking.values(), *self._streams.values()):
@@ -425,8 +437,9 @@ class ChatView(widgets.VBox):
         self.controller.decide_all("deny", reason)
 
     # ------------------------------------------------------------------ ChatLayout: what the controller shows
-    def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str]) -> None:
-        self._history.value = messages_html(messages, skip_call_ids=skip_call_ids)
+    def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
+                     replayed: Sequence[int] = ()) -> None:
+        self._history.value = messages_html(messages, skip_call_ids=skip_call_ids, replayed=replayed)
 
     def show_usage(self, tally: UsageTally, *, token_budget: int | None = None,
                    cost_budget: float | None = None) -> None:

@@ -97,7 +97,8 @@ class Screen:
         return self
 
     # ChatLayout
-    def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str]) -> None:
+    def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
+                     replayed: Sequence[int] = ()) -> None:
         self.history = list(messages)
 
     def show_usage(self, tally: Any, *, token_budget: int | None = None, cost_budget: float | None = None) -> None:

@@ -29,7 +29,8 @@ WITH t AS (DELETE FROM {s}.threads WHERE {where} RETURNING id),
 m AS (DELETE FROM {s}.messages WHERE thread IN (SELECT id FROM t)),
 u AS (DELETE FROM {s}.usage WHERE thread IN (SELECT id FROM t)),
 l AS (DELETE FROM {s}.ledger WHERE thread IN (SELECT id FROM t)),
-c AS (DELETE FROM {s}.checkpoints WHERE thread IN (SELECT id FROM t))
+c AS (DELETE FROM {s}.checkpoints WHERE thread IN (SELECT id FROM t)),
+r AS (DELETE FROM {s}.recordings WHERE thread IN (SELECT id FROM t))
 SELECT id FROM t ORDER BY id"""
 
 _RENEW = """

@@ -268,7 +268,8 @@ class PostgresStore(Store):
         )
 
     async def delete_thread(self, thread: str) -> bool:
-        """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
+        """Remove a thread with its messages, usage, ledger, checkpoints and recorded model calls;
+        True if it existed."""
         sql = self._sql.delete
         rows = await self._db.fetchall(sql, (thread,))
         self._damaged.pop(thread, None)

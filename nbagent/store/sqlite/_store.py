@@ -249,7 +249,7 @@ def _prune_rows(conn: sqlite3.Connection, cutoff: float) -> list[str]:
 def _delete_rows(conn: sqlite3.Connection, thread: str) -> bool:
     """A thread's rows, deleted in the caller's transaction; True if it existed."""
     existed = conn.execute("DELETE FROM threads WHERE id = ?", (thread,)).rowcount
-    for table in ("messages", "usage", "ledger", "checkpoints"):
+    for table in ("messages", "usage", "ledger", "checkpoints", "recordings"):
         conn.execute(f"DELETE FROM {table} WHERE thread = ?", (thread,))
     return bool(existed)
 
@@ -510,7 +510,8 @@ class SQLiteStore(Store):
         return {r[10]: Checkpoint(*r) for r in rows}
 
     async def delete_thread(self, thread: str) -> bool:
-        """Remove a thread with its messages, usage, ledger and checkpoints; True if it existed."""
+        """Remove a thread with its messages, usage, ledger, checkpoints and recorded model calls;
+        True if it existed."""
         existed = await self._db.run(lambda conn: _delete_rows(conn, thread), write=True)
         self._damaged.pop(thread, None)
         return existed
