@@ -1,16 +1,36 @@
-"""The notebook as context: ``%%agent`` / ``%agent`` magics and variables as capped summaries.
+"""The notebook as context: ``%%agent`` / ``%agent`` magics, variables as capped summaries, and
+read-only query tools over a DataFrame (`dataframe_tools`).
 
 ``%load_ext nbagent`` (or ``import nbagent.notebook`` inside IPython) registers the magics; see
-docs/notebook.md. This edge imports IPython only when the magics are registered.
+docs/notebook.md. This edge imports IPython only when the magics are registered, and pandas and
+pydantic only when `dataframe_tools` is first used.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
 from ._magics import AgentMagics, load_ipython_extension, magics_of
 
-__all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "interpolate", "load_ipython_extension",
-           "magics_of", "summarize"]
+if TYPE_CHECKING:
+    from ._dataframe_tools import dataframe_tools
+
+__all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "dataframe_tools", "interpolate",
+           "load_ipython_extension", "magics_of", "summarize"]
+
+
+def __getattr__(name: str) -> Any:
+    """`dataframe_tools` loads pandas, so it is imported when first asked for."""
+    if name == "dataframe_tools":
+        from ._dataframe_tools import dataframe_tools
+
+        return dataframe_tools
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | {"dataframe_tools"})
 
 
 def _register_in_running_shell() -> None:
