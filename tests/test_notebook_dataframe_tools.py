@@ -246,3 +246,39 @@ def test_an_agent_reads_errors_and_tries_again(df: pd.DataFrame) -> None:
     assert "its columns are: 'city', 'units', 'price', 'day'" in seen[0].content
     assert "conditions.0.op" in seen[1].content and "'contains', 'isnull' or 'notnull'" in seen[1].content
     assert seen[2].content.splitlines()[-1].split() == ["Paris", "2"]
+
+
+def test_a_long_answer_is_cut_by_the_agents_result_cap_and_kept_whole() -> None:
+    big = pd.DataFrame({"n": np.arange(1000), "label": [f"row number {i}" for i in range(1000)]})
+
+    def model(messages: list[Any], request: Any) -> Any:
+        if messages[-1].kind == "user":
+            return tool_call("big_filter", conditions=[{"column": "n", "op": ">=", "value": 0}], limit=1000)
+        return "ok"
+
+    result = Agent(FunctionModel(model, context_window=4_000), tools=dataframe_tools(big, name="big")).run_sync("?")
+    received = result.messages[2]
+    assert not received.is_error
+    assert received.content.startswith("big: 1,000 rows x 2 columns; matching rows: 1,000, shown: 1,000\n")
+    assert len(received.content) < 3_000 and "read_result" in received.content
+    assert received.full_content.endswith("999  row number 999")
+
+
+def test_duplicate_index_labels_and_unordered_categories() -> None:
+    frame = pd.DataFrame({"k": pd.Categorical(["a", "b", "a"]), "v": [1, 2, 3]}, index=[0, 0, 1])
+    tools = _tools(frame)
+    assert_frame_equal(_filter(frame, {"column": "k", "op": "==", "value": "a"}), frame[frame.k == "a"])
+    assert_frame_equal(_filter(frame, {"column": "v", "op": ">", "value": 1}), frame[frame.v > 1])
+    with pytest.raises(ModelRetry, match="cannot compare column 'k'"):
+        tools["sales_filter"](conditions=[{"column": "k", "op": "<", "value": "b"}])
+
+
+def test_importing_the_notebook_edge_loads_neither_pandas_nor_pydantic() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, nbagent.notebook as nb; assert 'pandas' not in sys.modules, 'pandas';"
+            "assert 'pydantic' not in sys.modules, 'pydantic'; assert 'dataframe_tools' in dir(nb);"
+            "nb.dataframe_tools; assert 'pandas' in sys.modules; print('ok')")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.strip() == "ok", done.stderr

@@ -91,7 +91,8 @@ class FrameAnswer:
         return f"{self.note}\n{self.frame.to_string(max_colwidth=CELL_CHARS)}"
 
     def _repr_html_(self) -> str:
-        return f"<p>{html.escape(self.note)}</p>{self.frame._repr_html_()}"
+        table = self.frame._repr_html_() or f"<pre>{html.escape(self.frame.to_string())}</pre>"
+        return f"<p>{html.escape(self.note)}</p>{table}"
 
     def __str__(self) -> str:
         return self.to_string()
