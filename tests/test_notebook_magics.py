@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from IPython.core.interactiveshell import InteractiveShell
 
+import nbagent
 from nbagent import Agent
 from nbagent.models.function import FunctionModel
 from nbagent.notebook import magics_of
@@ -100,6 +101,8 @@ def test_model_option_and_unknown_names(shell: Any) -> None:
     assert _answer(shell, "%agent --model m hi {not_a_variable}") == "from m"
     bad = _run(shell, "%agent --agent nope hi")
     assert "no Agent named 'nope'" in str(bad.error_in_exec)
+    both = _run(shell, "%agent --agent bot --model m hi")  # never silently drops one of the two
+    assert isinstance(both.error_in_exec, nbagent.UserError) and "an agent keeps its own model" in str(both.error_in_exec)
     bad = _run(shell, "%agent --colour red hi")
     assert "unknown option --colour" in str(bad.error_in_exec)
 

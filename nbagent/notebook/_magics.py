@@ -64,6 +64,9 @@ class AgentMagics:
     def _agent(self, name: str | None, model: str | None) -> Agent:
         namespace = self.shell.user_ns
         if name is not None:
+            if model is not None:
+                raise UserError(f"--agent {name} --model {model}: an agent keeps its own model; give one of the two "
+                                "(--model alone runs a default agent on that model)")
             agent = namespace.get(name)
             if not isinstance(agent, Agent):
                 raise UserError(f"--agent {name}: no Agent named {name!r} in the notebook")
