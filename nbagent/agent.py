@@ -62,6 +62,7 @@ if TYPE_CHECKING:
         output_retries: int
         compaction: Compaction | None
         max_result_fraction: float | None
+        context_redact: Callable[[str, str], str] | None
 
 __all__ = ["Agent"]
 
@@ -119,6 +120,9 @@ class Agent(Generic[OutputT]):
             0.1); a longer result is cut as head + tail and kept whole (``read_result`` pages
             through it). A tool's own ``max_result_tokens`` comes first. None: no cap from the
             window. See docs/context.md.
+        context_redact: ``(name, text) -> text``, called with each notebook variable's summary
+            before it is sent (``{df}`` in ``%%agent``, ``@df`` in the chat view) to edit what
+            the model sees, e.g. to mask a column. See docs/notebook.md.
     """
 
     _config: RunConfig | None
@@ -160,6 +164,7 @@ class Agent(Generic[OutputT]):
         output_retries: int = 2,
         compaction: Compaction | None = None,
         max_result_fraction: float | None = 0.1,
+        context_redact: Callable[[str, str], str] | None = None,
     ) -> None:
         self.model = infer_model(model)
         self.tools, self.tool_sources = _tools_by_name(tools)  # Python tools by name; the sources apart
@@ -177,12 +182,7 @@ class Agent(Generic[OutputT]):
         # first use, relative to the working directory of that moment.
         self._store = open_store(store) if store is not None else None
         self.state_type = state_type
-        if prices:
-            from .pricing import check_prices  # bad prices fail here, not in the first run
-
-            self.prices = check_prices(prices)
-        else:
-            self.prices = None
+        self.prices = _checked_prices(prices)
         self.name = name
         self._own_threads = {}
         self.output: OutputSpec | None = None
@@ -196,7 +196,8 @@ class Agent(Generic[OutputT]):
         if not isinstance(output_retries, int) or output_retries < 0:
             raise UserError(f"output_retries must be a non-negative integer, got {output_retries!r}")
         self.output_retries = output_retries
-        self.compaction, self.max_result_fraction = _context_options(compaction, max_result_fraction)
+        self.compaction, self.max_result_fraction, self.context_redact = _context_options(
+            compaction, max_result_fraction, context_redact)
         self._seen = None
 
     @property
@@ -583,8 +584,18 @@ class Agent(Generic[OutputT]):
         return estimate(self, inputs, sample=sample, **kwargs)
 
 
-def _context_options(compaction: Any, max_result_fraction: Any) -> tuple[Compaction | None, float | None]:
-    """`Agent`'s ``compaction`` and ``max_result_fraction``, checked."""
+def _checked_prices(prices: Mapping[str, Any] | None) -> Any:
+    """`Agent`'s own ``prices``, checked now (bad prices fail here, not in the first run)."""
+    if not prices:
+        return None
+    from .pricing import check_prices
+
+    return check_prices(prices)
+
+
+def _context_options(compaction: Any, max_result_fraction: Any, context_redact: Any,
+                     ) -> tuple[Compaction | None, float | None, Callable[[str, str], str] | None]:
+    """`Agent`'s ``compaction``, ``max_result_fraction`` and ``context_redact``, checked."""
     if compaction is not None and not isinstance(compaction, Compaction):
         raise UserError(f"compaction must be an nbagent.Compaction, got {compaction!r}")
     if max_result_fraction is not None and (
@@ -592,7 +603,9 @@ def _context_options(compaction: Any, max_result_fraction: Any) -> tuple[Compact
         or not 0 < max_result_fraction <= 1
     ):
         raise UserError(f"max_result_fraction must be a fraction in (0, 1] or None, got {max_result_fraction!r}")
-    return compaction, max_result_fraction
+    if context_redact is not None and not callable(context_redact):
+        raise UserError(f"context_redact must be a function (name, text) -> text, got {context_redact!r}")
+    return compaction, max_result_fraction, context_redact
 
 
 def _summarizer(compaction: Compaction | None) -> Model | None:

@@ -102,7 +102,8 @@ def test_model_option_and_unknown_names(shell: Any) -> None:
     bad = _run(shell, "%agent --agent nope hi")
     assert "no Agent named 'nope'" in str(bad.error_in_exec)
     both = _run(shell, "%agent --agent bot --model m hi")  # never silently drops one of the two
-    assert isinstance(both.error_in_exec, nbagent.UserError) and "an agent keeps its own model" in str(both.error_in_exec)
+    assert isinstance(both.error_in_exec, nbagent.UserError)
+    assert "an agent keeps its own model" in str(both.error_in_exec)
     bad = _run(shell, "%agent --colour red hi")
     assert "unknown option --colour" in str(bad.error_in_exec)
 
@@ -122,3 +123,16 @@ def test_importing_nbagent_does_not_import_ipython() -> None:
     code = "import sys, nbagent; assert 'IPython' not in sys.modules; print('ok')"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_context_redact_edits_each_variable_before_it_is_sent(shell: Any) -> None:
+    seen: list[str] = []
+
+    def mask(field: str, text: str) -> str:
+        seen.append(field)
+        return text.replace("Paris", "█████")
+
+    shell.user_ns["df"] = pd.DataFrame({"city": ["Paris", "Lyon"]})
+    shell.user_ns["masked"] = Agent(FunctionModel(_echo), store="memory", context_redact=mask)
+    answer = _answer(shell, "%%agent --agent masked\nLook at {df}")
+    assert "█████" in answer and "Paris" not in answer and "Lyon" in answer and seen == ["df"]

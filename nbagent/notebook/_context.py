@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..context._estimate import text_tokens
+from ..exceptions import UserError
 
 __all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "cap_for", "interpolate", "summarize"]
 
@@ -91,10 +92,12 @@ def _error_text(error: BaseException | None) -> str:
 
 def interpolate(template: str, namespace: Mapping[str, Any], *, cap: int = DEFAULT_CAP,
                 errors: Mapping[int, BaseException] | None = None,
-                last_error: BaseException | None = None) -> str:
+                last_error: BaseException | None = None,
+                redact: Callable[[str, str], str] | None = None) -> str:
     """`template` with ``{var}``, ``{In[n]}``, ``{Out[n]}``, ``{Err}`` and ``{Err[n]}`` replaced
     (jupyter-ai's conventions); ``{{`` and ``}}`` are literal braces. A name not in `namespace`
-    is left as written.
+    is left as written. `redact` (``Agent.context_redact``) edits each variable's summary:
+    ``redact(field, text)`` with the field as written without braces (``df``, ``Out[3]``).
 
     Raises:
         KeyError: ``{In[n]}``, ``{Out[n]}`` or ``{Err[n]}`` names a cell that has none.
@@ -118,6 +121,11 @@ def interpolate(template: str, namespace: Mapping[str, Any], *, cap: int = DEFAU
                 value = value[int(index)]
             except (KeyError, IndexError, TypeError):
                 raise KeyError(f"{whole}: there is no {name}[{index}]") from None
-        return summarize(value, cap)
+        text = summarize(value, cap)
+        if redact is not None:
+            text = redact(whole[1:-1], text)
+            if not isinstance(text, str):
+                raise UserError(f"context_redact must return the text to send (a str), got {type(text).__name__}")
+        return text
 
     return _FIELD.sub(one, template)

@@ -94,7 +94,7 @@ class AgentMagics:
             raise UserError(f"the prompt is empty: {_USAGE}")
         agent = self._agent(options["agent"], options["model"])
         prompt = interpolate(text, self.shell.user_ns, cap=cap_for(agent.model),
-                             errors=self.errors, last_error=self._last_error())
+                             errors=self.errors, last_error=self._last_error(), redact=agent.context_redact)
         thread = options["thread"] or (None if options["new"] else self.threads.get(id(agent)))
         try:
             asyncio.get_running_loop()

@@ -44,6 +44,7 @@ from ..display.html import (
 )
 from ..display.sanitize import escape
 from ..messages import Prompt, UserMessage
+from ._attach import Attachments, kernel_namespace
 from ._calls import validate_args
 from ._controller import ChatController
 from ._tally import UsageTally, footer_html
@@ -53,7 +54,7 @@ from .stream import StreamText, ThinkingText
 from .tool_table import Decide, Schedule, ToolRow, ToolTable, on_enter, themed_button
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
     from ..agent import Agent, RunHandle
     from ..approvals import PendingCall
@@ -202,6 +203,14 @@ class ChatView(widgets.VBox):
     the model thinks, as plain text (never HTML). A retried model call clears it with the partial
     answer.
 
+    Variables as context: typing ``@`` in the message box offers the kernel's variables (names,
+    types and shapes; `namespace` replaces the kernel's), and each ``@name`` of the message that
+    names a variable attaches it, shown as a chip above the box. What is sent is the variable's
+    capped summary (a DataFrame's shape, dtypes, ``head(5)``, ``describe()`` and null counts, else
+    its ``repr``), edited by ``Agent(context_redact=...)``; clicking a chip shows that exact text.
+    The summaries are added to the end of the message, so the thread keeps what the model saw
+    (see `nbagent.widgets._attach.Attachments`, ``view.attachments``).
+
     Sending while busy: ``Send`` (or Enter) always takes the message. When nothing is going on it
     starts a run at once; otherwise it is queued, shown below the log as "you · queued", and the
     box clears. The queue's rules:
@@ -229,13 +238,15 @@ class ChatView(widgets.VBox):
             (the rows' buttons are on `rows`).
         header: the identity line at the top: the agent's name (``Agent(name=...)``), its model
             and the thread id, so two views of one notebook can be told apart.
+        attachments: the ``@`` completion and chips of the message box (`Attachments`).
         message_box: the message box (Enter sends); deny_all_reason and deny_all_box: the reason
             box of ``Deny all`` and the line that holds it; history: the stored conversation;
             run_log: this view's runs (messages, reasoning, answers, tool tables); queue_box:
             the queued messages; status_line; footer: tokens, cost and budget.
     """
 
-    def __init__(self, agent: Agent, thread: str | None = None, *, interval: float = 0.05) -> None:
+    def __init__(self, agent: Agent, thread: str | None = None, *, interval: float = 0.05,
+                 namespace: Mapping[str, Any] | None = None) -> None:
         self.agent = agent
         self.interval = interval
         # The rows' clicks go to the controller, looked up when they happen (it is made below:
@@ -252,6 +263,10 @@ class ChatView(widgets.VBox):
         self._status = widgets.HTML()
         self._footer = widgets.HTML()
         self._buttons = MappingProxyType(self._make_buttons())
+        self.attachments = Attachments(self._input,
+                                       namespace=lambda: kernel_namespace() if namespace is None else namespace,
+                                       cap=lambda: _summary_cap(self.agent.model),
+                                       redact=lambda: getattr(self.agent, "context_redact", None))
         self._sent: dict[int, widgets.HTML] = {}
         """The bubbles of the messages sent, by message (id)."""
         self.controller = ChatController(agent, thread or "thread_" + uuid.uuid4().hex[:16], self)
@@ -271,6 +286,7 @@ class ChatView(widgets.VBox):
                 self._footer,
                 widgets.HBox([b["Stop"], b["Approve all"], b["Deny all"], b["Clear queue"]]),
                 self._deny_all_box,
+                self.attachments.widget,
                 widgets.HBox([self._input, b["Send"]], layout=widgets.Layout(width="100%")),
             ],
             layout=widgets.Layout(width="100%", max_width="1000px"),
@@ -294,8 +310,10 @@ class ChatView(widgets.VBox):
                                           layout=widgets.Layout(display="none"))
         clear = widgets.Button(description="Clear queue", tooltip="drop the queued messages (not sent)",
                                layout=widgets.Layout(width="auto", display="none"))
-        self._input = widgets.Text(placeholder="Message the agent (Enter sends)", continuous_update=True,
-                                   layout=widgets.Layout(flex="1 1 auto", width="auto"))
+        # A Combobox is a text box whose completions the browser offers: "@" completes variables.
+        self._input = widgets.Combobox(placeholder="Message the agent (Enter sends; @ attaches a variable)",
+                                       continuous_update=True, ensure_option=False,
+                                       layout=widgets.Layout(flex="1 1 auto", width="auto"))
         send = themed_button("Send", "primary")
         return {b.description: b for b in (send, stop, approve_all, deny_all, confirm, cancel, clear)}
 
@@ -409,12 +427,15 @@ class ChatView(widgets.VBox):
             return False
         if not text:
             return self.controller.send()  # Send releases a queue on hold
+        message = self.attachments.message(text) if self.attachments.attached else text
         self._input.value = ""
         try:
-            return self.controller.send(UserMessage(text))
+            started = self.controller.send(UserMessage(message))
         except Exception:  # not sent: the text goes back into the box
             self._input.value = self._input.value or text
             raise
+        self.attachments.clear()
+        return started
 
     def _on_approve_all(self) -> None:
         self._show_deny_all(False)
@@ -494,3 +515,10 @@ class ChatView(widgets.VBox):
             bubble.value = _bubble(message)
         self._sent[id(message)] = bubble
         self._log.add(bubble)
+
+
+def _summary_cap(model: Any) -> int:
+    """Tokens one attached variable's summary may take (as for ``{var}`` in ``%%agent``)."""
+    from ..notebook import cap_for
+
+    return cap_for(model)
