@@ -1,4 +1,5 @@
-"""The notebook as context: ``%%agent`` / ``%agent`` magics and variables as capped summaries.
+"""The notebook as context: ``%%agent`` / ``%agent`` magics, variables as capped summaries, and
+`python_tool` (a tool that runs the model's code in the kernel, after approval).
 
 ``%load_ext nbagent`` (or ``import nbagent.notebook`` inside IPython) registers the magics; see
 docs/notebook.md. This edge imports IPython only when the magics are registered.
@@ -8,9 +9,10 @@ from __future__ import annotations
 
 from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
 from ._magics import AgentMagics, load_ipython_extension, magics_of
+from ._python_tool import python_tool
 
 __all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "interpolate", "load_ipython_extension",
-           "magics_of", "summarize"]
+           "magics_of", "python_tool", "summarize"]
 
 
 def _register_in_running_shell() -> None:
