@@ -264,6 +264,35 @@ async def test_a_call_that_ran_is_never_run_again_by_a_new_agent_on_a_new_store_
     await later.store.close()
 
 
+async def test_after_a_restart_the_next_call_says_the_variables_are_gone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbagent.notebook import _python_tool
+
+    def one_call_per_prompt(messages: list[Any], info: Any) -> Any:
+        if messages[-1].kind == "user":
+            return tool_call("python", code=messages[-1].content)
+        return f"model saw: {messages[-1].content}"
+
+    path = tmp_path / "threads.db"
+    agent = Agent(FunctionModel(one_call_per_prompt), tools=[python_tool(namespace={}, requires_approval=False)],
+                  store=SQLiteStore(path))
+    assert (await agent.run("x = 41\nx + 1", thread="t")).output == "model saw: 42"
+    second = await agent.run("x", thread="t")  # the same kernel: no note
+    assert second.output == "model saw: 41"
+    await agent.store.close()
+
+    monkeypatch.setattr(_python_tool, "_ran_here", set())  # a new process knows none of those calls
+    later = Agent(FunctionModel(one_call_per_prompt), tools=[python_tool(namespace={}, requires_approval=False)],
+                  store=SQLiteStore(path))
+    result = await later.run("x", thread="t")
+    message = results(result)[-1]
+    assert message.content.startswith(f"[note]\n{_python_tool.RESTARTED_NOTE}\n[error]\nTraceback")
+    assert "NameError: name 'x' is not defined" in message.content
+    again = await later.run("x = 1\nx", thread="t")  # said once: the last call ran in this kernel
+    assert results(again)[-1].content == "1"
+    await later.store.close()
+
+
 CHILD = """
 import sys, asyncio
 sys.path.insert(0, {root!r})

@@ -27,7 +27,8 @@ from typing import Any
 
 from .._run.execute import tool_output
 from ..exceptions import ModelRetry, UserError
-from ..tools import Tool
+from ..messages import ToolResultMessage
+from ..tools import RunContext, Tool
 
 __all__ = ["MAX_CAPTURE_CHARS", "MAX_TRACEBACK_CHARS", "python_tool"]
 
@@ -40,6 +41,11 @@ STOP_WAIT_S = 0.5
 
 _calls = itertools.count(1)
 _FILE = __file__
+_ran_here: set[str] = set()
+"""Ids of the calls this process ran: an earlier call not among them ran in a kernel since
+restarted (or in another process), and the variables it made are not here."""
+RESTARTED_NOTE = ("earlier python calls of this thread ran in a kernel that has since restarted (or in "
+                  "another process): the variables they made are gone; run their code again if you need them")
 
 
 class _Stopped(BaseException):
@@ -195,8 +201,8 @@ def _new_figures(before: set[int], value: Any) -> list[Any]:
 class _Job:
     """One call's code, running in a daemon thread of its own."""
 
-    def __init__(self, code: str, namespace: dict[str, Any]) -> None:
-        self.code, self.namespace = code, namespace
+    def __init__(self, code: str, namespace: dict[str, Any], note: str | None = None) -> None:
+        self.code, self.namespace, self.note = code, namespace, note
         self.filename = f"<python call {next(_calls)}>"
         self.out, self.err = _Capture(), _Capture()
         self.figures: list[Any] = []
@@ -263,8 +269,8 @@ class _Job:
 
     def answer(self, value: Any = _NOTHING, error: str | None = None) -> Any:
         """What the model gets: the printed text, then the value (or the error)."""
-        parts = [(label, text) for label, text in (("stdout", self.out.text()), ("stderr", self.err.text()))
-                 if text]
+        parts = [(label, text) for label, text in
+                 (("note", self.note or ""), ("stdout", self.out.text()), ("stderr", self.err.text())) if text]
         images: list[Any] = []
         html = None
         if error is not None:
@@ -300,6 +306,15 @@ class _Rich:
         return self.html
 
 
+def _restarted(ctx: RunContext[Any]) -> str | None:
+    """`RESTARTED_NOTE` when the thread's last ``python`` call ran outside this process (the first
+    call after a restart says so; the next ones follow one that ran here)."""
+    for message in reversed(ctx.messages):
+        if isinstance(message, ToolResultMessage) and message.name == "python" and message.status in ("done", "failed"):
+            return None if message.call_id in _ran_here else RESTARTED_NOTE
+    return None
+
+
 def python_tool(
     *, timeout: float | None = 30.0, namespace: dict[str, Any] | None = None,
     requires_approval: bool | Callable[[Any], bool] = True,
@@ -322,7 +337,8 @@ def python_tool(
 
     Calls are recorded in the thread's ledger like any tool: a call is never run twice, and one
     that was running when the kernel died is answered as interrupted, never re-run. Variables
-    the code made live in the kernel and are gone after a restart.
+    the code made live in the kernel and are gone after a restart: the first call after one
+    starts with a note saying so (``[note]``), so the model does not count on them.
 
     Args:
         timeout: seconds a call may run (None: no limit). Past it the tool answers "timed out
@@ -341,13 +357,14 @@ def python_tool(
         raise UserError(f"python_tool: namespace must be a dict, got {type(namespace).__name__}")
     where = "a namespace of its own" if namespace is not None else "the user's Jupyter kernel (their variables)"
 
-    async def python(code: str) -> Any:
+    async def python(ctx: RunContext[Any], code: str) -> Any:
         """Run Python code; the value of its last expression is returned, with what it prints.
 
         Args:
             code: Python statements, as in a notebook cell.
         """
-        job = _Job(code, namespace if namespace is not None else _user_namespace())
+        _ran_here.add(ctx.call_id)
+        job = _Job(code, namespace if namespace is not None else _user_namespace(), _restarted(ctx))
         try:
             value = await asyncio.wait_for(asyncio.wrap_future(job.future), timeout)
         except asyncio.TimeoutError:
