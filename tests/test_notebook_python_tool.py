@@ -137,6 +137,7 @@ async def test_prints_and_the_last_value_come_back() -> None:
     assert (await run_code("'only a value'")).content == "only a value"
     assert (await run_code("y = 1")).content == "(no output)"
     assert (await run_code("for i in range(3): print(i)")).content == "0\n1\n2"
+    assert (await run_code("import sys\nsys.stdout.writelines(['a\\n', 'b\\n'])")).content == "a\nb"
 
 
 async def test_a_dataframe_value_is_a_table() -> None:

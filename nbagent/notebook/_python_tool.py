@@ -91,12 +91,18 @@ class _Router:
 
     def write(self, text: str) -> int:
         capture = _captures.get(threading.get_ident())
-        if capture is None:
-            return int(self.target.write(text) or 0)
-        return capture[self._index].write(text)
+        if capture is not None:
+            return capture[self._index].write(text)
+        if self.target is None:  # no console (pythonw): print() writes nowhere, as before
+            return len(text)
+        return int(self.target.write(text) or 0)
+
+    def writelines(self, lines: Any) -> None:
+        for line in lines:
+            self.write(line)
 
     def flush(self) -> None:
-        if threading.get_ident() not in _captures:
+        if threading.get_ident() not in _captures and self.target is not None:
             self.target.flush()
 
     def __getattr__(self, name: str) -> Any:
