@@ -220,10 +220,10 @@ class _Job:
 
     def _run(self) -> None:
         ident = threading.get_ident()
-        _capture(ident, self.out, self.err)
         outcome: tuple[Any, str | None] = (_NOTHING, "stopped")
         try:
             try:
+                _capture(ident, self.out, self.err)
                 before = _figure_numbers()
                 outcome = (_execute(self.code, self.namespace, self.filename), None)
                 self.figures = _new_figures(before, outcome[0])
