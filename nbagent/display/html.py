@@ -44,6 +44,7 @@ __all__ = [
     "badge",
     "budget_texts",
     "calls_text",
+    "code_html",
     "cost_text",
     "expandable",
     "header_html",
@@ -236,10 +237,48 @@ def _duration(seconds: float | None) -> str:
 _NOT_EDITED: Any = object()
 
 
+def code_html(code: str) -> str:
+    """Python code as a code block: syntax-highlighted by pygments when it is installed (its
+    spans with inline colours around escaped text), else escaped text; never live HTML."""
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import PythonLexer
+
+        body = highlight(_cut(code, MAX_CHARS), PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True))
+    except Exception:  # no pygments (or a lexer error): plain escaped text
+        body = escape(_cut(code, MAX_CHARS))
+    return f'<pre class="nbagent-code" style="{PRE};{LONG}">{body}</pre>'
+
+
+def _code_args_html(args: Mapping[str, Any], full: bool) -> str:
+    """Arguments with a ``code`` string (the ``python`` tool's): the code as a code block, any
+    other arguments as JSON above it."""
+    code: str = args["code"]
+    rest = {k: v for k, v in args.items() if k != "code"}
+    head = expandable(pretty_args(rest), full=full) if rest else ""
+    if full or (len(code) <= PREVIEW_CHARS and "\n" not in code.strip()):
+        return head + code_html(code)
+    preview = " ".join(code.split())[: PREVIEW_CHARS - 1] + "…"
+    return (head + f'<details class="nbagent-value"><summary style="cursor:pointer;{MONO};white-space:nowrap;'
+            f'overflow:hidden;text-overflow:ellipsis">{escape(preview)}</summary>{code_html(code)}</details>')
+
+
+def _with_code(args: Any) -> Mapping[str, Any] | None:
+    if isinstance(args, str):
+        try:
+            args = json.loads(args)
+        except (ValueError, RecursionError):
+            return None
+    return args if isinstance(args, Mapping) and isinstance(args.get("code"), str) else None
+
+
 def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED) -> str:
     """A call's arguments; when a person edited them, an **edited** badge (the model's own
-    arguments on hover) and the original under "the model's arguments"."""
-    shown = expandable(pretty_args(args), full=full)
+    arguments on hover) and the original under "the model's arguments". A ``code`` argument
+    (a string) is shown as a Python code block (`code_html`)."""
+    with_code = _with_code(args)
+    shown = _code_args_html(with_code, full) if with_code is not None else expandable(pretty_args(args), full=full)
     if edited_from is _NOT_EDITED:
         return shown
     original = pretty_args(edited_from)

@@ -1,5 +1,6 @@
-"""The notebook as context: ``%%agent`` / ``%agent`` magics, variables as capped summaries, and
-read-only query tools over a DataFrame (`dataframe_tools`).
+"""The notebook as context: ``%%agent`` / ``%agent`` magics, variables as capped summaries,
+read-only query tools over a DataFrame (`dataframe_tools`), and `python_tool` (a tool that runs
+the model's code in the kernel, after approval).
 
 ``%load_ext nbagent`` (or ``import nbagent.notebook`` inside IPython) registers the magics; see
 docs/notebook.md. This edge imports IPython only when the magics are registered, and pandas and
@@ -12,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
 from ._magics import AgentMagics, load_ipython_extension, magics_of
+from ._python_tool import python_tool
 
 if TYPE_CHECKING:
     from ._dataframe_tools import dataframe_tools
 
 __all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "dataframe_tools", "interpolate",
-           "load_ipython_extension", "magics_of", "summarize"]
+           "load_ipython_extension", "magics_of", "python_tool", "summarize"]
 
 
 def __getattr__(name: str) -> Any:
