@@ -1,0 +1,69 @@
+"""The Responses API's reasoning summaries in the chat view: a recorded stream
+(``responses_stream_reasoning_summary_0``, real OpenAI traffic) read by `OpenAIResponsesModel`
+over loopback HTTP streams its summary into the step's collapsed "Thinking" section, above the
+answer, as text; the summary is never the answer; a new view of the stored thread shows it again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from nbagent import Agent
+from nbagent.models.openai import OpenAIResponsesModel
+from nbagent.store.memory import MemoryStore
+from nbagent.widgets.stream import ThinkingText
+from tests.wire.replay_server import RESPONSES_CASES_DIR, ReplayServer, load_case, split_sse_events
+
+from .test_widgets import _log_index, all_widgets, ask, is_answer
+
+CASE = "responses_stream_reasoning_summary_0"
+KEY = "sk-responses-view-0123456789abcdef"
+
+
+def recorded_summary() -> str:
+    """The summary text the recorded stream carries, read from its ``output_item.done`` event."""
+    import json
+
+    case = load_case(CASE, RESPONSES_CASES_DIR)
+    for raw in split_sse_events(case["response"]["sse"]):
+        data = "".join(line[5:].strip() for line in raw.splitlines() if line.startswith("data:"))
+        if '"response.output_item.done"' in data:
+            item = json.loads(data)["item"]
+            if item["type"] == "reasoning":
+                return "\n\n".join(p["text"] for p in item["summary"])
+    raise AssertionError("no reasoning item in the recorded stream")
+
+
+@pytest.fixture(scope="module")
+def server() -> Any:
+    with ReplayServer() as srv:
+        yield srv
+
+
+async def test_a_responses_reasoning_summary_shows_in_the_thinking_section(server: Any) -> None:
+    summary = recorded_summary()
+    assert summary  # the recording has one
+    model = OpenAIResponsesModel("gpt-5", base_url=server.base_url_for(CASE), api_key=KEY,
+                                 reasoning_effort="medium", reasoning_summary="auto")
+    store = MemoryStore()
+    try:
+        view = Agent(model, store=store).chat(thread="t-responses-think")
+        await view.wait_loaded()
+        result = await ask(view, "What is 1 + 2?")
+        assert result.status == "completed", result.error
+        [th] = [w for w in all_widgets(view) if isinstance(w, ThinkingText)]
+        [answer] = [w for w in all_widgets(view) if is_answer(w)]
+        assert th.done and th.plain and th.html == ""  # text, never HTML
+        assert th.text == summary == result.messages[-1].reasoning
+        assert _log_index(view, ThinkingText) < _log_index(view, type(answer))  # above the answer
+        assert summary[:40] not in answer.text and answer.text == "3"
+        # a new view of the stored thread: the summary in a closed Thinking section
+        again = Agent(model, store=store).chat(thread="t-responses-think")
+        await again.wait_loaded()
+        history = again.history.value
+        assert '<details class="nbagent-thinking"' in history
+        first_words = summary.split("\n")[0][:30].replace("'", "&#x27;")
+        assert first_words in history
+    finally:
+        await model.aclose()
