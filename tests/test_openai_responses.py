@@ -518,6 +518,13 @@ def test_infer_model_and_auto_pick_the_responses_model(monkeypatch: pytest.Monke
     compatible = auto()
     assert type(compatible) is OpenAIModel and compatible.model_name == "qwen3"
     assert KEY not in repr(chosen)
+    # the rule reads the URL's host: a gateway that only names OpenAI's host in its path or as a
+    # prefix of its own host name is another server, which keeps Chat Completions
+    for elsewhere in ("https://gateway.example/api.openai.com/v1", "https://api.openai.com.gateway.example/v1"):
+        monkeypatch.setenv("OPENAI_BASE_URL", elsewhere)
+        assert type(auto()) is OpenAIModel, elsewhere
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://API.openai.com:443/v1/")
+    assert type(auto()) is OpenAIResponsesModel
 
 
 async def test_a_streamed_unknown_item_and_event_are_kept_not_dropped(server: Any) -> None:
