@@ -5,6 +5,7 @@ answer, as text; the summary is never the answer; a new view of the stored threa
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -23,8 +24,6 @@ KEY = "sk-responses-view-0123456789abcdef"
 
 def recorded_summary() -> str:
     """The summary text the recorded stream carries, read from its ``output_item.done`` event."""
-    import json
-
     case = load_case(CASE, RESPONSES_CASES_DIR)
     for raw in split_sse_events(case["response"]["sse"]):
         data = "".join(line[5:].strip() for line in raw.splitlines() if line.startswith("data:"))
