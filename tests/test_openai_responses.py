@@ -23,7 +23,7 @@ import pytest
 from pydantic import BaseModel
 
 from nbagent import Agent
-from nbagent.events import ReasoningDeltaEvent, TextDeltaEvent
+from nbagent.events import ModelRetryEvent, ReasoningDeltaEvent, TextDeltaEvent
 from nbagent.exceptions import AuthenticationError, BadRequestError, ModelHTTPError
 from nbagent.messages import AssistantMessage
 from nbagent.models.openai import OpenAIResponsesModel
@@ -479,6 +479,32 @@ async def test_rate_limits_server_errors_and_errors_mid_stream_are_retried(serve
         assert result.output and result.usage.requests >= 1
         if stream:
             assert any(type(e).__name__ == "ModelRetryEvent" for e in events), [type(e).__name__ for e in events]
+
+
+async def test_a_rate_limit_keeps_its_status_and_retry_after_and_the_wait_is_honoured(server: Any) -> None:
+    """A 429 that outlasts the retries fails the run as `RateLimitError` with its status and
+    ``retry-after``; a 429 asking for 0.3 s is retried after 0.3 s (the `ModelRetryEvent`'s delay)."""
+    from nbagent.exceptions import RateLimitError
+
+    server.reset()  # the fault counters
+    for stream in (False, True):
+        model = model_at(server.fault_base_url("429-then-200", "responses_stream_text" if stream
+                                               else "responses_plain_text", arg=9), "gpt-4o")
+        try:
+            result, _ = await run_agent(Agent(model, store=MemoryStore(), retry=FAST), stream)
+        finally:
+            await model.aclose()
+        assert result.status == "failed" and isinstance(result.exception, RateLimitError)
+        assert result.exception.status_code == 429 and result.exception.retry_after == 0
+        assert "429" in (result.error or "")
+    slow = Retry(attempts=2, initial_delay=5, max_delay=5, jitter=0)  # retry-after comes first
+    model = model_at(server.fault_base_url("429-retry-after", "responses_stream_text", arg=0.3), "gpt-4o")
+    try:
+        result, events = await run_agent(Agent(model, store=MemoryStore(), retry=slow), True)
+    finally:
+        await model.aclose()
+    assert result.status == "completed", result.error
+    assert [e.delay_s for e in events if isinstance(e, ModelRetryEvent)] == [pytest.approx(0.3)]
 
 
 async def test_a_refused_request_mid_stream_fails_at_once_with_its_words(server: Any) -> None:
