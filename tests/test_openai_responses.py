@@ -410,6 +410,77 @@ asyncio.run(main())
     assert sent[1]["input"][1] == later_input(stem)[1]  # the reasoning item byte for byte
 
 
+CONTINUED = {
+    "responses_reasoning_summary": {"store": True, "reasoning_effort": "medium", "reasoning_summary": "auto"},
+    "responses_stream_reasoning_summary": {"store": True, "reasoning_effort": "medium", "reasoning_summary": "auto"},
+    "responses_reasoning_history_error": {"reasoning_effort": "low", "reasoning_summary": "detailed"},
+}
+"""The reasoning pairs whose first answer ends the turn (no tool call), and the model options
+of their recorded client (``store=True``: the summary pairs' reasoning went back by id)."""
+
+
+@pytest.mark.parametrize("stem", sorted(CONTINUED))
+async def test_a_thread_continued_in_a_new_process_sends_the_reasoning_back_identical(
+    server: Any, tmp_path: Path, stem: str
+) -> None:
+    """The first turn here; the next one from a new Python process that opens the same SQLite
+    file: its request carries the first answer's reasoning item exactly as the recorded client
+    sent it, then that answer's message item (the history-error pair's recorded 400 is answered
+    all the same: the run fails with it)."""
+    server.reset()  # the `then:` counters
+    second = CASES[f"{stem}_1"]["request"]["body"]
+    stream = bool(second.get("stream"))
+    prompts = [i["content"] for i in second["input"] if i.get("role") == "user" and isinstance(i["content"], str)]
+    prompts = prompts or ["What is the meaning of life?", "Anything to add?"]
+    base = server.fault_base_url("then", f"{stem}_0", arg=f"{stem}_1")
+    store = tmp_path / "threads.db"
+    options = CONTINUED[stem]
+    model = model_at(base, "gpt-5", **options)
+    before = len(server.responses_requests())
+    try:
+        first, _ = await run_agent(Agent(model, store=str(store), retry=FAST), stream, prompts[0])
+    finally:
+        await model.aclose()
+    assert first.status == "completed", first.error
+    script = f"""
+import asyncio, json
+from nbagent import Agent, Retry
+from nbagent.models import OpenAIResponsesModel
+
+async def main():
+    model = OpenAIResponsesModel("gpt-5", base_url={base!r}, **{options!r})
+    agent = Agent(model, store={str(store)!r}, retry=Retry(attempts=1))
+    try:
+        if {stream!r}:
+            events = [e async for e in agent.stream({prompts[-1]!r}, thread={first.thread!r})]
+            result = events[-1].result
+        else:
+            result = await agent.run({prompts[-1]!r}, thread={first.thread!r})
+    finally:
+        await model.aclose()
+    print(json.dumps({{"status": result.status, "error": result.error}}))
+
+asyncio.run(main())
+"""
+    env = {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONPATH": str(ROOT)}
+    env.pop("OPENAI_BASE_URL", None)
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True,
+                                   timeout=60, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["status"] == ("failed" if stem.endswith("history_error") else "completed"), outcome
+    sent = [r["body"] for r in server.responses_requests()[before:]]
+    assert len(sent) == 2
+    carried = sent[1]["input"]
+    theirs = [i for i in second["input"] if i.get("type") == "reasoning"]
+    assert theirs and [i for i in carried if i.get("type") == "reasoning"] == theirs  # byte for byte
+    at = carried.index(theirs[0])
+    answered = recorded(CASES[f"{stem}_0"])[0]
+    follows = answered[next(i for i, item in enumerate(answered) if item["type"] == "reasoning") + 1]
+    assert carried[at + 1]["type"] == "message" and carried[at + 1]["id"] == follows["id"]
+    assert carried[-1] == {"role": "user", "content": prompts[-1]}
+
+
 # ----------------------------------------------------------------------------- items nbagent does not run
 @pytest.mark.parametrize("name", ["responses_web_search", "responses_code_interpreter", "responses_image_generation",
                                   "responses_stream_web_search"])
