@@ -196,7 +196,7 @@ class Agent(Generic[OutputT]):
         if not isinstance(output_retries, int) or output_retries < 0:
             raise UserError(f"output_retries must be a non-negative integer, got {output_retries!r}")
         self.output_retries = output_retries
-        self.compaction, self.max_result_fraction = _context_options(compaction, max_result_fraction)
+        self.compaction, self.max_result_fraction = _context_options(compaction, max_result_fraction, self.model)
         self._seen = None
 
     @property
@@ -583,10 +583,16 @@ class Agent(Generic[OutputT]):
         return estimate(self, inputs, sample=sample, **kwargs)
 
 
-def _context_options(compaction: Any, max_result_fraction: Any) -> tuple[Compaction | None, float | None]:
-    """`Agent`'s ``compaction`` and ``max_result_fraction``, checked."""
+def _context_options(compaction: Any, max_result_fraction: Any, model: Model) -> tuple[Compaction | None, float | None]:
+    """`Agent`'s ``compaction`` and ``max_result_fraction``, checked (``Compaction.native()``
+    needs a `model` that compacts)."""
     if compaction is not None and not isinstance(compaction, Compaction):
         raise UserError(f"compaction must be an nbagent.Compaction, got {compaction!r}")
+    if compaction is not None and compaction.policy == "native" and not callable(getattr(model, "compact", None)):
+        raise UserError(
+            f"Compaction.native() needs a model whose provider compacts (OpenAIResponsesModel: "
+            f"/v1/responses/compact); {type(model).__name__} has none: use Compaction() instead"
+        )
     if max_result_fraction is not None and (
         isinstance(max_result_fraction, bool) or not isinstance(max_result_fraction, (int, float))
         or not 0 < max_result_fraction <= 1

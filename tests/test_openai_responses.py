@@ -785,3 +785,80 @@ async def test_the_reasoning_goes_back_with_its_following_message_unlike_the_rec
     at = carried.index(theirs[0])
     assert carried[at + 1]["type"] == "message" and carried[at + 1]["id"] == items[1]["id"]
     assert carried[at + 2] == {"role": "user", "content": "Anything to add?"}
+
+
+# ----------------------------------------------------------------------------- provider-native compaction
+def _answering(text: str) -> dict[str, Any]:
+    case = json.loads(json.dumps(CASES["responses_plain_text"]))
+    case["response"].pop("body_raw", None)  # (replayed in preference to body)
+    case["response"]["body"]["output"][0]["content"][0]["text"] = text
+    return case
+
+
+async def test_native_compaction_sends_the_history_to_responses_compact_and_its_items_back(
+    server: Any, tmp_path: Path
+) -> None:
+    """`Compaction.native()`: the older messages go to ``/v1/responses/compact`` (the recorded
+    ``responses_compact_0``); its items (the user's messages, the encrypted compaction item) are
+    stored in the record and sent, byte-identical, in their place by the next request
+    (``responses_compact_1``) and by a later agent reading the thread back from SQLite."""
+    from nbagent import Compaction
+    from nbagent.messages import CompactionMessage
+
+    server.reset()  # the `then:` counters
+    two = server.add_case("responses_says_4", _answering("2 + 2 = 4."))
+    six = server.add_case("responses_says_6", _answering("3 + 3 = 6."))
+    url = server.fault_base_url("then", two, arg=f"{six},responses_compact_0,responses_compact_1")
+    system = "You are a helpful math assistant. Give short answers."
+    store = str(tmp_path / "threads.db")
+    model = model_at(url, "gpt-4o-mini", context_window=100)
+    native = Compaction.native(at=0.1, keep_last=1)
+    before = len(server.requests)
+    try:
+        plain = Agent(model, system=system, store=store)
+        first = await plain.run("What is 2+2?")
+        await plain.run("And 3+3?", thread=first.thread)
+        result = await Agent(model, system=system, store=store, compaction=native).run(
+            "And 5+5?", thread=first.thread)
+    finally:
+        await model.aclose()
+    assert result.status == "completed" and result.output == "5 + 5 = 10", result.error
+    posts = [r for r in server.requests[before:] if r["method"] == "POST"]
+    assert [r["path"].rsplit("/v1", 1)[1] for r in posts] == ["/responses", "/responses", "/responses/compact",
+                                                              "/responses"]
+    compact = posts[2]["body"]
+    assert compact["model"] == "gpt-4o-mini" and compact["instructions"] == system
+    assert "store" not in compact and "include" not in compact
+    recorded_input = CASES["responses_compact_0"]["request"]["body"]["input"]
+    said = [texts([i], "output_text", "text") if i.get("type") == "message" else i["content"] for i in compact["input"]]
+    assert said == [i["content"] for i in recorded_input]  # the recorded client's history, item for item
+    items = CASES["responses_compact_0"]["response"]["body"]["output"]
+    sent = posts[3]["body"]["input"]
+    assert sent == [*items, {"role": "user", "content": "And 5+5?"}]  # every item as the server returned it
+    theirs = CASES["responses_compact_1"]["request"]["body"]["input"][0]
+    assert theirs["type"] == "compaction" and theirs in sent  # as the recorded client sent it
+    [record] = [m for m in result.new_messages if isinstance(m, CompactionMessage)]
+    assert (record.policy, record.upto, record.replaced, record.items) == ("native", 4, 4, items)
+    assert "on the provider's side" in record.describe()
+    [row] = [r for r in result.usage.calls if r.purpose == "compaction"]
+    assert (row.input_tokens, row.output_tokens, row.provider) == (156, 190, "openai")
+    # a later agent reads the record back from the store and sends the same items again
+    model = model_at(url, "gpt-4o-mini", context_window=100_000)
+    try:
+        again = await Agent(model, system=system, store=store, compaction=native).run(
+            "And 7+7?", thread=first.thread)
+    finally:
+        await model.aclose()
+    assert again.status == "completed", again.error
+    last = server.responses_requests()[-1]["body"]["input"]
+    assert last[: len(items)] == items and last[-1] == {"role": "user", "content": "And 7+7?"}
+
+
+def test_native_compaction_needs_a_model_that_compacts() -> None:
+    from nbagent import Compaction
+    from nbagent.exceptions import UserError
+    from nbagent.models import FunctionModel
+
+    with pytest.raises(UserError, match=r"Compaction.native\(\) needs a model whose provider compacts"):
+        Agent(FunctionModel(lambda m, r: AssistantMessage(text="hi")), compaction=Compaction.native())
+    assert Agent(model_at("http://127.0.0.1:9/v1"), compaction=Compaction.native()).compaction == Compaction.native()
