@@ -787,6 +787,20 @@ async def test_the_reasoning_goes_back_with_its_following_message_unlike_the_rec
     assert carried[at + 2] == {"role": "user", "content": "Anything to add?"}
 
 
+async def test_a_background_response_fails_the_run_with_a_message_that_names_it(server: Any) -> None:
+    """The recorded background case (``status: "queued"``) through an `Agent`: nbagent does not
+    poll, so the run fails at once with an error that says why and what to leave out."""
+    from nbagent.exceptions import ModelResponseError
+
+    model = model_at(server.base_url_for("responses_background_0"), "gpt-4o")
+    try:
+        result, _ = await run_agent(Agent(model, store=MemoryStore(), retry=FAST), False)
+    finally:
+        await model.aclose()
+    assert result.status == "failed" and isinstance(result.exception, ModelResponseError)
+    assert "queued (background mode)" in (result.error or "") and "background" in (result.error or "")
+
+
 # ----------------------------------------------------------------------------- provider-native compaction
 def _answering(text: str) -> dict[str, Any]:
     case = json.loads(json.dumps(CASES["responses_plain_text"]))
