@@ -197,7 +197,7 @@ class Agent(Generic[OutputT]):
             raise UserError(f"output_retries must be a non-negative integer, got {output_retries!r}")
         self.output_retries = output_retries
         self.compaction, self.max_result_fraction, self.context_redact = _context_options(
-            compaction, max_result_fraction, context_redact)
+            compaction, max_result_fraction, context_redact, self.model)
         self._seen = None
 
     @property
@@ -593,11 +593,17 @@ def _checked_prices(prices: Mapping[str, Any] | None) -> Any:
     return check_prices(prices)
 
 
-def _context_options(compaction: Any, max_result_fraction: Any, context_redact: Any,
+def _context_options(compaction: Any, max_result_fraction: Any, context_redact: Any, model: Model,
                      ) -> tuple[Compaction | None, float | None, Callable[[str, str], str] | None]:
-    """`Agent`'s ``compaction``, ``max_result_fraction`` and ``context_redact``, checked."""
+    """`Agent`'s ``compaction``, ``max_result_fraction`` and ``context_redact``, checked
+    (``Compaction.native()`` needs a `model` that compacts)."""
     if compaction is not None and not isinstance(compaction, Compaction):
         raise UserError(f"compaction must be an nbagent.Compaction, got {compaction!r}")
+    if compaction is not None and compaction.policy == "native" and not callable(getattr(model, "compact", None)):
+        raise UserError(
+            f"Compaction.native() needs a model whose provider compacts (OpenAIResponsesModel: "
+            f"/v1/responses/compact); {type(model).__name__} has none: use Compaction() instead"
+        )
     if max_result_fraction is not None and (
         isinstance(max_result_fraction, bool) or not isinstance(max_result_fraction, (int, float))
         or not 0 < max_result_fraction <= 1

@@ -340,7 +340,7 @@ class CompactionMessage:
 
     content: str
     """The summary the model reads in place of the replaced messages ("" for ``clear_results``)."""
-    policy: Literal["summary", "clear_results"] = "summary"
+    policy: Literal["summary", "clear_results", "native"] = "summary"
     upto: int = 0
     """The summary stands for the thread's messages ``[0, upto)`` (earlier records included)."""
     cleared: list[str] = field(default_factory=list)
@@ -358,6 +358,9 @@ class CompactionMessage:
     summary_tokens: int = 0
     """The summary's size in tokens (its call's output tokens)."""
     kind: Literal["compaction"] = "compaction"
+    items: list[dict[str, Any]] = field(default_factory=list)
+    """``native``: the items the provider returned (its compacted history: the user's messages and
+    an encrypted compaction item), sent as they came in place of the messages before `upto`."""
 
     @property
     def saved(self) -> int:
@@ -369,6 +372,8 @@ class CompactionMessage:
         saved = f"{self.saved / 1000:.3g}k" if self.saved >= 1000 else f"{self.saved:,}"
         if self.policy == "clear_results":
             return f"cleared {self.replaced:,} old tool results, saved {saved} tokens"
+        if self.policy == "native":
+            return f"compacted {self.replaced:,} messages on the provider's side, saved {saved} tokens"
         size = f" ({self.summary_tokens:,} tokens)" if self.summary_tokens else ""
         return f"compacted {self.replaced:,} messages into a summary{size}, saved {saved} tokens"
 
@@ -384,6 +389,8 @@ class CompactionMessage:
             data["model"] = self.model
         if self.summary_tokens:
             data["summary_tokens"] = self.summary_tokens
+        if self.items:
+            data["items"] = [dict(i) for i in self.items]
         return data
 
 
@@ -430,7 +437,7 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             cleared=list(data.get("cleared") or ()), replaced=data.get("replaced", 0),
             tokens_before=data.get("tokens_before", 0), tokens_after=data.get("tokens_after", 0),
             trigger=data.get("trigger", "threshold"), model=data.get("model"),
-            summary_tokens=data.get("summary_tokens", 0),
+            summary_tokens=data.get("summary_tokens", 0), items=[dict(i) for i in data.get("items") or ()],
         )
     raise ValueError(f"unknown message kind {kind!r}")
 

@@ -270,6 +270,23 @@ def test_visible_applies_records() -> None:
     assert visible(messages[:2]).messages is not None
 
 
+def test_a_native_record_sends_the_providers_items_in_place_of_the_messages_and_is_stored_whole() -> None:
+    from nbagent.messages import AssistantMessage, message_from_dict
+
+    items = [{"type": "message", "role": "user", "id": "msg_1", "content": [{"type": "input_text", "text": "a"}]},
+             {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAAA-opaque"}]
+    record = CompactionMessage("", "native", upto=2, replaced=2, items=items)
+    messages = [UserMessage("a"), AssistantMessage(text="A"), UserMessage("b"), record, AssistantMessage(text="B")]
+    view = visible(messages)
+    assert view.summary is None and view.upto == 2
+    first, *rest = view.messages
+    assert isinstance(first, AssistantMessage) and first.thinking_blocks == items and first.text is None
+    assert [m.content if m.kind == "user" else m.text for m in rest] == ["b", "B"]  # no anchor: the items hold it
+    again = message_from_dict(json.loads(json.dumps(record.to_dict())))
+    assert again == record and again.items == items
+    assert "items" not in CompactionMessage("S", upto=1).to_dict()  # other records are stored as before
+
+
 async def test_a_resumed_thread_sends_what_the_first_process_would_have(tmp_path) -> None:
     path = tmp_path / "t.db"
     model = FunctionModel(calling("get_rows", n=20), context_window=3_000)

@@ -23,7 +23,7 @@ import pytest
 from pydantic import BaseModel
 
 from nbagent import Agent
-from nbagent.events import ReasoningDeltaEvent, TextDeltaEvent
+from nbagent.events import ModelRetryEvent, ReasoningDeltaEvent, TextDeltaEvent
 from nbagent.exceptions import AuthenticationError, BadRequestError, ModelHTTPError
 from nbagent.messages import AssistantMessage
 from nbagent.models.openai import OpenAIResponsesModel
@@ -410,6 +410,77 @@ asyncio.run(main())
     assert sent[1]["input"][1] == later_input(stem)[1]  # the reasoning item byte for byte
 
 
+CONTINUED = {
+    "responses_reasoning_summary": {"store": True, "reasoning_effort": "medium", "reasoning_summary": "auto"},
+    "responses_stream_reasoning_summary": {"store": True, "reasoning_effort": "medium", "reasoning_summary": "auto"},
+    "responses_reasoning_history_error": {"reasoning_effort": "low", "reasoning_summary": "detailed"},
+}
+"""The reasoning pairs whose first answer ends the turn (no tool call), and the model options
+of their recorded client (``store=True``: the summary pairs' reasoning went back by id)."""
+
+
+@pytest.mark.parametrize("stem", sorted(CONTINUED))
+async def test_a_thread_continued_in_a_new_process_sends_the_reasoning_back_identical(
+    server: Any, tmp_path: Path, stem: str
+) -> None:
+    """The first turn here; the next one from a new Python process that opens the same SQLite
+    file: its request carries the first answer's reasoning item exactly as the recorded client
+    sent it, then that answer's message item (the history-error pair's recorded 400 is answered
+    all the same: the run fails with it)."""
+    server.reset()  # the `then:` counters
+    second = CASES[f"{stem}_1"]["request"]["body"]
+    stream = bool(second.get("stream"))
+    prompts = [i["content"] for i in second["input"] if i.get("role") == "user" and isinstance(i["content"], str)]
+    prompts = prompts or ["What is the meaning of life?", "Anything to add?"]
+    base = server.fault_base_url("then", f"{stem}_0", arg=f"{stem}_1")
+    store = tmp_path / "threads.db"
+    options = CONTINUED[stem]
+    model = model_at(base, "gpt-5", **options)
+    before = len(server.responses_requests())
+    try:
+        first, _ = await run_agent(Agent(model, store=str(store), retry=FAST), stream, prompts[0])
+    finally:
+        await model.aclose()
+    assert first.status == "completed", first.error
+    script = f"""
+import asyncio, json
+from nbagent import Agent, Retry
+from nbagent.models import OpenAIResponsesModel
+
+async def main():
+    model = OpenAIResponsesModel("gpt-5", base_url={base!r}, **{options!r})
+    agent = Agent(model, store={str(store)!r}, retry=Retry(attempts=1))
+    try:
+        if {stream!r}:
+            events = [e async for e in agent.stream({prompts[-1]!r}, thread={first.thread!r})]
+            result = events[-1].result
+        else:
+            result = await agent.run({prompts[-1]!r}, thread={first.thread!r})
+    finally:
+        await model.aclose()
+    print(json.dumps({{"status": result.status, "error": result.error}}))
+
+asyncio.run(main())
+"""
+    env = {**os.environ, "OPENAI_API_KEY": KEY, "PYTHONPATH": str(ROOT)}
+    env.pop("OPENAI_BASE_URL", None)
+    done = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", script], capture_output=True, text=True,
+                                   timeout=60, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome["status"] == ("failed" if stem.endswith("history_error") else "completed"), outcome
+    sent = [r["body"] for r in server.responses_requests()[before:]]
+    assert len(sent) == 2
+    carried = sent[1]["input"]
+    theirs = [i for i in second["input"] if i.get("type") == "reasoning"]
+    assert theirs and [i for i in carried if i.get("type") == "reasoning"] == theirs  # byte for byte
+    at = carried.index(theirs[0])
+    answered = recorded(CASES[f"{stem}_0"])[0]
+    follows = answered[next(i for i, item in enumerate(answered) if item["type"] == "reasoning") + 1]
+    assert carried[at + 1]["type"] == "message" and carried[at + 1]["id"] == follows["id"]
+    assert carried[-1] == {"role": "user", "content": prompts[-1]}
+
+
 # ----------------------------------------------------------------------------- items nbagent does not run
 @pytest.mark.parametrize("name", ["responses_web_search", "responses_code_interpreter", "responses_image_generation",
                                   "responses_stream_web_search"])
@@ -481,6 +552,32 @@ async def test_rate_limits_server_errors_and_errors_mid_stream_are_retried(serve
             assert any(type(e).__name__ == "ModelRetryEvent" for e in events), [type(e).__name__ for e in events]
 
 
+async def test_a_rate_limit_keeps_its_status_and_retry_after_and_the_wait_is_honoured(server: Any) -> None:
+    """A 429 that outlasts the retries fails the run as `RateLimitError` with its status and
+    ``retry-after``; a 429 asking for 0.3 s is retried after 0.3 s (the `ModelRetryEvent`'s delay)."""
+    from nbagent.exceptions import RateLimitError
+
+    server.reset()  # the fault counters
+    for stream in (False, True):
+        model = model_at(server.fault_base_url("429-then-200", "responses_stream_text" if stream
+                                               else "responses_plain_text", arg=9), "gpt-4o")
+        try:
+            result, _ = await run_agent(Agent(model, store=MemoryStore(), retry=FAST), stream)
+        finally:
+            await model.aclose()
+        assert result.status == "failed" and isinstance(result.exception, RateLimitError)
+        assert result.exception.status_code == 429 and result.exception.retry_after == 0
+        assert "429" in (result.error or "")
+    slow = Retry(attempts=2, initial_delay=5, max_delay=5, jitter=0)  # retry-after comes first
+    model = model_at(server.fault_base_url("429-retry-after", "responses_stream_text", arg=0.3), "gpt-4o")
+    try:
+        result, events = await run_agent(Agent(model, store=MemoryStore(), retry=slow), True)
+    finally:
+        await model.aclose()
+    assert result.status == "completed", result.error
+    assert [e.delay_s for e in events if isinstance(e, ModelRetryEvent)] == [pytest.approx(0.3)]
+
+
 async def test_a_refused_request_mid_stream_fails_at_once_with_its_words(server: Any) -> None:
     event = "event: error\ndata: " + json.dumps({"type": "error", "code": "invalid_prompt",
                                                   "message": "Invalid prompt: flagged", "param": None})
@@ -518,6 +615,13 @@ def test_infer_model_and_auto_pick_the_responses_model(monkeypatch: pytest.Monke
     compatible = auto()
     assert type(compatible) is OpenAIModel and compatible.model_name == "qwen3"
     assert KEY not in repr(chosen)
+    # the rule reads the URL's host: a gateway that only names OpenAI's host in its path or as a
+    # prefix of its own host name is another server, which keeps Chat Completions
+    for elsewhere in ("https://gateway.example/api.openai.com/v1", "https://api.openai.com.gateway.example/v1"):
+        monkeypatch.setenv("OPENAI_BASE_URL", elsewhere)
+        assert type(auto()) is OpenAIModel, elsewhere
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://API.openai.com:443/v1/")
+    assert type(auto()) is OpenAIResponsesModel
 
 
 async def test_a_streamed_unknown_item_and_event_are_kept_not_dropped(server: Any) -> None:
@@ -681,3 +785,94 @@ async def test_the_reasoning_goes_back_with_its_following_message_unlike_the_rec
     at = carried.index(theirs[0])
     assert carried[at + 1]["type"] == "message" and carried[at + 1]["id"] == items[1]["id"]
     assert carried[at + 2] == {"role": "user", "content": "Anything to add?"}
+
+
+async def test_a_background_response_fails_the_run_with_a_message_that_names_it(server: Any) -> None:
+    """The recorded background case (``status: "queued"``) through an `Agent`: nbagent does not
+    poll, so the run fails at once with an error that says why and what to leave out."""
+    from nbagent.exceptions import ModelResponseError
+
+    model = model_at(server.base_url_for("responses_background_0"), "gpt-4o")
+    try:
+        result, _ = await run_agent(Agent(model, store=MemoryStore(), retry=FAST), False)
+    finally:
+        await model.aclose()
+    assert result.status == "failed" and isinstance(result.exception, ModelResponseError)
+    assert "queued (background mode)" in (result.error or "") and "background" in (result.error or "")
+
+
+# ----------------------------------------------------------------------------- provider-native compaction
+def _answering(text: str) -> dict[str, Any]:
+    case = json.loads(json.dumps(CASES["responses_plain_text"]))
+    case["response"].pop("body_raw", None)  # (replayed in preference to body)
+    case["response"]["body"]["output"][0]["content"][0]["text"] = text
+    return case
+
+
+async def test_native_compaction_sends_the_history_to_responses_compact_and_its_items_back(
+    server: Any, tmp_path: Path
+) -> None:
+    """`Compaction.native()`: the older messages go to ``/v1/responses/compact`` (the recorded
+    ``responses_compact_0``); its items (the user's messages, the encrypted compaction item) are
+    stored in the record and sent, byte-identical, in their place by the next request
+    (``responses_compact_1``) and by a later agent reading the thread back from SQLite."""
+    from nbagent import Compaction
+    from nbagent.messages import CompactionMessage
+
+    server.reset()  # the `then:` counters
+    two = server.add_case("responses_says_4", _answering("2 + 2 = 4."))
+    six = server.add_case("responses_says_6", _answering("3 + 3 = 6."))
+    url = server.fault_base_url("then", two, arg=f"{six},responses_compact_0,responses_compact_1")
+    system = "You are a helpful math assistant. Give short answers."
+    store = str(tmp_path / "threads.db")
+    model = model_at(url, "gpt-4o-mini", context_window=100)
+    native = Compaction.native(at=0.1, keep_last=1)
+    before = len(server.requests)
+    try:
+        plain = Agent(model, system=system, store=store)
+        first = await plain.run("What is 2+2?")
+        await plain.run("And 3+3?", thread=first.thread)
+        result = await Agent(model, system=system, store=store, compaction=native).run(
+            "And 5+5?", thread=first.thread)
+    finally:
+        await model.aclose()
+    assert result.status == "completed" and result.output == "5 + 5 = 10", result.error
+    posts = [r for r in server.requests[before:] if r["method"] == "POST"]
+    assert [r["path"].rsplit("/v1", 1)[1] for r in posts] == ["/responses", "/responses", "/responses/compact",
+                                                              "/responses"]
+    compact = posts[2]["body"]
+    assert compact["model"] == "gpt-4o-mini" and compact["instructions"] == system
+    assert "store" not in compact and "include" not in compact
+    recorded_input = CASES["responses_compact_0"]["request"]["body"]["input"]
+    said = [texts([i], "output_text", "text") if i.get("type") == "message" else i["content"] for i in compact["input"]]
+    assert said == [i["content"] for i in recorded_input]  # the recorded client's history, item for item
+    items = CASES["responses_compact_0"]["response"]["body"]["output"]
+    sent = posts[3]["body"]["input"]
+    assert sent == [*items, {"role": "user", "content": "And 5+5?"}]  # every item as the server returned it
+    theirs = CASES["responses_compact_1"]["request"]["body"]["input"][0]
+    assert theirs["type"] == "compaction" and theirs in sent  # as the recorded client sent it
+    [record] = [m for m in result.new_messages if isinstance(m, CompactionMessage)]
+    assert (record.policy, record.upto, record.replaced, record.items) == ("native", 4, 4, items)
+    assert "on the provider's side" in record.describe()
+    [row] = [r for r in result.usage.calls if r.purpose == "compaction"]
+    assert (row.input_tokens, row.output_tokens, row.provider) == (156, 190, "openai")
+    # a later agent reads the record back from the store and sends the same items again
+    model = model_at(url, "gpt-4o-mini", context_window=100_000)
+    try:
+        again = await Agent(model, system=system, store=store, compaction=native).run(
+            "And 7+7?", thread=first.thread)
+    finally:
+        await model.aclose()
+    assert again.status == "completed", again.error
+    last = server.responses_requests()[-1]["body"]["input"]
+    assert last[: len(items)] == items and last[-1] == {"role": "user", "content": "And 7+7?"}
+
+
+def test_native_compaction_needs_a_model_that_compacts() -> None:
+    from nbagent import Compaction
+    from nbagent.exceptions import UserError
+    from nbagent.models import FunctionModel
+
+    with pytest.raises(UserError, match=r"Compaction.native\(\) needs a model whose provider compacts"):
+        Agent(FunctionModel(lambda m, r: AssistantMessage(text="hi")), compaction=Compaction.native())
+    assert Agent(model_at("http://127.0.0.1:9/v1"), compaction=Compaction.native()).compaction == Compaction.native()

@@ -189,6 +189,8 @@ class Window:
                                        tokens_before, 0, trigger)  # type: ignore[arg-type]
             record.tokens_after = self._after(config, messages, record, tokens_before)
             return record, None
+        if compaction.policy == "native":
+            return await self._native(config, run_id, thread, messages, step, trigger, tokens_before)
         view = visible(messages)
         upto = cut_point(messages, compaction.keep_last, view.upto)
         if upto is None:
@@ -234,6 +236,38 @@ class Window:
         record.tokens_after = self._after(config, messages, record, tokens_before)
         return record, row
 
+    async def _native(
+        self, config: RunConfig, run_id: str, thread: str, messages: Sequence[Message], step: int,
+        trigger: str, tokens_before: int,
+    ) -> tuple[CompactionMessage, ModelCallUsage] | None:
+        """`Compaction.native`: the model's provider compacts the messages before the cut (sent as
+        a request would send them); its items go into the record, its usage into the row."""
+        compaction, model = config.compaction, config.model
+        assert compaction is not None
+        view = visible(messages)
+        upto = cut_point(messages, compaction.keep_last, view.upto)
+        if upto is None:
+            return None
+        replaced = [m for m in messages[view.upto:upto] if m.kind != "compaction"]
+        before = visible(messages[:upto]).messages
+        request = ModelRequest([SystemMessage(config.system), *before] if config.system else before, [],
+                               config.request_settings, step)
+        started, clock = time.time(), time.perf_counter()
+        response = await _ask(config, model, request, model.compact)  # type: ignore[attr-defined]
+        counts = response.usage
+        row = ModelCallUsage(
+            run_id, thread, step, started, model.provider, response.model or model.model_name,
+            counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
+            counts.reasoning_tokens, time.perf_counter() - clock, None, 0, usage_reported=counts.reported,
+            purpose="compaction",
+        )
+        config.price(row)
+        record = CompactionMessage("", "native", upto, [], len(replaced), tokens_before, 0, trigger,  # type: ignore[arg-type]
+                                   response.model or model.model_name, counts.output_tokens,
+                                   items=[dict(i) for i in response.message.thinking_blocks])
+        record.tokens_after = self._after(config, messages, record, tokens_before)
+        return record, row
+
     def _after(self, config: RunConfig, messages: Sequence[Message], record: CompactionMessage, before: int) -> int:
         """The next request's size once `record` applies: `before` less the estimated saving (in
         the provider's units: scaled as the previous request's estimate was off)."""
@@ -249,13 +283,14 @@ class Window:
         return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
 
 
-async def _ask(config: RunConfig, model: Any, request: ModelRequest) -> ModelResponse:
-    """The summarizer's answer, retried as the agent's `Retry` says."""
+async def _ask(config: RunConfig, model: Any, request: ModelRequest, call: Any = None) -> ModelResponse:
+    """The summarizer's answer (or `call`'s: the provider's compaction), retried as the agent's
+    `Retry` says."""
     attempt = 0
     while True:
         attempt += 1
         try:
-            response: ModelResponse = await model.request(request)
+            response: ModelResponse = await (call or model.request)(request)
         except ModelError as exc:
             if config.retry.should_retry(exc, attempt):
                 await asyncio.sleep(config.retry.delay(exc, attempt))

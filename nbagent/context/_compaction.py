@@ -39,6 +39,7 @@ class Compaction:
     Agent(model, tools=[...], compaction=Compaction(at=0.8, keep_last=6))         # a summary
     Agent(model, compaction=Compaction(summarizer=OpenAIModel("gpt-4o-mini")))     # a cheaper model writes it
     Agent(model, compaction=Compaction.clear_results())                            # no model call
+    Agent(OpenAIResponsesModel("gpt-5.4"), compaction=Compaction.native())        # the provider compacts
     ```
 
     When the next request would fill more than `at` of the window (``model.context_window``),
@@ -53,14 +54,15 @@ class Compaction:
         at: the fraction of the window that triggers a compaction (0 < at <= 1).
         keep_last: messages at the end of the conversation never compacted.
         summarizer: the model that writes the summary (a `Model` or a model string); None: the agent's.
-        policy: ``"summary"`` or ``"clear_results"`` (old tool results become one-line stubs).
+        policy: ``"summary"``, ``"clear_results"`` (old tool results become one-line stubs) or
+            ``"native"`` (the model's provider compacts: OpenAI's ``/v1/responses/compact``).
         summary_words: the summary's length the summarizer is asked for.
     """
 
     at: float = 0.8
     keep_last: int = 6
     summarizer: Any = None
-    policy: Literal["summary", "clear_results"] = "summary"
+    policy: Literal["summary", "clear_results", "native"] = "summary"
     summary_words: int = 300
 
     def __post_init__(self) -> None:
@@ -70,14 +72,23 @@ class Compaction:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name == "keep_last" else 1):
                 raise UserError(f"Compaction({name}=...) must be a whole number >= 0, not {value!r}")
-        if self.policy not in ("summary", "clear_results"):
-            raise UserError(f"Compaction(policy=...) is 'summary' or 'clear_results', not {self.policy!r}")
+        if self.policy not in ("summary", "clear_results", "native"):
+            raise UserError(f"Compaction(policy=...) is 'summary', 'clear_results' or 'native', not {self.policy!r}")
 
     @classmethod
     def clear_results(cls, at: float = 0.8, keep_last: int = 6) -> Compaction:
         """Old tool results become stubs (``[result of get_rows cleared: 48,213 characters ...]``),
         with no model call; the model can read one again with ``read_result``."""
         return cls(at=at, keep_last=keep_last, policy="clear_results")
+
+    @classmethod
+    def native(cls, at: float = 0.8, keep_last: int = 6) -> Compaction:
+        """The model's provider compacts the older messages itself: `OpenAIResponsesModel` sends
+        them to OpenAI's ``/v1/responses/compact`` and keeps the items it returns (the user's
+        messages and an encrypted compaction item) in the record; later requests send those items,
+        as they came, in place of the messages they stand for. Needs a model with a ``compact``
+        method (`Agent` says so when it has none)."""
+        return cls(at=at, keep_last=keep_last, policy="native")
 
 
 class Visible(NamedTuple):
@@ -108,14 +119,16 @@ def visible(messages: Sequence[Message]) -> Visible:
     cleared: set[str] = set()
     for m in messages:
         if isinstance(m, CompactionMessage):
-            if m.policy == "summary":
+            if m.policy in ("summary", "native"):
                 last = m
             cleared.update(m.cleared)
     if last is None and not cleared:
         return Visible(None, messages if isinstance(messages, list) else list(messages), 0)
     upto = last.upto if last is not None else 0
     out: list[Message] = []
-    if last is not None and upto < len(messages) and messages[upto].kind != "user":
+    if last is not None and last.policy == "native":  # the provider's items, sent back as they came
+        out.append(AssistantMessage(thinking_blocks=[dict(i) for i in last.items]))
+    elif last is not None and upto < len(messages) and messages[upto].kind != "user":
         anchor = next((m for m in reversed(messages[:upto]) if m.kind == "user"), None)
         if anchor is not None:
             out.append(anchor)
@@ -123,7 +136,8 @@ def visible(messages: Sequence[Message]) -> Visible:
         if m.kind == "compaction":
             continue
         out.append(stub(m) if isinstance(m, ToolResultMessage) and m.call_id in cleared else m)
-    return Visible(last.content if last is not None else None, out, upto)
+    summary = last.content if last is not None and last.policy == "summary" else None
+    return Visible(summary, out, upto)
 
 
 def cut_point(messages: Sequence[Message], keep_last: int, start: int) -> int | None:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..messages import IMAGE_TYPES, call_results
 from ..usage import usd
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STATUS_STYLE",
+    "ProviderCall",
     "args_html",
     "assistant_html",
     "badge",
@@ -51,6 +52,7 @@ __all__ = [
     "image_html",
     "messages_html",
     "pretty_args",
+    "provider_calls",
     "question_html",
     "reasoning_html",
     "render_result_html",
@@ -517,6 +519,57 @@ def usage_html(usage: Usage, *, label: str = "run") -> str:
     return f'<div style="{FONT};{MUTED};font-size:12px">{escape(usage_text(usage, label))}</div>'
 
 
+class ProviderCall(NamedTuple):
+    """A tool call the model's server ran itself (a built-in tool of OpenAI's Responses API:
+    web search, code interpreter, image generation, file search...), as a read-only row."""
+
+    id: str
+    name: str
+    args: Any
+    status: str
+    result: str
+
+
+_PROVIDER_STATUS = {"completed": "done", "failed": "failed", "incomplete": "failed"}
+_PROVIDER_KEPT_OUT = frozenset({"id", "type", "status", "result", "outputs", "results", "encrypted_content"})
+
+
+def _provider_result(item: Mapping[str, Any]) -> str:
+    kind = item.get("type")
+    outputs = [o for o in item.get("outputs") or () if isinstance(o, dict)]
+    logs = "".join(str(o.get("logs") or "") for o in outputs if o.get("type") == "logs")
+    if logs:
+        return logs
+    if kind == "image_generation_call" and item.get("result"):
+        size = " ".join(str(item[k]) for k in ("size", "output_format") if item.get(k))
+        return f"an image{f' ({size})' if size else ''}, kept with the answer"
+    if isinstance(item.get("results"), list):
+        return f"{len(item['results'])} results"
+    return "ran on the model's server"
+
+
+def provider_calls(message: Any) -> list[ProviderCall]:
+    """The tool calls of an answer that its model's server ran itself: the output items of type
+    ``*_call`` (other than ``function_call``) kept on the answer (``thinking_blocks``). They never
+    run locally and never wait for approval: the view shows them as read-only rows."""
+    calls: list[ProviderCall] = []
+    for item in getattr(message, "thinking_blocks", None) or ():
+        kind = item.get("type") if isinstance(item, dict) else None
+        if not isinstance(kind, str) or not kind.endswith("_call") or kind == "function_call":
+            continue
+        if kind == "web_search_call":
+            args: Any = item.get("action") or {}
+        elif kind == "image_generation_call":
+            args = {"prompt": item.get("revised_prompt")} if item.get("revised_prompt") else {}
+        else:
+            args = {k: v for k, v in item.items() if k not in _PROVIDER_KEPT_OUT
+                    and not (isinstance(v, str) and len(v) > 2000)}
+        status = str(item.get("status") or "done")
+        calls.append(ProviderCall(str(item.get("id") or f"{kind}-{len(calls)}"), kind[: -len("_call")], args,
+                                  _PROVIDER_STATUS.get(status, status), _provider_result(item)))
+    return calls
+
+
 def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = (),
                   whole: Sequence[Message] | None = None, offset: int = 0, replayed: Iterable[int] = ()) -> str:
     """A conversation as static HTML: user bubbles, each answer's reasoning as a closed "Thinking"
@@ -563,8 +616,10 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
             out.append(reasoning_html(m.reasoning))  # type: ignore[union-attr]
             out.append(assistant_html(m.text, m.refusal))  # type: ignore[union-attr]
             calls = [c for c in m.tool_calls if c.id not in skip]  # type: ignore[union-attr]
-            if calls:
+            provided = provider_calls(m)
+            if calls or provided:
                 rows = [table_header_html()]
+                rows += [tool_row_html(p.name, p.args, p.status, p.result) for p in provided]
                 for call in calls:
                     found = results.get((index, call.id))
                     r = found[1] if found is not None else None

@@ -77,13 +77,23 @@ def local(**kwargs: Any) -> Model:
     return local_model(**kwargs)
 
 
+def _openai_itself(base_url: str | None) -> bool:
+    """Whether `base_url` (``OPENAI_BASE_URL``) is unset or OpenAI's own API: its host is
+    ``api.openai.com`` (a gateway naming it in a path or a longer host name is another server)."""
+    if not base_url:
+        return True
+    from urllib.parse import urlsplit
+
+    return (urlsplit(base_url if "://" in base_url else "https://" + base_url).hostname or "") == "api.openai.com"
+
+
 def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
     """The notebooks' default model, the first that the environment names, in this order:
 
     1. ``ANTHROPIC_API_KEY`` set: Claude (`AnthropicModel`), ``ANTHROPIC_MODEL`` names it
        (default ``claude-sonnet-4-5``);
     2. ``OPENAI_API_KEY`` set: OpenAI, ``OPENAI_MODEL`` names the model. With ``OPENAI_BASE_URL``
-       unset or pointing at ``api.openai.com``, OpenAI's Responses API (`OpenAIResponsesModel`,
+       unset or its host ``api.openai.com``, OpenAI's Responses API (`OpenAIResponsesModel`,
        default ``gpt-5.4``: reasoning models with tools); with ``OPENAI_BASE_URL`` pointing at
        another, OpenAI-compatible server, Chat Completions there (`OpenAIModel`, default
        ``gpt-4.1-mini``), which every compatible server speaks;
@@ -110,7 +120,7 @@ def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
     if env.get("OPENAI_API_KEY"):
         from .openai import OpenAIModel, OpenAIResponsesModel
 
-        if "api.openai.com" in (env.get("OPENAI_BASE_URL") or "api.openai.com"):
+        if _openai_itself(env.get("OPENAI_BASE_URL")):
             return OpenAIResponsesModel(env.get("OPENAI_MODEL") or "gpt-5.4", **kwargs)
 
         return OpenAIModel(env.get("OPENAI_MODEL") or "gpt-4.1-mini", **kwargs)

@@ -39,6 +39,7 @@ from ..display.html import (
     compaction_html,
     header_html,
     messages_html,
+    provider_calls,
     replayed_badge,
     user_html,
 )
@@ -119,6 +120,9 @@ class RunLog(widgets.VBox):
             self.add(self._answers[step])
         if message.refusal:
             self.add(widgets.HTML(assistant_html(None, message.refusal)))
+        for call in provider_calls(message):  # run by the model's server: read-only rows
+            self.add_call(call.id, call.name, call.args, step)
+            self.rows[call.id].set_status(call.status, call.result)
 
     def show_compaction(self, record: Any) -> None:
         self.add(widgets.HTML(compaction_html(record)))

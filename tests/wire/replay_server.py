@@ -72,8 +72,9 @@ URL scheme (every route below ends in ``/v1/chat/completions``; use the part bef
         status:CODE[,TYPE]    answer HTTP CODE with an error body of that type (default: a type
                               matching the status), e.g. ``status:413,request_too_large``.
 
-    OpenAI Responses API: every route above works with ``/v1/responses`` in place of
-    ``/v1/chat/completions`` (the same ``base_url``s), answered from ``openai_responses/*.json``
+    OpenAI Responses API: every route above works with ``/v1/responses`` (and
+    ``/v1/responses/compact``) in place of ``/v1/chat/completions`` (the same ``base_url``s),
+    answered from ``openai_responses/*.json``
     (see its ``README.md``); name the case (path, header or fault route): no body matching.
 
     GET  .../v1/models        a one-model list (some clients probe it).
@@ -231,6 +232,8 @@ def _parse_chat_path(path: str) -> _Route | None:
         suffix = _CHAT_SUFFIX
     elif path.endswith("/v1" + _RESPONSES_SUFFIX):  # OpenAI's Responses API: OpenAI-shaped like chat
         suffix = _RESPONSES_SUFFIX
+    elif path.endswith("/v1" + _RESPONSES_SUFFIX + "/compact"):  # its compaction, served the same way
+        suffix = _RESPONSES_SUFFIX + "/compact"
     elif path.endswith("/v1" + _MESSAGES_SUFFIX):
         suffix = _MESSAGES_SUFFIX
     else:

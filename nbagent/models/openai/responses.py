@@ -15,7 +15,7 @@ the thread (every store persists it) and sent back in its place on every later r
 approval pause, and after a restart from another process. With ``store=True`` the server keeps the
 responses and items go back as they came (reasoning by id); ``previous_response_id`` is never used.
 
-May import: ``openai``, nbagent's exceptions and model base, the models' shared helpers, and
+May import: ``openai``, nbagent's exceptions, messages and model base, the models' shared helpers, and
 this package's `_model`, `_errors`, `_responses_wire`, `_responses_stream`.
 """
 
@@ -27,15 +27,16 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
-from ...exceptions import ModelError, UserError
+from ...exceptions import ModelError, ModelResponseError, UserError
+from ...messages import AssistantMessage
 from .. import _bodies
 from .._deadline import DEFAULT_DEADLINE, Deadline, within
 from .._keys import _safe_url
 from ..base import ModelRequest, ModelResponse, StreamItem
 from . import _errors
 from ._model import DEFAULT_TIMEOUT, OpenAIModel
-from ._responses_stream import response_answer, response_stream_items
-from ._responses_wire import check_settings, responses_params
+from ._responses_stream import response_answer, response_counts, response_stream_items
+from ._responses_wire import check_settings, input_items, responses_params
 
 __all__ = ["OpenAIResponsesModel"]
 
@@ -154,6 +155,36 @@ class OpenAIResponsesModel(OpenAIModel):
                              streaming=False)
         answer.request_id = response.headers.get("x-request-id") or answer.request_id
         return answer
+
+    async def compact(self, request: ModelRequest) -> ModelResponse:
+        """Compact a history on OpenAI's side (``/v1/responses/compact``; `Compaction.native`):
+        the answer's `thinking_blocks` are the items the server returned (the user's messages and
+        an encrypted ``compaction`` item), which later requests send, as they came, in place of
+        that history; its usage is the compaction's."""
+        deadline = Deadline(self, _errors._where)
+        try:
+            client = await self.client()
+            instructions, items = input_items(request.messages, self.store)
+            params: dict[str, Any] = {"model": self.model_name, "input": items}
+            if instructions is not None:
+                params["instructions"] = instructions
+            raw = await within(deadline, lambda: client.responses.with_raw_response.compact(**params),
+                               self.map_error)
+        finally:
+            deadline.close()
+        response = raw.http_response  # the JSON as sent (the SDK's models would retype the user's items)
+        data: Any = None
+        with contextlib.suppress(ValueError):
+            data = json.loads(response.content.decode("utf-8"))
+        if not isinstance(data, dict):
+            raise _bodies.body_error(self, response.status_code, response.headers.get("content-type", ""),
+                                     response.content, streaming=False, expected="a compacted response")
+        output = [dict(i) for i in data.get("output") or () if isinstance(i, dict)]
+        if not any(i.get("type") == "compaction" for i in output):
+            raise ModelResponseError(f"/v1/responses/compact answered no compaction item ({len(output)} items)",
+                                     provider=self.provider)
+        return ModelResponse(AssistantMessage(thinking_blocks=output), response_counts(data.get("usage")),
+                             data.get("model") or None, data.get("id") or None)
 
     def _whole(self, status: int, content_type: str, data: bytes, *, streaming: bool) -> ModelResponse:
         """The answer in a body read whole: a response object, or an error object sent with a
