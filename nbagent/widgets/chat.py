@@ -424,6 +424,8 @@ class ChatView(widgets.VBox):
         display = "flex" if show else "none"
         if self._deny_all_box.layout.display != display:
             self._deny_all_box.layout.display = display
+            if show:  # the reason box takes the typing at once
+                self._deny_all_reason.focus()
 
     def _toggle_deny_all(self) -> None:
         """``Deny all``: show (or hide again) the reason box with ``Confirm deny all``."""

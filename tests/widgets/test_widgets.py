@@ -413,6 +413,25 @@ async def test_deny_with_a_reason_reaches_the_model() -> None:
     assert "too expensive &lt;b&gt;really&lt;/b&gt;" in row.html.value
 
 
+async def test_deny_and_edit_put_the_cursor_in_their_box() -> None:
+    """Deny opens its reason box with the focus in it (Enter then confirms), Edit its editor,
+    Deny all its reason box: no extra click before typing."""
+    view = make_agent().chat(thread="t-focus")
+    await ask(view, "two refunds")
+    row = waiting_rows(view)[0]
+    focused: list[Any] = []
+    for box in (row.deny_reason, row.edit_area, view.deny_all_reason):
+        box.send = lambda msg, box=box: focused.append((box, msg))  # what focus() sends the browser
+    await click(row.buttons["Deny"])
+    assert focused == [(row.deny_reason, {"do": "focus"})]
+    await click(row.buttons["Edit"])
+    assert focused[-1] == (row.edit_area, {"do": "focus"})
+    await click(row.buttons["Edit"])  # closing takes no focus
+    assert len(focused) == 2
+    await click(view.buttons["Deny all"])
+    assert focused[-1] == (view.deny_all_reason, {"do": "focus"})
+
+
 async def test_edit_validates_inline_then_approves_edited_args() -> None:
     view = make_agent().chat(thread="t-edit")
     await ask(view, "refund")
