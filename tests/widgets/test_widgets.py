@@ -600,6 +600,37 @@ async def test_stop_cancels_a_slow_tool_and_the_thread_stays_usable() -> None:
     assert result.status == "completed" and result.output == "You said: hello again"
 
 
+async def test_a_stopped_or_cancelled_turn_keeps_its_marker_when_the_view_is_drawn_again() -> None:
+    """The live view says how a run ended ("cancelled", "stopped: token_budget"); a view opened
+    again on the thread (a re-run cell, a redraw) says it too instead of nothing."""
+    @tool
+    def look() -> str:
+        """Look around."""
+        return "nothing"
+
+    agent = Agent(FunctionModel(lambda messages, info: tool_call("look")), tools=[look], store=MemoryStore(),
+                  max_steps=2)
+    view = agent.chat(thread="t-stopped")
+    assert (await ask(view, "look, for ever")).stop_reason == "max_steps"
+    assert "stopped: max_steps" in view.status_line.value
+    again = agent.chat(thread="t-stopped")
+    await again.wait_loaded()
+    assert "the last run stopped: max_steps" in again.status_line.value
+    view = make_agent().chat(thread="t-cancelled")
+    await view.wait_loaded()
+    view.message_box.value = "slow please"
+    await click(view.buttons["Send"])
+    for _ in range(200):
+        if any(r.status == "running" for r in view.rows.values()):
+            break
+        await asyncio.sleep(0.01)
+    await click(view.buttons["Stop"])
+    assert (await view.wait()).status == "cancelled"
+    again = view.agent.chat(thread="t-cancelled")
+    await again.wait_loaded()
+    assert "the last run was cancelled" in again.status_line.value
+
+
 async def test_paused_thread_shows_working_buttons_after_a_restart() -> None:
     store = MemoryStore()
     view = make_agent(store).chat(thread="t-restart")
