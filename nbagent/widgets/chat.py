@@ -335,8 +335,7 @@ class ChatView(widgets.VBox):
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         data = super()._repr_mimebundle_(**kwargs)
         if data is not None:  # where no widget can run, the text says what this was
-            data["text/plain"] = (f"nbagent chat view of thread {self.thread!r} (interactive in Jupyter: run the "
-                                  "cell); the conversation is saved in the next output")
+            data["text/plain"] = f"nbagent chat view of thread {self.thread!r} (live in Jupyter; copy below)"
         return data
 
     def _ipython_display_(self) -> None:
