@@ -96,7 +96,8 @@ The next message continues the same conversation (the view's thread), and the mo
 again: here `get_weather` for Rome. Type your own in the box above, naming a tool."""),
         ("code", """followup = await view.ask("Use the get_weather tool for Rome.")
 print(followup.output)"""),
-        ("code", """nbagent.usage_frame(followup)          # one row per model call of that run: tokens, latency, cost"""),
+        ("code", """# One row per model call of that run: tokens, cost, latency, time (columns=None: all of them).
+nbagent.usage_frame(followup, columns="summary")"""),
     ],
     "02_approve_tools.ipynb": [
         ("md", """# Approve tools
@@ -376,8 +377,9 @@ client = Client(cluster)
 print(len(client.nthreads()), "workers")'''),
         ("md", """## The batch
 `concurrency` caps the rows running at once across all workers (here 2 chunks in flight, 2 rows
-each; 8 rows of two 0.3 s steps take about 1.5 s). The result is the DataFrame of the local path,
-in input order, with the Series' index."""),
+each): 8 rows of two 0.3 s steps need 1.2 s of model time. The first batch also waits while each
+worker loads nbagent and the agent, so its bar reads a few seconds. The result is the DataFrame
+of the local path, in input order, with the Series' index."""),
         ("code", '''import pandas as pd
 
 cities = ["Lima", "Cairo", "Kyiv", "Hanoi", "Oslo", "Quito", "Accra", "Perth"]
@@ -405,6 +407,11 @@ booked[["status", "error"]]'''),
         ("code", '''for thread in booked.loc[booked["status"] == "paused", "thread"][:1]:
     done = booker.resume_sync(thread=thread, always_allow=["book_table"])   # approve, here
     print(done.status, done.output)'''),
+        ("md", """The same batch again runs nothing: the row decided above reads completed, the other still
+waits for a decision (both `skipped`: read from the store)."""),
+        ("code", '''rerun = booker.map(["Book a table in Rome.", "Book a table in Oslo."],
+                   executor=client, concurrency=2)
+rerun[["status", "skipped", "output"]]'''),
         ("md", """## On Ray
 The same batch on a Ray cluster: `ray.init()` (or `ray.init(address="ray://head:10001")`), then
 `executor="ray"`. Ray streams each row back the moment a worker settles it.
@@ -560,9 +567,10 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
     model; the store is ``workdir/threads.db`` unless `env` names one), and return it with its
     outputs. `env`: more variables for the kernel.
 
-    Live widgets are not kept: an output keeps its static forms (text, HTML) and loses the widget
-    view, which a saved notebook cannot bring back (JupyterLab would report "widget model not
-    found" for each one); progress bars are off (their saved text would say 0%).
+    Live widgets are not kept: a widget's output is dropped with its plain-text stand-in (a saved
+    notebook cannot bring the widget back, and JupyterLab would report "widget model not found"
+    for each one; a chat view's saved copy follows as its own output); progress bars are off
+    (their saved text would say 0%).
     """
     from nbclient import NotebookClient
 
@@ -589,11 +597,13 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
 
 
 def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
-    """The output without its live-widget view (None when nothing else is left)."""
+    """The output without its live-widget view and that view's plain-text stand-in (None when
+    nothing else is left): a chat view's saved copy, the next output, is its one notice."""
     data = output.get("data")
     if not data or WIDGET_VIEW not in data:
         return output
     del data[WIDGET_VIEW]
+    data.pop("text/plain", None)
     return output if data else None
 
 

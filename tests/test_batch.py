@@ -249,3 +249,26 @@ def test_tqdm_disable_turns_the_bar_off_even_in_a_notebook(monkeypatch: pytest.M
     monkeypatch.setenv("TQDM_DISABLE", "1")
     df = batch(make_agent(Counter()), ["a"], progress=True)
     assert df["status"].tolist() == ["completed"] and made == []
+
+
+def test_the_bar_rate_is_rows_over_elapsed_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-run settles its rows at once after a slow first one: the rate must agree with the
+    elapsed time (tqdm's moving average kept the first row's rate: '8/8 [00:00<00:00, 1.21row/s]')."""
+    import tqdm.std
+
+    from nbagent.dataframe._batch import _progress
+
+    now = [100.0]
+    monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)
+    bar = _progress(8, True, "rows")
+    try:
+        now[0] += 0.8
+        bar.update(1)
+        now[0] += 0.01
+        for _ in range(7):
+            bar.update(1)
+        shown = bar.format_meter(**bar.format_dict)
+    finally:
+        bar.close()
+    assert "8/8 [00:00<00:00" in shown and "9.88row/s" in shown, shown

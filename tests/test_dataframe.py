@@ -625,6 +625,8 @@ def test_plot_lines_of_several_threads_stay_apart_and_end_where_their_thread_end
     ax = plot_tokens(frame)
     lines = {line.get_label(): line for line in ax.get_lines()}
     assert {lines["rome"].get_marker(), lines["oslo"].get_marker()} != {lines["rome"].get_marker()}
+    styles = {(line.get_marker(), line.get_linestyle()) for line in lines.values()}
+    assert len({dash for _, dash in styles}) == 3 and len({marker for marker, _ in styles}) == 3, styles
     assert list(lines["lima"].get_xdata()[~np.isnan(lines["lima"].get_ydata().astype(float))]) == [1]
     cost_ax = plot_cost(frame)
     cost_ax.figure.canvas.draw()

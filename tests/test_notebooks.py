@@ -180,8 +180,11 @@ def check_quickstart(ran: Ran) -> None:
     assert _has(tokyo, "14:05") and _has(rome, "22 °C", "Rome"), (tokyo, rome)
     assert "completed" in ran.after("result = await handle") and "get_time" in ran.after("result = await handle")
     assert _has(ran.after("followup = await"), "22 °C", "Rome")
-    usage = ran.after("usage_frame(followup)")
+    usage = ran.after("usage_frame(followup")
     assert usage.count("local-model") == 2, usage  # the call, then the answer
+    # the summary: what the comment promises (tokens, cost, latency, time), no ids
+    assert all(name in usage for name in ("input_tokens", "cost_total", "latency_s", "time")), usage
+    assert "run_id" not in usage and "provider" not in usage, usage
 
 
 def check_approve_tools(ran: Ran) -> None:
@@ -315,6 +318,10 @@ def check_batch_on_a_cluster(ran: Ran) -> None:
     assert ran.after("again = agent.map(").split() == ["True", "True"]  # every row skipped, same answers
     decided = ran.after('booked.loc[booked["status"] == "paused"')
     assert decided.startswith("completed Done: Booked a table in"), decided
+    # The re-run reports the decided row settled and the other still waiting, running nothing.
+    rerun = [line.split() for line in ran.after("rerun = booker.map(").splitlines()[1:]]
+    assert [r[1:3] for r in rerun] == [["completed", "True"], ["paused", "True"]], rerun
+    assert " ".join(rerun[0][3:]) == "Done: Booked a table in Rome", rerun
 
 
 def check_evals_and_forecasts(ran: Ran) -> None:
@@ -363,6 +370,8 @@ def test_committed_notebook_is_its_source_executed(path: Path) -> None:
     code = [c for c in committed.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in code), "run scripts/make_notebooks.py --execute"
     assert not [o for c in code for o in c.outputs if MAKER.WIDGET_VIEW in o.get("data", {})]
+    # one notice per chat view: its saved copy, not also the live view's plain-text stand-in
+    assert not [o for c in code for o in c.outputs if "chat view of thread" in str(o.get("data", {}))]
     assert "widgets" not in committed.metadata
     assert not [o for c in code for o in c.outputs if o.output_type == "error"]
 

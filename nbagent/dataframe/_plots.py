@@ -118,8 +118,8 @@ def plot_tokens(data: Any, *, thread: str | None = None, ax: Any = None, **kwarg
         # Each line ends at its thread's last step (a thread that ended is not drawn on, flat),
         # and lines that coincide stay visible: each has its own marker and dash pattern.
         frame = frame.apply(lambda col: col.ffill().where(col.index <= col.last_valid_index()))
-        styles = [m + d for d in ("-", "--", ":", "-.") for m in ("o", "s", "^", "D", "v")]
-        kwargs.setdefault("style", [styles[i % len(styles)] for i in range(len(frame.columns))])
+        markers, dashes = ("o", "s", "^", "D", "v"), ("-", "--", ":", "-.")  # 20 distinct pairs
+        kwargs.setdefault("style", [markers[i % 5] + dashes[i % 4] for i in range(len(frame.columns))])
         ax = frame.plot(ax=ax, legend=len(threads) <= 10, **kwargs)
         ax.set_title("cumulative tokens per thread")
     ax.set_xlabel("step")

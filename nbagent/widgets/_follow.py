@@ -152,6 +152,10 @@ class ThreadFollower:
             c.say(c.board.waiting_text())
         elif loaded.meta.status == "failed" and loaded.meta.error:
             c.say(f"the last run failed: {loaded.meta.error}", error=True)
+        elif loaded.meta.status == "stopped":  # the marker the live view showed when it ended
+            c.say(f"the last run stopped: {loaded.meta.stop_reason or 'a limit'}")
+        elif loaded.meta.status == "cancelled":
+            c.say("the last run was cancelled (Stop)")
         elif loaded.meta.status == "running" and self.foreign is None:
             c.say("a run on this thread is going on elsewhere (or its process ended without finishing it); "
                   "this view shows the thread as stored when it opened")

@@ -357,8 +357,7 @@ class ChatView(widgets.VBox):
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
         data = super()._repr_mimebundle_(**kwargs)
         if data is not None:  # where no widget can run, the text says what this was
-            data["text/plain"] = (f"nbagent chat view of thread {self.thread!r} (interactive in Jupyter: run the "
-                                  "cell); the conversation is saved in the next output")
+            data["text/plain"] = f"nbagent chat view of thread {self.thread!r} (live in Jupyter; copy below)"
         return data
 
     def _ipython_display_(self) -> None:
@@ -449,6 +448,8 @@ class ChatView(widgets.VBox):
         display = "flex" if show else "none"
         if self._deny_all_box.layout.display != display:
             self._deny_all_box.layout.display = display
+            if show:  # the reason box takes the typing at once
+                self._deny_all_reason.focus()
 
     def _toggle_deny_all(self) -> None:
         """``Deny all``: show (or hide again) the reason box with ``Confirm deny all``."""

@@ -233,6 +233,8 @@ class ToolRow(widgets.VBox):
     def _toggle(self, show: widgets.Widget, hide: widgets.Widget) -> None:
         hide.layout.display = _HIDDEN
         show.layout.display = _HIDDEN if show.layout.display == "flex" else "flex"
+        if show.layout.display == "flex":  # the reason box or the editor takes the typing at once
+            show.children[0].focus()
         self._guard_edit()
 
     def _edit_open(self) -> bool:

@@ -413,6 +413,25 @@ async def test_deny_with_a_reason_reaches_the_model() -> None:
     assert "too expensive &lt;b&gt;really&lt;/b&gt;" in row.html.value
 
 
+async def test_deny_and_edit_put_the_cursor_in_their_box() -> None:
+    """Deny opens its reason box with the focus in it (Enter then confirms), Edit its editor,
+    Deny all its reason box: no extra click before typing."""
+    view = make_agent().chat(thread="t-focus")
+    await ask(view, "two refunds")
+    row = waiting_rows(view)[0]
+    focused: list[Any] = []
+    for box in (row.deny_reason, row.edit_area, view.deny_all_reason):
+        box.send = lambda msg, box=box: focused.append((box, msg))  # what focus() sends the browser
+    await click(row.buttons["Deny"])
+    assert focused == [(row.deny_reason, {"do": "focus"})]
+    await click(row.buttons["Edit"])
+    assert focused[-1] == (row.edit_area, {"do": "focus"})
+    await click(row.buttons["Edit"])  # closing takes no focus
+    assert len(focused) == 2
+    await click(view.buttons["Deny all"])
+    assert focused[-1] == (view.deny_all_reason, {"do": "focus"})
+
+
 async def test_edit_validates_inline_then_approves_edited_args() -> None:
     view = make_agent().chat(thread="t-edit")
     await ask(view, "refund")
@@ -579,6 +598,37 @@ async def test_stop_cancels_a_slow_tool_and_the_thread_stays_usable() -> None:
     assert view.buttons["Stop"].layout.display == "none"
     result = await ask(view, "hello again")
     assert result.status == "completed" and result.output == "You said: hello again"
+
+
+async def test_a_stopped_or_cancelled_turn_keeps_its_marker_when_the_view_is_drawn_again() -> None:
+    """The live view says how a run ended ("cancelled", "stopped: token_budget"); a view opened
+    again on the thread (a re-run cell, a redraw) says it too instead of nothing."""
+    @tool
+    def look() -> str:
+        """Look around."""
+        return "nothing"
+
+    agent = Agent(FunctionModel(lambda messages, info: tool_call("look")), tools=[look], store=MemoryStore(),
+                  max_steps=2)
+    view = agent.chat(thread="t-stopped")
+    assert (await ask(view, "look, for ever")).stop_reason == "max_steps"
+    assert "stopped: max_steps" in view.status_line.value
+    again = agent.chat(thread="t-stopped")
+    await again.wait_loaded()
+    assert "the last run stopped: max_steps" in again.status_line.value
+    view = make_agent().chat(thread="t-cancelled")
+    await view.wait_loaded()
+    view.message_box.value = "slow please"
+    await click(view.buttons["Send"])
+    for _ in range(200):
+        if any(r.status == "running" for r in view.rows.values()):
+            break
+        await asyncio.sleep(0.01)
+    await click(view.buttons["Stop"])
+    assert (await view.wait()).status == "cancelled"
+    again = view.agent.chat(thread="t-cancelled")
+    await again.wait_loaded()
+    assert "the last run was cancelled" in again.status_line.value
 
 
 async def test_paused_thread_shows_working_buttons_after_a_restart() -> None:

@@ -119,7 +119,7 @@ async def test_the_notebook_keeps_a_readable_copy_of_the_conversation(monkeypatc
     (kind1, live, _), (kind2, copy, display_id) = shown
     assert kind1 == kind2 == "display" and display_id is not None
     assert "application/vnd.jupyter.widget-view+json" in live
-    assert live["text/plain"].startswith("nbagent chat view of thread 'w-copy'")
+    assert live["text/plain"] == "nbagent chat view of thread 'w-copy' (live in Jupyter; copy below)"
     assert "ChatView(" not in live["text/plain"]
     await view.wait_loaded()  # the stored conversation arrives: the copy follows
     kind, copy, same_id = shown[-1]
