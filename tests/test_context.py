@@ -316,3 +316,86 @@ def test_a_new_run_on_the_thread_sizes_its_first_request_from_the_last_one(tmp_p
     assert any(r.purpose == "compaction" for r in stored)
     sent = [r.input_tokens for r in stored if r.purpose == "run"]
     assert max(sent) < 8_000, sent
+
+
+def test_every_kind_of_result_is_cut_to_the_window_and_kept_whole() -> None:
+    """str, JSON, a DataFrame's text, an MCP tool's content and the text beside an image: each is
+    cut to the window's cap for the model, and kept whole in the store."""
+    import base64
+    from types import SimpleNamespace as NS
+
+    import pandas as pd
+
+    from nbagent.images import Image
+    from nbagent.mcp._adapt import result_value
+    from tests.mcp_servers.kitchen import PNG
+
+    words = " ".join(f"word{i}" for i in range(3_000))
+    mcp = result_value(NS(content=[NS(type="text", text=words),
+                                   NS(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png")],
+                          structured_content=None, is_error=False), [])
+    values = {
+        "text": words,
+        "json": {"rows": [{"id": i, "city": f"city{i}"} for i in range(400)]},
+        "frame": pd.DataFrame({"city": [f"a long city name {i}" for i in range(60)], "note": ["x" * 80] * 60}),
+        "mcp": mcp,
+        "image_and_text": [words, Image(PNG, "image/png")],
+    }
+
+    @tool
+    def fetch(kind: str) -> object:
+        """A result of a kind."""
+        return values[kind]
+
+    def answer(messages, request):
+        done = [m for m in messages if m.kind == "tool-result"]
+        if len(done) < len(values):
+            return ToolCall.of("fetch", {"kind": list(values)[len(done)]})
+        return "seen"
+
+    agent = Agent(FunctionModel(answer, context_window=2_000), tools=[fetch], store="memory")
+    result = agent.run_sync("fetch them all")  # cap: 10 % of 2,000 tokens
+    assert result.status == "completed", result.error
+    stored = {m.call_id: m for m in asyncio.run(agent.store.load(result.thread)).messages
+              if isinstance(m, ToolResultMessage)}
+    assert len(stored) == len(values)
+    for m in stored.values():
+        assert m.full_content is not None, m.content[:80]
+        assert "not shown" in m.content and len(m.content) < len(m.full_content) // 2
+        assert m.content.startswith(m.full_content[:100]) and m.content.endswith(m.full_content[-100:])
+    kinds = dict(zip(values, stored.values(), strict=True))
+    assert json.loads(kinds["json"].full_content)["rows"][399]["city"] == "city399"
+    assert "a long city name 0" in kinds["frame"].full_content
+    assert [len(kinds[k].images) for k in ("mcp", "image_and_text")] == [1, 1]  # images are not cut away
+
+
+async def test_the_static_render_and_the_view_show_a_cut_result_whole() -> None:
+    from nbagent.display.html import render_result_html
+
+    model = FunctionModel(calling("get_rows", n=400), context_window=4_000)
+    agent = Agent(model, tools=[rows_tool()], store="memory")
+    result = await agent.run("rows", thread="t-cut")
+    cut = next(m for m in result.messages if isinstance(m, ToolResultMessage))
+    assert cut.full_content is not None and "row 200: " not in cut.content  # the model read a cut
+    assert "row 200: " in render_result_html(result)
+    live = agent.chat(thread="t-live")
+    live.message_box.value = "rows"
+    live.buttons["Send"].click()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    await live.wait()
+    assert "row 200: " in widget_text(live)
+    stored = agent.chat(thread="t-cut")
+    await stored.wait_loaded()
+    assert "row 200: " in stored.history.value
+
+
+def widget_text(root) -> str:
+    """Every string value of a widget and its children, as the front end gets them."""
+    out, todo = [], [root]
+    while todo:
+        w = todo.pop()
+        if isinstance(getattr(w, "value", None), str):
+            out.append(w.value)
+        todo.extend(getattr(w, "children", ()) or ())
+    return "\n".join(out)
