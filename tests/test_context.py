@@ -49,7 +49,8 @@ def test_cut_result_keeps_head_and_tail_and_says_how_to_read_the_rest() -> None:
 
 
 def test_compaction_is_checked() -> None:
-    for bad in ({"at": 0}, {"at": 1.5}, {"at": True}, {"keep_last": -1}, {"policy": "forget"}, {"summary_words": 0}):
+    for bad in ({"at": 0}, {"at": 1.5}, {"at": True}, {"keep_last": -1}, {"policy": "forget"}, {"summary_words": 0},
+                {"native": "yes"}):
         with pytest.raises(UserError):
             Compaction(**bad)  # type: ignore[arg-type]
     with pytest.raises(UserError, match=r"compaction must be an nbagent\.Compaction"):
@@ -184,6 +185,47 @@ def test_summary_compaction_keeps_requests_small_and_the_thread_whole() -> None:
     assert purposes.count("compaction") == len(records)
     assert records[0].replaced > 0 and records[0].saved > 0 and records[0].trigger == "threshold"
     assert "compacted" in records[0].describe() and "saved" in records[0].describe()
+
+
+def test_native_compaction_asks_a_model_that_can_and_leaves_the_rest_to_nbagent() -> None:
+    """``Compaction(native=True)``: a model that can ask its provider (``native_context``) gets the
+    request's ``context_management`` and nbagent leaves the threshold to the provider; a model that
+    cannot is compacted by nbagent's own policy, as without `native`."""
+    from nbagent.context import NativeContext
+
+    assert Compaction(at=0.5, keep_last=4, native=True).native_request(8_000) == NativeContext(4_000, 2)
+    assert Compaction(keep_last=0, native=True).native_request(None) == NativeContext(None, 1)
+    assert Compaction().native_request(8_000) is None
+    plain = FunctionModel(calling("get_rows", n=20), context_window=3_000)
+    results = session(plain, 20, compaction=Compaction(at=0.6, keep_last=4, native=True))
+    assert any(isinstance(m, CompactionMessage) for m in results[-1].messages)  # nbagent's own policy
+    assert all(r.context_management is None for r in plain.requests)
+
+    class Managing(FunctionModel):
+        native_context = True
+
+    managed = Managing(calling("get_rows", n=20), context_window=3_000)
+    results = session(managed, 20, compaction=Compaction(at=0.6, keep_last=4, native=True))
+    assert not any(isinstance(m, CompactionMessage) for m in results[-1].messages)  # left to the provider
+    assert {r.context_management for r in managed.requests} == {NativeContext(1_800, 2)}
+
+
+def test_anthropic_requests_ask_for_tool_result_clearing_behind_its_beta() -> None:
+    from nbagent.context import NativeContext
+    from nbagent.models import AnthropicModel
+    from nbagent.models.base import ModelRequest
+
+    model = AnthropicModel("claude-haiku-4-5", api_key="sk-test", settings={"extra_headers": {"Anthropic-Beta": "x-1"},
+                                                                            "extra_body": {"y": 1}})
+    assert model.native_context
+    params = model.request_params(ModelRequest([UserMessage("hi")], context_management=NativeContext(160_000, 3)),
+                                  stream=True)
+    assert params["extra_headers"] == {"anthropic-beta": "x-1,context-management-2025-06-27"}
+    assert params["extra_body"] == {"y": 1, "context_management": {"edits": [{
+        "type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 3},
+        "trigger": {"type": "input_tokens", "value": 160_000}}]}}
+    plain = model.request_params(ModelRequest([UserMessage("hi")]), stream=False)
+    assert "context_management" not in plain["extra_body"] and plain["extra_headers"] == {"Anthropic-Beta": "x-1"}
 
 
 async def test_compaction_event_and_usage_row_in_the_stream() -> None:

@@ -370,6 +370,39 @@ async def test_a_100_turn_anthropic_session_compacts_and_retries(tmp_path: Path,
           f"{len(server.requests)} requests, {len(records)} compactions, {server.refused} refused")
 
 
+async def test_a_100_turn_anthropic_session_with_the_apis_own_tool_result_clearing(tmp_path: Path) -> None:
+    """``Compaction(native=True)``: each request asks the API to clear old tool results past `at` of
+    the window (with the beta header); the server clears them, the gauge reads its count after the
+    edit, and nbagent's own summary runs only when a request is refused even so."""
+    with AnthropicWindowServer(window=WINDOW) as server:
+        model = anthropic_model(server, WINDOW)
+        agent = Agent(model, tools=[sales], store=SQLiteStore(tmp_path / "t.db"),
+                      compaction=Compaction(at=0.7, keep_last=4, native=True))
+        try:
+            results = await session(agent, TURNS)
+        finally:
+            await model.aclose()
+    assert [r.status for r in results] == ["completed"] * TURNS, results[-1].error
+    assert server.unpaired == 0 and all(anthropic_paired(body) for body in server.requests)
+    edit = {"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 2},
+            "trigger": {"type": "input_tokens", "value": int(0.7 * WINDOW)}}
+    asked = [body for body in server.requests if body.get("tools")]
+    assert asked and all(body["context_management"] == {"edits": [edit]} for body in asked)
+    assert not any("context_management" in body for body in server.requests if not body.get("tools"))
+    cleared = [n for n in server.cleared if n]
+    assert len(cleared) > TURNS  # the server cleared results in most requests of the session
+    messages = results[-1].messages
+    records = [m for m in messages if isinstance(m, CompactionMessage)]
+    assert {r.trigger for r in records} <= {"overflow"} and len(records) == server.refused
+    assert results[-1].context.tokens == server.sizes[-1]  # the gauge: the API's count after clearing
+    loaded = await SQLiteStore(tmp_path / "t.db").load(results[-1].thread)
+    assert loaded is not None and [m.to_dict() for m in loaded.messages] == [m.to_dict() for m in messages]
+    assert [m.whole_text for m in loaded.messages if isinstance(m, ToolResultMessage)] == [
+        frame_text(t) for t in range(TURNS)]  # the thread keeps every result whole
+    print(f"\nnative clearing, 100 turns: {len(server.requests)} requests, {len(cleared)} cleared, "
+          f"{len(records)} summaries, {server.refused} refused")
+
+
 async def test_an_anthropic_session_without_compaction_fails_and_names_the_fix(tmp_path: Path) -> None:
     with AnthropicWindowServer(window=WINDOW) as server:
         model = anthropic_model(server, None)

@@ -23,6 +23,7 @@ from typing import Any
 from ..context import (
     CHARS_PER_TOKEN,
     ContextUsage,
+    NativeContext,
     clear_candidates,
     counter_for,
     cut_point,
@@ -130,7 +131,8 @@ class Window:
         key = (view.upto, sum(1 for m in messages if m.kind == "compaction"))
         self.pending = (sum(parts.values()), key, parts)
         return ModelRequest(sent, tools, config.request_settings, step,
-                            config.output.name if config.output is not None else None, not config.tools_in_order)
+                            config.output.name if config.output is not None else None, not config.tools_in_order,
+                            native_request(config))
 
     def tokens(self) -> int:
         """The size of the request `request` made last, in tokens: the provider's count of the
@@ -166,8 +168,8 @@ class Window:
     def over_threshold(self, config: RunConfig) -> int | None:
         """The next request's tokens when they pass the compaction threshold, else None."""
         window, compaction = config.context_window, config.compaction
-        if window is None or compaction is None:
-            return None
+        if window is None or compaction is None or native_request(config) is not None:
+            return None  # (with native context management, the provider clears at the threshold)
         tokens = self.tokens()
         return tokens if tokens >= compaction.at * window else None
 
@@ -247,6 +249,15 @@ class Window:
         sent = self.sent
         ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
         return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
+
+
+def native_request(config: RunConfig) -> NativeContext | None:
+    """The provider-side context management a request asks for: ``Compaction(native=True)`` on a
+    model that can ask for it (`Model.native_context`), else None."""
+    compaction = config.compaction
+    if compaction is None or not compaction.native or not getattr(config.model, "native_context", False):
+        return None
+    return compaction.native_request(config.context_window)
 
 
 async def _ask(config: RunConfig, model: Any, request: ModelRequest) -> ModelResponse:

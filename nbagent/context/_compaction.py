@@ -17,7 +17,8 @@ from typing import Any, Literal, NamedTuple
 from ..exceptions import UserError
 from ..messages import AssistantMessage, CompactionMessage, Message, ToolResultMessage, UserMessage
 
-__all__ = ["STUB_MIN_CHARS", "Compaction", "Visible", "clear_candidates", "cut_point", "transcript", "visible"]
+__all__ = ["STUB_MIN_CHARS", "Compaction", "NativeContext", "Visible", "clear_candidates", "cut_point", "transcript",
+           "visible"]
 
 STUB_MIN_CHARS = 300
 """`Compaction.clear_results` leaves results shorter than this as they are (a stub saves nothing)."""
@@ -39,6 +40,7 @@ class Compaction:
     Agent(model, tools=[...], compaction=Compaction(at=0.8, keep_last=6))         # a summary
     Agent(model, compaction=Compaction(summarizer=OpenAIModel("gpt-4o-mini")))     # a cheaper model writes it
     Agent(model, compaction=Compaction.clear_results())                            # no model call
+    Agent(AnthropicModel("claude-sonnet-4-5"), compaction=Compaction(native=True))  # the API clears old results
     ```
 
     When the next request would fill more than `at` of the window (``model.context_window``),
@@ -55,6 +57,12 @@ class Compaction:
         summarizer: the model that writes the summary (a `Model` or a model string); None: the agent's.
         policy: ``"summary"`` or ``"clear_results"`` (old tool results become one-line stubs).
         summary_words: the summary's length the summarizer is asked for.
+        native: let the provider manage the context where the model can ask it to
+            (``model.native_context``: `AnthropicModel`, the API's tool-result clearing): each
+            request asks the provider to clear old tool results once it passes `at` of the window,
+            keeping the last ``max(1, keep_last // 2)`` tool uses (a call and its result are two
+            messages). nbagent's own policy then runs only when the provider still refuses a
+            request as too long. A model without it: nbagent's own policy, as with False.
     """
 
     at: float = 0.8
@@ -62,6 +70,7 @@ class Compaction:
     summarizer: Any = None
     policy: Literal["summary", "clear_results"] = "summary"
     summary_words: int = 300
+    native: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.at, bool) or not isinstance(self.at, (int, float)) or not 0 < self.at <= 1:
@@ -72,12 +81,32 @@ class Compaction:
                 raise UserError(f"Compaction({name}=...) must be a whole number >= 0, not {value!r}")
         if self.policy not in ("summary", "clear_results"):
             raise UserError(f"Compaction(policy=...) is 'summary' or 'clear_results', not {self.policy!r}")
+        if not isinstance(self.native, bool):
+            raise UserError(f"Compaction(native=...) is True or False, not {self.native!r}")
+
+    def native_request(self, window: int | None) -> NativeContext | None:
+        """What a request asks the provider to do with its context (None: `native` is off)."""
+        if not self.native:
+            return None
+        return NativeContext(None if window is None else int(self.at * window), max(1, self.keep_last // 2))
 
     @classmethod
     def clear_results(cls, at: float = 0.8, keep_last: int = 6) -> Compaction:
         """Old tool results become stubs (``[result of get_rows cleared: 48,213 characters ...]``),
         with no model call; the model can read one again with ``read_result``."""
         return cls(at=at, keep_last=keep_last, policy="clear_results")
+
+
+@dataclass(frozen=True, slots=True)
+class NativeContext:
+    """Provider-side context management a request asks for (`Compaction.native`): clear old tool
+    results once the request passes `trigger_tokens`, keeping the last `keep_tool_uses`. Sent by
+    models whose ``native_context`` is True (`AnthropicModel`); others ignore it."""
+
+    trigger_tokens: int | None
+    """Input tokens past which the provider clears (None: the provider's default)."""
+    keep_tool_uses: int
+    """The most recent tool uses kept whole."""
 
 
 class Visible(NamedTuple):
