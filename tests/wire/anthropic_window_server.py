@@ -30,7 +30,8 @@ reports ``context_management.applied_edits`` (`cleared` keeps how many results e
 
 Answers are whole JSON ``message`` objects (``stream: true`` is refused: the SDK reads named SSE
 events, which the shared `LoopbackServer` does not send); ``usage.input_tokens`` is the size.
-It keeps `requests`, `sizes`, `refused`, `max_prompt_tokens` as `WindowServer` does.
+It keeps `requests`, `sizes`, `refused`, `max_prompt_tokens`, and holds the requests a test picks
+until `release` (`hold`, `held`), as `WindowServer` does.
 
     with AnthropicWindowServer(window=4000) as server:
         model = AnthropicModel("claude-haiku-4-5", base_url=server.url, api_key="sk-test")
@@ -38,13 +39,15 @@ It keeps `requests`, `sizes`, `refused`, `max_prompt_tokens` as `WindowServer` d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 from .scripted_server import REQUEST_HEADERS, LoopbackServer
-from .window_server import DIGEST_CHARS, DIGEST_WORDS, MESSAGE_TOKENS, TURN_DONE_CHARS, text_tokens
+from .window_server import DIGEST_CHARS, DIGEST_WORDS, MESSAGE_TOKENS, TURN_DONE_CHARS, _new_event, text_tokens
 
 __all__ = ["CLEARED", "AnthropicWindowServer", "anthropic_paired", "anthropic_tokens", "clear_tool_uses",
            "prompt_too_long"]
@@ -165,7 +168,25 @@ class AnthropicWindowServer(LoopbackServer):
         """The largest size of an accepted request."""
         self.cleared: list[int | None] = []
         """How many tool results each request's ``context_management`` cleared (None: it asked for none)."""
+        self.held = 0
+        """Requests `hold` kept waiting (now or before)."""
         self._calls = 0
+        self._hold: Callable[[dict[str, Any]], bool] | None = None
+        self._gate: Any = None  # an asyncio.Event on the server's loop, made by `hold`
+
+    def hold(self, which: Callable[[dict[str, Any]], bool]) -> None:
+        """Keep each request for which `which(body)` is true unanswered until `release`."""
+        assert self._loop is not None, "start the server first"
+        gate = asyncio.run_coroutine_threadsafe(_new_event(), self._loop).result(10)
+        with self._lock:
+            self._hold, self._gate = which, gate
+
+    def release(self) -> None:
+        """Answer the held requests, and hold no more."""
+        with self._lock:
+            gate, self._hold, self._gate = self._gate, None, None
+        if gate is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(gate.set)
 
     @property
     def url(self) -> str:
@@ -190,6 +211,10 @@ class AnthropicWindowServer(LoopbackServer):
             self.unpaired += unpaired and not too_large
             if not too_large and not unpaired:
                 self.max_prompt_tokens = max(self.max_prompt_tokens, size)
+            gate = self._gate if self._hold is not None and self._hold(sent) else None
+            self.held += gate is not None
+        if gate is not None:
+            await gate.wait()
         if too_large:
             return 400, {}, prompt_too_long(self.window, size)
         if unpaired:
