@@ -441,3 +441,30 @@ def widget_text(root) -> str:
             out.append(w.value)
         todo.extend(getattr(w, "children", ()) or ())
     return "\n".join(out)
+
+
+def test_the_gauge_counts_each_message_and_the_tool_definitions_once_per_run(monkeypatch) -> None:
+    """The estimate of each request reuses what earlier requests of the run counted (the gauge's
+    cost stays flat as the thread grows), and gives the same parts as counting afresh."""
+    from nbagent._run import window
+    from nbagent.context import request_parts
+
+    counted: list[object] = []
+    tools_counted: list[object] = []
+    real_message, real_tools = window.message_tokens, window.tools_tokens
+    monkeypatch.setattr(window, "message_tokens", lambda m, count: counted.append(m) or real_message(m, count))
+    monkeypatch.setattr(window, "tools_tokens", lambda t, *a: tools_counted.append(t) or real_tools(t, *a))
+
+    def answer(messages, request):
+        results = sum(m.kind == "tool-result" for m in messages)
+        return ToolCall.of("get_rows", {"n": 3}) if results < 5 else "done"
+
+    model = FunctionModel(answer, context_window=100_000)
+    result = Agent(model, tools=[rows_tool()], system="Be brief.", store="memory").run_sync("rows")
+    assert result.status == "completed" and len(model.requests) == 6
+    sent = result.messages[:-1]  # the final answer is in no request
+    assert len(counted) == len({id(m) for m in counted}) == len(sent)  # each message once, not once a request
+    assert len(tools_counted) == 1
+    last = model.requests[-1]
+    stored = json.loads(result.usage.calls[-1].context)
+    assert stored["estimate"] == sum(request_parts("Be brief.", None, last.messages[1:], last.tools).values())

@@ -27,6 +27,7 @@ from ..context import (
     clear_candidates,
     counter_for,
     cut_point,
+    message_tokens,
     parts_json,
     request_parts,
     scale_parts,
@@ -34,6 +35,7 @@ from ..context import (
     visible,
 )
 from ..context._compaction import summary_instructions
+from ..context._estimate import tools_tokens
 from ..exceptions import ContextOverflowError, ModelError
 from ..messages import CompactionMessage, Message, SystemMessage, ToolResultMessage, UserMessage
 from ..models.base import ModelRequest, ModelResponse
@@ -111,6 +113,26 @@ class Window:
         self.sent: _Sent | None = None if last is None else _Sent(last[0], last[1], last[2] or (-1, -1))
         self.pending: tuple[int, tuple[int, int], dict[str, int]] | None = None
         """The request being sent: its estimate, compaction state and parts."""
+        self._sizes: dict[int, tuple[Message, int]] = {}
+        """Each message's estimated tokens, counted once per run (by identity: a thread's
+        messages are appended, never changed)."""
+        self._tools: tuple[Any, int] = ((), 0)
+        """The tool definitions last counted and their tokens (they change only with the sources)."""
+
+    def sized(self, message: Message) -> int:
+        """`message_tokens` of `message`, counted once."""
+        found = self._sizes.get(id(message))
+        if found is not None and found[0] is message:
+            return found[1]
+        size = message_tokens(message, self.count)
+        self._sizes[id(message)] = (message, size)
+        return size
+
+    def tools_size(self, tools: Sequence[dict[str, Any]]) -> int:
+        """`tools_tokens` of `tools`, counted again only when the definitions are another object."""
+        if self._tools[0] is not tools:
+            self._tools = (tools, tools_tokens(tools, self.count, self.provider))
+        return self._tools[1]
 
     # ------------------------------------------------------------------ requests
     def request(self, config: RunConfig, messages: Sequence[Message], step: int) -> ModelRequest:
@@ -127,7 +149,10 @@ class Window:
             m.kind == "tool-result" and m.full_content is not None for m in view.messages
         ):
             tools = (*tools, reader.definition())
-        parts = request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider)
+        parts = request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
+                              sized=self.sized, tools_size=self.tools_size(tools))
+        if len(self._sizes) > 2 * len(messages) + 64:  # stubs of cleared results are new objects each time
+            self._sizes.clear()
         key = (view.upto, sum(1 for m in messages if m.kind == "compaction"))
         self.pending = (sum(parts.values()), key, parts)
         return ModelRequest(sent, tools, config.request_settings, step,
