@@ -468,3 +468,60 @@ def test_the_gauge_counts_each_message_and_the_tool_definitions_once_per_run(mon
     last = model.requests[-1]
     stored = json.loads(result.usage.calls[-1].context)
     assert stored["estimate"] == sum(request_parts("Be brief.", None, last.messages[1:], last.tools).values())
+
+
+async def test_a_call_waiting_for_approval_is_never_compacted_away() -> None:
+    """A long thread over the threshold pauses on a call that needs approval: no compaction runs
+    while it waits, and after the approval the call, its result and the latest user message are
+    all sent (a compaction, if any, only replaces what came before)."""
+
+    @tool(requires_approval=True)
+    def refund(order: int) -> str:
+        """Refund an order."""
+        return f"refunded order {order}"
+
+    def answer(messages, request):
+        if not request.tools:
+            return "SUMMARY of the earlier turns"
+        last = messages[-1]
+        if last.kind == "user":
+            if "refund" in last.content:
+                return ToolCall.of("refund", {"order": 7})
+            return ToolCall.of("get_rows", {"n": 20})
+        return f"done: {last.content[:20]}"
+
+    model = FunctionModel(answer, context_window=1_000)
+    agent = Agent(model, tools=[rows_tool(), refund], store="memory", compaction=Compaction(at=0.6, keep_last=2))
+    thread = None
+    for turn in range(12):
+        thread = (await agent.run(f"turn {turn}: give me 20 rows", thread=thread)).thread
+    paused = await agent.run("now refund order 7", thread=thread)
+    assert paused.status == "paused" and [p.name for p in paused.pending] == ["refund"]
+    records = sum(m.kind == "compaction" for m in paused.messages)
+    asked = len(model.requests)
+    done = await agent.resume(paused, approve=paused.pending)
+    assert done.status == "completed", done.error
+    last = [r for r in model.requests[asked:] if r.tools][-1]  # the request after the approval
+    kinds = [m.kind for m in last.messages]
+    assert kinds[-3:] == ["user", "assistant", "tool-result"], kinds  # the turn whole, in order
+    user, call, result = last.messages[-3:]
+    assert user.content == "now refund order 7" and call.tool_calls[0].name == "refund"
+    assert result.call_id == call.tool_calls[0].id and result.content == "refunded order 7"
+    assert records >= 1 and sum(m.kind == "compaction" for m in done.messages) >= records
+
+
+def test_a_request_is_what_was_sent_not_the_thread_as_it_grows_after() -> None:
+    """Without a system prompt or compaction, a request's messages are a copy: a function model
+    (or a test reading ``model.requests``) sees what was sent, and cannot change the thread."""
+    seen = []
+
+    def answer(messages, request):
+        seen.append(len(messages))
+        messages.append(UserMessage("a model function's own scratch"))  # must not reach the thread
+        return ToolCall.of("get_rows", {"n": 1}) if seen == [1] else "done"
+
+    model = FunctionModel(answer)
+    result = Agent(model, tools=[rows_tool()], store="memory").run_sync("rows")
+    assert result.status == "completed" and seen == [1, 3]
+    assert [len(r.messages) for r in model.requests] == [2, 4]  # with the scratch each function added
+    assert [m.kind for m in result.messages] == ["user", "assistant", "tool-result", "assistant"]

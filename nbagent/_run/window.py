@@ -142,7 +142,7 @@ class Window:
         system = config.system
         if view.summary:
             system = (system + "\n\n" if system else "") + SUMMARY_HEADER + view.summary
-        sent: list[Message] = [SystemMessage(system), *view.messages] if system else view.messages
+        sent: list[Message] = [SystemMessage(system), *view.messages] if system else list(view.messages)
         tools: Sequence[dict[str, Any]] = config.tool_definitions
         reader = config.tools.get(READ_RESULT)
         if reader is not None and all(d.get("name") != READ_RESULT for d in tools) and any(
