@@ -546,14 +546,15 @@ full the window is (`result.context`, the view's footer), cuts long results to f
 losing them, and compacts old turns into a summary before the provider refuses the request
 (docs/context.md).
 
-The model here is a stand-in (`FunctionModel`) with a 2,000-token window, so that thirty turns
-take a second and fill the window several times; it asks for the sales of the store each message
-names, then answers. To run the same session for real, put `nbagent.models.auto()` (or any model)
-in its place: a 128k window takes a few hundred such turns to fill."""),
+The long session's model is a stand-in (`FunctionModel`) with a 2,000-token window, so that thirty
+turns take a second and fill the window several times; it asks for the sales of the store each
+message names, then answers. The last cell gives the same tool to the model `auto()` picks (the
+bundled local model without a key; Claude or OpenAI with one) and shows its gauge: a 128k window
+takes a few hundred such turns to fill."""),
+    ("code", SETUP),
     ("code", '''import pandas as pd
 
-import nbagent
-from nbagent import Agent, Compaction, tool
+from nbagent import Compaction
 from nbagent.models import FunctionModel, tool_call
 
 
@@ -621,6 +622,12 @@ frame.loc[first - 2 : first + 2, ["step", "purpose", "input_tokens", "system", "
     ("code", '''from nbagent.dataframe import plot_context
 
 plot_context(frame);'''),
+    ("md", """## With your model
+
+The same tool, the model `auto()` picked, its real window and its own count of the request."""),
+    ("code", '''agent = Agent(model, tools=[get_sales], settings={"max_tokens": 60}, compaction=Compaction())
+result = await agent.run("Use the get_sales tool for store 3.")
+print(result.status, result.context)'''),
 ]
 
 

@@ -348,6 +348,8 @@ def check_long_sessions(ran: Ran) -> None:
     (state,) = [t for t in ran.threads.values() if any(m.kind == "compaction" for m in t.messages)]
     assert sum(m.kind == "user" for m in state.messages) == 30
     assert sum(m.kind == "tool-result" and m.full_content is not None for m in state.messages) == 30
+    real = ran.after('result = await agent.run("Use the get_sales tool for store 3.")').strip()
+    assert re.fullmatch(r"completed context \d+ % of 4.1k", real), real  # the local model's window
 
 
 CHECKS: dict[str, Callable[[Ran], None]] = {
