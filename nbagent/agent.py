@@ -596,13 +596,15 @@ def _checked_prices(prices: Mapping[str, Any] | None) -> Any:
 def _context_options(compaction: Any, max_result_fraction: Any, context_redact: Any, model: Model,
                      ) -> tuple[Compaction | None, float | None, Callable[[str, str], str] | None]:
     """`Agent`'s ``compaction``, ``max_result_fraction`` and ``context_redact``, checked
-    (``Compaction.native()`` needs a `model` that compacts)."""
+    (``Compaction.native()`` needs a `model` whose provider manages the context)."""
     if compaction is not None and not isinstance(compaction, Compaction):
         raise UserError(f"compaction must be an nbagent.Compaction, got {compaction!r}")
-    if compaction is not None and compaction.policy == "native" and not callable(getattr(model, "compact", None)):
+    if (compaction is not None and compaction.policy == "native" and not callable(getattr(model, "compact", None))
+            and not getattr(model, "native_context", False)):
         raise UserError(
-            f"Compaction.native() needs a model whose provider compacts (OpenAIResponsesModel: "
-            f"/v1/responses/compact); {type(model).__name__} has none: use Compaction() instead"
+            f"Compaction.native() needs a model whose provider manages the context (OpenAIResponsesModel: "
+            f"/v1/responses/compact; AnthropicModel: tool-result clearing); {type(model).__name__} has none: "
+            "use Compaction() instead"
         )
     if max_result_fraction is not None and (
         isinstance(max_result_fraction, bool) or not isinstance(max_result_fraction, (int, float))

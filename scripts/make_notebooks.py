@@ -545,6 +545,98 @@ print("real tokens:    ", answers["input_tokens"].sum(), "+", answers["output_to
 print("sampled rows skipped:", int(answers["skipped"].sum()))'''),
 ]
 
+NOTEBOOKS["10_long_sessions.ipynb"] = [
+    ("md", """# A long session: the context gauge, a compaction and the X-ray
+
+A session with a DataFrame tool fills a model's context window in a few turns. nbagent shows how
+full the window is (`result.context`, the view's footer), cuts long results to fit it without
+losing them, and compacts old turns into a summary before the provider refuses the request
+(docs/context.md).
+
+The long session's model is a stand-in (`FunctionModel`) with a 2,000-token window, so that thirty
+turns take a second and fill the window several times; it asks for the sales of the store each
+message names, then answers. The last cell gives the same tool to the model `auto()` picks (the
+bundled local model without a key; Claude or OpenAI with one) and shows its gauge: a 128k window
+takes a few hundred such turns to fill."""),
+    ("code", SETUP),
+    ("code", '''import pandas as pd
+
+from nbagent import Compaction
+from nbagent.models import FunctionModel, tool_call
+
+
+@tool
+def get_sales(store: int) -> pd.DataFrame:
+    """The sales of one store: a row a day for a year.
+
+    Args:
+        store: the store's number, e.g. 3.
+    """
+    days = pd.date_range("2026-01-01", periods=365).strftime("%Y-%m-%d")
+    amounts = [round(17.5 * (i % 40) + store, 2) for i in range(365)]
+    return pd.DataFrame({"day": days, "store": store, "amount": amounts})
+
+
+def stand_in(messages, request):
+    """A stand-in for a model: calls get_sales for the store the user names, then answers;
+    asked for a summary (a request without tools), writes one."""
+    if not request.tools:
+        return "Summary: the user reviews each store's daily sales for 2026, one store a turn."
+    last = messages[-1]
+    if last.kind == "user":
+        return tool_call("get_sales", store=int(last.content.split()[-1].rstrip(".")))
+    return f"Here are the sales of store {last.content.split()[5]}: 365 days."
+
+
+analyst = Agent(FunctionModel(stand_in, context_window=2_000), tools=[get_sales],
+                system="You review the sales of our stores.", compaction=Compaction(at=0.7, keep_last=4))
+thread = None
+for store in range(1, 31):
+    result = await analyst.run(f"Show me the sales of store {store}.", thread=thread)
+    thread = result.thread
+    if store % 5 == 0:
+        print(f"turn {store:2}: {result.status}, {result.context}")'''),
+    ("md", """## The gauge
+
+`result.context` is the size of the last request the run sent: the provider's count (here the
+stand-in's), the window, and the tokens by part, which add up to the count. The chat view's
+footer shows the same gauge after each model call, with this breakdown on hover; it turns amber
+once a request passes the compaction threshold."""),
+    ("code", '''print(result.context.describe())'''),
+    ("code", '''analyst.chat(thread=thread)'''),
+    ("md", """## The compactions
+
+Each time the next request would have passed 70 % of the window, the older turns were replaced
+*in the request* by one summary. The thread keeps every message: the compaction is a record of its
+own, and the summary's model call is a usage row with `purpose="compaction"`. Each result the model
+read was cut to a tenth of the window (head and tail); the stored message keeps it whole."""),
+    ("code", '''records = [m for m in result.messages if m.kind == "compaction"]
+for record in records[:3]:
+    print(record.describe())
+print(len(records), "compactions;", sum(m.kind == "user" for m in result.messages), "user messages kept")
+cut = next(m for m in result.messages if m.kind == "tool-result")
+print(f"the model read {len(cut.content):,} of {len(cut.whole_text):,} characters of the first table")'''),
+    ("md", """## The X-ray
+
+`nbagent.context_frame` has one row per model call, compaction summaries included, with the
+tokens of each part of its request: the tool results pile up turn after turn, and fall back
+after each compaction. `plot_context` draws it as stacked bars, the summaries hatched, the window
+a dashed line."""),
+    ("code", '''frame = nbagent.context_frame(analyst)
+first = frame.index[frame["purpose"] == "compaction"][0]   # the calls around the first compaction
+frame.loc[first - 2 : first + 2, ["step", "purpose", "input_tokens", "system", "tools", "history", "tool_results",
+                                  "latest"]]'''),
+    ("code", '''from nbagent.dataframe import plot_context
+
+plot_context(frame);'''),
+    ("md", """## With your model
+
+The same tool, the model `auto()` picked, its real window and its own count of the request."""),
+    ("code", '''agent = Agent(model, tools=[get_sales], settings={"max_tokens": 60}, compaction=Compaction())
+result = await agent.run("Use the get_sales tool for store 3.")
+print(result.status, result.context)'''),
+]
+
 
 def build(name: str) -> nbformat.NotebookNode:
     """The notebook `name` from its cell sources, without outputs (stable cell ids)."""

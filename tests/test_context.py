@@ -186,6 +186,46 @@ def test_summary_compaction_keeps_requests_small_and_the_thread_whole() -> None:
     assert "compacted" in records[0].describe() and "saved" in records[0].describe()
 
 
+def test_native_compaction_asks_a_model_that_can_and_leaves_the_rest_to_nbagent() -> None:
+    """``Compaction.native()``: a model that can ask its provider (``native_context``) gets the
+    request's ``context_management`` and nbagent leaves the threshold to the provider; an agent
+    whose model can do neither that nor ``compact`` is refused with a clear error."""
+    from nbagent.context import NativeContext
+
+    assert Compaction.native(at=0.5, keep_last=4).native_request(8_000) == NativeContext(4_000, 2)
+    assert Compaction.native(keep_last=0).native_request(None) == NativeContext(None, 1)
+    assert Compaction().native_request(8_000) is None
+    plain = FunctionModel(calling("get_rows", n=20), context_window=3_000)
+    with pytest.raises(UserError, match=r"Compaction.native\(\) needs a model whose provider"):
+        Agent(plain, compaction=Compaction.native(at=0.6, keep_last=4))
+
+    class Managing(FunctionModel):
+        native_context = True
+
+    managed = Managing(calling("get_rows", n=20), context_window=3_000)
+    results = session(managed, 20, compaction=Compaction.native(at=0.6, keep_last=4))
+    assert not any(isinstance(m, CompactionMessage) for m in results[-1].messages)  # left to the provider
+    assert {r.context_management for r in managed.requests} == {NativeContext(1_800, 2)}
+
+
+def test_anthropic_requests_ask_for_tool_result_clearing_behind_its_beta() -> None:
+    from nbagent.context import NativeContext
+    from nbagent.models import AnthropicModel
+    from nbagent.models.base import ModelRequest
+
+    model = AnthropicModel("claude-haiku-4-5", api_key="sk-test", settings={"extra_headers": {"Anthropic-Beta": "x-1"},
+                                                                            "extra_body": {"y": 1}})
+    assert model.native_context
+    params = model.request_params(ModelRequest([UserMessage("hi")], context_management=NativeContext(160_000, 3)),
+                                  stream=True)
+    assert params["extra_headers"] == {"anthropic-beta": "x-1,context-management-2025-06-27"}
+    assert params["extra_body"] == {"y": 1, "context_management": {"edits": [{
+        "type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 3},
+        "trigger": {"type": "input_tokens", "value": 160_000}}]}}
+    plain = model.request_params(ModelRequest([UserMessage("hi")]), stream=False)
+    assert "context_management" not in plain["extra_body"] and plain["extra_headers"] == {"Anthropic-Beta": "x-1"}
+
+
 async def test_compaction_event_and_usage_row_in_the_stream() -> None:
     model = FunctionModel(calling("get_rows", n=20), context_window=800)
     agent = Agent(model, tools=[rows_tool()], store="memory", compaction=Compaction(at=0.5, keep_last=2))
@@ -333,3 +373,170 @@ def test_a_new_run_on_the_thread_sizes_its_first_request_from_the_last_one(tmp_p
     assert any(r.purpose == "compaction" for r in stored)
     sent = [r.input_tokens for r in stored if r.purpose == "run"]
     assert max(sent) < 8_000, sent
+
+
+def test_every_kind_of_result_is_cut_to_the_window_and_kept_whole() -> None:
+    """str, JSON, a DataFrame's text, an MCP tool's content and the text beside an image: each is
+    cut to the window's cap for the model, and kept whole in the store."""
+    import base64
+    from types import SimpleNamespace as NS
+
+    import pandas as pd
+
+    from nbagent.images import Image
+    from nbagent.mcp._adapt import result_value
+    from tests.mcp_servers.kitchen import PNG
+
+    words = " ".join(f"word{i}" for i in range(3_000))
+    mcp = result_value(NS(content=[NS(type="text", text=words),
+                                   NS(type="image", data=base64.b64encode(PNG).decode(), mime_type="image/png")],
+                          structured_content=None, is_error=False), [])
+    values = {
+        "text": words,
+        "json": {"rows": [{"id": i, "city": f"city{i}"} for i in range(400)]},
+        "frame": pd.DataFrame({"city": [f"a long city name {i}" for i in range(60)], "note": ["x" * 80] * 60}),
+        "mcp": mcp,
+        "image_and_text": [words, Image(PNG, "image/png")],
+    }
+
+    @tool
+    def fetch(kind: str) -> object:
+        """A result of a kind."""
+        return values[kind]
+
+    def answer(messages, request):
+        done = [m for m in messages if m.kind == "tool-result"]
+        if len(done) < len(values):
+            return ToolCall.of("fetch", {"kind": list(values)[len(done)]})
+        return "seen"
+
+    agent = Agent(FunctionModel(answer, context_window=2_000), tools=[fetch], store="memory")
+    result = agent.run_sync("fetch them all")  # cap: 10 % of 2,000 tokens
+    assert result.status == "completed", result.error
+    stored = {m.call_id: m for m in asyncio.run(agent.store.load(result.thread)).messages
+              if isinstance(m, ToolResultMessage)}
+    assert len(stored) == len(values)
+    for m in stored.values():
+        assert m.full_content is not None, m.content[:80]
+        assert "not shown" in m.content and len(m.content) < len(m.full_content) // 2
+        assert m.content.startswith(m.full_content[:100]) and m.content.endswith(m.full_content[-100:])
+    kinds = dict(zip(values, stored.values(), strict=True))
+    assert json.loads(kinds["json"].full_content)["rows"][399]["city"] == "city399"
+    assert "a long city name 0" in kinds["frame"].full_content
+    assert [len(kinds[k].images) for k in ("mcp", "image_and_text")] == [1, 1]  # images are not cut away
+
+
+async def test_the_static_render_and_the_view_show_a_cut_result_whole() -> None:
+    from nbagent.display.html import render_result_html
+
+    model = FunctionModel(calling("get_rows", n=400), context_window=4_000)
+    agent = Agent(model, tools=[rows_tool()], store="memory")
+    result = await agent.run("rows", thread="t-cut")
+    cut = next(m for m in result.messages if isinstance(m, ToolResultMessage))
+    assert cut.full_content is not None and "row 200: " not in cut.content  # the model read a cut
+    assert "row 200: " in render_result_html(result)
+    live = agent.chat(thread="t-live")
+    live.message_box.value = "rows"
+    live.buttons["Send"].click()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    await live.wait()
+    assert "row 200: " in widget_text(live)
+    stored = agent.chat(thread="t-cut")
+    await stored.wait_loaded()
+    assert "row 200: " in stored.history.value
+
+
+def widget_text(root) -> str:
+    """Every string value of a widget and its children, as the front end gets them."""
+    out, todo = [], [root]
+    while todo:
+        w = todo.pop()
+        if isinstance(getattr(w, "value", None), str):
+            out.append(w.value)
+        todo.extend(getattr(w, "children", ()) or ())
+    return "\n".join(out)
+
+
+def test_the_gauge_counts_each_message_and_the_tool_definitions_once_per_run(monkeypatch) -> None:
+    """The estimate of each request reuses what earlier requests of the run counted (the gauge's
+    cost stays flat as the thread grows), and gives the same parts as counting afresh."""
+    from nbagent._run import window
+    from nbagent.context import request_parts
+
+    counted: list[object] = []
+    tools_counted: list[object] = []
+    real_message, real_tools = window.message_tokens, window.tools_tokens
+    monkeypatch.setattr(window, "message_tokens", lambda m, count: counted.append(m) or real_message(m, count))
+    monkeypatch.setattr(window, "tools_tokens", lambda t, *a: tools_counted.append(t) or real_tools(t, *a))
+
+    def answer(messages, request):
+        results = sum(m.kind == "tool-result" for m in messages)
+        return ToolCall.of("get_rows", {"n": 3}) if results < 5 else "done"
+
+    model = FunctionModel(answer, context_window=100_000)
+    result = Agent(model, tools=[rows_tool()], system="Be brief.", store="memory").run_sync("rows")
+    assert result.status == "completed" and len(model.requests) == 6
+    sent = result.messages[:-1]  # the final answer is in no request
+    assert len(counted) == len({id(m) for m in counted}) == len(sent)  # each message once, not once a request
+    assert len(tools_counted) == 1
+    last = model.requests[-1]
+    stored = json.loads(result.usage.calls[-1].context)
+    assert stored["estimate"] == sum(request_parts("Be brief.", None, last.messages[1:], last.tools).values())
+
+
+async def test_a_call_waiting_for_approval_is_never_compacted_away() -> None:
+    """A long thread over the threshold pauses on a call that needs approval: no compaction runs
+    while it waits, and after the approval the call, its result and the latest user message are
+    all sent (a compaction, if any, only replaces what came before)."""
+
+    @tool(requires_approval=True)
+    def refund(order: int) -> str:
+        """Refund an order."""
+        return f"refunded order {order}"
+
+    def answer(messages, request):
+        if not request.tools:
+            return "SUMMARY of the earlier turns"
+        last = messages[-1]
+        if last.kind == "user":
+            if "refund" in last.content:
+                return ToolCall.of("refund", {"order": 7})
+            return ToolCall.of("get_rows", {"n": 20})
+        return f"done: {last.content[:20]}"
+
+    model = FunctionModel(answer, context_window=1_000)
+    agent = Agent(model, tools=[rows_tool(), refund], store="memory", compaction=Compaction(at=0.6, keep_last=2))
+    thread = None
+    for turn in range(12):
+        thread = (await agent.run(f"turn {turn}: give me 20 rows", thread=thread)).thread
+    paused = await agent.run("now refund order 7", thread=thread)
+    assert paused.status == "paused" and [p.name for p in paused.pending] == ["refund"]
+    records = sum(m.kind == "compaction" for m in paused.messages)
+    asked = len(model.requests)
+    done = await agent.resume(paused, approve=paused.pending)
+    assert done.status == "completed", done.error
+    last = [r for r in model.requests[asked:] if r.tools][-1]  # the request after the approval
+    kinds = [m.kind for m in last.messages]
+    assert kinds[-3:] == ["user", "assistant", "tool-result"], kinds  # the turn whole, in order
+    user, call, result = last.messages[-3:]
+    assert user.content == "now refund order 7" and call.tool_calls[0].name == "refund"
+    assert result.call_id == call.tool_calls[0].id and result.content == "refunded order 7"
+    assert records >= 1 and sum(m.kind == "compaction" for m in done.messages) >= records
+
+
+def test_a_request_is_what_was_sent_not_the_thread_as_it_grows_after() -> None:
+    """Without a system prompt or compaction, a request's messages are a copy: a function model
+    (or a test reading ``model.requests``) sees what was sent, and cannot change the thread."""
+    seen = []
+
+    def answer(messages, request):
+        seen.append(len(messages))
+        messages.append(UserMessage("a model function's own scratch"))  # must not reach the thread
+        return ToolCall.of("get_rows", {"n": 1}) if seen == [1] else "done"
+
+    model = FunctionModel(answer)
+    result = Agent(model, tools=[rows_tool()], store="memory").run_sync("rows")
+    assert result.status == "completed" and seen == [1, 3]
+    assert [len(r.messages) for r in model.requests] == [2, 4]  # with the scratch each function added
+    assert [m.kind for m in result.messages] == ["user", "assistant", "tool-result", "assistant"]

@@ -6,7 +6,7 @@ compaction and retry with `AnthropicModel` against the Anthropic-shaped server o
 tests/wire/anthropic_window_server.py.
 
 The crash's child process is this file run as a script (``python tests/test_context_sessions.py
-DB PORT WINDOW``, WINDOW 0: not known): it runs turns on thread ``t`` of a SQLite file against the
+DB PORT WINDOW [anthropic]``, WINDOW 0: not known): it runs turns on thread ``t`` of a SQLite file against the
 parent's server until it is killed; its tool appends its call id to the file named by
 ``NBAGENT_TEST_MARKERS`` each time it runs (the resuming process's tool too).
 """
@@ -207,17 +207,22 @@ def charge(ctx: RunContext[Any], n: int) -> str:
     return f"charged store {n}: " + " ".join(f"{n * 1000 + i}" for i in range(150))
 
 
-def crash_agent(db: Path, port: int, window: int | None) -> Agent:
+def crash_agent(db: Path, port: int, window: int | None, provider: str = "openai") -> Agent:
     """The agent of the child and of the process that resumes its thread: the same options."""
-    model = OpenAIModel("window", base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", provider="window",
-                        context_window=window, max_retries=0)
+    model: OpenAIModel | AnthropicModel
+    if provider == "anthropic":
+        model = AnthropicModel("claude-haiku-4-5", base_url=f"http://127.0.0.1:{port}", api_key="sk-test",
+                               context_window=window, max_retries=0)
+    else:
+        model = OpenAIModel("window", base_url=f"http://127.0.0.1:{port}/v1", api_key="sk-test", provider="window",
+                            context_window=window, max_retries=0)
     return Agent(model, tools=[charge], store=SQLiteStore(db), prices=PRICES,
                  compaction=Compaction(at=0.6, keep_last=4))
 
 
-def child(db: str, port: str, window: str) -> None:
+def child(db: str, port: str, window: str, provider: str = "openai") -> None:
     """Run turns on thread ``t`` until killed (or 60 turns); `window` "0": not known."""
-    agent = crash_agent(Path(db), int(port), int(window) or None)
+    agent = crash_agent(Path(db), int(port), int(window) or None, provider)
     for turn in range(60):
         result = agent.run_sync(prompt(turn), thread="t")
         print(f"turn {turn} {result.status}", flush=True)
@@ -370,6 +375,91 @@ async def test_a_100_turn_anthropic_session_compacts_and_retries(tmp_path: Path,
           f"{len(server.requests)} requests, {len(records)} compactions, {server.refused} refused")
 
 
+async def test_a_100_turn_anthropic_session_with_the_apis_own_tool_result_clearing(tmp_path: Path) -> None:
+    """``Compaction.native()``: each request asks the API to clear old tool results past `at` of
+    the window (with the beta header); the server clears them, the gauge reads its count after the
+    edit, and nbagent's own summary runs only when a request is refused even so."""
+    with AnthropicWindowServer(window=WINDOW) as server:
+        model = anthropic_model(server, WINDOW)
+        agent = Agent(model, tools=[sales], store=SQLiteStore(tmp_path / "t.db"),
+                      compaction=Compaction.native(at=0.7, keep_last=4))
+        try:
+            results = await session(agent, TURNS)
+        finally:
+            await model.aclose()
+    assert [r.status for r in results] == ["completed"] * TURNS, results[-1].error
+    assert server.unpaired == 0 and all(anthropic_paired(body) for body in server.requests)
+    edit = {"type": "clear_tool_uses_20250919", "keep": {"type": "tool_uses", "value": 2},
+            "trigger": {"type": "input_tokens", "value": int(0.7 * WINDOW)}}
+    asked = [body for body in server.requests if body.get("tools")]
+    assert asked and all(body["context_management"] == {"edits": [edit]} for body in asked)
+    assert not any("context_management" in body for body in server.requests if not body.get("tools"))
+    cleared = [n for n in server.cleared if n]
+    assert len(cleared) > TURNS  # the server cleared results in most requests of the session
+    messages = results[-1].messages
+    records = [m for m in messages if isinstance(m, CompactionMessage)]
+    assert {r.trigger for r in records} <= {"overflow"} and len(records) == server.refused
+    assert results[-1].context.tokens == server.sizes[-1]  # the gauge: the API's count after clearing
+    loaded = await SQLiteStore(tmp_path / "t.db").load(results[-1].thread)
+    assert loaded is not None and [m.to_dict() for m in loaded.messages] == [m.to_dict() for m in messages]
+    assert [m.whole_text for m in loaded.messages if isinstance(m, ToolResultMessage)] == [
+        frame_text(t) for t in range(TURNS)]  # the thread keeps every result whole
+    print(f"\nnative clearing, 100 turns: {len(server.requests)} requests, {len(cleared)} cleared, "
+          f"{len(records)} summaries, {server.refused} refused")
+
+
+@pytest.mark.timeout(120)
+async def test_kill_9_during_an_anthropic_compaction_then_resume(tmp_path: Path) -> None:
+    """`AnthropicModel`: the child is killed while the server holds a compaction's summary request;
+    resumed in this process, the thread sends that request again, runs no tool twice and loses
+    nothing."""
+    db, markers = tmp_path / "t.db", tmp_path / "markers"
+    markers.touch()
+    with AnthropicWindowServer(window=WINDOW) as server:
+        server.hold(is_summary)
+        env = {**os.environ, "NBAGENT_TEST_MARKERS": str(markers), "PYTHONPATH": str(ROOT)}
+        proc = subprocess.Popen([sys.executable, __file__, str(db), str(server.port), str(WINDOW), "anthropic"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 60
+            while server.held == 0:
+                assert proc.poll() is None, proc.communicate()
+                assert time.monotonic() < deadline, "the child never reached a compaction"
+                await asyncio.sleep(0.01)
+            os.kill(proc.pid, signal.SIGKILL)
+        finally:
+            out, _ = proc.communicate(timeout=30)
+        assert proc.returncode == -signal.SIGKILL
+        crashed = len(server.requests) - 1
+        held = server.requests[crashed]
+        done = out.splitlines()
+        assert is_summary(held) and done and all(line.endswith(" completed") for line in done)
+        before = await SQLiteStore(db).load("t")
+        assert before is not None and not any(m.kind == "compaction" for m in before.messages)
+        ran_before = markers.read_text().split()
+        server.release()
+        os.environ["NBAGENT_TEST_MARKERS"] = str(markers)
+        try:
+            agent = crash_agent(db, server.port, WINDOW, "anthropic")
+            resumed = await agent.resume(thread="t")
+            later = [await agent.run(prompt(t), thread="t") for t in range(len(done) + 1, len(done) + 4)]
+            await agent.model.aclose()  # type: ignore[attr-defined]
+        finally:
+            del os.environ["NBAGENT_TEST_MARKERS"]
+    assert resumed.status == "completed" and all(r.status == "completed" for r in later), resumed.error
+    assert server.requests[crashed + 1] == held  # the summary request the child was killed waiting for
+    assert server.unpaired == 0 and all(anthropic_paired(body) for body in server.requests)
+    loaded = await SQLiteStore(db).load("t")
+    assert loaded is not None
+    marked = markers.read_text().split()
+    assert marked[:len(ran_before)] == ran_before and Counter(marked).most_common(1)[0][1] == 1, "a tool ran twice"
+    assert stored_call_ids(loaded.messages) == marked
+    assert [m.to_dict() for m in loaded.messages[:len(before.messages)]] == [m.to_dict() for m in before.messages]
+    users = [m.content for m in loaded.messages if isinstance(m, UserMessage)]
+    assert users == [prompt(t) for t in range(len(done) + 1)] + [prompt(t) for t in range(len(done) + 1, len(done) + 4)]
+    assert any(m.kind == "compaction" for m in loaded.messages)
+
+
 async def test_an_anthropic_session_without_compaction_fails_and_names_the_fix(tmp_path: Path) -> None:
     with AnthropicWindowServer(window=WINDOW) as server:
         model = anthropic_model(server, None)
@@ -386,4 +476,4 @@ async def test_an_anthropic_session_without_compaction_fails_and_names_the_fix(t
 
 
 if __name__ == "__main__":
-    child(*sys.argv[1:4])
+    child(*sys.argv[1:5])

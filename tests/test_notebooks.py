@@ -340,6 +340,25 @@ def check_evals_and_forecasts(ran: Ran) -> None:
     assert [t.startswith("batch-") for t in ran.threads].count(True) >= 6
 
 
+def check_long_sessions(ran: Ran) -> None:
+    turns = ran.after("for store in range(1, 31)").strip().splitlines()
+    assert len(turns) == 6, turns
+    assert all(re.fullmatch(r"turn [ 0-9]{2}: completed, context \d+ % of 2k", t) for t in turns), turns
+    gauge = ran.after("print(result.context.describe())").strip().splitlines()
+    assert re.fullmatch(r"context \d+ % of 2k", gauge[0]), gauge
+    assert [line.split(":")[0] for line in gauge[1:]] == ["system", "tools", "history", "tool results", "latest"], gauge
+    compacted = ran.after('records = [m for m in result.messages if m.kind == "compaction"]')
+    assert re.search(r"^compacted \d+ messages into a summary \(\d+ tokens\), saved ", compacted, re.M), compacted
+    assert re.search(r"^[1-9]\d* compactions; 30 user messages kept$", compacted, re.M), compacted
+    assert re.search(r"the model read \d[\d,]* of 1,015 characters of the first table", compacted), compacted
+    assert " compaction " in ran.after("frame = nbagent.context_frame(analyst)")
+    (state,) = [t for t in ran.threads.values() if any(m.kind == "compaction" for m in t.messages)]
+    assert sum(m.kind == "user" for m in state.messages) == 30
+    assert sum(m.kind == "tool-result" and m.full_content is not None for m in state.messages) == 30
+    real = ran.after('result = await agent.run("Use the get_sales tool for store 3.")').strip()
+    assert re.fullmatch(r"completed context \d+ % of 4.1k", real), real  # the local model's window
+
+
 CHECKS: dict[str, Callable[[Ran], None]] = {
     "01_quickstart.ipynb": check_quickstart,
     "02_approve_tools.ipynb": check_approve_tools,
@@ -349,6 +368,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "06_mcp_tools.ipynb": check_mcp_tools,
     "07_batch_on_a_cluster.ipynb": check_batch_on_a_cluster,
     "09_evals_and_forecasts.ipynb": check_evals_and_forecasts,
+    "10_long_sessions.ipynb": check_long_sessions,
 }
 
 

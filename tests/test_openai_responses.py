@@ -873,6 +873,6 @@ def test_native_compaction_needs_a_model_that_compacts() -> None:
     from nbagent.exceptions import UserError
     from nbagent.models import FunctionModel
 
-    with pytest.raises(UserError, match=r"Compaction.native\(\) needs a model whose provider compacts"):
+    with pytest.raises(UserError, match=r"Compaction.native\(\) needs a model whose provider manages the context"):
         Agent(FunctionModel(lambda m, r: AssistantMessage(text="hi")), compaction=Compaction.native())
     assert Agent(model_at("http://127.0.0.1:9/v1"), compaction=Compaction.native()).compaction == Compaction.native()

@@ -315,6 +315,19 @@ async def test_a_stream_closed_mid_answer_ends_its_chat_span_as_cancelled(spans:
     assert (run.attributes or {})["nbagent.status"] == "cancelled"
 
 
+async def test_a_traced_model_still_asks_its_provider_to_manage_the_context(spans: InMemorySpanExporter) -> None:
+    from nbagent import Compaction
+    from nbagent.context import NativeContext
+    from nbagent.models import FunctionModel
+
+    class Managing(FunctionModel):
+        native_context = True
+
+    model = Managing(lambda messages, request: "ok", context_window=1_000)
+    await Agent(model, store=MemoryStore(), compaction=Compaction.native(at=0.5, keep_last=2)).run("hi")
+    assert named(spans, "chat ") and [r.context_management for r in model.requests] == [NativeContext(500, 1)]
+
+
 async def test_a_compaction_and_a_fallback_are_span_events(spans: InMemorySpanExporter) -> None:
     from nbagent import Compaction
     from nbagent.models import FunctionModel

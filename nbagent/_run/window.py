@@ -23,9 +23,11 @@ from typing import Any
 from ..context import (
     CHARS_PER_TOKEN,
     ContextUsage,
+    NativeContext,
     clear_candidates,
     counter_for,
     cut_point,
+    message_tokens,
     parts_json,
     request_parts,
     scale_parts,
@@ -33,6 +35,7 @@ from ..context import (
     visible,
 )
 from ..context._compaction import summary_instructions
+from ..context._estimate import tools_tokens
 from ..exceptions import ContextOverflowError, ModelError
 from ..messages import CompactionMessage, Message, SystemMessage, ToolResultMessage, UserMessage
 from ..models.base import ModelRequest, ModelResponse
@@ -110,6 +113,26 @@ class Window:
         self.sent: _Sent | None = None if last is None else _Sent(last[0], last[1], last[2] or (-1, -1))
         self.pending: tuple[int, tuple[int, int], dict[str, int]] | None = None
         """The request being sent: its estimate, compaction state and parts."""
+        self._sizes: dict[int, tuple[Message, int]] = {}
+        """Each message's estimated tokens, counted once per run (by identity: a thread's
+        messages are appended, never changed)."""
+        self._tools: tuple[Any, int] = ((), 0)
+        """The tool definitions last counted and their tokens (they change only with the sources)."""
+
+    def sized(self, message: Message) -> int:
+        """`message_tokens` of `message`, counted once."""
+        found = self._sizes.get(id(message))
+        if found is not None and found[0] is message:
+            return found[1]
+        size = message_tokens(message, self.count)
+        self._sizes[id(message)] = (message, size)
+        return size
+
+    def tools_size(self, tools: Sequence[dict[str, Any]]) -> int:
+        """`tools_tokens` of `tools`, counted again only when the definitions are another object."""
+        if self._tools[0] is not tools:
+            self._tools = (tools, tools_tokens(tools, self.count, self.provider))
+        return self._tools[1]
 
     # ------------------------------------------------------------------ requests
     def request(self, config: RunConfig, messages: Sequence[Message], step: int) -> ModelRequest:
@@ -119,18 +142,22 @@ class Window:
         system = config.system
         if view.summary:
             system = (system + "\n\n" if system else "") + SUMMARY_HEADER + view.summary
-        sent: list[Message] = [SystemMessage(system), *view.messages] if system else view.messages
+        sent: list[Message] = [SystemMessage(system), *view.messages] if system else list(view.messages)
         tools: Sequence[dict[str, Any]] = config.tool_definitions
         reader = config.tools.get(READ_RESULT)
         if reader is not None and all(d.get("name") != READ_RESULT for d in tools) and any(
             m.kind == "tool-result" and m.full_content is not None for m in view.messages
         ):
             tools = (*tools, reader.definition())
-        parts = request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider)
+        parts = request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
+                              sized=self.sized, tools_size=self.tools_size(tools))
+        if len(self._sizes) > 2 * len(messages) + 64:  # stubs of cleared results are new objects each time
+            self._sizes.clear()
         key = (view.upto, sum(1 for m in messages if m.kind == "compaction"))
         self.pending = (sum(parts.values()), key, parts)
         return ModelRequest(sent, tools, config.request_settings, step,
-                            config.output.name if config.output is not None else None, not config.tools_in_order)
+                            config.output.name if config.output is not None else None, not config.tools_in_order,
+                            native_request(config))
 
     def tokens(self) -> int:
         """The size of the request `request` made last, in tokens: the provider's count of the
@@ -166,8 +193,8 @@ class Window:
     def over_threshold(self, config: RunConfig) -> int | None:
         """The next request's tokens when they pass the compaction threshold, else None."""
         window, compaction = config.context_window, config.compaction
-        if window is None or compaction is None:
-            return None
+        if window is None or compaction is None or native_request(config) is not None:
+            return None  # (with native context management, the provider clears at the threshold)
         tokens = self.tokens()
         return tokens if tokens >= compaction.at * window else None
 
@@ -189,7 +216,7 @@ class Window:
                                        tokens_before, 0, trigger)  # type: ignore[arg-type]
             record.tokens_after = self._after(config, messages, record, tokens_before)
             return record, None
-        if compaction.policy == "native":
+        if compaction.policy == "native" and callable(getattr(config.model, "compact", None)):
             return await self._native(config, run_id, thread, messages, step, trigger, tokens_before)
         view = visible(messages)
         upto = cut_point(messages, compaction.keep_last, view.upto)
@@ -281,6 +308,15 @@ class Window:
         sent = self.sent
         ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
         return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
+
+
+def native_request(config: RunConfig) -> NativeContext | None:
+    """The provider-side context management a request asks for: ``Compaction.native()`` on a
+    model that can ask for it (`Model.native_context`), else None."""
+    compaction = config.compaction
+    if compaction is None or not getattr(config.model, "native_context", False):
+        return None
+    return compaction.native_request(config.context_window)
 
 
 async def _ask(config: RunConfig, model: Any, request: ModelRequest, call: Any = None) -> ModelResponse:

@@ -10,7 +10,7 @@ A base module: imports messages and exceptions only (no model, no store). docs/c
 """
 
 from ._cap import chars_for, cut_result
-from ._compaction import Compaction, Visible, clear_candidates, cut_point, transcript, visible
+from ._compaction import Compaction, NativeContext, Visible, clear_candidates, cut_point, transcript, visible
 from ._estimate import (
     CHARS_PER_TOKEN,
     IMAGE_TOKENS,
@@ -30,6 +30,7 @@ __all__ = [
     "TOOL_PROMPT_TOKENS",
     "Compaction",
     "ContextUsage",
+    "NativeContext",
     "Visible",
     "chars_for",
     "clear_candidates",

@@ -17,7 +17,8 @@ from typing import Any, Literal, NamedTuple
 from ..exceptions import UserError
 from ..messages import AssistantMessage, CompactionMessage, Message, ToolResultMessage, UserMessage
 
-__all__ = ["STUB_MIN_CHARS", "Compaction", "Visible", "clear_candidates", "cut_point", "transcript", "visible"]
+__all__ = ["STUB_MIN_CHARS", "Compaction", "NativeContext", "Visible", "clear_candidates", "cut_point", "transcript",
+           "visible"]
 
 STUB_MIN_CHARS = 300
 """`Compaction.clear_results` leaves results shorter than this as they are (a stub saves nothing)."""
@@ -40,6 +41,7 @@ class Compaction:
     Agent(model, compaction=Compaction(summarizer=OpenAIModel("gpt-4o-mini")))     # a cheaper model writes it
     Agent(model, compaction=Compaction.clear_results())                            # no model call
     Agent(OpenAIResponsesModel("gpt-5.4"), compaction=Compaction.native())        # the provider compacts
+    Agent(AnthropicModel("claude-sonnet-4-5"), compaction=Compaction.native())    # the API clears old results
     ```
 
     When the next request would fill more than `at` of the window (``model.context_window``),
@@ -55,7 +57,7 @@ class Compaction:
         keep_last: messages at the end of the conversation never compacted.
         summarizer: the model that writes the summary (a `Model` or a model string); None: the agent's.
         policy: ``"summary"``, ``"clear_results"`` (old tool results become one-line stubs) or
-            ``"native"`` (the model's provider compacts: OpenAI's ``/v1/responses/compact``).
+            ``"native"`` (the model's provider manages the context: see `native`).
         summary_words: the summary's length the summarizer is asked for.
     """
 
@@ -75,6 +77,12 @@ class Compaction:
         if self.policy not in ("summary", "clear_results", "native"):
             raise UserError(f"Compaction(policy=...) is 'summary', 'clear_results' or 'native', not {self.policy!r}")
 
+    def native_request(self, window: int | None) -> NativeContext | None:
+        """What a request asks the provider to do with its context (None: not `native`)."""
+        if self.policy != "native":
+            return None
+        return NativeContext(None if window is None else int(self.at * window), max(1, self.keep_last // 2))
+
     @classmethod
     def clear_results(cls, at: float = 0.8, keep_last: int = 6) -> Compaction:
         """Old tool results become stubs (``[result of get_rows cleared: 48,213 characters ...]``),
@@ -83,12 +91,30 @@ class Compaction:
 
     @classmethod
     def native(cls, at: float = 0.8, keep_last: int = 6) -> Compaction:
-        """The model's provider compacts the older messages itself: `OpenAIResponsesModel` sends
-        them to OpenAI's ``/v1/responses/compact`` and keeps the items it returns (the user's
-        messages and an encrypted compaction item) in the record; later requests send those items,
-        as they came, in place of the messages they stand for. Needs a model with a ``compact``
-        method (`Agent` says so when it has none)."""
+        """The model's provider manages the context, where it can (`Agent` refuses a model that
+        cannot):
+
+        - `OpenAIResponsesModel` (a ``compact`` method) sends the older messages to OpenAI's
+          ``/v1/responses/compact`` past `at` of the window and keeps the items it returns (the
+          user's messages and an encrypted compaction item) in the record; later requests send
+          those items, as they came, in place of the messages they stand for.
+        - `AnthropicModel` (``native_context``): each request asks the API to clear old tool
+          results once it passes `at` of the window, keeping the last ``max(1, keep_last // 2)``
+          tool uses (``context_management``). When the API still refuses a request as too long,
+          nbagent writes a summary as `Compaction` does."""
         return cls(at=at, keep_last=keep_last, policy="native")
+
+
+@dataclass(frozen=True, slots=True)
+class NativeContext:
+    """Provider-side context management a request asks for (`Compaction.native`): clear old tool
+    results once the request passes `trigger_tokens`, keeping the last `keep_tool_uses`. Sent by
+    models whose ``native_context`` is True (`AnthropicModel`); others ignore it."""
+
+    trigger_tokens: int | None
+    """Input tokens past which the provider clears (None: the provider's default)."""
+    keep_tool_uses: int
+    """The most recent tool uses kept whole."""
 
 
 class Visible(NamedTuple):

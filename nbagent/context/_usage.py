@@ -5,8 +5,7 @@ Imports messages and the estimator only.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,19 +23,25 @@ every tool result, and the latest user message."""
 def request_parts(
     system: str | None, summary: str | None, messages: Sequence[Message],
     tools: Sequence[dict[str, Any]], count: Counter = text_tokens, provider: str = "",
+    *, sized: Callable[[Message], int] | None = None, tools_size: int | None = None,
 ) -> dict[str, int]:
     """The estimated tokens of each part (`PARTS`) of a request made of a system prompt, a
     compaction summary, the messages sent and the tool definitions (for `provider`: its hidden
-    tool prompt is counted with the tools)."""
+    tool prompt is counted with the tools). `sized`: a message's tokens (default `message_tokens`
+    with `count`; a caller may remember them); `tools_size`: the tools' tokens when known."""
     parts = dict.fromkeys(PARTS, 0)
     if system:
         parts["system"] = count(system) + MESSAGE_TOKENS
     if summary:
         parts["history"] = count(summary) + MESSAGE_TOKENS
-    parts["tools"] = tools_tokens(tools, count, provider)
-    latest = max((i for i, m in enumerate(messages) if m.kind == "user"), default=-1)
+    parts["tools"] = tools_tokens(tools, count, provider) if tools_size is None else tools_size
+    latest = -1
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i].kind == "user":
+            latest = i
+            break
     for i, message in enumerate(messages):
-        size = message_tokens(message, count)
+        size = message_tokens(message, count) if sized is None else sized(message)
         if message.kind == "tool-result":
             parts["tool_results"] += size
         elif message.kind == "system":
@@ -69,12 +74,15 @@ def parts_json(
     with nbagent's own `estimate` of the request and its compaction state `key` when given (the
     next run on the thread, or a resume after a crash, starts its estimates from them and the
     provider's count, as the process that sent it would go on: `last_sent`)."""
-    value: dict[str, Any] = {**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}
+    # Written by hand (it is made after every model call): the same text as json.dumps with
+    # separators=(",", ":") of {**parts, "window": ..., "estimate": ..., "key": [...]}.
+    text = ",".join(f'"{name}":{int(parts.get(name, 0))}' for name in PARTS)
+    text += ',"window":' + ("null" if window is None else str(int(window)))
     if estimate is not None:
-        value["estimate"] = int(estimate)
+        text += f',"estimate":{int(estimate)}'
     if key is not None:
-        value["key"] = [int(k) for k in key]
-    return json.dumps(value, separators=(",", ":"))
+        text += ',"key":[' + ",".join(str(int(k)) for k in key) + "]"
+    return "{" + text + "}"
 
 
 def last_sent(rows: Sequence[Any]) -> tuple[int, int, tuple[int, int] | None] | None:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ModelError, UserError
 from ..messages import AssistantMessage, Message
 from ..pricing import context_window_of
 from ..usage import TokenCounts
+
+if TYPE_CHECKING:
+    from ..context import NativeContext
 
 __all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem", "check_context_window"]
 
@@ -38,6 +41,9 @@ class ModelRequest:
     provider may then ask for one call per answer unless the ``parallel_tool_calls`` setting says
     otherwise (`AnthropicModel` sends ``disable_parallel_tool_use``; `OpenAIModel` sends
     ``parallel_tool_calls`` only when it is set, since some compatible servers refuse it)."""
+    context_management: NativeContext | None = None
+    """Provider-side context management to ask for (``Compaction.native()``), set only for a
+    model whose `Model.native_context` is True."""
 
 
 @dataclass(slots=True)
@@ -95,6 +101,9 @@ class Model:
     priced: bool = True
     """Whether its usage rows are priced from the price table; the fakes set False (their
     calls cost nothing unless an agent is given its own ``prices``)."""
+    native_context: bool = False
+    """Whether the model can ask its provider to manage the context itself (a request's
+    ``context_management``; ``Compaction.native()``): `AnthropicModel`'s tool-result clearing."""
     _context_window: int | None = None
     """The window given to the constructor (``context_window=``); None: `_default_context_window`."""
 

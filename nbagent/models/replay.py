@@ -63,6 +63,10 @@ class _Forwarding(Model):
     def context_window(self) -> int | None:
         return self.inner.context_window
 
+    @property
+    def native_context(self) -> bool:  # type: ignore[override]
+        return self.inner.native_context
+
 
 class RecordingModel(_Forwarding):
     """`record(model)`: answers with `inner`, and keeps each call (normalised request, streamed

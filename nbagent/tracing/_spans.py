@@ -465,6 +465,10 @@ class TracedModel(Model):
     def context_window(self) -> int | None:
         return self.inner.context_window
 
+    @property
+    def native_context(self) -> bool:  # type: ignore[override]
+        return self.inner.native_context
+
     def __getattr__(self, name: str) -> Any:  # what else the wrapped model has (base_url, ...)
         if name == "inner":
             raise AttributeError(name)

@@ -22,9 +22,16 @@ blocks (`anthropic_paired` false) gets Anthropic's 400 for that. Any other is an
 - tools offered, the last user turn tool results: ``turn done: <the first 40 characters of the
   last prompt>``.
 
+A request with Anthropic's ``context_management`` (a ``clear_tool_uses_20250919`` edit, which
+needs the ``anthropic-beta: context-management-2025-06-27`` header, else a 400 as the API gives) is
+measured after the edit: past its ``trigger`` (input tokens; default 100,000), the content of every
+``tool_result`` but the last ``keep`` (tool uses; default 3) becomes `CLEARED`, and the answer
+reports ``context_management.applied_edits`` (`cleared` keeps how many results each request cleared).
+
 Answers are whole JSON ``message`` objects (``stream: true`` is refused: the SDK reads named SSE
 events, which the shared `LoopbackServer` does not send); ``usage.input_tokens`` is the size.
-It keeps `requests`, `sizes`, `refused`, `max_prompt_tokens` as `WindowServer` does.
+It keeps `requests`, `sizes`, `refused`, `max_prompt_tokens`, and holds the requests a test picks
+until `release` (`hold`, `held`), as `WindowServer` does.
 
     with AnthropicWindowServer(window=4000) as server:
         model = AnthropicModel("claude-haiku-4-5", base_url=server.url, api_key="sk-test")
@@ -32,15 +39,22 @@ It keeps `requests`, `sizes`, `refused`, `max_prompt_tokens` as `WindowServer` d
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
-from .scripted_server import LoopbackServer
-from .window_server import DIGEST_CHARS, DIGEST_WORDS, MESSAGE_TOKENS, TURN_DONE_CHARS, text_tokens
+from .scripted_server import REQUEST_HEADERS, LoopbackServer
+from .window_server import DIGEST_CHARS, DIGEST_WORDS, MESSAGE_TOKENS, TURN_DONE_CHARS, _new_event, text_tokens
 
-__all__ = ["AnthropicWindowServer", "anthropic_paired", "anthropic_tokens", "prompt_too_long"]
+__all__ = ["CLEARED", "AnthropicWindowServer", "anthropic_paired", "anthropic_tokens", "clear_tool_uses",
+           "prompt_too_long"]
+
+CLEARED = "[tool result cleared]"
+"""What a cleared ``tool_result``'s content becomes."""
+BETA = "context-management-2025-06-27"
 
 
 def _blocks(content: Any) -> list[dict[str, Any]]:
@@ -94,6 +108,27 @@ def anthropic_paired(body: dict[str, Any]) -> bool:
     return not waiting
 
 
+def clear_tool_uses(request: dict[str, Any]) -> dict[str, Any] | None:
+    """Apply the request's ``clear_tool_uses_20250919`` edit to it in place (see the module doc):
+    the applied edit as the API reports it, or None when the request asks for none."""
+    edits = (request.pop("context_management", None) or {}).get("edits") or []
+    edit = next((e for e in edits if e.get("type") == "clear_tool_uses_20250919"), None)
+    if edit is None:
+        return None
+    trigger = (edit.get("trigger") or {}).get("value", 100_000)
+    keep = (edit.get("keep") or {}).get("value", 3)
+    before = anthropic_tokens(request)
+    if before <= trigger:
+        return {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 0, "cleared_input_tokens": 0}
+    results = [b for m in request.get("messages") or [] if m.get("role") == "user"
+               for b in _blocks(m.get("content")) if b.get("type") == "tool_result"]
+    old = results[:len(results) - keep] if keep else results
+    for block in old:
+        block["content"] = CLEARED
+    return {"type": "clear_tool_uses_20250919", "cleared_tool_uses": len(old),
+            "cleared_input_tokens": before - anthropic_tokens(request)}
+
+
 def prompt_too_long(window: int, tokens: int) -> dict[str, Any]:
     """The body Anthropic answers (HTTP 400) to a request of `tokens` tokens for a `window`."""
     return {"type": "error", "error": {"type": "invalid_request_error",
@@ -131,7 +166,27 @@ class AnthropicWindowServer(LoopbackServer):
         """Requests refused for their tool blocks (`anthropic_paired`)."""
         self.max_prompt_tokens = 0
         """The largest size of an accepted request."""
+        self.cleared: list[int | None] = []
+        """How many tool results each request's ``context_management`` cleared (None: it asked for none)."""
+        self.held = 0
+        """Requests `hold` kept waiting (now or before)."""
         self._calls = 0
+        self._hold: Callable[[dict[str, Any]], bool] | None = None
+        self._gate: Any = None  # an asyncio.Event on the server's loop, made by `hold`
+
+    def hold(self, which: Callable[[dict[str, Any]], bool]) -> None:
+        """Keep each request for which `which(body)` is true unanswered until `release`."""
+        assert self._loop is not None, "start the server first"
+        gate = asyncio.run_coroutine_threadsafe(_new_event(), self._loop).result(10)
+        with self._lock:
+            self._hold, self._gate = which, gate
+
+    def release(self) -> None:
+        """Answer the held requests, and hold no more."""
+        with self._lock:
+            gate, self._hold, self._gate = self._gate, None, None
+        if gate is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(gate.set)
 
     @property
     def url(self) -> str:
@@ -142,15 +197,24 @@ class AnthropicWindowServer(LoopbackServer):
         if method != "POST" or not path.split("?")[0].endswith("/v1/messages"):
             return 404, {}, {"type": "error", "error": {"type": "not_found_error", "message": f"no route {path}"}}
         request = json.loads(body or b"{}")
+        if "context_management" in request and BETA not in REQUEST_HEADERS.get({}).get("anthropic-beta", ""):
+            return 400, {}, _invalid("context_management: Extra inputs are not permitted")
+        sent = json.loads(body or b"{}")  # kept as sent, before an edit
+        applied = clear_tool_uses(request)
         size = anthropic_tokens(request)
         with self._lock:
-            self.requests.append(request)
+            self.requests.append(sent)
+            self.cleared.append(applied["cleared_tool_uses"] if applied is not None else None)
             self.sizes.append(size)
             too_large, unpaired = size > self.window, not anthropic_paired(request)
             self.refused += too_large
             self.unpaired += unpaired and not too_large
             if not too_large and not unpaired:
                 self.max_prompt_tokens = max(self.max_prompt_tokens, size)
+            gate = self._gate if self._hold is not None and self._hold(sent) else None
+            self.held += gate is not None
+        if gate is not None:
+            await gate.wait()
         if too_large:
             return 400, {}, prompt_too_long(self.window, size)
         if unpaired:
@@ -164,6 +228,8 @@ class AnthropicWindowServer(LoopbackServer):
             "id": f"msg_window{time.monotonic_ns()}", "type": "message", "role": "assistant",
             "model": request.get("model", "window"), "content": content, "stop_reason": stop,
             "stop_sequence": None, "usage": {"input_tokens": size, "output_tokens": output},
+            **({"context_management": {"applied_edits": [applied] if applied["cleared_tool_uses"] else []}}
+               if applied is not None else {}),
         }
 
     def _reply(self, request: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:

@@ -40,12 +40,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import contextvars
 import json
 import threading
 import time
 from typing import Any, TypeVar
 
-__all__ = ["EventStream", "LoopbackServer", "ScriptedServer", "message_text"]
+__all__ = ["REQUEST_HEADERS", "EventStream", "LoopbackServer", "ScriptedServer", "message_text"]
+
+REQUEST_HEADERS: contextvars.ContextVar[dict[str, str]] = contextvars.ContextVar("REQUEST_HEADERS")
+"""The headers of the request being answered (names in lower case), for a subclass's `_answer`."""
 
 _REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 429: "Too Many Requests"}
 
@@ -156,6 +160,7 @@ class LoopbackServer:
                 headers = {k.strip().lower(): v.strip() for k, v in
                            (line.split(":", 1) for line in lines[1:] if ":" in line)}
                 body = await reader.readexactly(int(headers.get("content-length", "0") or 0))
+                REQUEST_HEADERS.set(headers)
                 status, extra, payload = await self._answer(method, path, body, peer_port)
                 if isinstance(payload, EventStream):
                     await _send_events(writer, status, extra, payload)

@@ -96,6 +96,10 @@ class AnthropicModel(Travelling, Model):
         context_window: the model's context window in tokens (`Model.context_window`; default:
             genai-prices' figure for `model_name`, None when unknown).
 
+    With ``Agent(compaction=Compaction.native())`` each request asks the API to clear old tool
+    results itself (``context_management`` with a ``clear_tool_uses_20250919`` edit, behind the
+    ``context-management-2025-06-27`` beta header); see docs/context.md.
+
     Stop reasons: ``end_turn`` / ``stop_sequence`` end an answer (finish reason ``stop``),
     ``tool_use`` asks for tools; ``max_tokens`` cuts it off (``length``) and
     ``model_context_window_exceeded`` too (``context_window``): a text answer then completes
@@ -108,6 +112,7 @@ class AnthropicModel(Travelling, Model):
     """
 
     _key_variable = "ANTHROPIC_API_KEY"
+    native_context = True  # Compaction.native(): the API's tool-result clearing
 
     def __init__(
         self,

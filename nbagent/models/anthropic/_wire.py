@@ -212,11 +212,35 @@ def request_params(
         choice = _tool_choice(settings, request.parallel_tools, params.get("thinking"))
         if choice is not None:
             params["tool_choice"] = choice
+    if request.context_management is not None:
+        _add_context_management(params, request.context_management)
     if cache:
         _add_cache_breakpoints(params)
     if stream:
         params["stream"] = True
     return params
+
+
+CONTEXT_MANAGEMENT_BETA = "context-management-2025-06-27"
+"""The beta the Messages API's ``context_management`` parameter is behind."""
+
+
+def _add_context_management(params: dict[str, Any], native: Any) -> None:
+    """Ask the API to clear old tool results (``clear_tool_uses_20250919``) past the request's
+    trigger (`NativeContext`), keeping the latest tool uses: the ``context_management`` body
+    field and the beta header, added to what the settings' ``extra_body`` / ``extra_headers`` give."""
+    edit: dict[str, Any] = {"type": "clear_tool_uses_20250919",
+                            "keep": {"type": "tool_uses", "value": native.keep_tool_uses}}
+    if native.trigger_tokens is not None:
+        edit["trigger"] = {"type": "input_tokens", "value": native.trigger_tokens}
+    params["extra_body"] = {**(params.get("extra_body") or {}), "context_management": {"edits": [edit]}}
+    headers = dict(params.get("extra_headers") or {})
+    given = [headers.pop(k) for k in list(headers) if k.lower() == "anthropic-beta"]
+    betas = [b.strip() for value in given for b in str(value or "").split(",") if b.strip()]
+    if CONTEXT_MANAGEMENT_BETA not in betas:
+        betas.append(CONTEXT_MANAGEMENT_BETA)
+    headers["anthropic-beta"] = ",".join(betas)
+    params["extra_headers"] = headers
 
 
 def merged_settings(model: Mapping[str, Any], request: Mapping[str, Any]) -> Mapping[str, Any]:
