@@ -110,7 +110,8 @@ class BatchConfirmation:
 
 
 class _ConfirmBox:
-    """`BatchConfirmation.widget`: the forecast, Run and Cancel, and a status line."""
+    """`BatchConfirmation.widget`: the forecast, Run and Cancel, a status line, and an output
+    area for what the run shows (a click's output has no cell of its own)."""
 
     def __init__(self, pending: BatchConfirmation) -> None:
         import ipywidgets as widgets
@@ -123,8 +124,10 @@ class _ConfirmBox:
         self.status = widgets.HTML()
         self.run_button.on_click(lambda _: self.run())
         self.cancel_button.on_click(lambda _: self.cancel())
+        self.output = widgets.Output()  # what the run shows (its progress bar) goes under the buttons
         forecast = widgets.HTML(pending.forecast._repr_html_())
-        self.box = widgets.VBox([forecast, widgets.HBox([self.run_button, self.cancel_button]), self.status])
+        self.box = widgets.VBox([forecast, widgets.HBox([self.run_button, self.cancel_button]), self.status,
+                                 self.output])
         self.box.add_class("nbagent-confirm")
         self.refresh()
 
@@ -137,7 +140,8 @@ class _ConfirmBox:
         self.run_button.disabled = self.cancel_button.disabled = True
         self.status.value = "<small>running...</small>"
         try:
-            self.pending.run()
+            with self.output:
+                self.pending.run()
         except Exception as exc:  # a click has no caller to raise to: say it under the buttons
             self.refresh()
             self.status.value = f"<small>failed: {html.escape(f'{type(exc).__name__}: {exc}')}</small>"
