@@ -266,6 +266,7 @@ def test_auto_replays_what_nbagent_replay_names(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")
     model = auto()
     assert isinstance(model, ReplayModel) and len(model.recordings) == 1
+    assert repr(model) == f"replay({str(tmp_path / 'rec.db')!r}, 1 call of function)"  # whose answers
     assert Agent(model).run_sync("hi").output == "hello"
 
 
