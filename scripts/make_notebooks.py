@@ -613,11 +613,14 @@ def record(name: str, workdir: Path, timeout: int = 600) -> int:
     if errors:
         raise RuntimeError(f"{name} failed while recording: {errors[0].get('ename')}: {errors[0].get('evalue')}")
     RECORDINGS.mkdir(exist_ok=True)
-    store = SQLiteStore(workdir / "threads.db")
+    store, path = SQLiteStore(workdir / "threads.db"), RECORDINGS / (Path(name).stem + ".jsonl")
     try:
-        return export_recording(store, RECORDINGS / (Path(name).stem + ".jsonl"))
+        count = export_recording(store, path)
     finally:
         asyncio.run(store.close())
+    if count == 0:  # its model is not auto()'s here (07: the stand-in, on the workers): nothing to replay
+        path.unlink()
+    return count
 
 
 def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:

@@ -4,7 +4,8 @@ once on the local model with ``scripts/make_notebooks.py --record``): ``NBAGENT_
 tells the same story (the checks of tests/test_notebooks.py). tests/test_notebooks.py keeps the
 live local-model run.
 
-Marked ``notebooks`` (NBAGENT_SKIP_NOTEBOOKS=1 skips them); they need no model.
+Marked ``notebooks`` (NBAGENT_SKIP_NOTEBOOKS=1 skips them); they need no model. The cluster
+notebook is not here: offline, its model is a stand-in function, so it needs no recording.
 """
 
 from __future__ import annotations
@@ -25,9 +26,13 @@ pytestmark = [
 RECORDED = sorted(p.stem + ".ipynb" for p in MAKER.RECORDINGS.glob("*.jsonl"))
 
 
-def test_recordings_hold_no_key_and_name_known_notebooks() -> None:
-    assert RECORDED, "no notebook has a recording: scripts/make_notebooks.py --record"
-    assert set(RECORDED) <= set(MAKER.NOTEBOOKS)
+OFFLINE_BY_DESIGN = {"07_batch_on_a_cluster.ipynb"}
+"""Notebooks whose model offline is a stand-in function (``auto(fallback=...)``), not the local
+model: they need no recording (tests/test_notebooks.py runs them as they are)."""
+
+
+def test_every_notebook_on_the_local_model_has_a_recording_without_keys() -> None:
+    assert set(RECORDED) == set(MAKER.NOTEBOOKS) - OFFLINE_BY_DESIGN, "scripts/make_notebooks.py --record"
     for path in MAKER.RECORDINGS.glob("*.jsonl"):
         text = path.read_text(encoding="utf-8")
         assert "sk-" not in text and "Authorization" not in text and "api_key" not in text
