@@ -276,6 +276,25 @@ def test_the_forecast_matches_the_real_batch_and_its_sample_is_not_run_twice() -
     assert isinstance(dry, evals.Forecast) and dry.rows == 20
 
 
+def test_a_second_forecast_of_the_same_rows_times_them_from_the_store(tmp_path) -> None:
+    """Its sample was answered by the first (the batch skips those rows, with no duration): the
+    time stored with their runs stands in, also in a new kernel on the same file."""
+    import asyncio
+
+    async def slow(messages, info):
+        await asyncio.sleep(0.05)
+        return "x" * 40
+
+    path = str(tmp_path / "threads.db")
+    rows = [f"question number {i}" for i in range(20)]
+    first = Agent(FunctionModel(slow), store=path, name="slow").estimate(rows, sample=3, concurrency=2)
+    again = Agent(FunctionModel(slow), store=path, name="slow").estimate(rows, sample=3, concurrency=2)
+    assert again.sample["skipped"].all() and not math.isnan(again.wall_s)
+    # each row takes at least its 0.05 s sleep; 20 rows at concurrency 2 are 10 rounds
+    assert 0.5 <= again.wall_s < 2.0 and 0.5 <= first.wall_s
+    assert "nan" not in repr(again) and "nan" not in again._repr_html_()
+
+
 @pytest.mark.local_llm
 def test_evaluate_compare_and_forecast_on_the_local_model(local_llm_base_url) -> None:
     """End to end on the bundled local model: a judge, a comparison of 3 agents (scripted, test,
