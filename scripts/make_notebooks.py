@@ -688,6 +688,41 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
     return nb
 
 
+RECORDINGS = ROOT / "recordings"
+"""Each notebook's model calls, recorded once on the local model: ``recordings/<stem>.jsonl``
+(`NBAGENT_REPLAY` replays them, so the notebooks run offline without the model)."""
+
+_RECORD_CELL = '''import nbagent.models as _models
+_auto = _models.auto
+_models.auto = lambda *args, **kwargs: _models.record(_auto(*args, **kwargs))  # every call kept'''
+
+
+def record(name: str, workdir: Path, timeout: int = 600) -> int:
+    """Run notebook `name` on the local model with every model call `auto()` gives recorded, and
+    write the calls to ``recordings/<stem>.jsonl``; returns how many. The notebook itself is not
+    written (the recording cell is not part of it)."""
+    import asyncio
+
+    from nbagent.models import export_recording
+    from nbagent.store import SQLiteStore
+
+    nb = build(name)
+    nb.cells.insert(0, nbformat.v4.new_code_cell(_RECORD_CELL))
+    execute(nb, workdir, timeout=timeout)
+    errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
+    if errors:
+        raise RuntimeError(f"{name} failed while recording: {errors[0].get('ename')}: {errors[0].get('evalue')}")
+    RECORDINGS.mkdir(exist_ok=True)
+    store, path = SQLiteStore(workdir / "threads.db"), RECORDINGS / (Path(name).stem + ".jsonl")
+    try:
+        count = export_recording(store, path)
+    finally:
+        asyncio.run(store.close())
+    if count == 0:  # its model is not auto()'s here (07: the stand-in, on the workers): nothing to replay
+        path.unlink()
+    return count
+
+
 def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
     """The output without its live-widget view and that view's plain-text stand-in (None when
     nothing else is left): a chat view's saved copy, the next output, is its one notice."""
@@ -702,6 +737,8 @@ def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--execute", action="store_true", help="run each notebook and save its outputs")
+    parser.add_argument("--record", action="store_true",
+                        help="run each notebook on the local model and keep its model calls in recordings/")
     parser.add_argument("names", nargs="*", help="notebook file names (default: all)")
     args = parser.parse_args(argv)
     unknown = sorted(set(args.names) - set(NOTEBOOKS))
@@ -709,6 +746,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown notebooks {unknown}; known: {sorted(NOTEBOOKS)}")
     ROOT.mkdir(exist_ok=True)
     for name in args.names or list(NOTEBOOKS):
+        if args.record:
+            with tempfile.TemporaryDirectory(prefix="nbagent-notebook-") as tmp:
+                print("recorded", record(name, Path(tmp)), "model calls of", name)
+            continue
         nb = build(name)
         if args.execute:
             with tempfile.TemporaryDirectory(prefix="nbagent-notebook-") as tmp:

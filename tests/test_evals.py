@@ -144,6 +144,53 @@ def test_evaluate_resumes_after_a_restart(tmp_path) -> None:
     assert report.frame["status"].tolist() == ["completed"] * 3
 
 
+KILLED_MID_EVALUATION = """
+import asyncio, sys
+sys.path.insert(0, {root!r})
+from nbagent import Agent, evals
+from nbagent.models import FunctionModel
+from tests.test_evals import CASES, capitals
+
+async def answer(messages, info):
+    if "Italy" in messages[-1].content:
+        open({marker!r}, "w").close()   # the third row has started: kill the kernel now
+        await asyncio.sleep(120)
+    return capitals(messages, info)
+
+Agent(FunctionModel(answer), store={path!r}, name="capitals").evaluate(CASES, [evals.equals()], concurrency=1,
+                                                                        progress=False)
+"""
+
+
+def test_evaluate_resumes_after_the_kernel_is_killed_mid_evaluation(tmp_path) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    path, marker = str(tmp_path / "threads.db"), tmp_path / "third-row-started"
+    root = str(Path(__file__).resolve().parents[1])
+    code = KILLED_MID_EVALUATION.format(root=root, marker=str(marker), path=path)
+    kernel = subprocess.Popen([sys.executable, "-c", code], cwd=root)
+    try:
+        deadline = time.monotonic() + 60
+        while not marker.exists():
+            assert kernel.poll() is None and time.monotonic() < deadline, "the evaluation ended before row 3"
+            time.sleep(0.05)
+    finally:
+        kernel.send_signal(signal.SIGKILL)  # no cleanup: the run of row 3 is left 'running'
+        kernel.wait(timeout=30)
+    calls: list[str] = []
+    again = Agent(FunctionModel(lambda m, i: (calls.append(m[-1].content), capitals(m, i))[1]), store=path,
+                  name="capitals")  # a new kernel: the same agent on the same file
+    report = again.evaluate(CASES, [evals.equals()], concurrency=1, progress=False)
+    assert calls == ["Capital of Italy?"]  # the two finished rows were not run again
+    assert report.frame["status"].tolist() == ["completed"] * 3
+    assert report.frame["equals"].tolist() == [1.0, 0.0, 0.0]
+    assert report.frame["output"].tolist() == ["Paris", "Berlin, I think", "I do not know"]
+
+
 def test_diff_says_which_cases_improved_or_regressed() -> None:
     old = Agent(FunctionModel(capitals), store="memory").evaluate(CASES, [evals.equals()], progress=False)
     new = Agent(FunctionModel(lambda m, i: "Rome" if "Italy" in m[-1].content else "Berlin"), store="memory",
@@ -227,6 +274,25 @@ def test_the_forecast_matches_the_real_batch_and_its_sample_is_not_run_twice() -
     assert "<caption>Forecast</caption>" in forecast._repr_html_()
     dry = agent.map(rows, dry_run=True, sample=2)
     assert isinstance(dry, evals.Forecast) and dry.rows == 20
+
+
+def test_a_second_forecast_of_the_same_rows_times_them_from_the_store(tmp_path) -> None:
+    """Its sample was answered by the first (the batch skips those rows, with no duration): the
+    time stored with their runs stands in, also in a new kernel on the same file."""
+    import asyncio
+
+    async def slow(messages, info):
+        await asyncio.sleep(0.05)
+        return "x" * 40
+
+    path = str(tmp_path / "threads.db")
+    rows = [f"question number {i}" for i in range(20)]
+    first = Agent(FunctionModel(slow), store=path, name="slow").estimate(rows, sample=3, concurrency=2)
+    again = Agent(FunctionModel(slow), store=path, name="slow").estimate(rows, sample=3, concurrency=2)
+    assert again.sample["skipped"].all() and not math.isnan(again.wall_s)
+    # each row takes at least its 0.05 s sleep; 20 rows at concurrency 2 are 10 rounds
+    assert 0.5 <= again.wall_s < 2.0 and 0.5 <= first.wall_s
+    assert "nan" not in repr(again) and "nan" not in again._repr_html_()
 
 
 @pytest.mark.local_llm

@@ -79,6 +79,32 @@ def test_a_billed_content_filtered_answer_falls_back() -> None:
     assert Agent(model, store="memory").run_sync("hi").output == "from second"
 
 
+def test_a_content_filter_finish_falls_back_whole_and_streamed() -> None:
+    """OpenAI-compatible providers (Azure) say it with finish_reason content_filter only."""
+    def filtered(messages, info):
+        return ModelResponse(AssistantMessage(text="", finish_reason="content_filter"))
+
+    async def filtered_stream(messages, info):
+        yield ModelResponse(AssistantMessage(text="", finish_reason="content_filter"))
+
+    async def streamed(agent: Agent) -> object:
+        return next(e.result for e in [e async for e in agent.stream("hi")] if e.kind == "run-completed")
+
+    from nbagent._sync import run_sync
+
+    for primary, stream in ((FunctionModel(filtered, model_name="primary"), False),
+                            (FunctionModel(stream_function=filtered_stream, model_name="primary"), True)):
+        model = FallbackModel([primary, second()], retry=NO_WAIT)
+        agent = Agent(model, store="memory", retry=NO_WAIT)
+        result = run_sync(lambda agent=agent: streamed(agent)) if stream else agent.run_sync("hi")
+        assert (result.status, result.output) == ("completed", "from second")  # type: ignore[attr-defined]
+        assert [(f.failed, f.next) for f in model.fallbacks] == [("primary", "second")]
+        assert "content_filter" in model.fallbacks[0].error
+    only_retryable = FallbackModel([FunctionModel(filtered, model_name="primary"), second()], on=["retryable"],
+                                   retry=NO_WAIT)
+    assert Agent(only_retryable, store="memory", retry=NO_WAIT).run_sync("hi").status == "failed"
+
+
 def test_streaming_falls_back_unseen_before_the_first_delta() -> None:
     async def dead(messages, info):
         raise ServerError("500 down", status_code=500)
@@ -178,6 +204,9 @@ WIRE_ERRORS = [
     ("anthropic", "anthropic_stream_error_429", True),
     ("openai", "openrouter_error_429", False),
     ("openai", "openrouter_error_429", True),
+    # the other triggers, as recorded: a prompt over the window, a filtered answer
+    ("anthropic", "anthropic_error_400_prompt_too_long", False),
+    ("openai", "azure_content_filter", False),
 ]
 
 

@@ -139,13 +139,13 @@ def _load_threads(path: Path) -> dict[str, Any]:
     return asyncio.run(read())
 
 
-def _run(name: str, tmp_path: Path) -> Ran:
+def _run(name: str, tmp_path: Path, env: dict[str, str] | None = None) -> Ran:
     work = tmp_path / "nb"
     work.mkdir()
     store = work / "threads.db"
     _seed_foreign_thread(store)
     nb = MAKER.build(name)
-    MAKER.execute(nb, work, env={"MPLBACKEND": "Agg"}, timeout=300)
+    MAKER.execute(nb, work, env={"MPLBACKEND": "Agg", **(env or {})}, timeout=300)
     ran = Ran(nb, store, _load_threads(store))
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])
               if o.get("output_type") == "error"]

@@ -36,6 +36,12 @@ KINDS = [
 ]
 
 WEATHER = {"Paris": "sunny", "Oslo": "snow"}
+NETWORK_OFF = (
+    "import socket\n"
+    "def _off(*args, **kwargs):\n    raise OSError('the network is off')\n"
+    "socket.socket.connect = _off; socket.socket.connect_ex = _off; socket.create_connection = _off\n"
+)
+"""Prepended to a subprocess's code: any connection it tries fails."""
 
 
 @tool
@@ -97,6 +103,38 @@ async def test_replay_answers_like_the_recording_for_free(kind: str, request: py
     original = await store.load("t1")
     assert original is not None and not any(r.replayed for r in original.usage)
     await store.close()
+
+
+async def test_events_and_frames_are_those_of_the_recorded_run_but_free() -> None:
+    """Streamed, into another store: the same events and the same frames, except each run's id
+    and timings, and the replayed usage rows' flags and cost."""
+    from pandas.testing import assert_frame_equal
+
+    import nbagent
+
+    recorded_in, replayed_in = MemoryStore(), MemoryStore()
+    first = Agent(record(script()), tools=[weather], store=recorded_in)
+    events = [e async for e in first.stream("Weather?", thread="w")]
+    again = Agent(replay(recorded_in, thread="w"), tools=[weather], store=replayed_in)
+    replayed_events = [e async for e in again.stream("Weather?", thread="w")]
+
+    def told(items: list[Any]) -> list[tuple[str, Any]]:
+        return [(e.kind, getattr(e, "delta", None) or getattr(getattr(e, "result", None), "content", None))
+                for e in items]
+
+    assert told(replayed_events) == told(events)
+    timings = ["run_id", "time", "started", "latency_s", "duration_s", "wall_s"]
+    free = ["cost_input", "cost_output", "cost_total", "replayed", "recorded_cost"]
+    for frame in (nbagent.usage_frame, nbagent.tool_calls_frame, nbagent.runs_frame):
+        a, b = frame(first), frame(again)
+        assert len(a) == len(b) > 0
+        same = [c for c in a.columns if c not in timings + free]
+        assert_frame_equal(a[same], b[same], obj=frame.__name__)
+    usage, replayed_usage = nbagent.usage_frame(first), nbagent.usage_frame(again)
+    assert not usage["replayed"].any() and replayed_usage["replayed"].all()
+    assert (replayed_usage["cost_total"] == 0).all()
+    assert replayed_usage["recorded_cost"].tolist() == usage["cost_total"].tolist()
+    assert nbagent.runs_frame(again)["cost_total"].sum() == 0
 
 
 async def test_streamed_deltas_are_recorded_and_replayed() -> None:
@@ -179,8 +217,8 @@ def test_export_holds_no_key_and_replays_in_another_process(tmp_path: Path) -> N
     text = path.read_text()
     assert secret not in text and "Authorization" not in text and server.base_url not in text
     assert [json.loads(line)["thread"] for line in text.splitlines()] == ["web", "web"]
-    # Another process, the server gone: the recording answers the same run.
-    code = (
+    # Another process, the server gone and the network off: the recording answers the same run.
+    code = NETWORK_OFF + (
         "import sys; from nbagent import Agent, tool\n"
         "from nbagent.models import auto\n"
         "@tool\ndef weather(city: str) -> str:\n    '''The weather in a city.'''\n"
@@ -194,6 +232,33 @@ def test_export_holds_no_key_and_replays_in_another_process(tmp_path: Path) -> N
     assert out.strip() == f"completed | {first.output} | [True, True]"
 
 
+
+
+@pytest.mark.local_llm
+def test_a_local_model_run_replays_with_the_network_off(tmp_path: Path, local_llm_base_url: str) -> None:
+    from nbagent.models import OpenAIModel
+
+    local = OpenAIModel("local-model", base_url=local_llm_base_url, api_key="local", provider="local",
+                        settings={"temperature": 0, "max_tokens": 16})
+    store = SQLiteStore(tmp_path / "threads.db")
+    agent = Agent(record(local), store=store)
+    first = agent.run_sync("Name a colour.", thread="colour")
+    assert first.status == "completed" and first.output
+    path = tmp_path / "local.jsonl"
+    assert export_recording(store, path) == 1
+    code = NETWORK_OFF + (
+        "import sys; from nbagent import Agent\n"
+        "from nbagent.models import auto\n"
+        "r = Agent(auto()).run_sync('Name a colour.')\n"
+        "print(repr(r.output), r.status, [(u.replayed, u.cost_total, u.input_tokens) for u in r.usage.calls])\n"
+    )
+    env = {"NBAGENT_REPLAY": str(path), "PATH": "/usr/bin:/bin", "NBAGENT_STORE": str(tmp_path / "other.db")}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                         timeout=120, check=True).stdout
+    row = first.usage.calls[0]
+    assert out.strip() == f"{first.output!r} completed [(True, 0.0, {row.input_tokens})]"
+
+
 def test_auto_replays_what_nbagent_replay_names(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     store = SQLiteStore(tmp_path / "rec.db")
     Agent(record(FunctionModel(lambda m, r: "hello")), store=store).run_sync("hi", thread="x")
@@ -201,6 +266,7 @@ def test_auto_replays_what_nbagent_replay_names(tmp_path: Path, monkeypatch: pyt
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-used")
     model = auto()
     assert isinstance(model, ReplayModel) and len(model.recordings) == 1
+    assert repr(model) == f"replay({str(tmp_path / 'rec.db')!r}, 1 call of function)"  # whose answers
     assert Agent(model).run_sync("hi").output == "hello"
 
 

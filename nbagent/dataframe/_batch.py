@@ -293,6 +293,7 @@ def batch(
     chunk_size: int | None = None,
     dry_run: bool = False,
     sample: int = 5,
+    confirm_over: float | None = None,
 ) -> Any:
     """Run one independent conversation per input, `concurrency` at a time; return a DataFrame.
 
@@ -324,7 +325,12 @@ def batch(
             chunks that every worker gets several).
         dry_run: run only `sample` rows and return a forecast of the whole batch (an
             `nbagent.evals.Forecast`, as `Agent.estimate` does) instead of the frame.
-        sample: how many rows a dry run runs.
+        sample: how many rows a dry run (or `confirm_over`'s forecast) runs.
+        confirm_over: a cost in USD: forecast the batch first (from `sample` rows, as
+            `Agent.estimate` does), run it when the forecast's high end stays within it, else
+            return an `nbagent.evals.BatchConfirmation`, which shows the forecast with Run and
+            Cancel buttons in a notebook (`run()` / `cancel()` in code). An unknown cost (a model
+            without a price) asks too.
 
     Returns:
         One row per input, in input order: ``input``, ``output`` (the final answer or None),
@@ -348,6 +354,14 @@ def batch(
     rows still running (on a cluster: the remaining chunks too); finished rows are stored and
     skipped next time.
     """
+    if confirm_over is not None:
+        if dry_run:
+            raise UserError("dry_run=True only forecasts; confirm_over= forecasts, then asks before running")
+        from ..evals._confirm import confirm
+
+        return confirm(agent, inputs, confirm_over, sample, {
+            "concurrency": concurrency, "thread_prefix": thread_prefix, "progress": progress, "desc": desc,
+            "executor": executor, "chunk_size": chunk_size})
     if dry_run:
         from ..evals import estimate
 

@@ -12,6 +12,7 @@ report.summary()    # one row per evaluator: mean, pass_rate, errors; a total ro
 evals.diff(report_a, report_b)   # per case and evaluator: before, after, change
 nbagent.compare(cases["input"], agents={"a": agent_a, "b": agent_b})   # one wide frame
 agent.estimate(rows, sample=5)   # a Forecast of the batch's tokens, cost and time
+agent.map(rows, confirm_over=1.00)   # forecast first; over $1.00, Run / Cancel buttons
 ```
 
 The answers come from ``agent.map`` (concurrency, progress, resume, cluster executors). See
@@ -21,11 +22,13 @@ docs/evals.md.
 from __future__ import annotations
 
 from ._compare import ComparisonFrame, compare
+from ._confirm import BatchConfirmation
 from ._evaluators import Case, Evaluator, Score, contains, equals, evaluator, judge
 from ._forecast import Forecast, estimate
 from ._report import EvalReport, diff, evaluate
 
 __all__ = [
+    "BatchConfirmation",
     "Case",
     "ComparisonFrame",
     "EvalReport",

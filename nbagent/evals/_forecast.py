@@ -28,7 +28,8 @@ class Forecast:
     Tokens and cost are for all `rows` (the sampled ones included); `cost` is ``(low, mid,
     high)`` in USD: the sample's mean cost per row times the rows, plus or minus two standard
     errors of that mean (NaN when the model has no price). `wall_s` is the sample's mean row
-    time times the rounds of `concurrency` rows the batch takes.
+    time times the rounds of `concurrency` rows the batch takes (a sampled row an earlier run
+    answered counts the wall time stored with its run).
     """
 
     rows: int
@@ -44,14 +45,17 @@ class Forecast:
         low, mid, high = self.cost
         return (f"Forecast({self.rows} rows from a sample of {len(self.sample)}: "
                 f"~{self.input_tokens:,} input + {self.output_tokens:,} output tokens, "
-                f"cost {usd(mid)} ({usd(low)} to {usd(high)}), ~{self.wall_s:.1f}s at concurrency {self.concurrency})")
+                f"cost {usd(mid)} ({usd(low)} to {usd(high)}), {self._wall()} at concurrency {self.concurrency})")
+
+    def _wall(self) -> str:
+        return "wall time unknown" if math.isnan(self.wall_s) else f"~{self.wall_s:.1f}s"
 
     def _repr_html_(self) -> str:
         low, mid, high = self.cost
         cells = [("rows", f"{self.rows:,} (sample {len(self.sample)})"),
                  ("input tokens", f"~{self.input_tokens:,}"), ("output tokens", f"~{self.output_tokens:,}"),
                  ("cost", f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>"),
-                 ("wall time", f"~{self.wall_s:.1f} s at concurrency {self.concurrency}")]
+                 ("wall time", f"{self._wall()} at concurrency {self.concurrency}")]
         body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in cells)
         # mathjax_ignore: JupyterLab typesets the text between two "$" of an HTML output as math
         return f"<table class='nbagent-forecast mathjax_ignore'><caption>Forecast</caption>{body}</table>"
@@ -106,4 +110,20 @@ def estimate(
     subset = pd.Series([values[i] for i in picked], index=pd.Index(labels), dtype=object)
     frame = batch(agent, subset, concurrency=min(concurrency, len(picked)) or 1, thread_prefix=thread_prefix,
                   progress=progress, desc="estimate", **options)
-    return forecast_of(frame, len(values), concurrency)
+    return forecast_of(_with_stored_times(agent, frame), len(values), concurrency)
+
+
+def _with_stored_times(agent: Any, frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` with the stored wall time of rows an earlier run answered (the batch skips them
+    and gives no ``duration_s``): a second forecast of the same rows, in this kernel or after a
+    restart, times them as the first did."""
+    missing = frame["skipped"].astype(bool) & frame["duration_s"].isna() & frame["thread"].notna()
+    if not missing.any():
+        return frame
+    from ..dataframe import runs_frame
+
+    runs = runs_frame(agent, thread=[str(t) for t in frame.loc[missing, "thread"]])
+    took = runs.groupby("thread", observed=True)["wall_s"].sum(min_count=1)
+    frame = frame.copy()
+    frame.loc[missing, "duration_s"] = frame.loc[missing, "thread"].astype(object).map(took).astype("float64")
+    return frame

@@ -94,6 +94,16 @@ class FallbackModel(Model):
             return "content_filter" in self.on
         return isinstance(error, ModelError) and error.retryable and "retryable" in self.on
 
+    def _refusal(self, response: ModelResponse) -> ModelError | None:
+        """The failure of a billed answer that moves the chain on: its error (a `ContentFilterError`
+        a provider set), or a ``content_filter`` finish (OpenAI-compatible providers, Azure),
+        which the run loop would otherwise fail the step with."""
+        error = response.error
+        if error is None and response.message.finish_reason == "content_filter":
+            error = ContentFilterError("the provider's content filter stopped the answer "
+                                       "(finish_reason content_filter)", text=response.message.text or "")
+        return error if error is not None and self.falls_back(error) else None
+
     async def _retried(self, model: Model, request: ModelRequest) -> ModelResponse:
         attempt = 0
         while True:
@@ -105,8 +115,9 @@ class FallbackModel(Model):
                     raise
                 await _sleep(self.retry.delay(exc, attempt))
                 continue
-            if response.error is not None and self.falls_back(response.error):
-                raise response.error
+            refused = self._refusal(response)
+            if refused is not None:
+                raise refused
             return response
 
     def _moved(self, i: int, exc: BaseException, moves: list[Fallback]) -> None:
@@ -143,8 +154,9 @@ class FallbackModel(Model):
                 try:
                     async for item in model.request_stream(request):
                         if isinstance(item, ModelResponse):
-                            if item.error is not None and self.falls_back(item.error):
-                                raise item.error
+                            refused = self._refusal(item)
+                            if refused is not None:
+                                raise refused
                             yield self._answer(model, item, moves)
                             return
                         shown = True

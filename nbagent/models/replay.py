@@ -277,7 +277,10 @@ class ReplayModel(Model):
             await keep(store, thread, response)
 
     def __repr__(self) -> str:
-        return f"replay({self.source}, {len(self.recordings)} calls{', then=' + repr(self.then) if self.then else ''})"
+        models = ", ".join(dict.fromkeys(r.model for r in self.recordings))  # which model's answers these are
+        count = len(self.recordings)
+        calls = f"{count} call{'' if count == 1 else 's'}" + (f" of {models}" if models else "")
+        return f"replay({self.source}, {calls}{', then=' + repr(self.then) if self.then else ''})"
 
 
 def _read_jsonl(path: Path) -> list[Recording]:
