@@ -143,6 +143,7 @@ async def test_the_span_tree_of_a_run_with_a_tool_an_approval_and_a_retry(spans:
         assert chat.parent.span_id == parent.context.span_id
     a = asked.attributes or {}
     assert a["gen_ai.operation.name"] == "chat" and a["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert a["gen_ai.provider.name"] == model.provider  # on every chat span, as the conventions ask
     assert a["gen_ai.usage.input_tokens"] == paused.usage.calls[0].input_tokens
     assert a["gen_ai.usage.output_tokens"] == paused.usage.calls[0].output_tokens
     assert a["nbagent.step"] == 1 and a["nbagent.purpose"] == "run"
