@@ -417,3 +417,33 @@ async def test_results_that_finish_in_another_order_still_match() -> None:
     again = await Agent(replay(store, thread="t1"), tools=tools, tools_in_order=True).run("Plan a trip")
     assert [m.content for m in again.messages if isinstance(m, ToolResultMessage)][:2] == ["Paris: sunny", "Oslo: snow"]
     assert again.status == "completed" and again.output == first.output
+
+
+async def test_a_replay_reports_the_recorded_models_window_so_results_are_cut_the_same(tmp_path: Path) -> None:
+    @tool
+    def table() -> str:
+        """A long table."""
+        return "row\n" * 5_000
+
+    def ask_then_answer(messages: list[Any], info: Any) -> Any:
+        return tool_call("table") if messages[-1].kind == "user" else "done"
+
+    store = MemoryStore()
+    live = Agent(record(FunctionModel(ask_then_answer, context_window=4_000)), tools=[table], store=store)
+    first = await live.run("Show the table")
+    assert first.status == "completed" and first.messages[2].full_content  # cut to the 4,000-token window
+    path = tmp_path / "window.jsonl"
+    export_recording(store, path)
+    assert json.loads(path.read_text().splitlines()[0])["context_window"] == 4_000
+    replayed_model = replay(path)
+    assert replayed_model.context_window == 4_000
+    again = await Agent(replayed_model, tools=[table], store=MemoryStore()).run("Show the table")
+    assert again.status == "completed", again.error  # the same cut, so the same requests match
+    assert again.messages[2].content == first.messages[2].content
+    # A recording made before the window was kept: the model's known window from its name.
+    line = json.loads(path.read_text().splitlines()[0])
+    del line["context_window"]
+    line["provider"], line["model"] = "openai", "gpt-4o-mini"
+    old = tmp_path / "old.jsonl"
+    old.write_text(json.dumps(line) + "\n")
+    assert replay(old).context_window == 128_000

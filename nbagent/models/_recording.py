@@ -109,13 +109,16 @@ class Recording:
     step: int = 0
     time: float = 0.0
     latency_s: float = 0.0
+    context_window: int | None = None
+    """The recorded model's context window in tokens (None: unknown): a replay reports it, so the
+    replayed run cuts results and sizes requests as the recorded one did."""
 
     def to_dict(self) -> dict[str, Any]:
         """The recording as JSON data (one line of an exported file)."""
         return {"format": RECORDING_FORMAT, "key": self.key, "thread": self.thread, "step": self.step,
                 "time": self.time, "latency_s": self.latency_s, "provider": self.provider, "model": self.model,
-                "priced": self.priced, "request": self.request, "message": self.message, "usage": self.usage,
-                "deltas": self.deltas}
+                "priced": self.priced, "context_window": self.context_window, "request": self.request,
+                "message": self.message, "usage": self.usage, "deltas": self.deltas}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recording:
@@ -124,7 +127,7 @@ class Recording:
         return cls(data.get("key") or request_key(request), request, data["message"], data.get("usage") or {},
                    list(data.get("deltas") or []), data.get("provider", "unknown"), data.get("model", "unknown"),
                    bool(data.get("priced", True)), data.get("thread"), int(data.get("step", 0)),
-                   float(data.get("time", 0.0)), float(data.get("latency_s", 0.0)))
+                   float(data.get("time", 0.0)), float(data.get("latency_s", 0.0)), data.get("context_window"))
 
     def response(self) -> ModelResponse:
         """The recorded answer, as a fresh `ModelResponse` marked `replayed`."""

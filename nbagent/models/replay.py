@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..exceptions import ReplayMismatchError, UserError
+from ..pricing import context_window_of
 from ..messages import ToolCall, ToolResultMessage, message_from_dict
 from ..store.base import Store
 from ._recording import (
@@ -88,6 +89,7 @@ class RecordingModel(_Forwarding):
              "reasoning_tokens": counts.reasoning_tokens, "reported": counts.reported},
             deltas, self.inner.provider, response.model or self.inner.model_name, self.inner.priced,
             step=request.step, time=time.time(), latency_s=time.perf_counter() - started,
+            context_window=self.inner.context_window,
         )
 
     async def request(self, request: ModelRequest) -> ModelResponse:
@@ -182,7 +184,15 @@ class ReplayModel(Model):
         return self._first.priced if self._first else False
 
     def _default_context_window(self) -> int | None:
-        return self.then.context_window if self.then is not None else None
+        """The recorded model's window while replaying (so results are cut and requests sized as
+        they were when recorded); `then`'s once live or with no recording."""
+        if self.then is not None and (self.live or self._first is None):
+            return self.then.context_window
+        if self._first is None:
+            return None
+        if self._first.context_window is not None:
+            return self._first.context_window
+        return context_window_of(self._first.model, self._first.provider)  # a recording made before the field
 
     def _find(self, request: ModelRequest) -> Recording | None:
         """The recording answering `request`; None when `then` goes live. Raises
