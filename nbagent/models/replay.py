@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..exceptions import ReplayMismatchError, UserError
-from ..pricing import context_window_of
 from ..messages import ToolCall, ToolResultMessage, message_from_dict
+from ..pricing import context_window_of
 from ..store.base import Store
 from ._recording import (
     Recording,
