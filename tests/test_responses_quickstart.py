@@ -101,7 +101,8 @@ async def test_the_quickstart_runs_unchanged_on_the_responses_api(
     assert thinking == ["**Calling get_time**\n\nThe user names it.", "**Calling get_weather**\n\nThe user names it."]
     assert "completed" in shown[-3] and "get_time" in shown[-3]  # `result`'s static summary
     usage = shown[-1]
-    assert usage.count("gpt-5.4") == 2 and "openai" in usage  # the call, then the answer
+    assert usage.count("gpt-5.4") == 2  # the call, then the answer (the summary columns: model, tokens, cost)
+    assert all(c.provider == "openai" for c in followup.usage.calls)
 
     # the wire: store false, the settings' max_tokens as max_output_tokens, the reasoning carried back
     assert len(server.requests) == 6  # three tool loops of two requests
