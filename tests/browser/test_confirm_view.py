@@ -52,6 +52,16 @@ _BUTTONS = """(i) => {
   return Array.from(box.querySelectorAll('button')).map(b => [b.innerText.trim(), b.disabled]);
 }"""
 
+_BORDERS = """(i) => {
+  const boxes = Array.from(document.querySelectorAll('.jp-OutputArea .nbagent-confirm'));
+  return Array.from(boxes.filter(b => b.querySelector('button'))[i].querySelectorAll('button'))
+    .map(b => getComputedStyle(b).borderTopColor);
+}"""
+# the theme's brand colour as a computed border colour
+_BRAND = "() => { const s = document.createElement('span'); " \
+         "s.style.border = '1px solid var(--jp-brand-color1)'; document.body.appendChild(s); " \
+         "const c = getComputedStyle(s).borderTopColor; s.remove(); return c; }"
+
 
 def _confirm_boxes(page) -> int:
     return int(page.eval("() => document.querySelectorAll('.jp-OutputArea .nbagent-confirm button').length / 2"))
@@ -66,6 +76,8 @@ def test_run_and_cancel_buttons_of_a_batch_over_its_limit(jupyter_lab, make_note
     assert "Forecast" in shown and "20 (sample 2)" in shown and "input tokens" in shown, shown
     assert "over confirm_over=$0.000001" in shown and "the 2 sampled rows ran" in shown, shown
     assert page.eval(_BUTTONS, 0) == [["Run", False], ["Cancel", False]]
+    run, cancel = page.eval(_BORDERS, 0)
+    assert run == page.eval(_BRAND) and cancel != run, (run, cancel)  # Run is tinted as the chat's Send
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     box = page.page.locator(".jp-OutputArea .nbagent-confirm").first
     box.screenshot(path=str(ARTIFACTS / "confirm_view-waiting.png"))
