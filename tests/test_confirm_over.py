@@ -114,3 +114,17 @@ def test_confirm_over_takes_a_cost_and_not_with_dry_run() -> None:
     with pytest.raises(nbagent.UserError, match="dry_run"):
         agent.map(ROWS, confirm_over=1.0, dry_run=True, progress=False)
     assert calls == []
+
+
+def test_the_run_button_is_tinted_as_the_chat_views_primary_buttons() -> None:
+    from pathlib import Path
+
+    from nbagent.widgets.frame import ViewFrame
+
+    agent, _ = counting()
+    box = agent.map(ROWS, confirm_over=0.0, sample=1, progress=False).widget()
+    run = box.children[1].children[0]
+    assert "nbagent-button-primary" in run._dom_classes and "nbagent-confirm" in box._dom_classes
+    assert any(isinstance(w, ViewFrame) for w in box.children)  # the stylesheet comes with the box
+    css = (Path(nbagent.__file__).parent / "widgets" / "view.css").read_text()
+    assert ":is(.nbagent-chat, .nbagent-confirm) .jupyter-button.nbagent-button-primary {" in css

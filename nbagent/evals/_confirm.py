@@ -110,12 +110,14 @@ class BatchConfirmation:
 
 
 class _ConfirmBox:
-    """`BatchConfirmation.widget`: the forecast, Run and Cancel, a status line, and an output
-    area for what the run shows (a click's output has no cell of its own)."""
+    """`BatchConfirmation.widget`: the forecast, Run and Cancel, a status line, an output area
+    for what the run shows (a click's output has no cell of its own), and a `ViewFrame` (the
+    stylesheet that tints Run like the chat view's buttons)."""
 
     def __init__(self, pending: BatchConfirmation) -> None:
         import ipywidgets as widgets
 
+        from ..widgets.frame import ViewFrame
         from ..widgets.tool_table import themed_button
 
         self.pending = pending
@@ -126,8 +128,10 @@ class _ConfirmBox:
         self.cancel_button.on_click(lambda _: self.cancel())
         self.output = widgets.Output()  # what the run shows (its progress bar) goes under the buttons
         forecast = widgets.HTML(pending.forecast._repr_html_())
+        frame = ViewFrame("")  # loads view.css, which tints Run as the chat view's Send
+        frame.notice = "kernel restarted: run this cell again"
         self.box = widgets.VBox([forecast, widgets.HBox([self.run_button, self.cancel_button]), self.status,
-                                 self.output])
+                                 self.output, frame])
         self.box.add_class("nbagent-confirm")
         self.refresh()
 
