@@ -20,7 +20,8 @@ from ..usage import TokenCounts
 if TYPE_CHECKING:
     from ..context import NativeContext
 
-__all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem", "check_context_window"]
+__all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem", "WrappedModel",
+           "check_context_window"]
 
 
 @dataclass(slots=True)
@@ -145,3 +146,31 @@ class Model:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model_name!r})"
+
+
+class WrappedModel(Model):
+    """A model wrapping another (`inner`), reporting its provider, name, pricing, window and
+    context management as its own (`record`'s model, tracing's)."""
+
+    def __init__(self, inner: Model) -> None:
+        self.inner = inner
+
+    @property
+    def provider(self) -> str:  # type: ignore[override]
+        return self.inner.provider
+
+    @property
+    def model_name(self) -> str:  # type: ignore[override]
+        return self.inner.model_name
+
+    @property
+    def priced(self) -> bool:  # type: ignore[override]
+        return self.inner.priced
+
+    @property  # type: ignore[misc]
+    def context_window(self) -> int | None:
+        return self.inner.context_window
+
+    @property
+    def native_context(self) -> bool:  # type: ignore[override]
+        return self.inner.native_context

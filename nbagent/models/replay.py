@@ -37,39 +37,12 @@ from ._recording import (
     request_key,
     tool_results,
 )
-from .base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem
+from .base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem, WrappedModel
 
 __all__ = ["RecordingModel", "ReplayModel", "export_recording", "record", "replay"]
 
 
-class _Forwarding(Model):
-    """A model wrapping another, reporting its provider, name, pricing and window."""
-
-    def __init__(self, inner: Model) -> None:
-        self.inner = inner
-
-    @property
-    def provider(self) -> str:  # type: ignore[override]
-        return self.inner.provider
-
-    @property
-    def model_name(self) -> str:  # type: ignore[override]
-        return self.inner.model_name
-
-    @property
-    def priced(self) -> bool:  # type: ignore[override]
-        return self.inner.priced
-
-    @property  # type: ignore[misc]
-    def context_window(self) -> int | None:
-        return self.inner.context_window
-
-    @property
-    def native_context(self) -> bool:  # type: ignore[override]
-        return self.inner.native_context
-
-
-class RecordingModel(_Forwarding):
+class RecordingModel(WrappedModel):
     """`record(model)`: answers with `inner`, and keeps each call (normalised request, streamed
     deltas with their times, answer, token counts) until the run loop stores it with the thread
     (`keep_recording`). An answer that failed is not recorded."""

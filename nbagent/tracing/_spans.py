@@ -27,7 +27,7 @@ from .._run.config import RunConfig
 from .._run.state import RunState
 from ..events import Event, RunEndedEvent
 from ..messages import AssistantMessage, ToolCall, ToolResultMessage
-from ..models.base import Model, ModelRequest, ModelResponse, StreamItem
+from ..models.base import Model, ModelRequest, ModelResponse, StreamItem, WrappedModel
 from ..result import RunResult
 from ._content import input_messages, output_messages, scrub, system_instructions
 from ._index import remember
@@ -441,33 +441,12 @@ _HANDLERS: dict[str, Callable[[RunTrace, Any], None]] = {
 }
 
 
-class TracedModel(Model):
+class TracedModel(WrappedModel):
     """A model whose every call is a ``chat`` span of its run (current during the call)."""
 
     def __init__(self, inner: Model, trace_: RunTrace) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.trace = trace_
-
-    # Read-only views of the wrapped model's attributes (a base Model has plain class attributes).
-    @property
-    def provider(self) -> str:  # type: ignore[override]
-        return self.inner.provider
-
-    @property
-    def model_name(self) -> str:  # type: ignore[override]
-        return self.inner.model_name
-
-    @property
-    def priced(self) -> bool:  # type: ignore[override]
-        return self.inner.priced
-
-    @property  # type: ignore[misc]
-    def context_window(self) -> int | None:
-        return self.inner.context_window
-
-    @property
-    def native_context(self) -> bool:  # type: ignore[override]
-        return self.inner.native_context
 
     def __getattr__(self, name: str) -> Any:  # what else the wrapped model has (base_url, ...)
         if name == "inner":
