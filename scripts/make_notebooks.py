@@ -637,6 +637,135 @@ result = await agent.run("Use the get_sales tool for store 3.")
 print(result.status, result.context)'''),
 ]
 
+NOTEBOOKS["08_notebook_as_context.ipynb"] = [
+    ("md", """# The notebook as context
+
+Ask about a DataFrame without pasting it: `%%agent` sends `{df}` as a capped summary (shape,
+dtypes, `head(5)`, `describe()`, null counts), `@df` in the chat view attaches it as a chip, and
+`dataframe_tools` lets a model query it with typed, read-only tools. When the model should run
+code, `python_tool()` runs it in this kernel, after you approve it (docs/notebook.md).
+
+Without a key the model is the bundled SmolLM2-135M: its answers about the table do not matter
+here. What this notebook shows is what is *sent*, which is the same for every model. The tool
+calls are made by scripted stand-ins (`FunctionModel`), so their results are the same every run."""),
+    ("code", SETUP),
+    ("code", '''import pandas as pd
+
+df = pd.DataFrame({
+    "region": ["North", "South", "North", "East", "South", "East", "North", "West"],
+    "product": ["tea", "coffee", "coffee", "tea", "tea", "coffee", "tea", "coffee"],
+    "units": [12, 7, 30, 5, 18, 22, 9, 14],
+    "price": [3.5, 4.0, 4.0, 3.5, 3.5, 4.0, 3.5, 4.0],
+})
+df'''),
+    ("md", """## `%%agent`: the cell is the prompt
+
+`%load_ext nbagent` registers the magics. `{df}` in the prompt becomes the frame's summary, never
+the whole object, cut to a tenth of the model's window (2,000 tokens when the window is unknown).
+The answer streams into the chat view under the cell; `--agent analyst` runs on that agent."""),
+    ("code", '''%load_ext nbagent
+analyst = Agent(model, settings={"max_tokens": 40})'''),
+    ("code", '''%%agent --agent analyst
+Which region sold the most units? {df}'''),
+    ("md", """## What was sent
+
+The run is a background task behind the view; wait for it, then read the user message the thread
+recorded: exactly what the model saw. `nbagent.notebook.interpolate` is what the magic calls, so
+you can see a prompt's text before sending it."""),
+    ("code", '''from nbagent.notebook import cap_for, interpolate, magics_of
+
+result = await magics_of(get_ipython()).last.wait()
+first_thread, sent = result.thread, [m.content for m in result.messages if m.kind == "user"][-1]
+print(f"cap: {cap_for(model)} tokens; sent {len(sent):,} characters, not the frame itself")
+print(sent)
+print("same as interpolate():", sent == interpolate("Which region sold the most units? {df}", globals(),
+                                                    cap=cap_for(model)))'''),
+    ("md", """## A follow-up, and `--new`
+
+A follow-up cell continues the same thread; `--new` starts another. (A line that ends with `?`
+is IPython's help: end a `%agent` line with a period.) `{Out[n]}` is cell *n*'s result
+(the number left of the cell; `{In[n]}` its source, `{Err}` the last exception a cell raised). The
+next cells use an `echo` stand-in that answers with the message it received, so you see what
+`{Out[n]}` sends."""),
+    ("code", '''%agent --agent analyst Now name the product that sold the most units.'''),
+    ("code", '''result = await magics_of(get_ipython()).last.wait()
+asked = sum(m.kind == "user" for m in result.messages)
+print("same thread:", result.thread == first_thread, "|", asked, "user messages")'''),
+    ("code", '''from nbagent.models import FunctionModel
+
+echo = Agent(FunctionModel(lambda messages, info: messages[-1].content, model_name="echo"))
+totals = df.groupby("region")["units"].sum()
+totals'''),
+    ("code", '''%agent --agent echo --new Explain these totals: {Out[8]}'''),
+    ("code", '''result = await magics_of(get_ipython()).last.wait()
+print(result.output)'''),
+    ("md", """## `@df` in the chat view
+
+In `agent.chat()`'s message box, typing `@` offers the kernel's variables with their types and
+shapes; `@df` attaches `df` as a chip above the box. Click the chip to read the exact text that will
+be sent with your message (the same capped summary). Below, the box is filled in code; type in it
+yourself to see the completions."""),
+    ("code", '''view = analyst.chat(thread="at-df")
+view.message_box.value = "Which region sold the most? @df"
+print([chip.description for chip in view.attachments.chips.children])
+print(view.attachments.text_of("df").splitlines()[0])
+view'''),
+    ("md", """## Read-only tools over the frame
+
+`dataframe_tools(df, name="sales")` gives six typed tools, named with the prefix: the model asks
+structured questions, no code runs, and none needs approval. Called directly, a tool returns what
+the model would read."""),
+    ("code", '''from nbagent.notebook import dataframe_tools
+
+sales_tools = dataframe_tools(df, name="sales")
+print([t.name for t in sales_tools])
+by_name = {t.name: t for t in sales_tools}
+print(by_name["sales_groupby_agg"](by="region", column="units", agg="sum"))'''),
+    ("md", "In a run, a stand-in model filters the rows, then answers from the tool's result."),
+    ("code", '''from nbagent.models import tool_call
+
+
+def asks_for_tea(messages, info):          # a stand-in for a model: one filter, then an answer
+    if messages[-1].kind == "user":
+        return tool_call("sales_filter", conditions=[{"column": "product", "op": "==", "value": "tea"},
+                                                     {"column": "units", "op": ">=", "value": 10}])
+    return "Two tea sales had 10 units or more."
+
+
+result = await Agent(FunctionModel(asks_for_tea), tools=sales_tools).run("Which tea sales had 10+ units?")
+print(result.messages[2].content)
+print(result.output)'''),
+    ("md", """## Code in the kernel, after approval
+
+`python_tool()` runs the model's Python in this kernel, with your variables. **Approving code is
+approving code**: it runs with the kernel's full rights. Every call waits for you by default: the
+row in the view below shows the code with **Approve / Deny / Edit**. Here a stand-in writes the
+code, so you know what you are approving."""),
+    ("code", '''from nbagent.notebook import python_tool
+
+
+def writes_code(messages, info):           # a stand-in for a model: writes code, then answers
+    if messages[-1].kind == "user":
+        return tool_call("python", code='best = df.groupby("region")["units"].sum().idxmax()\\nbest')
+    return f"The best region is {messages[-1].content}."
+
+
+coder = Agent(FunctionModel(writes_code), tools=[python_tool(timeout=10)])
+code_view = coder.chat(thread="code-in-view")
+code_view'''),
+    ("code", '''paused = await code_view.ask("Which region sold the most units?")
+print(paused.status, [(p.name, p.args["code"]) for p in paused.pending])'''),
+    ("md", """**Your turn:** the `python` row above waits with **Approve / Deny / Edit**. Click **Approve**:
+the code runs once, in this kernel. (Run All leaves it waiting for you.)
+
+## The same approval in code
+
+For CI and scripts: a conversation of its own, approved in code, so the row above keeps waiting."""),
+    ("code", '''paused = await coder.run("Which region sold the most units?", thread="code-approved-in-code")
+done = await coder.resume(paused, approve=paused.pending)
+print(done.status, "|", done.output, "| best =", best)'''),
+]
+
 
 def build(name: str) -> nbformat.NotebookNode:
     """The notebook `name` from its cell sources, without outputs (stable cell ids)."""
@@ -707,7 +836,8 @@ def record(name: str, workdir: Path, timeout: int = 600) -> int:
     from nbagent.store import SQLiteStore
 
     nb = build(name)
-    nb.cells.insert(0, nbformat.v4.new_code_cell(_RECORD_CELL))
+    first = next(c for c in nb.cells if c.cell_type == "code")  # before auto(); no cell of its own, so
+    first.source = _RECORD_CELL + "\n" + first.source            # the cells keep their numbers ({Out[n]})
     execute(nb, workdir, timeout=timeout)
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     if errors:

@@ -359,6 +359,42 @@ def check_long_sessions(ran: Ran) -> None:
     assert re.fullmatch(r"completed context \d+ % of 4.1k", real), real  # the local model's window
 
 
+def check_notebook_as_context(ran: Ran) -> None:
+    # %%agent sent df's capped summary, not the frame: shape, dtypes, head(5), describe, nulls;
+    # the thread recorded it as the user message, and interpolate() gives the same text.
+    sent = ran.after("first_thread, sent = result.thread")
+    assert re.match(r"cap: \d+ tokens; sent \d[\d,]* characters", sent), sent
+    assert "Which region sold the most units? DataFrame: 8 rows x 4 columns" in sent, sent
+    assert all(part in sent for part in ("dtypes:", "head(5):", "describe():", "null counts:")), sent
+    assert "7   West" not in sent  # past head(5): the rows themselves are not sent
+    assert sent.strip().endswith("same as interpolate(): True"), sent
+    (asked,) = [t for t in ran.threads.values() if t.messages and t.messages[0].kind == "user"
+                and t.messages[0].content.startswith("Which region sold the most units? DataFrame: 8 rows")]
+    # The %agent follow-up continued that thread: two user messages in it, the second the line's text.
+    assert ran.after('print("same thread:"').strip() == "same thread: True | 2 user messages"
+    users = [m.content for m in asked.messages if m.kind == "user"]
+    assert users[1:] == ["Now name the product that sold the most units."], users
+    # --new with {Out[8]}: the echo stand-in answers with what it received, the totals cell's result.
+    echoed = ran.out(ran.index("Explain these totals: {Out[8]}") + 1)  # the cell that waits for it
+    assert echoed.startswith("Explain these totals: region\nEast     27\nNorth    51"), echoed
+    # @df in the chat view: a chip, and the text it sends.
+    chips = ran.after('view.message_box.value = "Which region sold the most? @df"')
+    assert chips.startswith("['@df']\nDataFrame: 8 rows x 4 columns"), chips
+    # dataframe_tools: six prefixed tools; a direct call and a stand-in's filter answer like pandas.
+    tools = ran.after('dataframe_tools(df, name="sales")')
+    assert "['sales_describe', 'sales_head', 'sales_filter', 'sales_groupby_agg', 'sales_value_counts', " \
+           "'sales_sort_top']" in tools, tools
+    assert re.search(r"^North\s+51$", tools, re.M) and "4 groups" in tools, tools
+    filtered = ran.after("def asks_for_tea(")
+    assert "matching rows: 2, shown: 2" in filtered and filtered.strip().endswith("Two tea sales had 10 units or more.")
+    # python_tool: the view's call waits for a click under Run All; the one approved in code ran once.
+    assert "python waits for a decision" in ran.after("code_view = coder.chat(")
+    assert ran.after("paused = await code_view.ask(").startswith("paused [('python', 'best = df.groupby(")
+    assert [(c.name, c.status) for c in ran.calls("code-in-view")] == [("python", None)]
+    assert [(c.name, c.status) for c in ran.calls("code-approved-in-code")] == [("python", "done")]
+    assert ran.after("done = await coder.resume(").strip() == "completed | The best region is North. | best = North"
+
+
 CHECKS: dict[str, Callable[[Ran], None]] = {
     "01_quickstart.ipynb": check_quickstart,
     "02_approve_tools.ipynb": check_approve_tools,
@@ -367,6 +403,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "05_structured_output.ipynb": check_structured_output,
     "06_mcp_tools.ipynb": check_mcp_tools,
     "07_batch_on_a_cluster.ipynb": check_batch_on_a_cluster,
+    "08_notebook_as_context.ipynb": check_notebook_as_context,
     "09_evals_and_forecasts.ipynb": check_evals_and_forecasts,
     "10_long_sessions.ipynb": check_long_sessions,
 }

@@ -37,8 +37,12 @@ WIDTH = 1100
 DARK = "JupyterLab Dark"
 LIGHT = "JupyterLab Light"
 
-WAITING_FOR_A_CLICK = {"02_approve_tools": "book_table", "06_mcp_tools": "add_note"}
+WAITING_FOR_A_CLICK = {"02_approve_tools": "book_table", "06_mcp_tools": "add_note", "08_notebook_as_context": "python"}
 """The notebooks whose view asks for approval: after Run All its row still waits, buttons live."""
+
+CELL_PICTURES = {"08_notebook_as_context": (5, "agent_magic.png")}
+"""A cell photographed on its own after Run All (its index in the notebook, the picture in docs/img):
+08's ``%%agent`` cell on a DataFrame, with the view under it (the README's notebook section)."""
 
 pytestmark = [
     pytest.mark.local_llm,
@@ -156,7 +160,8 @@ def _run_all(page: NotebookPage) -> None:
 
 
 NOTEBOOK_NAMES = ["01_quickstart", "02_approve_tools", "03_token_costs", "04_state_and_history",
-                  "05_structured_output", "06_mcp_tools", "07_batch_on_a_cluster", "09_evals_and_forecasts"]
+                  "05_structured_output", "06_mcp_tools", "07_batch_on_a_cluster", "08_notebook_as_context",
+                  "09_evals_and_forecasts"]
 
 
 @pytest.mark.parametrize("stem", NOTEBOOK_NAMES)
@@ -181,6 +186,13 @@ def test_notebook_after_run_all(stem: str, user_folder: JupyterServer,
     _set_theme(page, LIGHT)
     number = stem[:2]
     _photograph(page, DOCS_IMG / f"notebook_{number}.png")
+    if stem in CELL_PICTURES:  # one cell of it, for the README's section on that feature
+        index, picture = CELL_PICTURES[stem]
+        page.page.set_viewport_size({"width": WIDTH, "height": 4000})  # the whole cell in the window
+        time.sleep(0.5)
+        page.eval(_JS_CONTENT_HEIGHT)  # scrolled to the top
+        page.page.locator(".jp-Notebook .jp-Cell").nth(index).screenshot(path=str(DOCS_IMG / picture))
+        page.page.set_viewport_size({"width": WIDTH, "height": 1000})
     _set_theme(page, DARK)
     _photograph(page, ARTIFACTS / f"notebook_{number}-dark.png")
     _set_theme(page, LIGHT)
