@@ -62,6 +62,18 @@ def test_line_magic_and_follow_up_cells_continue_the_thread_until_new(shell: Any
     assert _answer(shell, "%agent --agent bot and on") == "[2] and on"
 
 
+def test_line_magic_prompt_is_the_rest_of_the_line_as_typed(shell: Any) -> None:
+    # apostrophes, quotes, backslashes and spacing reach the model unchanged (no shell parsing)
+    assert _answer(shell, "%agent --agent bot what's wrong with it") == "[1] what's wrong with it"
+    assert _answer(shell, '%agent --agent bot say "hi"  twice, a\\b') == '[2] say "hi"  twice, a\\b'
+    assert _answer(shell, "%agent --agent bot --new it's --new here") == "[1] it's --new here"
+    assert _answer(shell, "%agent --agent bot --thread 'my thread' it's") == "[1] it's"
+    assert magics_of(shell).last.thread == "my thread"  # type: ignore[union-attr]
+    dropped = _run(shell, "%%agent --agent bot look here\nthe body")  # text on the first line is not dropped
+    assert isinstance(dropped.error_in_exec, nbagent.UserError)
+    assert "the first line takes only options" in str(dropped.error_in_exec)
+
+
 def test_named_thread_is_used(shell: Any) -> None:
     result = _run(shell, "%agent --agent bot --thread t-1 hi").result
     assert result.thread == "t-1"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import shlex
+import re
 from typing import Any
 
 from ..agent import Agent
@@ -15,24 +15,38 @@ __all__ = ["AgentMagics", "load_ipython_extension", "magics_of"]
 _USAGE = "%%agent [--agent NAME] [--thread T] [--model M] [--new]"
 
 
+_WORD = re.compile(r"""\s*(?:"([^"]*)"|'([^']*)'|(\S+))""")
+
+
+def _word(text: str) -> tuple[str, str]:
+    """The first word of `text` (quotes may group a value: ``--thread "my thread"``) and the
+    text after it."""
+    match = _WORD.match(text)
+    if match is None:
+        return "", ""
+    return next(g for g in match.groups() if g is not None), text[match.end():]
+
+
 def _options(line: str) -> dict[str, Any]:
-    """The magic line's options."""
+    """The magic line's options: the words starting with ``--`` that come first. The rest of the
+    line is the prompt, as typed (apostrophes, quotes and spacing included)."""
     options: dict[str, Any] = {"agent": None, "thread": None, "model": None, "new": False}
-    words = shlex.split(line)
-    rest: list[str] = []
-    while words:
-        word = words.pop(0)
+    rest = line
+    while True:
+        word, after = _word(rest)
+        if not word.startswith("--"):
+            break
         if word == "--new":
             options["new"] = True
         elif word in ("--agent", "--thread", "--model"):
-            if not words:
+            value, after = _word(after)
+            if not value:
                 raise UserError(f"{word} needs a value: {_USAGE}")
-            options[word[2:]] = words.pop(0)
-        elif word.startswith("--"):
-            raise UserError(f"unknown option {word}: {_USAGE}")
+            options[word[2:]] = value
         else:
-            rest.append(word)
-    options["prompt"] = " ".join(rest)
+            raise UserError(f"unknown option {word}: {_USAGE}")
+        rest = after
+    options["prompt"] = rest.strip()
     return options
 
 
@@ -89,6 +103,9 @@ class AgentMagics:
     def run(self, line: str, cell: str | None = None) -> Any:
         """Run one magic: the cell body (or the rest of the line) is the prompt."""
         options = _options(line)
+        if cell is not None and options["prompt"]:  # never dropped unseen
+            raise UserError(f"%%agent {line.strip()}: the first line takes only options, the cell body is the "
+                            f"prompt: {_USAGE}")
         text = (cell if cell is not None else options["prompt"]).strip()
         if not text.strip():
             raise UserError(f"the prompt is empty: {_USAGE}")
