@@ -241,21 +241,14 @@ class Window:
                     raise
                 budget //= 3
         counts = response.usage
-        row = ModelCallUsage(
-            run_id, thread, step, started, summarizer.provider, response.model or summarizer.model_name,
-            counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
-            counts.reasoning_tokens, time.perf_counter() - clock, response.message.finish_reason, 0,
-            usage_reported=counts.reported, purpose="compaction",
-        )
+        row = _compaction_row(summarizer, response, run_id, thread, step, started, clock,
+                              response.message.finish_reason)
         asked = request_parts(summary_instructions(compaction.summary_words), None, request.messages[1:], [],
                               self.count)
         asked["history"], asked["latest"] = asked["latest"], 0  # its one message is the history it reads
         row.context = parts_json(scale_parts(asked, counts.input_tokens if counts.reported else sum(asked.values())),
                                  getattr(summarizer, "context_window", None))
-        if summarizer.priced or config.prices:
-            from ..pricing import price_row
-
-            price_row(row, config.prices)
+        _price(row, summarizer, config)
         summary = (response.message.text or "").strip() or "(the summarizer wrote nothing)"
         record = CompactionMessage(summary, "summary", upto, [], len(replaced), tokens_before, 0,
                                    trigger, response.model or summarizer.model_name,  # type: ignore[arg-type]
@@ -282,13 +275,8 @@ class Window:
         started, clock = time.time(), time.perf_counter()
         response = await _ask(config, model, request, model.compact)  # type: ignore[attr-defined]
         counts = response.usage
-        row = ModelCallUsage(
-            run_id, thread, step, started, model.provider, response.model or model.model_name,
-            counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
-            counts.reasoning_tokens, time.perf_counter() - clock, None, 0, usage_reported=counts.reported,
-            purpose="compaction",
-        )
-        config.price(row)
+        row = _compaction_row(model, response, run_id, thread, step, started, clock, None)
+        _price(row, model, config)
         record = CompactionMessage("", "native", upto, [], len(replaced), tokens_before, 0, trigger,  # type: ignore[arg-type]
                                    response.model or model.model_name, counts.output_tokens,
                                    items=[dict(i) for i in response.message.thinking_blocks])
@@ -308,6 +296,26 @@ class Window:
         sent = self.sent
         ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
         return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
+
+
+def _compaction_row(model: Any, response: ModelResponse, run_id: str, thread: str, step: int, started: float,
+                    clock: float, finish: str | None) -> ModelCallUsage:
+    """The usage row of a compaction's model call (a summary, or the provider's compaction)."""
+    counts = response.usage
+    return ModelCallUsage(
+        run_id, thread, step, started, model.provider, response.model or model.model_name,
+        counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
+        counts.reasoning_tokens, time.perf_counter() - clock, finish, 0, usage_reported=counts.reported,
+        purpose="compaction",
+    )
+
+
+def _price(row: ModelCallUsage, model: Any, config: RunConfig) -> None:
+    """Fill `row`'s cost columns when `model` is priced or the agent has its own prices."""
+    if model.priced or config.prices:
+        from ..pricing import price_row
+
+        price_row(row, config.prices)
 
 
 def native_request(config: RunConfig) -> NativeContext | None:
