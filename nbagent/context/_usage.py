@@ -5,6 +5,7 @@ Imports messages and the estimator only.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,15 +75,12 @@ def parts_json(
     with nbagent's own `estimate` of the request and its compaction state `key` when given (the
     next run on the thread, or a resume after a crash, starts its estimates from them and the
     provider's count, as the process that sent it would go on: `last_sent`)."""
-    # Written by hand (it is made after every model call): the same text as json.dumps with
-    # separators=(",", ":") of {**parts, "window": ..., "estimate": ..., "key": [...]}.
-    text = ",".join(f'"{name}":{int(parts.get(name, 0))}' for name in PARTS)
-    text += ',"window":' + ("null" if window is None else str(int(window)))
+    value: dict[str, Any] = {**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}
     if estimate is not None:
-        text += f',"estimate":{int(estimate)}'
+        value["estimate"] = int(estimate)
     if key is not None:
-        text += ',"key":[' + ",".join(str(int(k)) for k in key) + "]"
-    return "{" + text + "}"
+        value["key"] = [int(k) for k in key]
+    return json.dumps(value, separators=(",", ":"))
 
 
 def last_sent(rows: Sequence[Any]) -> tuple[int, int, tuple[int, int] | None] | None:
