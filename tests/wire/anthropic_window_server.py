@@ -39,15 +39,13 @@ until `release` (`hold`, `held`), as `WindowServer` does.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import re
 import time
-from collections.abc import Callable
 from typing import Any
 
 from .scripted_server import REQUEST_HEADERS, LoopbackServer
-from .window_server import DIGEST_CHARS, DIGEST_WORDS, MESSAGE_TOKENS, TURN_DONE_CHARS, _new_event, text_tokens
+from .window_server import DIGEST_CHARS, DIGEST_WORDS, MESSAGE_TOKENS, TURN_DONE_CHARS, Holding, text_tokens
 
 __all__ = ["CLEARED", "AnthropicWindowServer", "anthropic_paired", "anthropic_tokens", "clear_tool_uses",
            "prompt_too_long"]
@@ -141,7 +139,7 @@ def _invalid(message: str) -> dict[str, Any]:
             "request_id": f"req_window{time.monotonic_ns()}"}
 
 
-class AnthropicWindowServer(LoopbackServer):
+class AnthropicWindowServer(Holding, LoopbackServer):
     """The server (see the module doc); `start` runs it on a daemon thread with its own loop.
 
     Args:
@@ -168,25 +166,8 @@ class AnthropicWindowServer(LoopbackServer):
         """The largest size of an accepted request."""
         self.cleared: list[int | None] = []
         """How many tool results each request's ``context_management`` cleared (None: it asked for none)."""
-        self.held = 0
-        """Requests `hold` kept waiting (now or before)."""
         self._calls = 0
-        self._hold: Callable[[dict[str, Any]], bool] | None = None
-        self._gate: Any = None  # an asyncio.Event on the server's loop, made by `hold`
-
-    def hold(self, which: Callable[[dict[str, Any]], bool]) -> None:
-        """Keep each request for which `which(body)` is true unanswered until `release`."""
-        assert self._loop is not None, "start the server first"
-        gate = asyncio.run_coroutine_threadsafe(_new_event(), self._loop).result(10)
-        with self._lock:
-            self._hold, self._gate = which, gate
-
-    def release(self) -> None:
-        """Answer the held requests, and hold no more."""
-        with self._lock:
-            gate, self._hold, self._gate = self._gate, None, None
-        if gate is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(gate.set)
+        self._init_hold()
 
     @property
     def url(self) -> str:
@@ -211,8 +192,7 @@ class AnthropicWindowServer(LoopbackServer):
             self.unpaired += unpaired and not too_large
             if not too_large and not unpaired:
                 self.max_prompt_tokens = max(self.max_prompt_tokens, size)
-            gate = self._gate if self._hold is not None and self._hold(sent) else None
-            self.held += gate is not None
+            gate = self._gate_for(sent)
         if gate is not None:
             await gate.wait()
         if too_large:

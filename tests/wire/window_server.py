@@ -127,7 +127,42 @@ def context_length_error(window: int, tokens: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------------------- the server
-class WindowServer(LoopbackServer):
+class Holding:
+    """`hold` / `release` of a scripted server: keep chosen requests unanswered until released
+    (a test kills a process while its request waits). The server calls `_init_hold` when made and
+    `_gate_for` under its lock for each request, then awaits the gate it returns, if any."""
+
+    _loop: Any
+    _lock: Any
+
+    def _init_hold(self) -> None:
+        self.held = 0
+        """Requests `hold` kept waiting (now or before)."""
+        self._hold: Callable[[dict[str, Any]], bool] | None = None
+        self._gate: Any = None  # an asyncio.Event on the server's loop, made by `hold`
+
+    def hold(self, which: Callable[[dict[str, Any]], bool]) -> None:
+        """Keep each request for which `which(body)` is true unanswered until `release`."""
+        assert self._loop is not None, "start the server first"
+        gate = asyncio.run_coroutine_threadsafe(_new_event(), self._loop).result(10)
+        with self._lock:
+            self._hold, self._gate = which, gate
+
+    def release(self) -> None:
+        """Answer the held requests, and hold no more."""
+        with self._lock:
+            gate, self._hold, self._gate = self._gate, None, None
+        if gate is not None and self._loop is not None:
+            self._loop.call_soon_threadsafe(gate.set)
+
+    def _gate_for(self, body: dict[str, Any]) -> Any:
+        """The gate `body` waits at (None: answered at once); call it holding the lock."""
+        gate = self._gate if self._hold is not None and self._hold(body) else None
+        self.held += gate is not None
+        return gate
+
+
+class WindowServer(Holding, LoopbackServer):
     """The server (see the module doc); `start` runs it on a daemon thread with its own loop.
 
     Args:
@@ -150,25 +185,8 @@ class WindowServer(LoopbackServer):
         """Requests refused as larger than the window."""
         self.max_prompt_tokens = 0
         """The largest size of an accepted request."""
-        self.held = 0
-        """Requests `hold` kept waiting (now or before)."""
         self._calls = 0
-        self._hold: Callable[[dict[str, Any]], bool] | None = None
-        self._gate: Any = None  # an asyncio.Event on the server's loop, made by `hold`
-
-    def hold(self, which: Callable[[dict[str, Any]], bool]) -> None:
-        """Keep each request for which `which(body)` is true unanswered until `release`."""
-        assert self._loop is not None, "start the server first"
-        gate = asyncio.run_coroutine_threadsafe(_new_event(), self._loop).result(10)
-        with self._lock:
-            self._hold, self._gate = which, gate
-
-    def release(self) -> None:
-        """Answer the held requests, and hold no more."""
-        with self._lock:
-            gate, self._hold, self._gate = self._gate, None, None
-        if gate is not None and self._loop is not None:
-            self._loop.call_soon_threadsafe(gate.set)
+        self._init_hold()
 
     def reset(self) -> None:
         """Forget the requests and counters (tool call ids keep counting)."""
@@ -204,9 +222,7 @@ class WindowServer(LoopbackServer):
                 self.refused += 1
             else:
                 self.max_prompt_tokens = max(self.max_prompt_tokens, size)
-            gate = self._gate if self._hold is not None and self._hold(request) else None
-            if gate is not None:
-                self.held += 1
+            gate = self._gate_for(request)
         if gate is not None:
             await gate.wait()
         if too_large:
