@@ -653,7 +653,7 @@ async def test_connections_terminated_while_runs_go_on_are_ridden_over(
     @tool
     async def step(n: int) -> str:
         """One step."""
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # long enough for the cutter's rounds (0.1 s apart) to meet open connections
         return f"step {n}"
 
     def script(messages, info):  # type: ignore[no-untyped-def]
