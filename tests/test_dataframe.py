@@ -642,3 +642,18 @@ def test_usage_frame_columns_summary_a_list_or_a_clear_error() -> None:
     assert len(nbagent.usage_frame(rows).columns) == 22  # every usage column, replayed and recorded_cost last
     with pytest.raises(nbagent.UserError, match="no column 'tokens'; the columns are run_id, thread"):
         nbagent.usage_frame(rows, columns=["tokens"])
+
+
+def test_readable_shows_costs_in_dollars_and_keeps_the_numbers():
+    frame = pd.DataFrame({"model": ["a", "b", "c"], "cost_total": [0.0002, 0.0, float("nan")],
+                          "recorded_cost": [1234.5, 0.5, 0.0], "latency_s": [0.1234, 2.0, float("nan")],
+                          "input_tokens": [10, 20, 30]})
+    from nbagent.dataframe import readable
+
+    shown = readable(frame)
+    html = shown.to_html()
+    for text in ["$0.000200", "$0", "n/a", "$1,234.50", "$0.500", "0.12 s", "2.00 s"]:
+        assert f">{text}</td>" in html, (text, html)
+    assert ">0.000200</td>" not in html
+    assert shown.data is frame and frame["cost_total"].dtype == "float64"
+    assert frame["cost_total"].sum() == pytest.approx(0.0002)

@@ -10,6 +10,7 @@ nbagent.tool_calls_frame(agent)         # one row per tool call, with approval d
 nbagent.runs_frame([r1, r2])            # one row per run
 nbagent.context_frame(agent)            # each request's tokens by part (docs/context.md)
 nbagent.dataframe.plot_cost(agent, by="model")
+nbagent.dataframe.readable(frame)       # show costs as $0.000200 (the values stay numbers)
 answers = agent.map(df["question"], concurrency=8)
 nbagent.output_frame(answers)           # structured answers (output_type) as columns
 ```
@@ -37,6 +38,7 @@ from ._frames import (
     usage_frame,
 )
 from ._plots import cost_by_tool, plot_cost, plot_tokens
+from ._readable import readable
 
 __all__ = [
     "BATCH_COLUMNS",
@@ -52,6 +54,7 @@ __all__ = [
     "plot_context",
     "plot_cost",
     "plot_tokens",
+    "readable",
     "runs_frame",
     "tool_calls_frame",
     "usage_frame",
