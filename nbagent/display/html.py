@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..messages import IMAGE_TYPES, call_results
 from ..usage import usd
+from .plain_css import with_plain_fallbacks
 from .sanitize import escape, markdown_html
 from .sanitize import rich_html as clean_rich_html
 
@@ -690,7 +691,8 @@ def _usage_table(usage: Usage) -> str:
 
 def render_result_html(result: RunResult) -> str:
     """The static HTML summary of a run (``display(result)``): status, the run's messages and
-    tool calls, pending calls, and usage. Inline styles only, no JavaScript."""
+    tool calls, pending calls, and usage. Inline styles only, no JavaScript; each themed colour
+    has a plain one before it for an untrusted notebook (`with_plain_fallbacks`)."""
     head = (
         f'<div style="{FONT};margin-bottom:6px">{status_badge(result.status)}'
         f'<span style="{MUTED}"> · thread <code style="{CODE}">{escape(result.thread)}</code> · {result.steps} '
@@ -722,7 +724,7 @@ def render_result_html(result: RunResult) -> str:
         )
     parts.append(usage_html(result.usage))
     parts.append(_usage_table(result.usage))
-    return (
+    return with_plain_fallbacks(
         f'<div class="nbagent-result {NO_MATH}" style="{FONT};border:{BORDER};border-radius:6px;padding:8px 10px;'
         f'max-width:960px;text-align:left;box-sizing:border-box">' + "".join(parts) + "</div>"
     )

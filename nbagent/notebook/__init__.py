@@ -1,6 +1,7 @@
 """The notebook as context: ``%%agent`` / ``%agent`` magics, variables as capped summaries,
 read-only query tools over a DataFrame (`dataframe_tools`), and `python_tool` (a tool that runs
-the model's code in the kernel, after approval).
+the model's code in the kernel, after approval); and `clean_outputs`, which takes the live
+widgets' outputs out of a saved notebook so it reopens without "model not found".
 
 ``%load_ext nbagent`` (or ``import nbagent.notebook`` inside IPython) registers the magics; see
 docs/notebook.md. This edge imports IPython only when the magics are registered, and pandas and
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ._clean import clean_outputs
 from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
 from ._magics import AgentMagics, load_ipython_extension, magics_of
 from ._python_tool import python_tool
@@ -18,8 +20,8 @@ from ._python_tool import python_tool
 if TYPE_CHECKING:
     from ._dataframe_tools import dataframe_tools
 
-__all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "dataframe_tools", "interpolate",
-           "load_ipython_extension", "magics_of", "python_tool", "summarize"]
+__all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "clean_outputs", "dataframe_tools",
+           "interpolate", "load_ipython_extension", "magics_of", "python_tool", "summarize"]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,0 +1,112 @@
+"""A saved notebook, opened again in real JupyterLab: what a newcomer sees before running a cell.
+
+- An example notebook opened from the checkout is untrusted, so JupyterLab sanitizes its HTML
+  outputs and drops every inline declaration with a theme variable. The saved copy of a chat view
+  still has its border, bubbles and status label (their plain fallbacks), in the light and in the
+  dark theme, and opening the notebook does not mark it modified.
+- A notebook saved while its view was live reopens with ipywidgets' "Error displaying widget: model
+  not found" above the saved copy; after `clean_outputs` it reopens with the saved copy alone.
+
+Screenshots: tests/browser/artifacts/saved-view-{light,dark}.png.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from nbagent.notebook import clean_outputs
+
+from .harness import KNOWN_CONSOLE_NOISE
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 120.0
+
+_LOOK_JS = """
+() => {
+  const copy = document.querySelector('.nbagent-transcript');
+  if (!copy) return null;
+  const clear = (c) => c === 'transparent' || /rgba\\(.*,\\s*0\\)$/.test(c);
+  const style = getComputedStyle(copy);
+  const pill = Array.from(copy.querySelectorAll('span')).find((s) => s.textContent.trim() === 'waiting');
+  const bubble = Array.from(copy.querySelectorAll('div')).find((d) => d.textContent.trim().startsWith('you'));
+  return {
+    sanitized: !(copy.getAttribute('style') || '').includes('var('),
+    border: style.borderTopStyle === 'solid' && !clear(style.borderTopColor),
+    pill: pill ? !clear(getComputedStyle(pill).backgroundColor) : null,
+    bubble: bubble ? !clear(getComputedStyle(bubble).backgroundColor) : null,
+    text: style.color,
+    page: getComputedStyle(document.querySelector('.jp-Notebook')).backgroundColor,
+  };
+}
+"""
+
+
+def _dirty(page) -> bool:
+    return page.eval("() => document.querySelector('.jp-mod-dirty') !== null")
+
+
+def test_an_untrusted_example_notebook_keeps_its_look_light_and_dark(jupyter_lab, browser_root, page_factory,
+                                                                     browser_artifacts_dir):
+    shutil.copy(ROOT / "notebooks" / "02_approve_tools.ipynb", browser_root / "saved_02.ipynb")
+    page = page_factory(jupyter_lab, "saved_02.ipynb", timeout=TIMEOUT)
+    page.wait_for(lambda: page.eval(_LOOK_JS), "the saved copy")
+    page.page.wait_for_timeout(1000)  # the kernel has started and reported its info by now
+    assert not _dirty(page), "opening the notebook marked it modified"
+    texts = []
+    try:
+        for theme, light in (("JupyterLab Light", "true"), ("JupyterLab Dark", "false")):
+            page.command("apputils:change-theme", {"theme": theme})
+            page.wait_for(lambda light=light: page.eval("() => document.body.dataset.jpThemeLight") == light, theme)
+            page.page.wait_for_timeout(500)
+            look = page.eval(_LOOK_JS)
+            assert look["sanitized"], "the notebook is trusted: this test must see the sanitized output"
+            assert look["border"] and look["pill"] and look["bubble"], (theme, look)
+            texts.append(look["text"])
+            copy = page.page.locator(".nbagent-transcript").first
+            copy.scroll_into_view_if_needed()
+            copy.screenshot(path=str(browser_artifacts_dir / f"saved-view-{'light' if light == 'true' else 'dark'}.png"))
+    finally:
+        page.command("apputils:change-theme", {"theme": "JupyterLab Light"})  # the server's settings are shared
+        page.wait_for(lambda: page.eval("() => document.body.dataset.jpThemeLight") == "true", "the light theme")
+    # the text has no colour of its own: it inherits the theme's (dark on light, light on dark)
+    assert texts[0] != texts[1], texts
+    assert "Error displaying widget" not in page.output_text()
+    assert not _dirty(page)
+    assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
+
+
+VIEW_CELL = """\
+from nbagent import Agent
+from nbagent.models import TestModel
+from nbagent.store import MemoryStore
+agent = Agent(TestModel(text="Hello from the saved view."), store=MemoryStore())
+view = agent.chat(thread="saved-t1")
+view"""
+
+
+def test_a_notebook_saved_with_a_live_view_reopens_clean_after_clean_outputs(jupyter_lab, browser_root,
+                                                                             make_notebook, page_factory):
+    name = make_notebook([VIEW_CELL, "result = await view.ask('hi'); print(result.status)"])
+    page = page_factory(jupyter_lab, name, timeout=TIMEOUT)
+    page.run_all()
+    page.wait_text("completed", timeout=TIMEOUT)
+    page.page.wait_for_timeout(500)  # the saved copy's update follows the run's end
+    page.command("docmanager:save")
+    page.wait_for(lambda: not _dirty(page), "the save")
+    page.close()
+    saved = json.loads((browser_root / name).read_text())
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in saved["cells"][0]["outputs"])
+
+    again = page_factory(jupyter_lab, name, timeout=TIMEOUT)
+    again.wait_text("Error displaying widget: model not found", timeout=TIMEOUT)  # what ipywidgets draws
+    again.wait_text("Hello from the saved view.", timeout=TIMEOUT)                 # the saved copy under it
+    again.close()
+
+    assert clean_outputs(browser_root / name) == 1
+    clean = page_factory(jupyter_lab, name, timeout=TIMEOUT)
+    clean.wait_text("Hello from the saved view.", timeout=TIMEOUT)
+    clean.page.wait_for_timeout(1500)  # a widget output would have drawn by now
+    assert "Error displaying widget" not in clean.output_text()
+    assert "saved copy" in clean.output_text(0)
