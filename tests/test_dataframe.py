@@ -656,4 +656,8 @@ def test_readable_shows_costs_in_dollars_and_keeps_the_numbers():
         assert f">{text}</td>" in html, (text, html)
     assert ">0.000200</td>" not in html
     assert shown.data is frame and frame["cost_total"].dtype == "float64"
+    # its plain text (a saved notebook's text/plain, a console) has the same formats
+    plain = repr(shown).splitlines()
+    assert plain[1].split() == ["0", "a", "$0.000200", "$1,234.50", "0.12", "s", "10"], plain
+    assert "<pandas" not in repr(shown) and "n/a" in plain[3]
     assert frame["cost_total"].sum() == pytest.approx(0.0002)

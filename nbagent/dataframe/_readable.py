@@ -9,15 +9,15 @@ Nothing in the frame changes: ``readable(frame).data`` is the frame.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import Any
+
+import pandas as pd
+from pandas.io.formats.style import Styler
 
 from ..usage import usd
 
-if TYPE_CHECKING:
-    import pandas as pd
-    from pandas.io.formats.style import Styler
-
-__all__ = ["readable"]
+__all__ = ["ReadableFrame", "readable"]
 
 _SECONDS = ("latency_s", "wall_s", "duration_s", "elapsed_s", "seconds")
 
@@ -26,12 +26,34 @@ def _is_cost(name: Any) -> bool:
     return isinstance(name, str) and (name.startswith("cost") or name.endswith("_cost") or name.endswith("_usd"))
 
 
-def readable(frame: pd.DataFrame) -> Styler:
+class ReadableFrame(Styler):
+    """What `readable` returns: a pandas ``Styler`` whose plain text (``repr``, a saved notebook's
+    ``text/plain``) is the frame with the same formats, not ``<Styler at 0x…>``."""
+
+    def __init__(self, data: pd.DataFrame, *args: Any,
+                 plain_formats: dict[Any, Callable[[Any], str]] | None = None, **kwargs: Any) -> None:
+        super().__init__(data, *args, **kwargs)  # (pandas builds copies with the Styler's arguments)
+        self._plain_formats = dict(plain_formats or {})
+        self.format(self._plain_formats)
+
+    def __repr__(self) -> str:
+        shown = self.data.copy()
+        for name, form in self._plain_formats.items():
+            shown[name] = shown[name].map(form)
+        return shown.to_string()
+
+
+def _seconds(value: float) -> str:
+    return "" if value != value else f"{value:.2f} s"
+
+
+def readable(frame: pd.DataFrame) -> ReadableFrame:
     """`frame` for reading in a cell: cost columns (``cost_total``, ``cost_input``,
     ``recorded_cost``, any ``cost*`` / ``*_cost`` / ``*_usd``) as dollars, second columns
     (``latency_s``...) with two decimals; every other cell as pandas shows it.
 
-    The values stay numbers (this is a pandas ``Styler``: ``.data`` is `frame`, unchanged), so keep
+    The values stay numbers (this is a pandas ``Styler``: ``.data`` is `frame`, unchanged; its
+    plain text, ``repr``, uses the same formats), so keep
     the frame for analysis and show ``readable(frame)``::
 
         frame = nbagent.usage_frame(agent, columns="summary")
@@ -39,10 +61,10 @@ def readable(frame: pd.DataFrame) -> Styler:
 
     Needs Jinja2 (pandas' ``Styler`` does; it comes with the ``pandas`` extra).
     """
-    formats: dict[Any, Any] = {}
+    formats: dict[Any, Callable[[Any], str]] = {}
     for name in frame.columns:
         if _is_cost(name) and frame[name].dtype.kind == "f":
             formats[name] = usd
         elif name in _SECONDS and frame[name].dtype.kind == "f":
-            formats[name] = lambda v: "" if v != v else f"{v:.2f} s"
-    return frame.style.format(formats)
+            formats[name] = _seconds
+    return ReadableFrame(frame, cell_ids=False, plain_formats=formats)

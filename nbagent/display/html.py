@@ -290,7 +290,7 @@ def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED) 
               cls="nbagent-edited")
         + shown
         + f'<details class="nbagent-original"><summary style="cursor:pointer;{FONT};{MUTED};font-size:11px">'
-        f"the model's arguments</summary><pre style='{PRE};{LONG}'>{escape(_cut(original, MAX_CHARS))}</pre>"
+        f"the model's arguments</summary><pre style=\"{PRE};{LONG}\">{escape(_cut(original, MAX_CHARS))}</pre>"
         "</details>"
     )
 

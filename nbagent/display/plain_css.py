@@ -50,7 +50,7 @@ _NEUTRAL: dict[str, str | None] = {
 }
 """Theme variables whose own fallback (a light-theme colour) would not read on a dark page."""
 
-_STYLE = re.compile(r'(\sstyle=")([^"]*)(")')
+_STYLE = re.compile(r"""(\sstyle=(["']))(.*?)(\2)""")
 _HEX = re.compile(r"#([0-9a-fA-F]{3}|[0-9a-fA-F]{6})")
 _RGBA = re.compile(r"rgba?\((\d{1,3}),(\d{1,3}),(\d{1,3})(,[^)]*)?\)")
 
@@ -146,4 +146,4 @@ def with_plain_fallbacks(html: str) -> str:
     """
     if "var(" not in html and "color-mix(" not in html:
         return html
-    return _STYLE.sub(lambda m: m.group(1) + _with_fallbacks(m.group(2)) + m.group(3), html)
+    return _STYLE.sub(lambda m: m.group(1) + _with_fallbacks(m.group(3)) + m.group(4), html)

@@ -19,6 +19,7 @@ from pathlib import Path
 from nbagent.notebook import clean_outputs
 
 from .harness import KNOWN_CONSOLE_NOISE
+from .test_view_render import CONTRAST_JS
 
 ROOT = Path(__file__).resolve().parents[2]
 TIMEOUT = 120.0
@@ -64,6 +65,11 @@ def test_an_untrusted_example_notebook_keeps_its_look_light_and_dark(jupyter_lab
             assert look["sanitized"], "the notebook is trusted: this test must see the sanitized output"
             assert look["border"] and look["pill"] and look["bubble"], (theme, look)
             texts.append(look["text"])
+            # the bubble's text and the status label's, on their plain backgrounds, read (4.5:1 or more)
+            found = page.eval(CONTRAST_JS, ".nbagent-transcript span, .nbagent-transcript div")
+            checked = [f for f in found if f[0] == "waiting" or f[0].endswith("Use the book_table tool for Paris.")]
+            assert len(checked) == 2, found
+            assert [f for f in checked if f[1] < 4.5] == [], (theme, checked)
             copy = page.page.locator(".nbagent-transcript").first
             copy.scroll_into_view_if_needed()
             copy.screenshot(path=str(browser_artifacts_dir / f"saved-view-{'light' if light == 'true' else 'dark'}.png"))
