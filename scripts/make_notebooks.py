@@ -24,8 +24,11 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import nbformat
+
+from nbagent.notebook._clean import WIDGET_VIEW, _without_views  # clean_outputs' step, one cell at a time
 
 ROOT = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -90,7 +93,8 @@ view"""),
         ("code", """handle = view.ask("Use the get_time tool for Tokyo.")   # same as typing it in the box
 print("the cell returned; the run goes on in the background")"""),
         ("code", """result = await handle        # wait for it here (only needed in a script-like notebook)
-result                       # a finished run renders as a static summary (also on GitHub / nbviewer)"""),
+# A finished run renders as a static summary (also on GitHub / nbviewer).
+result"""),
         ("md", """## A follow-up
 The next message continues the same conversation (the view's thread), and the model calls a tool
 again: here `get_weather` for Rome. Type your own in the box above, naming a tool."""),
@@ -127,7 +131,8 @@ class AskUser(BaseModel):
     question: str
 
 
-ask_user = Tool.client("ask_user", "Ask the person a question and get their answer.", params=AskUser)
+ask_user = Tool.client("ask_user", "Ask the person a question and get their answer.",
+                       params=AskUser)
 
 agent = Agent(model, tools=[get_weather, book_table, ask_user], settings={"max_tokens": 200})"""),
         ("md", "## In the view\nThe model asks for `book_table`; the run pauses and the row waits with its buttons. Nothing is booked yet."),
@@ -145,12 +150,14 @@ a conversation of its own, so the call in the view keeps waiting for your click.
         ("code", """result = await agent.run("Use the book_table tool for Paris.", thread="dinner-in-code")
 print(result.status, [(p.name, p.args) for p in result.pending])
 if result.status == "paused":
-    result = await agent.resume(result, approve=[p for p in result.pending if p.name == "book_table"])
+    booking = [p for p in result.pending if p.name == "book_table"]
+    result = await agent.resume(result, approve=booking)
 print(result.status, "|", result.output)"""),
         ("md", "## Deny, with a reason\nA second request in the same conversation. A denied call never runs: the model gets your reason as the tool's (error) result."),
         ("code", """result = await agent.run("Use the book_table tool for Rome.", thread="dinner-in-code")
 print(result.status, [(p.name, p.args) for p in result.pending])
-result = await agent.resume(result, deny={p.id: "Rome is fully booked tonight" for p in result.pending})
+reason = "Rome is fully booked tonight"
+result = await agent.resume(result, deny={p.id: reason for p in result.pending})
 print(result.status, "|", result.output)"""),
         ("md", """## A client-side tool
 `ask_user` has no Python body: the run pauses until the person (or code) gives the answer. The model
@@ -192,8 +199,8 @@ def get_weather(city: str) -> str:
     return f"Sunny, 22 °C in {city}"
 
 
-# Prices in USD per million tokens. Known models (gpt-4.1-mini, ...) are priced by genai-prices;
-# the local model has no price, so we give it one to have something to look at.
+# Prices in USD per million tokens. Known models (gpt-4.1-mini, ...) are priced by
+# genai-prices; the local model has no price, so we give it one to have something to look at.
 agent = Agent(model, tools=[get_weather], settings={"max_tokens": 120},
               prices={"local-model": {"input": 0.15, "cache_read": 0.075, "output": 0.60}})
 for city in ["Paris", "Rome", "Oslo"]:
@@ -205,10 +212,14 @@ notebooks that share the folder's store (`./.nbagent/threads.db`); `usage_frame(
 every stored thread. Each run made two model calls: one asking for the tool, one answering."""),
         ("code", """usage = nbagent.usage_frame(agent)
 usage[["thread", "step", "input_tokens", "cache_read_tokens", "output_tokens", "cost_total"]]"""),
-        ("code", """usage.groupby("thread", observed=True)[["input_tokens", "output_tokens", "cost_total"]].sum()"""),
+        ("code", """columns = ["input_tokens", "output_tokens", "cost_total"]
+by_thread = usage.groupby("thread", observed=True)[columns].sum()
+# readable(): costs in dollars ($0 here: the local model is free); by_thread keeps its numbers.
+nbagent.dataframe.readable(by_thread)"""),
         ("md", "## Runs\nA follow-up in `weather-Paris` is a second run of that thread; `runs_frame` has one row per run, with how each ended."),
         ("code", """await agent.run("Use the get_weather tool for Berlin.", thread="weather-Paris")
-nbagent.runs_frame(agent)[["thread", "status", "steps", "total_tokens", "cost_total", "wall_s"]]"""),
+nbagent.runs_frame(agent)[["thread", "status", "steps", "total_tokens", "cost_total",
+                           "wall_s"]]"""),
         ("code", """nbagent.tool_calls_frame(agent)[["thread", "step", "tool", "status", "decision", "duration_s"]]"""),
         ("md", """## Plots
 Cost per tool (the cost of the model call that read each tool's result; the calls that read none,
@@ -220,7 +231,8 @@ plot_cost(agent, by="tool");"""),
         ("code", """usage = nbagent.usage_frame(agent)
 plot_tokens(usage);"""),
         ("md", "## A batch over a DataFrame\nIndependent conversations, run concurrently with a progress bar; failures stay in their row; a re-run skips rows already done."),
-        ("code", """questions = pd.DataFrame({"question": [f"Use the get_weather tool for {c}." for c in ["Cairo", "Kyiv", "Lisbon"]]})
+        ("code", """cities = ["Cairo", "Kyiv", "Lisbon"]
+questions = pd.DataFrame({"question": [f"Use the get_weather tool for {c}." for c in cities]})
 answers = agent.map(questions["question"], concurrency=2)
 answers[["input", "status", "output", "output_tokens", "cost", "duration_s"]]"""),
         ("md", "## Budgets\nThe budget is checked before each model call, against the tokens the run has used so far: once they reach it, the run stops gracefully (status `stopped`, with the reason) instead of making the next call. The first call always goes out (its size is known only from its answer), so a run can end above its budget by one call: below, 50 tokens are allowed, the first call takes a few hundred, and the second call is not made."),
@@ -319,7 +331,8 @@ ax.plot(["Rome", "Oslo", "Cairo"], [24, 3, 35], marker="o")
 ax.set_ylabel("°C")
 plt.close(fig)
 
-looked = await Agent(model, settings={"max_tokens": 120}).run(["What does this chart show?", fig])
+looker = Agent(model, settings={"max_tokens": 120})
+looked = await looker.run(["What does this chart show?", fig])
 print(looked.status, looked.output or looked.error)"""),
     ],
     "07_batch_on_a_cluster.ipynb": [
@@ -347,10 +360,10 @@ from nbagent.models import FunctionModel, auto, tool_call
 async def stand_in(messages, info):
     await asyncio.sleep(0.3)                              # a model takes a while to answer
     last = messages[-1]
-    if last.kind == "user":                               # step 1: call the tool for the city asked
+    if last.kind == "user":             # step 1: call the tool for the city asked
         city = last.content.rsplit(" ", 1)[-1].rstrip(".?")
         return tool_call(info.tools[0]["name"], city=city)
-    return f"Done: {last.content}"                        # step 2: answer with the tool's result
+    return f"Done: {last.content}"      # step 2: answer with the tool's result
 
 
 model = auto(fallback=FunctionModel(stand_in, model_name="stand-in"))
@@ -371,8 +384,8 @@ agent = Agent(model, tools=[get_weather], store="cluster-batch.db")'''),
 
 from dask.distributed import Client, LocalCluster
 
-cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1", dashboard_address=None,
-                       silence_logs=logging.ERROR)
+cluster = LocalCluster(n_workers=2, threads_per_worker=1, host="127.0.0.1",
+                       dashboard_address=None, silence_logs=logging.ERROR)
 client = Client(cluster)
 print(len(client.nthreads()), "workers")'''),
         ("md", """## The batch
@@ -402,7 +415,8 @@ def book_table(city: str) -> str:
 
 
 booker = Agent(model, tools=[book_table], store="cluster-batch.db")
-booked = booker.map(["Book a table in Rome.", "Book a table in Oslo."], executor=client, concurrency=2)
+booked = booker.map(["Book a table in Rome.", "Book a table in Oslo."],
+                    executor=client, concurrency=2)
 booked[["status", "error"]]'''),
         ("code", '''for thread in booked.loc[booked["status"] == "paused", "thread"][:1]:
     done = booker.resume_sync(thread=thread, always_allow=["book_table"])   # approve, here
@@ -441,8 +455,10 @@ and deleting (`delete_note`, marked destructive) wait for you. Offline, the mode
     ("code", '''import sys
 from nbagent.mcp import MCPTools
 
-notes = MCPTools.stdio(sys.executable, ["-m", "nbagent.mcp.examples.notes"], env={"NOTES_DB": "notes.db"})
-for t in await notes.list_tools():      # connects now (otherwise: when a run first needs the tools)
+notes = MCPTools.stdio(sys.executable, ["-m", "nbagent.mcp.examples.notes"],
+                       env={"NOTES_DB": "notes.db"})
+# Listing connects now (otherwise: when a run first needs the tools).
+for t in await notes.list_tools():
     print(f"{t.name:12} needs approval: {str(t.requires_approval):5}  {t.description}")
 notes'''),
     ("code", '''agent = Agent(model, tools=[notes], settings={"max_tokens": 200})
@@ -455,14 +471,16 @@ written: check them (a small model may change a title or a text; **Edit** fixes 
     ("code", '''handle = view.ask('Call add_note with title "milk" and text "buy 2 litres".')
 paused = await handle
 print(paused.status, [(p.name, p.args) for p in paused.pending])
-assert paused.status == "paused" and [p.name for p in paused.pending] == ["add_note"], paused.error'''),
+assert paused.status == "paused", paused.error
+assert [p.name for p in paused.pending] == ["add_note"]'''),
     ("md", """**Your turn:** the `add_note` row above waits. Click **Approve**: the call runs on the server,
 once. (Run All leaves it waiting for you.)
 
 ## The same in code
 A decision in code is the same decision. Here on a conversation of its own, so the call in the view
 keeps waiting for your click."""),
-    ("code", '''paused = await agent.run('Call add_note with title "milk" and text "buy 2 litres".', thread="notes-in-code")
+    ("code", '''paused = await agent.run('Call add_note with title "milk" and text "buy 2 litres".',
+                         thread="notes-in-code")
 print(paused.status, [(p.name, p.args) for p in paused.pending])
 done = await agent.resume(paused, approve=paused.pending)
 saved = [m.content for m in done.messages if m.kind == "tool-result"]
@@ -507,12 +525,14 @@ the same cells score a real model."""),
 from nbagent import evals
 
 cases = pd.DataFrame({
-    "input": ["What is the capital of France?", "What is the capital of Japan?", "What is the capital of Italy?"],
+    "input": ["What is the capital of France?", "What is the capital of Japan?",
+              "What is the capital of Italy?"],
     "expected": ["Paris", "Tokyo", "Rome"],
 })
 
 
-def brief(output, expected, row):          # any function (output, expected, row) -> bool | float | dict
+# Any function (output, expected, row) -> bool | float | dict is an evaluator.
+def brief(output, expected, row):
     return len(output) <= 200
 
 
@@ -527,8 +547,8 @@ one column group per model. `frame.view()` shows the answers side by side."""),
     ("code", '''from nbagent.models import FunctionModel
 
 stand_in = FunctionModel(lambda messages, info: "Paris.", model_name="always-paris")
-frame = nbagent.compare(cases, agent=agent, models=[model, stand_in], evaluators=[evals.contains()],
-                        concurrency=1)
+frame = nbagent.compare(cases, agent=agent, models=[model, stand_in],
+                        evaluators=[evals.contains()], concurrency=1)
 print(frame.xs("contains", axis=1, level="field").mean().round(2).to_dict())
 frame.view(width=120)'''),
     ("md", """## A forecast before spending
@@ -536,7 +556,8 @@ frame.view(width=120)'''),
 `agent.estimate` runs a sample of the rows and forecasts the whole batch: tokens, cost (low, mid,
 high) and time at the batch's concurrency. The sampled rows are the batch's own, so the real run
 skips them."""),
-    ("code", '''rows = [f"Name a fruit that is {colour}." for colour in ["red", "yellow", "green", "orange", "purple", "brown"]]
+    ("code", '''colours = ["red", "yellow", "green", "orange", "purple", "brown"]
+rows = [f"Name a fruit that is {colour}." for colour in colours]
 forecast = agent.estimate(rows, sample=2, concurrency=1)
 forecast'''),
     ("code", '''answers = agent.map(rows, concurrency=1)
@@ -589,7 +610,8 @@ def stand_in(messages, request):
 
 
 analyst = Agent(FunctionModel(stand_in, context_window=2_000), tools=[get_sales],
-                system="You review the sales of our stores.", compaction=Compaction(at=0.7, keep_last=4))
+                system="You review the sales of our stores.",
+                compaction=Compaction(at=0.7, keep_last=4))
 thread = None
 for store in range(1, 31):
     result = await analyst.run(f"Show me the sales of store {store}.", thread=thread)
@@ -613,9 +635,11 @@ read was cut to a tenth of the window (head and tail); the stored message keeps 
     ("code", '''records = [m for m in result.messages if m.kind == "compaction"]
 for record in records[:3]:
     print(record.describe())
-print(len(records), "compactions;", sum(m.kind == "user" for m in result.messages), "user messages kept")
+kept = sum(m.kind == "user" for m in result.messages)
+print(len(records), "compactions;", kept, "user messages kept")
 cut = next(m for m in result.messages if m.kind == "tool-result")
-print(f"the model read {len(cut.content):,} of {len(cut.whole_text):,} characters of the first table")'''),
+print(f"the model read {len(cut.content):,} of {len(cut.whole_text):,} characters"
+      " of the first table")'''),
     ("md", """## The X-ray
 
 `nbagent.context_frame` has one row per model call, compaction summaries included, with the
@@ -623,9 +647,10 @@ tokens of each part of its request: the tool results pile up turn after turn, an
 after each compaction. `plot_context` draws it as stacked bars, the summaries hatched, the window
 a dashed line."""),
     ("code", '''frame = nbagent.context_frame(analyst)
-first = frame.index[frame["purpose"] == "compaction"][0]   # the calls around the first compaction
-frame.loc[first - 2 : first + 2, ["step", "purpose", "input_tokens", "system", "tools", "history", "tool_results",
-                                  "latest"]]'''),
+# The calls around the first compaction:
+first = frame.index[frame["purpose"] == "compaction"][0]
+parts = ["system", "tools", "history", "tool_results", "latest"]
+frame.loc[first - 2 : first + 2, ["step", "purpose", "input_tokens", *parts]]'''),
     ("code", '''from nbagent.dataframe import plot_context
 
 plot_context(frame);'''),
@@ -675,11 +700,12 @@ you can see a prompt's text before sending it."""),
     ("code", '''from nbagent.notebook import cap_for, interpolate, magics_of
 
 result = await magics_of(get_ipython()).last.wait()
-first_thread, sent = result.thread, [m.content for m in result.messages if m.kind == "user"][-1]
+first_thread = result.thread
+sent = [m.content for m in result.messages if m.kind == "user"][-1]
 print(f"cap: {cap_for(model)} tokens; sent {len(sent):,} characters, not the frame itself")
 print(sent)
-print("same as interpolate():", sent == interpolate("Which region sold the most units? {df}", globals(),
-                                                    cap=cap_for(model)))'''),
+again = interpolate("Which region sold the most units? {df}", globals(), cap=cap_for(model))
+print("same as interpolate():", sent == again)'''),
     ("md", """## A follow-up, and `--new`
 
 A follow-up cell continues the same thread; `--new` starts another. (A line that ends with `?`
@@ -727,12 +753,14 @@ print(by_name["sales_groupby_agg"](by="region", column="units", agg="sum"))'''),
 
 def asks_for_tea(messages, info):          # a stand-in for a model: one filter, then an answer
     if messages[-1].kind == "user":
-        return tool_call("sales_filter", conditions=[{"column": "product", "op": "==", "value": "tea"},
-                                                     {"column": "units", "op": ">=", "value": 10}])
+        return tool_call("sales_filter", conditions=[
+            {"column": "product", "op": "==", "value": "tea"},
+            {"column": "units", "op": ">=", "value": 10}])
     return "Two tea sales had 10 units or more."
 
 
-result = await Agent(FunctionModel(asks_for_tea), tools=sales_tools).run("Which tea sales had 10+ units?")
+tea_agent = Agent(FunctionModel(asks_for_tea), tools=sales_tools)
+result = await tea_agent.run("Which tea sales had 10+ units?")
 print(result.messages[2].content)
 print(result.output)'''),
     ("md", """## Code in the kernel, after approval
@@ -746,7 +774,8 @@ code, so you know what you are approving."""),
 
 def writes_code(messages, info):           # a stand-in for a model: writes code, then answers
     if messages[-1].kind == "user":
-        return tool_call("python", code='best = df.groupby("region")["units"].sum().idxmax()\\nbest')
+        code = 'best = df.groupby("region")["units"].sum().idxmax()\\nbest'
+        return tool_call("python", code=code)
     return f"The best region is {messages[-1].content}."
 
 
@@ -770,7 +799,7 @@ print(done.status, "|", done.output, "| best =", best)'''),
 def build(name: str) -> nbformat.NotebookNode:
     """The notebook `name` from its cell sources, without outputs (stable cell ids)."""
     nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
     nb.metadata["language_info"] = {"name": "python"}
     for i, (kind, source) in enumerate(NOTEBOOKS[name]):
         cell = nbformat.v4.new_markdown_cell(source) if kind == "md" else nbformat.v4.new_code_cell(source)
@@ -779,7 +808,6 @@ def build(name: str) -> nbformat.NotebookNode:
     return nb
 
 
-WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 
 
 def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | None = None,
@@ -793,8 +821,6 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
     for each one; a chat view's saved copy follows as its own output); progress bars are off
     (their saved text would say 0%).
     """
-    from nbclient import NotebookClient
-
     saved = dict(os.environ)
     try:
         for name in OFFLINE_UNSET:
@@ -802,19 +828,58 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
         os.environ["NBAGENT_STORE"] = str(workdir / "threads.db")
         os.environ["TQDM_DISABLE"] = "1"
         os.environ.update(env or {})
-        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                                store_widget_state=False, coalesce_streams=True,
-                                resources={"metadata": {"path": str(workdir)}})
+        nb.cells.append(nbformat.v4.new_code_cell(_SETTLE))
+        client = _client()(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                           store_widget_state=False, coalesce_streams=True,
+                           resources={"metadata": {"path": str(workdir)}})
         client.execute()
     finally:
         os.environ.clear()
         os.environ.update(saved)
+    if nb.cells and nb.cells[-1].source == _SETTLE:
+        nb.cells.pop()
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
             cell.outputs = [o for o in map(_static, cell.outputs) if o is not None]
     nb.metadata.pop("widgets", None)
     return nb
+
+
+_SETTLE = "import asyncio\nawait asyncio.sleep(2)  # the last runs end; their views' saved copies follow"
+"""A last cell, removed after the run: the runs started by the cells above end, and the display
+updates they send reach the notebook."""
+
+
+def _client() -> type:
+    """nbclient's `NotebookClient`, keeping the display updates that arrive after their cell ended.
+
+    A chat view updates its saved copy (one display id) when a run on its thread ends, which is
+    often after the cell that showed it (the run goes on in the background; a stored thread's
+    history loads after the view is shown). nbclient reads only the messages of the cell it is
+    running, so those updates were lost and the saved copy said "no messages yet"; JupyterLab
+    applies them whenever they come, and so does this client.
+    """
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionComplete
+    from nbclient.util import ensure_async
+
+    class Client(NotebookClient):
+        async def _async_poll_output_msg(self, parent_msg_id: str, cell: Any, cell_index: int) -> None:
+            assert self.kc is not None
+            while True:
+                msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=None))
+                if msg["parent_header"].get("msg_id") == parent_msg_id:
+                    try:
+                        self.process_message(msg, cell, cell_index)
+                    except CellExecutionComplete:
+                        return
+                elif msg["header"]["msg_type"] == "update_display_data":
+                    display_id = msg["content"].get("transient", {}).get("display_id")
+                    if display_id:
+                        self._update_display_id(display_id, msg)
+
+    return Client
 
 
 RECORDINGS = ROOT / "recordings"
@@ -855,13 +920,10 @@ def record(name: str, workdir: Path, timeout: int = 600) -> int:
 
 def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
     """The output without its live-widget view and that view's plain-text stand-in (None when
-    nothing else is left): a chat view's saved copy, the next output, is its one notice."""
-    data = output.get("data")
-    if not data or WIDGET_VIEW not in data:
-        return output
-    del data[WIDGET_VIEW]
-    data.pop("text/plain", None)
-    return output if data else None
+    nothing else is left): a chat view's saved copy, the next output, is its one notice. The
+    same as `nbagent.notebook.clean_outputs` does to a saved file."""
+    kept, _ = _without_views([output])
+    return kept[0] if kept else None
 
 
 def main(argv: list[str] | None = None) -> int:

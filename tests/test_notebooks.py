@@ -194,7 +194,7 @@ def check_approve_tools(ran: Ran) -> None:
     assert [(c.name, c.args, c.status) for c in ran.calls("dinner-plans")] == [
         ("book_table", {"city": "Paris"}, None)]
     # In code: approved, the table is booked; a second request denied never runs.
-    approved = ran.after('approve=[p for p in result.pending')
+    approved = ran.after('approve=booking)')
     assert "paused [('book_table', {'city': 'Paris'})]" in approved
     assert _has(approved, "completed", "Table booked in Paris"), approved
     denied = ran.after("fully booked")
@@ -264,6 +264,10 @@ def check_state_and_history(ran: Ran) -> None:
     assert _has(lasts[1], f"{fork} ->", "tea") and "croissant" not in lasts[1].lower(), lasts
     meta = ran.threads["order-7"].meta
     assert [i.lower() for i in meta.state["items"]] == ["coffee", "croissant"]
+    # The fork's view, the last cell: its saved copy shows the copied conversation. (Its history
+    # loads after the view is shown; the executor once dropped that update: "no messages yet".)
+    copy = ran.after("agent.chat(thread=alt)")
+    assert "no messages yet" not in copy and _has(copy, "you: Use the add_item tool for tea."), copy
 
 
 def check_structured_output(ran: Ran) -> None:
@@ -362,7 +366,7 @@ def check_long_sessions(ran: Ran) -> None:
 def check_notebook_as_context(ran: Ran) -> None:
     # %%agent sent df's capped summary, not the frame: shape, dtypes, head(5), describe, nulls;
     # the thread recorded it as the user message, and interpolate() gives the same text.
-    sent = ran.after("first_thread, sent = result.thread")
+    sent = ran.after("first_thread = result.thread")
     assert re.match(r"cap: \d+ tokens; sent \d[\d,]* characters", sent), sent
     assert "Which region sold the most units? DataFrame: 8 rows x 4 columns" in sent, sent
     assert all(part in sent for part in ("dtypes:", "head(5):", "describe():", "null counts:")), sent
