@@ -214,7 +214,7 @@ every stored thread. Each run made two model calls: one asking for the tool, one
 usage[["thread", "step", "input_tokens", "cache_read_tokens", "output_tokens", "cost_total"]]"""),
         ("code", """columns = ["input_tokens", "output_tokens", "cost_total"]
 by_thread = usage.groupby("thread", observed=True)[columns].sum()
-# readable(): costs in dollars ($0 here: the local model is free); by_thread keeps its numbers.
+# readable() shows the costs in dollars; by_thread itself keeps its numbers.
 nbagent.dataframe.readable(by_thread)"""),
         ("md", "## Runs\nA follow-up in `weather-Paris` is a second run of that thread; `runs_frame` has one row per run, with how each ended."),
         ("code", """await agent.run("Use the get_weather tool for Berlin.", thread="weather-Paris")
