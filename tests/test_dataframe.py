@@ -557,6 +557,17 @@ def test_import_nbagent_does_not_import_pandas():
     assert out.stdout.strip() == "False False"
 
 
+def test_the_dataframe_tools_import_without_jinja2():
+    # readable() needs Jinja2 (pandas' Styler); the rest of nbagent.dataframe does not, and a plain
+    # `pip install nbagent pandas` has no Jinja2: importing the package once failed there.
+    code = ("import sys; sys.modules['jinja2'] = None\n"
+            "import nbagent.dataframe, pandas as pd\n"
+            "print(len(nbagent.usage_frame([])), 'pandas.io.formats.style' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "0 False"
+
+
 def test_replayed_openai_usage_and_price():
     from nbagent.models.openai import OpenAIModel
     from tests.wire.replay_server import ReplayServer

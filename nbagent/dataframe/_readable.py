@@ -10,37 +10,22 @@ Nothing in the frame changes: ``readable(frame).data`` is the frame.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
-
-import pandas as pd
-from pandas.io.formats.style import Styler
+from typing import TYPE_CHECKING, Any
 
 from ..usage import usd
 
-__all__ = ["ReadableFrame", "readable"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ._styled import ReadableFrame
+
+__all__ = ["readable"]
 
 _SECONDS = ("latency_s", "wall_s", "duration_s", "elapsed_s", "seconds")
 
 
 def _is_cost(name: Any) -> bool:
     return isinstance(name, str) and (name.startswith("cost") or name.endswith("_cost") or name.endswith("_usd"))
-
-
-class ReadableFrame(Styler):
-    """What `readable` returns: a pandas ``Styler`` whose plain text (``repr``, a saved notebook's
-    ``text/plain``) is the frame with the same formats, not ``<Styler at 0x…>``."""
-
-    def __init__(self, data: pd.DataFrame, *args: Any,
-                 plain_formats: dict[Any, Callable[[Any], str]] | None = None, **kwargs: Any) -> None:
-        super().__init__(data, *args, **kwargs)  # (pandas builds copies with the Styler's arguments)
-        self._plain_formats = dict(plain_formats or {})
-        self.format(self._plain_formats)
-
-    def __repr__(self) -> str:
-        shown = self.data.copy()
-        for name, form in self._plain_formats.items():
-            shown[name] = shown[name].map(form)
-        return shown.to_string()
 
 
 def _seconds(value: float) -> str:
@@ -61,6 +46,8 @@ def readable(frame: pd.DataFrame) -> ReadableFrame:
 
     Needs Jinja2 (pandas' ``Styler`` does; it comes with the ``pandas`` extra).
     """
+    from ._styled import ReadableFrame  # imports Jinja2: only when a frame is shown
+
     formats: dict[Any, Callable[[Any], str]] = {}
     for name in frame.columns:
         if _is_cost(name) and frame[name].dtype.kind == "f":
