@@ -66,7 +66,7 @@ def test_a_paused_runs_summary_keeps_a_plain_style_for_every_themed_one():
 
 
 def test_the_saved_copy_of_a_view_keeps_its_look_untrusted():
-    agent, result = _paused_run()
+    _, result = _paused_run()
     html = transcript_bundle("t-saved", result.messages)["text/html"]
     assert _check_every_themed_declaration_has_a_plain_one_before_it(html) > 10
     # its border and the user's bubble: a grey with alpha, not a light-theme grey
@@ -114,7 +114,8 @@ def test_clean_outputs_removes_the_live_views_and_keeps_the_rest(tmp_path):
             "data": {VIEW: {"model_id": "abc", "version_major": 2, "version_minor": 0}, "text/plain": "view"}}
     both = {"output_type": "execute_result", "execution_count": 1, "metadata": {},
             "data": {VIEW: {"model_id": "def"}, "text/plain": "x", "text/html": "<b>kept</b>"}}
-    copy = {"output_type": "display_data", "metadata": {}, "data": {"text/html": "<div>copy</div>", "text/plain": "copy"}}
+    copy = {"output_type": "display_data", "metadata": {},
+            "data": {"text/html": "<div>copy</div>", "text/plain": "copy"}}
     stream = {"output_type": "stream", "name": "stdout", "text": "printed\n"}
     path = _saved_notebook(tmp_path, [view, stream, both, copy])
     assert clean_outputs(path) == 2

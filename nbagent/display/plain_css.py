@@ -125,7 +125,7 @@ def plain_value(value: str) -> str | None:
 
 
 def _with_fallbacks(style: str) -> str:
-    out = []
+    out: list[str] = []
     for declaration in style.split(";"):
         prop, colon, value = declaration.partition(":")
         if colon and ("var(" in value or "color-mix(" in value):

@@ -72,7 +72,8 @@ def test_an_untrusted_example_notebook_keeps_its_look_light_and_dark(jupyter_lab
             assert [f for f in checked if f[1] < 4.5] == [], (theme, checked)
             copy = page.page.locator(".nbagent-transcript").first
             copy.scroll_into_view_if_needed()
-            copy.screenshot(path=str(browser_artifacts_dir / f"saved-view-{'light' if light == 'true' else 'dark'}.png"))
+            shot = browser_artifacts_dir / f"saved-view-{'light' if light == 'true' else 'dark'}.png"
+            copy.screenshot(path=str(shot))
     finally:
         page.command("apputils:change-theme", {"theme": "JupyterLab Light"})  # the server's settings are shared
         page.wait_for(lambda: page.eval("() => document.body.dataset.jpThemeLight") == "true", "the light theme")
