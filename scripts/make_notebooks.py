@@ -28,7 +28,7 @@ from typing import Any
 
 import nbformat
 
-from nbagent.notebook._clean import WIDGET_VIEW, _without_views  # clean_outputs' step, one cell at a time
+from nbagent.notebook._clean import _without_views  # clean_outputs' step, one cell at a time
 
 ROOT = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -808,8 +808,6 @@ def build(name: str) -> nbformat.NotebookNode:
     return nb
 
 
-
-
 def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | None = None,
             timeout: int = 600) -> nbformat.NotebookNode:
     """Run `nb` top to bottom in a fresh kernel started in `workdir`, offline (the bundled local
@@ -841,7 +839,9 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
-            cell.outputs = [o for o in map(_static, cell.outputs) if o is not None]
+            # a live view's output goes (clean_outputs' step): the chat view's saved copy, the
+            # next output, is its one notice
+            cell.outputs, _ = _without_views(cell.outputs)
     nb.metadata.pop("widgets", None)
     return nb
 
@@ -916,14 +916,6 @@ def record(name: str, workdir: Path, timeout: int = 600) -> int:
     if count == 0:  # its model is not auto()'s here (07: the stand-in, on the workers): nothing to replay
         path.unlink()
     return count
-
-
-def _static(output: nbformat.NotebookNode) -> nbformat.NotebookNode | None:
-    """The output without its live-widget view and that view's plain-text stand-in (None when
-    nothing else is left): a chat view's saved copy, the next output, is its one notice. The
-    same as `nbagent.notebook.clean_outputs` does to a saved file."""
-    kept, _ = _without_views([output])
-    return kept[0] if kept else None
 
 
 def main(argv: list[str] | None = None) -> int:

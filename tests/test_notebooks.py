@@ -27,6 +27,8 @@ from typing import Any
 import nbformat
 import pytest
 
+from nbagent.notebook._clean import WIDGET_VIEW
+
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 FOREIGN = "another-notebooks-thread"
@@ -430,7 +432,7 @@ def test_committed_notebook_is_its_source_executed(path: Path) -> None:
         (c.cell_type, c.id, c.source) for c in built.cells]
     code = [c for c in committed.cells if c.cell_type == "code"]
     assert all(c.execution_count for c in code), "run scripts/make_notebooks.py --execute"
-    assert not [o for c in code for o in c.outputs if MAKER.WIDGET_VIEW in o.get("data", {})]
+    assert not [o for c in code for o in c.outputs if WIDGET_VIEW in o.get("data", {})]
     # one notice per chat view: its saved copy, not also the live view's plain-text stand-in
     assert not [o for c in code for o in c.outputs if "chat view of thread" in str(o.get("data", {}))]
     assert "widgets" not in committed.metadata
