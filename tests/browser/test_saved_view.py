@@ -44,6 +44,29 @@ _LOOK_JS = """
 """
 
 
+# The same look, for any nbagent output (`root`): framed, its status label (`pill`) and the user's
+# bubble tinted, the muted text grey (a plain colour, not the page's text colour).
+_FRESH_LOOK_JS = """
+([root, pill]) => {
+  const box = document.querySelector(root);
+  if (!box) return null;
+  const clear = (c) => c === 'transparent' || /rgba\\(.*,\\s*0\\)$/.test(c);
+  const style = getComputedStyle(box);
+  const label = Array.from(box.querySelectorAll('span')).find((s) => s.textContent.trim() === pill);
+  const bubble = Array.from(box.querySelectorAll('div')).find((d) => d.textContent.trim().startsWith('you'));
+  const you = bubble ? bubble.querySelector('span') : null;
+  return {
+    sanitized: !(box.getAttribute('style') || '').includes('var('),
+    border: style.borderTopStyle === 'solid' && !clear(style.borderTopColor),
+    pill: label ? !clear(getComputedStyle(label).backgroundColor) : null,
+    bubble: bubble ? !clear(getComputedStyle(bubble).backgroundColor) : null,
+    muted: you ? getComputedStyle(you).color : null,
+    text: style.color,
+  };
+}
+"""
+
+
 def _dirty(page) -> bool:
     return page.eval("() => document.querySelector('.jp-mod-dirty') !== null")
 
@@ -81,6 +104,63 @@ def test_an_untrusted_example_notebook_keeps_its_look_light_and_dark(jupyter_lab
     assert texts[0] != texts[1], texts
     assert "Error displaying widget" not in page.output_text()
     assert not _dirty(page)
+    assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
+
+
+def _fresh_outputs() -> list[dict]:
+    """A paused run's saved copy and its summary, as this checkout builds them (the example
+    notebooks keep the outputs of the version that made them)."""
+    from nbagent import Agent, tool
+    from nbagent.display.html import render_result_html
+    from nbagent.models import ScriptedModel, tool_call
+    from nbagent.store import MemoryStore
+    from nbagent.widgets._transcript import transcript_bundle
+
+    @tool(requires_approval=True)
+    def book_table(city: str) -> str:
+        """Book a table."""
+        return f"booked in {city}"
+
+    agent = Agent(ScriptedModel([tool_call("book_table", city="Paris")]), tools=[book_table], store=MemoryStore())
+    result = agent.run_sync("Use the book_table tool for Paris.", thread="t-fresh")
+    summary = {"text/html": render_result_html(result), "text/plain": repr(result)}
+    return [{"output_type": "display_data", "metadata": {}, "data": data}
+            for data in (transcript_bundle("t-fresh", result.messages), summary)]
+
+
+def test_a_fresh_saved_copy_and_summary_keep_their_look_untrusted(jupyter_lab, browser_root, page_factory,
+                                                                   browser_artifacts_dir):
+    cell = {"cell_type": "code", "id": "c1", "metadata": {}, "execution_count": 1, "source": "view",
+            "outputs": _fresh_outputs()}
+    notebook = {"nbformat": 4, "nbformat_minor": 5, "cells": [cell],
+                "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}}}
+    (browser_root / "fresh_saved.ipynb").write_text(json.dumps(notebook))  # not signed: opens untrusted
+    page = page_factory(jupyter_lab, "fresh_saved.ipynb", timeout=TIMEOUT)
+    checks = ((".nbagent-transcript", "waiting"), (".nbagent-result", "needs approval"))
+    page.wait_for(lambda: all(page.eval(_FRESH_LOOK_JS, list(c)) for c in checks), "the two outputs")
+    texts = []
+    try:
+        for theme, light in (("JupyterLab Light", "true"), ("JupyterLab Dark", "false")):
+            page.command("apputils:change-theme", {"theme": theme})
+            page.wait_for(lambda light=light: page.eval("() => document.body.dataset.jpThemeLight") == light, theme)
+            page.page.wait_for_timeout(500)
+            for root, pill in checks:
+                look = page.eval(_FRESH_LOOK_JS, [root, pill])
+                assert look["sanitized"], "the notebook is trusted: this test must see the sanitized output"
+                assert look["border"] and look["pill"] and look["bubble"], (theme, root, look)
+                assert look["muted"] == "rgb(128, 128, 128)", (theme, root, look)  # the plain grey
+                texts.append(look["text"])
+                found = page.eval(CONTRAST_JS, f"{root} span, {root} div")
+                checked = [f for f in found if f[0] == pill or f[0].endswith("Use the book_table tool for Paris.")]
+                assert len(checked) == 2, (root, found)
+                assert [f for f in checked if f[1] < 4.5] == [], (theme, root, checked)
+            shot = browser_artifacts_dir / f"saved-fresh-{'light' if light == 'true' else 'dark'}.png"
+            page.page.locator(".jp-OutputArea").first.screenshot(path=str(shot))
+    finally:
+        page.command("apputils:change-theme", {"theme": "JupyterLab Light"})  # the server's settings are shared
+        page.wait_for(lambda: page.eval("() => document.body.dataset.jpThemeLight") == "true", "the light theme")
+    # the text has no colour of its own: it inherits the theme's (dark on light, light on dark)
+    assert texts[0] != texts[2] and texts[1] != texts[3], texts
     assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
 
 
