@@ -2,11 +2,21 @@
 cluster (tests/conftest_postgres.py), a temporary default store, and the test order."""
 
 import os
+from pathlib import Path
 
 import pytest
 
 from tests.conftest_local_llm import *  # noqa: F403
 from tests.conftest_postgres import *  # noqa: F403
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """With ``--doctest-modules`` (pyproject.toml, for nbagent/display's docstring examples), the
+    helper modules here are not imported as doctest modules: some start a server on import (an
+    MCP server reading stdin). Test modules and conftests are collected as always."""
+    name = collection_path.name
+    helper = name.endswith(".py") and not name.startswith(("test_", "conftest"))
+    return True if helper and config.getoption("doctestmodules", False) else None
 
 
 @pytest.hookimpl(trylast=True)

@@ -1,5 +1,6 @@
-"""What a saved notebook shows: styles that survive an untrusted notebook's sanitizer
-(`with_plain_fallbacks`), and a file without live widgets' outputs (`clean_outputs`).
+"""What a saved notebook shows: styles that survive an untrusted notebook's sanitizer (each themed
+declaration after a plain one, `nbagent.display.theme`), and a file without live widgets' outputs
+(`clean_outputs`).
 
 The real-browser side (an untrusted notebook in JupyterLab, light and dark) is
 tests/browser/test_saved_view.py.
@@ -9,19 +10,26 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
 from nbagent import Agent, UserError, tool
+from nbagent.display import theme
 from nbagent.display.html import render_result_html
-from nbagent.display.plain_css import plain_value, with_plain_fallbacks
+from nbagent.messages import UserMessage
 from nbagent.models import ScriptedModel, tool_call
 from nbagent.notebook import clean_outputs
 from nbagent.store import MemoryStore
 from nbagent.widgets._transcript import transcript_bundle
 
-# What JupyterLab's sanitizer keeps of a colour (apputils' Sanitizer: hex, rgb(), rgba(), names)
-_PLAIN_COLOUR = re.compile(r"#[0-9a-f]+|rgba?\([\d\s,.]+\)|[a-z]+", re.I)
+# What JupyterLab's sanitizer keeps of a value (apputils' Sanitizer: lengths, numbers, names, and
+# colours as #hex of any length, rgb(), rgba() or a name); it drops var() and color-mix().
+_PLAIN_WORD = re.compile(r"#[0-9a-f]+|rgba?\([\d\s,.]+\)|[a-z-]+|[\d.]+(px|em|%)?", re.I)
+_THEMED = ("var(", "color-mix(")
+_INHERITED = {theme.TEXT.themed, theme.UI_FONT.themed, theme.CONTENT_FONT.themed}
+"""Themed values with no plain one: the theme's text colour and fonts (untrusted, the page's own)."""
+ROOT = Path(__file__).resolve().parent.parent / "nbagent"
 
 
 @tool(requires_approval=True)
@@ -38,23 +46,37 @@ def _paused_run():
 
 def _declarations(html: str) -> list[list[tuple[str, str]]]:
     return [[tuple(d.split(":", 1)) for d in style.split(";") if ":" in d]  # type: ignore[misc]
-            for style in re.findall(r'\sstyle="([^"]*)"', html)]
+            for style in re.findall(r"""\sstyle=["']([^"']*)["']""", html)]
+
+
+def _themed(value: str) -> bool:
+    return any(t in value for t in _THEMED)
 
 
 def _check_every_themed_declaration_has_a_plain_one_before_it(html: str) -> int:
     themed = 0
     for decls in _declarations(html):
         for i, (prop, value) in enumerate(decls):
-            if "var(" not in value and "color-mix(" not in value:
+            if not _themed(value):
                 continue
             themed += 1
-            plain = plain_value(value)
-            if plain is None:  # the theme's own text colour: inherited instead
-                assert prop == "color", (prop, value)
+            if value in _INHERITED:
+                assert prop in ("color", "font-family"), (prop, value)
                 continue
-            assert decls[i - 1] == (prop, plain), (decls[i - 1], prop, value)
-            assert "var(" not in plain and "color-mix(" not in plain
+            assert i > 0 and decls[i - 1][0] == prop, (decls[i - 1 : i + 1])
+            plain = decls[i - 1][1]
+            assert not _themed(plain) and all(_PLAIN_WORD.fullmatch(w) for w in plain.split()), (prop, plain)
     return themed
+
+
+def _without_plain_fallbacks(html: str) -> str:
+    """`html` with every plain declaration that precedes a themed one taken out."""
+    def strip(match: re.Match[str]) -> str:
+        decls = match.group(2).split(";")
+        kept = [d for d, after in zip(decls, [*decls[1:], ""], strict=True)
+                if not (after.split(":")[0] == d.split(":")[0] and _themed(after) and not _themed(d))]
+        return match.group(1) + ";".join(kept) + match.group(3)
+    return re.sub(r"""(\sstyle=["'])([^"']*)(["'])""", strip, html)
 
 
 def test_a_paused_runs_summary_keeps_a_plain_style_for_every_themed_one():
@@ -62,7 +84,7 @@ def test_a_paused_runs_summary_keeps_a_plain_style_for_every_themed_one():
     html = render_result_html(result)
     assert _check_every_themed_declaration_has_a_plain_one_before_it(html) > 20
     # the "needs approval" label: its tint, plain, is the label colour at low alpha (reads on light and dark)
-    assert "background:rgba(230,126,0,.22);background:color-mix(" in html
+    assert "background:#e67e0038;background:color-mix(in srgb,var(--jp-warn-color1,#e67e00) 22%," in html
 
 
 def test_the_saved_copy_of_a_view_keeps_its_look_untrusted():
@@ -70,30 +92,57 @@ def test_the_saved_copy_of_a_view_keeps_its_look_untrusted():
     html = transcript_bundle("t-saved", result.messages)["text/html"]
     assert _check_every_themed_declaration_has_a_plain_one_before_it(html) > 10
     # its border and the user's bubble: a grey with alpha, not a light-theme grey
-    assert "border:1px solid rgba(127,127,127,.35);border:1px solid var(--jp-border-color2" in html
+    assert "border:1px solid #7f7f7f59;border:1px solid var(--jp-border-color2,#ddd)" in html
+    assert "background:#7f7f7f1f;background:var(--jp-layout-color2,#eef3fb)" in html
 
 
-def test_plain_values_are_what_the_sanitizer_keeps():
-    for value in ["var(--jp-warn-color1,#e67e00)", "1px solid var(--jp-border-color2,#ddd)",
-                  "color-mix(in srgb,var(--jp-border-color1,#9e9e9e) 22%,var(--jp-layout-color1,#fff))",
-                  "color-mix(in srgb,#8e24aa 22%,var(--jp-layout-color1,#fff))",
-                  "var(--jp-layout-color2,#eef3fb)", "var(--jp-ui-font-color2,#666)"]:
-        plain = plain_value(value)
-        assert plain is not None, value
-        assert _PLAIN_COLOUR.fullmatch(plain.split()[-1]), (value, plain)
-    # a light-theme grey or white would vanish or glare on a dark page: none is used
-    assert plain_value("var(--jp-layout-color1,#fff)") == "transparent"
-    assert plain_value("var(--jp-ui-font-color1,#222)") is None
+@tool
+def weather(city: str, day: int) -> str:
+    """The weather in a city."""
+    return f"{city}, day {day}: sunny, 21 C, wind 3 m/s"
 
 
-def test_fallbacks_are_written_once():
-    html = '<span style="color:var(--jp-warn-color1,#e67e00);padding:1px">x</span>'
-    once = with_plain_fallbacks(html)
-    assert once == '<span style="color:#e67e00;color:var(--jp-warn-color1,#e67e00);padding:1px">x</span>'
-    assert with_plain_fallbacks(once) == once
-    # text is not touched, even when it reads like a style
-    text = "<p>style=&quot;color:var(--x,#fff)&quot;</p>"
-    assert with_plain_fallbacks(text) == text
+def test_the_plain_fallbacks_cost_a_long_saved_copy_under_a_tenth_of_its_bytes():
+    script: list = []
+    for day in range(12):
+        answer = f"Day {day}: **sunny**.\n\n| day | C |\n|---|---|\n| {day} | 21 |"
+        script += [tool_call("weather", city="Paris", day=day), answer]
+    agent = Agent(ScriptedModel(script), tools=[weather], store=MemoryStore())
+    for day in range(12):
+        messages = agent.run_sync(f"The weather in Paris on day {day}?", thread="t-long").messages
+    html = transcript_bundle("t-long", messages)["text/html"]
+    assert _check_every_themed_declaration_has_a_plain_one_before_it(html) > 100
+    themed_only = _without_plain_fallbacks(html)
+    assert len(html) < 1.10 * len(themed_only), (len(html), len(themed_only))  # 11.3 % when patched in afterwards
+
+
+def test_every_theme_token_has_a_plain_value_the_sanitizer_keeps():
+    tokens = {name: value for name, value in vars(theme).items() if isinstance(value, theme.Token)}
+    assert len(tokens) > 15
+    for name, token in tokens.items():
+        assert _themed(token.themed) or token.plain == token.themed, name
+        if token.plain is None:  # the page's own text colour and fonts
+            assert token.themed in _INHERITED, name
+            continue
+        assert not _themed(token.plain) and _PLAIN_WORD.fullmatch(token.plain.split()[-1]), (name, token.plain)
+    # a tint, plain, is its colour at low alpha; a light-theme grey or white would vanish or glare on a dark page
+    assert theme.tint(theme.GREY).plain == "#7f7f7f38" and theme.tint(theme.PURPLE, 50).plain == "#8e24aa80"
+    with pytest.raises(ValueError, match="#rrggbb"):
+        theme.tint(theme.TEXT)
+
+
+def test_only_the_theme_table_writes_a_theme_variable():
+    """Every themed value comes from `nbagent.display.theme` and is written with its fallback
+    (`theme.css`): no module spells a theme variable or a color-mix of its own."""
+    spelled = [str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")
+               if p.name != "theme.py" and ("var(--jp" in p.read_text() or "color-mix(" in p.read_text())]
+    assert spelled == []
+
+
+def test_model_text_that_reads_like_a_style_stays_text():
+    text = 'look: <span style="color:var(--jp-warn-color1,#e67e00)">x</span>'
+    html = transcript_bundle("t", [UserMessage(text)])["text/html"]
+    assert "&lt;span style=&quot;color:var(--jp-warn-color1,#e67e00)&quot;&gt;x&lt;/span&gt;" in html
 
 
 # ------------------------------------------------------------------------------- clean_outputs

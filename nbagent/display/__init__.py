@@ -10,4 +10,6 @@ pieces.
 - `sanitize`: the only ways model, tool and server text reach HTML (Markdown through
   markdown-it-py + nh3, a tool's own HTML cut down to tables and text, or escaped).
 - `html`: the static summary of a run and the HTML builders the live view reuses.
+- `theme`: JupyterLab theme tokens, each with the plain value an untrusted notebook keeps, and
+  `theme.css`, which writes every themed declaration after its plain fallback.
 """

@@ -5,13 +5,14 @@ messages, tool-call rows (with what a tool returned richly: a DataFrame's table,
 arguments a person edited), client questions and usage. Output uses inline styles only and no
 JavaScript, so it reads the same in JupyterLab, Notebook 7, a saved notebook on GitHub and
 nbviewer; every table cell, row and code element states the properties JupyterLab's rendered-HTML
-CSS would change (alignment, padding, stripes), so no host CSS can misalign it. Colours are
-JupyterLab theme variables (with fallbacks), and text on a coloured label is the theme's own text
+CSS would change (alignment, padding, stripes), so no host CSS can misalign it. Colours and fonts
+are JupyterLab theme tokens (`nbagent.display.theme`), each declaration written by `theme.css`
+after the plain one an untrusted notebook keeps; text on a coloured label is the theme's own text
 colour on a tint, so light, dark and high-contrast themes all read. Answers carry JupyterLab's
 Markdown classes. Every piece of model text, tool arguments and tool results goes through
 `sanitize` (Markdown, a tool's own HTML) or is escaped.
 
-Part of `nbagent.display` (layer 2): imports the base data shapes and `sanitize`, never
+Part of `nbagent.display` (layer 2): imports the base data shapes, `sanitize` and `theme`, never
 ipywidgets or the edge, so a saved ``RunResult`` renders without a widget front end
 (``RunResult._repr_html_`` imports it when a notebook asks for HTML). The live view
 (`nbagent.widgets`) reuses these builders.
@@ -28,9 +29,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..messages import IMAGE_TYPES, call_results
 from ..usage import usd
-from .plain_css import with_plain_fallbacks
+from . import theme
 from .sanitize import escape, markdown_html
 from .sanitize import rich_html as clean_rich_html
+from .theme import Token, css, tint
 
 if TYPE_CHECKING:
     from ..approvals import PendingCall
@@ -69,14 +71,20 @@ __all__ = [
     "user_html",
 ]
 
-FONT = "font-family:var(--jp-ui-font-family,system-ui,sans-serif);font-size:13px;line-height:1.45"
-MONO = "font-family:var(--jp-code-font-family,monospace);font-size:12px"
 NO_MATH = "mathjax_ignore"
 """The class that keeps JupyterLab's MathJax off an output: it typesets the text between two
 "$" as math, so "$5 and $10" in a model's answer would read as an italic formula."""
-BORDER = "1px solid var(--jp-border-color2,#ddd)"
-MUTED = "color:var(--jp-ui-font-color2,#666)"
-ERROR = "color:var(--jp-error-color1,#c62828)"
+
+# The themed declarations the pieces share, each after its plain fallback (`theme.css`).
+FONT = f"{css('font-family', theme.UI_FONT)};font-size:13px;line-height:1.45"
+SMALL = f"{css('font-family', theme.UI_FONT)};font-size:12px;line-height:1.45"
+"""`FONT` at 12px: the muted lines (the header, hints, usage, reasoning)."""
+MONO = f"{css('font-family', theme.CODE_FONT)};font-size:12px"
+FRAME = css("border", theme.LINE)
+RULE_BELOW = css("border-bottom", theme.LINE)
+RULE_LEFT = css("border-left", theme.LINE)
+MUTED = css("color", theme.MUTED_TEXT)
+ERROR = css("color", theme.ERROR)
 
 # Every table piece states what JupyterLab's rendered-HTML CSS (`.jp-RenderedHTMLCommon`, the
 # class of a ``text/html`` output) would otherwise change: cells right-aligned and vertically
@@ -91,38 +99,33 @@ CELL = ("text-align:left;vertical-align:top;padding:3px 6px;line-height:1.45;whi
 PRE = (f"{MONO};white-space:pre-wrap;overflow-wrap:anywhere;word-break:normal;margin:0;padding:0;border:none;"
        "background:transparent;color:inherit;line-height:1.45;text-align:left")
 CODE = f"{MONO};background:transparent;padding:0;color:inherit"
-_HINT_CODE = f"{CODE};background:var(--jp-layout-color2,#eee);padding:0 3px;border-radius:3px"
+_HINT_CODE = f"{MONO};color:inherit;{css('background', theme.CHIP)};padding:0 3px;border-radius:3px"
+"""Inline code in a hint (a thread id, ``agent.resume(...)``): `CODE` on a chip."""
 SCROLL = "max-height:24em;overflow:auto"
 """Long values scroll inside a box of at most 24em, like JupyterLab's scrolled outputs."""
 LONG = f"{SCROLL};resize:vertical"
 """An expanded long value: a scroll box the reader may make taller (JupyterLab's scrolled outputs)."""
 
 
-def tint(colour: str, percent: int = 22) -> str:
-    """A background of `colour` mixed into the theme's surface: text in the theme's own font
-    colour stays readable on it in light, dark and high-contrast themes."""
-    return f"color-mix(in srgb,{colour} {percent}%,var(--jp-layout-color1,#fff))"
-
-
-STATUS_STYLE: dict[str, tuple[str, str]] = {
-    # status -> (label shown, colour: a JupyterLab theme variable with a fallback)
-    "queued": ("queued", "var(--jp-border-color1,#9e9e9e)"),
-    "needs approval": ("needs approval", "var(--jp-warn-color1,#e67e00)"),
-    "needs answer": ("needs answer", "var(--jp-warn-color1,#e67e00)"),
-    "running": ("running", "var(--jp-brand-color1,#1e6fd9)"),
-    "done": ("done", "var(--jp-success-color1,#2e7d32)"),
-    "failed": ("failed", "var(--jp-error-color1,#c62828)"),
-    "denied": ("denied", "#8e24aa"),
-    "cancelled": ("cancelled", "var(--jp-border-color1,#757575)"),
-    "interrupted": ("interrupted", "#8d6e63"),
+STATUS_STYLE: dict[str, tuple[str, Token]] = {
+    # status -> (label shown, colour: a theme token, `nbagent.display.theme`)
+    "queued": ("queued", theme.GREY),
+    "needs approval": ("needs approval", theme.WARN),
+    "needs answer": ("needs answer", theme.WARN),
+    "running": ("running", theme.BRAND),
+    "done": ("done", theme.SUCCESS),
+    "failed": ("failed", theme.ERROR),
+    "denied": ("denied", theme.PURPLE),
+    "cancelled": ("cancelled", theme.DARK_GREY),
+    "interrupted": ("interrupted", theme.BROWN),
     # how a run ended (the summary's head)
-    "completed": ("completed", "var(--jp-success-color1,#2e7d32)"),
-    "paused": ("paused", "var(--jp-warn-color1,#e67e00)"),
+    "completed": ("completed", theme.SUCCESS),
+    "paused": ("paused", theme.WARN),
     # a blocking tool whose run was stopped goes on in its thread; then it really ends
-    "still running": ("still running", "#8d6e63"),
-    "done after stop": ("done after stop", "var(--jp-success-color1,#2e7d32)"),
-    "failed after stop": ("failed after stop", "var(--jp-error-color1,#c62828)"),
-    "waiting": ("waiting", "var(--jp-warn-color1,#e67e00)"),
+    "still running": ("still running", theme.BROWN),
+    "done after stop": ("done after stop", theme.SUCCESS),
+    "failed after stop": ("failed after stop", theme.ERROR),
+    "waiting": ("waiting", theme.WARN),
 }
 
 PREVIEW_CHARS = 120
@@ -170,7 +173,7 @@ def expandable(
         return f'<pre class="nbagent-value" style="{PRE};{colour}{box}">{escape(_cut(text, MAX_CHARS))}</pre>'
     pre = f'style="{PRE};{colour}{LONG}"'
     preview = label if label is not None else " ".join(text.split())[: limit - 1] + "…"
-    style = f"{MONO};{colour}" if label is None else f"{FONT};{MUTED};font-size:12px;"
+    style = f"{MONO};{colour}" if label is None else f"{SMALL};{MUTED};"
     return (
         f'<details class="nbagent-value"><summary style="cursor:pointer;{style}white-space:nowrap;overflow:hidden;'
         f'text-overflow:ellipsis">{escape(preview)}</summary>'
@@ -178,15 +181,20 @@ def expandable(
     )
 
 
-def badge(label: str, colour: str, *, title: str | None = None, cls: str = "") -> str:
-    """A small label: the theme's text colour on a tint of `colour`, framed in `colour`."""
+def badge(label: str, colour: Token, *, title: str | None = None, cls: str = "") -> str:
+    """A small label: the theme's text colour on a tint of `colour`, framed in `colour`.
+
+    >>> label = badge("done", theme.SUCCESS)
+    >>> label.startswith(f'<span style="background:#2e7d3238;background:{tint(theme.SUCCESS).themed};')
+    True
+    """
     attrs = f' class="{cls}"' if cls else ""
     if title is not None:
         attrs += f' title="{escape(title)}"'
     return (
-        f'<span{attrs} style="background:{tint(colour)};color:var(--jp-ui-font-color1,#222);'
-        f"border:1px solid {colour};border-radius:8px;padding:0 6px;font-size:11px;line-height:1.5;"
-        f'white-space:nowrap;display:inline-block">{escape(label)}</span>'
+        f'<span{attrs} style="{css("background", tint(colour))};{css("color", theme.TEXT)};'
+        f"{css('border', colour.within('1px solid {}'))};border-radius:8px;padding:0 6px;font-size:11px;"
+        f'line-height:1.5;white-space:nowrap;display:inline-block">{escape(label)}</span>'
     )
 
 
@@ -195,7 +203,7 @@ REPLAYED_TITLE = "answered from a recording (nbagent.models.replay): no model wa
 
 def replayed_badge() -> str:
     """The small "replayed" label of an answer taken from a recording (`nbagent.models.replay`)."""
-    return badge("replayed", "var(--jp-info-color1,#0097a7)", title=REPLAYED_TITLE, cls="nbagent-replayed")
+    return badge("replayed", theme.INFO, title=REPLAYED_TITLE, cls="nbagent-replayed")
 
 
 def replayed_answers(messages: Sequence[Message], steps: Sequence[int], rows: Iterable[Any]) -> list[int]:
@@ -210,7 +218,7 @@ def replayed_answers(messages: Sequence[Message], steps: Sequence[int], rows: It
 
 def status_badge(status: str) -> str:
     """A tinted label for a tool call's (or a run's) status."""
-    label, colour = STATUS_STYLE.get(status, (status, "var(--jp-border-color1,#9e9e9e)"))
+    label, colour = STATUS_STYLE.get(status, (status, theme.GREY))
     return badge(label, colour, cls="nbagent-status")
 
 
@@ -224,7 +232,7 @@ def table_header_html() -> str:
         f'<th style="{CELL};{MUTED};font-weight:600">{name}</th>' for name, _ in COLUMNS
     )
     return (
-        f'<table class="nbagent-tool-head" style="{TABLE};border-bottom:{BORDER}">{_colgroup()}'
+        f'<table class="nbagent-tool-head" style="{TABLE};{RULE_BELOW}">{_colgroup()}'
         f'<tr style="{TR}">{cells}</tr></table>'
     )
 
@@ -286,7 +294,7 @@ def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED) 
         return shown
     original = pretty_args(edited_from)
     return (
-        badge("edited", "var(--jp-brand-color1,#1e6fd9)", title=f"the model asked for: {original}",
+        badge("edited", theme.BRAND, title=f"the model asked for: {original}",
               cls="nbagent-edited")
         + shown
         + f'<details class="nbagent-original"><summary style="cursor:pointer;{FONT};{MUTED};font-size:11px">'
@@ -336,7 +344,7 @@ def tool_row_html(
     is still going and has run this long; its time is a ``<span class="nbagent-tick"
     data-elapsed>`` that the live view's front end counts up."""
     rich = rich_result_html(display, images)
-    last = f'style="{CELL};border-bottom:{BORDER}"'
+    last = f'style="{CELL};{RULE_BELOW}"'
     td = f'style="{CELL}"' if rich else last
     if rich and display and result:
         shown = expandable(result, label="text the model read", error=is_error)
@@ -375,7 +383,7 @@ def image_html(image: Any, *, large: bool = False) -> str:
         size = "max-width:100%;max-height:320px" if large else "max-width:240px;max-height:180px"
         return (
             f'<img class="nbagent-image" src="{escape(image.data_url())}" alt="{escape(image.describe())}" '
-            f'style="{size};margin:4px 6px 0 0;border-radius:4px;border:{BORDER};vertical-align:top;'
+            f'style="{size};margin:4px 6px 0 0;border-radius:4px;{FRAME};vertical-align:top;'
             'display:inline-block">'
         )
     return f'<span style="{MUTED};font-size:12px;margin-right:6px">[image: {escape(image.describe())}]</span>'
@@ -386,11 +394,11 @@ def user_html(text: str, note: str | None = None, images: Sequence[Any] = ()) ->
     is shown next to "you" (the live view marks a message that waits to be sent "queued"); a noted
     bubble has a dashed border."""
     label = "you" + (f" · {escape(note)}" if note else "")
-    border = "border:1px dashed var(--jp-border-color1,#bbb);" if note else ""
+    border = f"{css('border', theme.DASHED_LINE)};" if note else ""
     pictures = f'<div>{"".join(image_html(i) for i in images)}</div>' if images else ""
     return (
         f'<div style="{FONT};margin:6px 0;padding:6px 10px;border-radius:8px;{border}'
-        f'background:var(--jp-layout-color2,#eef3fb);white-space:pre-wrap;word-break:break-word">'
+        f'{css("background", theme.BUBBLE)};white-space:pre-wrap;word-break:break-word">'
         f'<span style="{MUTED};font-size:11px">{label}</span><br>{escape(text)}{pictures}</div>'
     )
 
@@ -401,10 +409,10 @@ def reasoning_html(reasoning: str | None) -> str:
     if not reasoning:
         return ""
     return (
-        f'<details class="nbagent-thinking" style="{FONT};{MUTED};font-size:12px;margin:4px 0">'
+        f'<details class="nbagent-thinking" style="{SMALL};{MUTED};margin:4px 0">'
         f'<summary style="cursor:pointer">Thinking</summary>'
         f'<div style="white-space:pre-wrap;word-break:break-word;margin:4px 0 0 0;padding:4px 8px;'
-        f'border-left:{BORDER}">{escape(_cut(reasoning, MAX_CHARS))}</div></details>'
+        f'{RULE_LEFT}">{escape(_cut(reasoning, MAX_CHARS))}</div></details>'
     )
 
 
@@ -413,20 +421,19 @@ def compaction_html(record: Any) -> str:
     saved 61k tokens") whose summary opens below it (escaped plain text)."""
     line = escape(record.describe())
     if not record.content:
-        return f'<div class="nbagent-compaction" style="{FONT};{MUTED};font-size:12px;margin:4px 0">{line}</div>'
+        return f'<div class="nbagent-compaction" style="{SMALL};{MUTED};margin:4px 0">{line}</div>'
     return (
-        f'<details class="nbagent-compaction" style="{FONT};{MUTED};font-size:12px;margin:4px 0">'
+        f'<details class="nbagent-compaction" style="{SMALL};{MUTED};margin:4px 0">'
         f'<summary style="cursor:pointer">{line}</summary>'
         f'<div style="white-space:pre-wrap;word-break:break-word;margin:4px 0 0 0;padding:4px 8px;'
-        f'border-left:{BORDER}">{escape(_cut(record.content, MAX_CHARS))}</div></details>'
+        f'{RULE_LEFT}">{escape(_cut(record.content, MAX_CHARS))}</div></details>'
     )
 
 
 ANSWER_CLASS = "nbagent-answer jp-RenderedHTMLCommon jp-RenderedMarkdown"
 """An answer is styled by JupyterLab's own Markdown CSS (tables, code, links; every theme)."""
-ANSWER_STYLE = ("font-family:var(--jp-content-font-family,system-ui,sans-serif);"
-                "font-size:var(--jp-content-font-size1,14px);line-height:var(--jp-content-line-height,1.6);"
-                "padding:0;text-align:left;overflow-wrap:anywhere")
+ANSWER_STYLE = (f"{css('font-family', theme.CONTENT_FONT)};{css('font-size', theme.CONTENT_SIZE)};"
+                f"{css('line-height', theme.CONTENT_LINE_HEIGHT)};padding:0;text-align:left;overflow-wrap:anywhere")
 
 
 def assistant_html(text: str | None, refusal: str | None = None) -> str:
@@ -464,7 +471,7 @@ def question_html(name: str, args: Any, description: str = "") -> str:
     if description:
         lines.append(f'<div style="{MUTED};font-size:12px">{escape(description)}</div>')
     return (f'<div class="nbagent-question" style="{FONT};text-align:left;padding:4px 8px;margin:2px 0;'
-            f'border-left:3px solid var(--jp-warn-color1,#e67e00)">{"".join(lines)}</div>')
+            f'{css("border-left", theme.WARN.within("3px solid {}"))}">{"".join(lines)}</div>')
 
 
 def header_html(thread: str, model: Any = None, name: str | None = None) -> str:
@@ -472,7 +479,7 @@ def header_html(thread: str, model: Any = None, name: str | None = None) -> str:
     name) and the thread id, so two views in one notebook can be told apart."""
     parts = []
     if name:
-        parts.append(f'<b class="nbagent-agent-name" style="color:var(--jp-ui-font-color1,#222)">{escape(name)}</b>')
+        parts.append(f'<b class="nbagent-agent-name" style="{css("color", theme.TEXT)}">{escape(name)}</b>')
     if model is not None:
         provider = getattr(model, "provider", None)
         model_name = getattr(model, "model_name", None) or type(model).__name__
@@ -480,8 +487,8 @@ def header_html(thread: str, model: Any = None, name: str | None = None) -> str:
         parts.append(f'<span class="nbagent-model" title="model">{escape(label)}</span>')
     parts.append(f'<span class="nbagent-thread" title="thread id">thread <code style="{_HINT_CODE}">'
                  f"{escape(thread)}</code></span>")
-    return (f'<div class="nbagent-header" style="{FONT};{MUTED};font-size:12px;padding:2px 2px 4px 2px;'
-            f'border-bottom:{BORDER};margin-bottom:4px;text-align:left">' + " · ".join(parts) + "</div>")
+    return (f'<div class="nbagent-header" style="{SMALL};{MUTED};padding:2px 2px 4px 2px;'
+            f'{RULE_BELOW};margin-bottom:4px;text-align:left">' + " · ".join(parts) + "</div>")
 
 
 def calls_text(n: int) -> str:
@@ -517,7 +524,7 @@ def usage_text(usage: Usage, label: str) -> str:
 
 def usage_html(usage: Usage, *, label: str = "run") -> str:
     """`usage_text` as a muted line of HTML."""
-    return f'<div style="{FONT};{MUTED};font-size:12px">{escape(usage_text(usage, label))}</div>'
+    return f'<div style="{SMALL};{MUTED}">{escape(usage_text(usage, label))}</div>'
 
 
 class ProviderCall(NamedTuple):
@@ -656,7 +663,7 @@ def _pending_html(pending: Sequence[PendingCall], thread: str) -> str:
     ids = ", ".join(repr(p.id) for p in pending)
     code = f'<code style="{_HINT_CODE}">'
     hint = (
-        f'<div style="{FONT};{MUTED};font-size:12px;margin-top:4px">continue with '
+        f'<div style="{SMALL};{MUTED};margin-top:4px">continue with '
         f"{code}agent.resume(thread={escape(repr(thread))}, approve=[{escape(ids)}])</code>, "
         f"{code}deny={{id: reason}}</code> or {code}results={{id: value}}</code>; or "
         f"{code}agent.chat(thread={escape(repr(thread))})</code> for buttons</div>"
@@ -683,7 +690,7 @@ def _usage_table(usage: Usage) -> str:
         body.append(f'<tr style="{TR}">' + "".join(f"<td {td}>{c}</td>" for c in html) + "</tr>")
     table = TABLE.replace("width:100%;table-layout:fixed;", "width:auto;")
     return (
-        f'<details class="nbagent-usage" style="{FONT};font-size:12px">'
+        f'<details class="nbagent-usage" style="{SMALL}">'
         f'<summary style="cursor:pointer;{MUTED}">model calls</summary>'
         f'<table style="{table};font-size:12px"><tr style="{TR}">{head}</tr>{"".join(body)}</table></details>'
     )
@@ -692,7 +699,7 @@ def _usage_table(usage: Usage) -> str:
 def render_result_html(result: RunResult) -> str:
     """The static HTML summary of a run (``display(result)``): status, the run's messages and
     tool calls, pending calls, and usage. Inline styles only, no JavaScript; each themed colour
-    has a plain one before it for an untrusted notebook (`with_plain_fallbacks`)."""
+    has a plain one before it for an untrusted notebook (`nbagent.display.theme`)."""
     head = (
         f'<div style="{FONT};margin-bottom:6px">{status_badge(result.status)}'
         f'<span style="{MUTED}"> · thread <code style="{CODE}">{escape(result.thread)}</code> · {result.steps} '
@@ -724,7 +731,7 @@ def render_result_html(result: RunResult) -> str:
         )
     parts.append(usage_html(result.usage))
     parts.append(_usage_table(result.usage))
-    return with_plain_fallbacks(
-        f'<div class="nbagent-result {NO_MATH}" style="{FONT};border:{BORDER};border-radius:6px;padding:8px 10px;'
+    return (
+        f'<div class="nbagent-result {NO_MATH}" style="{FONT};{FRAME};border-radius:6px;padding:8px 10px;'
         f'max-width:960px;text-align:left;box-sizing:border-box">' + "".join(parts) + "</div>"
     )

@@ -44,7 +44,11 @@ _RICH_ATTRIBUTES = {"a": {"href", "title"}, "th": {"colspan", "rowspan"}, "td": 
 
 
 def escape(text: Any) -> str:
-    """Plain text -> HTML text (``& < > " '`` escaped). Non-strings are converted with ``str``."""
+    """Plain text -> HTML text (``& < > " '`` escaped). Non-strings are converted with ``str``.
+
+    >>> escape('<b onclick="x()">hi</b>')
+    '&lt;b onclick=&quot;x()&quot;&gt;hi&lt;/b&gt;'
+    """
     return _html.escape("" if text is None else str(text), quote=True)
 
 
@@ -96,7 +100,11 @@ def _aligned_cells(html: str) -> str:
 def rich_html(html: str | None) -> str | None:
     """A tool result's own HTML (``_repr_html_``: a pandas DataFrame, a Styler...) cut down to
     `RICH_TAGS` with no style, class, id or event attribute, links to http(s)/mailto only;
-    None when nothing visible is left, or without nh3 (then the view shows the text only)."""
+    None when nothing visible is left, or without nh3 (then the view shows the text only).
+
+    >>> rich_html('<table onclick="x()" style="color:red"><tr><td>1</td></tr></table><script>alert(1)</script>')
+    '<table><tbody><tr><td>1</td></tr></tbody></table>'
+    """
     if not html or not isinstance(html, str):
         return None
     try:
@@ -114,6 +122,9 @@ def markdown_html(text: str | None) -> str:
 
     Raw HTML in the text is shown as text, links keep only http(s)/mailto URLs, images become
     links, and no attribute that can run code (``on*``, ``style``, ``src``) survives.
+
+    >>> markdown_html("**bold** <img src=x onerror=alert(1)> [link](javascript:alert(1))").strip()
+    '<p><strong>bold</strong> &lt;img src=x onerror=alert(1)&gt; [link](javascript:alert(1))</p>'
     """
     if not text:
         return ""

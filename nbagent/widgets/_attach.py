@@ -21,7 +21,7 @@ from typing import Any
 
 import ipywidgets as widgets
 
-from ..display.html import FONT, MUTED
+from ..display.html import MUTED, SMALL
 from ..display.sanitize import escape
 
 __all__ = ["Attachments", "kernel_namespace", "variable_kind"]
@@ -119,7 +119,7 @@ class Attachments:
             self._hide(self.choices)
             return
         items = " · ".join(f"<b>@{escape(n)}</b> {escape(variable_kind(variables[n]))}" for n in names)
-        self.choices.value = f'<div style="font-family:{FONT};font-size:12px;color:{MUTED}">{items}</div>'
+        self.choices.value = f'<div style="{SMALL};{MUTED}">{items}</div>'
         self.choices.layout.display = "block"
 
     @staticmethod
@@ -165,7 +165,7 @@ class Attachments:
             self._hide(self.preview)
             return
         self._shown = name
-        self.preview.value = (f'<div style="font-family:{FONT};font-size:12px;color:{MUTED}">sent for '
+        self.preview.value = (f'<div style="{SMALL};{MUTED}">sent for '
                               f'<b>@{escape(name)}</b> ({escape(self.attached[name])}):</div>'
                               f'<pre class="nbagent-attachment" style="max-height:16em;overflow:auto;'
                               f'white-space:pre-wrap;margin:2px 0">{escape(self.text_of(name))}</pre>')

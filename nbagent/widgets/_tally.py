@@ -19,13 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..context import ContextUsage
-from ..display.html import FONT, MUTED, budget_texts, calls_text, cost_text, usage_text
+from ..display import theme
+from ..display.html import MUTED, SMALL, budget_texts, calls_text, cost_text, usage_text
 from ..display.sanitize import escape
 from ..usage import ModelCallUsage, Usage
 
 __all__ = ["UsageTally", "footer_html", "gauge_html"]
 
-WARN = "var(--jp-warn-color0,#b26b00)"
+WARN = theme.css("color", theme.STRONG_WARN)
 """Amber, the gauge's colour past the compaction threshold (JupyterLab's warning colour)."""
 
 
@@ -92,7 +93,7 @@ def gauge_html(context: ContextUsage | None) -> str:
     past the compaction threshold. Empty when nothing is known."""
     if context is None:
         return ""
-    style = f"color:{WARN}" if context.over_threshold else ""
+    style = WARN if context.over_threshold else ""
     return (f' · <span class="nbagent-gauge" title="{escape(context.describe())}" '
             f'style="cursor:help;{style}">{escape(str(context))}</span>')
 
@@ -110,6 +111,6 @@ def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budg
     budget = budget_texts(run, token_budget, cost_budget)
     if budget:
         whole += " | per run: " + ", ".join(budget)
-    return (f'<div class="nbagent-footer" style="{FONT};{MUTED};font-size:12px">{escape(line)}'
+    return (f'<div class="nbagent-footer" style="{SMALL};{MUTED}">{escape(line)}'
             f'{gauge_html(tally.context)}'
             f'<br><span class="nbagent-footer-thread">{escape(whole)}</span></div>')

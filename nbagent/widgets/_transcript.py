@@ -17,8 +17,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..display.html import BORDER, FONT, MUTED, NO_MATH, messages_html, table_header_html, tool_row_html
-from ..display.plain_css import with_plain_fallbacks
+from ..display.html import FONT, FRAME, MUTED, NO_MATH, messages_html, table_header_html, tool_row_html
 from ..display.sanitize import escape
 from ..messages import Message, ToolCall, unanswered_calls
 
@@ -66,7 +65,8 @@ def _waiting_html(calls: Sequence[ToolCall]) -> str:
 
 def transcript_bundle(thread: str, messages: Sequence[Message]) -> dict[str, Any]:
     """``{"text/html": ..., "text/plain": ...}`` of the conversation (the newest `MAX_MESSAGES`);
-    the HTML keeps its look in an untrusted notebook (`with_plain_fallbacks`)."""
+    the HTML keeps its look in an untrusted notebook (each themed style after a plain one:
+    `nbagent.display.theme`)."""
     shown = list(messages)[-MAX_MESSAGES:]
     earlier = len(messages) - len(shown)
     head = (f'<div style="{MUTED};font-size:12px;margin-bottom:4px">nbagent chat · thread '
@@ -75,9 +75,9 @@ def transcript_bundle(thread: str, messages: Sequence[Message]) -> dict[str, Any
     waiting = unanswered_calls(messages)
     body = (messages_html(shown, skip_call_ids={c.id for c in waiting}) if shown
             else f'<div style="{MUTED}">no messages yet</div>')
-    html = (f'<div class="nbagent-transcript {NO_MATH}" style="{FONT};border:{BORDER};border-radius:6px;'
+    html = (f'<div class="nbagent-transcript {NO_MATH}" style="{FONT};{FRAME};border-radius:6px;'
             f'padding:8px 10px;max-width:960px">{head}{body}{_waiting_html(waiting)}</div>')
-    return {"text/html": with_plain_fallbacks(html), "text/plain": transcript_text(thread, messages, waiting)}
+    return {"text/html": html, "text/plain": transcript_text(thread, messages, waiting)}
 
 
 class SavedCopy:

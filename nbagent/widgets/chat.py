@@ -482,8 +482,8 @@ class ChatView(widgets.VBox):
             self._log.children = tuple(c for c in self._log.children if c is not bubble)
 
     def show_status(self, text: str, error: bool, note: str) -> None:
-        colour = ERROR.removeprefix("color:") if error else "var(--jp-ui-font-color2,#666)"
-        out = f'<div style="{FONT};color:{colour};white-space:pre-wrap">{escape(text)}</div>' if text else ""
+        colour = ERROR if error else MUTED
+        out = f'<div style="{FONT};{colour};white-space:pre-wrap">{escape(text)}</div>' if text else ""
         if note:
             out += f'<div class="nbagent-queue-note" style="{FONT};{MUTED};white-space:pre-wrap">{escape(note)}</div>'
         if self._status.value != out:

@@ -30,7 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
-from ..display.html import ERROR, pretty_args, question_html, table_header_html, tool_row_html
+from ..display import theme
+from ..display.html import ERROR, MUTED, pretty_args, question_html, table_header_html, tool_row_html
 from ..display.sanitize import escape
 from ._calls import TICKING, WAITING
 
@@ -46,6 +47,9 @@ Decide = Callable[[str, str, Any], None]
 """``decide(call_id, action, payload)`` on the loop; action: approve, deny, edit, result, always."""
 
 _HIDDEN = "none"
+_NOTICE = (f"{theme.css('border-left', theme.WARN.within('3px solid {}'))};padding:2px 8px;margin:2px 0;"
+           f"font-size:12px;{theme.css('color', theme.TEXT)};white-space:pre-wrap")
+"""A call's notice (why it cannot be approved here): the theme's text by a warning-coloured rule."""
 
 
 def themed_button(label: str, style: str = "", tooltip: str = "", **layout: Any) -> widgets.Button:
@@ -166,12 +170,10 @@ class ToolRow(widgets.VBox):
             children = self._approval_controls(pending, unavailable)
         if unavailable:
             children.insert(0, widgets.HTML(
-                f'<div class="nbagent-unavailable" style="border-left:3px solid var(--jp-warn-color1,#ff9800);'
-                f'padding:2px 8px;margin:2px 0;font-size:12px;color:var(--jp-ui-font-color1,#222);'
-                f'white-space:pre-wrap">{escape(unavailable)}</div>'))
+                f'<div class="nbagent-unavailable" style="{_NOTICE}">{escape(unavailable)}</div>'))
         if pending.description and pending.reason != "client":  # a question shows it already
             children.append(widgets.HTML(
-                f'<span style="color:var(--jp-ui-font-color2,#666);font-size:12px">'
+                f'<span style="{MUTED};font-size:12px">'
                 f"{escape(pending.name)}: {escape(pending.description)}</span>"))
         self.actions.children = tuple(children)
         self.actions.layout.display = "flex"

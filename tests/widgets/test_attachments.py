@@ -57,6 +57,28 @@ async def test_typing_at_offers_the_notebooks_variables_with_type_and_shape(name
     assert box.options == () and offered.layout.display == "none"
 
 
+def _styles(html: str) -> list[dict[str, str]]:
+    """Each inline style of `html` as {property: its last value}; a declaration the browser would
+    drop (a value with a colon, e.g. ``color:color:...``) fails the test."""
+    out = []
+    for style in re.findall(r'style="([^"]*)"', html):
+        declarations = [d.partition(":") for d in style.split(";") if d]
+        assert all(":" not in value for _, _, value in declarations), style
+        out.append({prop: value for prop, _, value in declarations})
+    return out
+
+
+async def test_the_offered_variables_and_the_text_sent_are_muted_lines(namespace: dict[str, Any]) -> None:
+    view = _view(namespace)
+    await view.wait_loaded()
+    view.message_box.value = "Look at @df"
+    await click(view.attachments.chips.children[0])
+    view.message_box.value = "Look at @df and @d"
+    for html in (view.attachments.choices.value, view.attachments.preview.value):
+        first = _styles(html)[0]
+        assert first["color"] == "var(--jp-ui-font-color2,#666)" and first["font-size"] == "12px", html
+
+
 async def test_an_at_name_attaches_a_chip_whose_click_shows_the_exact_text_sent(namespace: dict[str, Any]) -> None:
     view = _view(namespace)
     await view.wait_loaded()
