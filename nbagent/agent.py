@@ -4,8 +4,8 @@ stored threads.
 Owns `Agent` (the configuration, frozen into a `RunConfig` for each run) and its public methods.
 Layer 4: the run itself lives below it, in `nbagent._run` (``prepare`` a run's starting state
 from a `RunStart`, ``loop`` the run, ``handle`` for `RunHandle`); thread management is
-`nbagent.threads.Threads` beside it (``agent.threads_api``), which the thread methods hand their
-work to. Imports the base, models, store, the run and `threads`; never widgets or pandas,
+`nbagent.threads.Threads` beside it (``agent.threads_api``): each thread method of `Agent` is a
+`Threads` method, written once there and called on the agent's (`_from_threads`). Imports the base, models, store, the run and `threads`; never widgets or pandas,
 except in the facade methods `chat`, `map`, `evaluate` and `estimate`, which import the edge
 when called.
 
@@ -20,28 +20,27 @@ its work to `nbagent._run` or `Threads` in a few lines.
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from ._run.config import RunConfig
 from ._run.prepare import RunStart
 from ._sync import twin
-from .approvals import CallRef, Decisions, PendingCall
+from .approvals import CallRef, Decisions
 from .context import Compaction
 from .events import Event
 from .exceptions import DuplicateToolError, ToolDefinitionError, UserError
-from .messages import Message, Prompt
+from .messages import Prompt
 from .models import infer_model
 from .models.base import Model
 from .output import OUTPUT_TOOL, OutputSpec
 from .result import RunResult
 from .retry import Retry
 from .store import Store, open_store
-from .store.base import Checkpoint, ThreadInfo
 from .threads import Threads
 from .tools import Tool, ToolSource
-from .usage import Usage
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict, Unpack
@@ -71,7 +70,26 @@ if TYPE_CHECKING:
 __all__ = ["Agent"]
 
 OutputT = TypeVar("OutputT")
+T = TypeVar("T")
+P = ParamSpec("P")
 Deny = Mapping[str, "str | None"] | Iterable[CallRef]
+
+
+def _from_threads(method: Callable[Concatenate[Threads, P], Coroutine[Any, Any, T]], name: str | None = None,
+                  doc: str | None = None) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """The `Threads` method `method` as an `Agent` method named `name` (default: the same) that
+    calls it on the agent's `Agent.threads_api`. ``help`` and ``inspect.signature`` show
+    `method`'s parameters; the docstring is `doc`, by default `method`'s."""
+    @functools.wraps(method)
+    async def on_agent(self: Agent[Any], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await method(self.threads_api, *args, **kwargs)
+
+    on_agent.__name__ = name or method.__name__
+    on_agent.__qualname__ = f"Agent.{on_agent.__name__}"
+    on_agent.__module__ = __name__
+    if doc is not None:
+        on_agent.__doc__ = doc
+    return on_agent
 
 
 class Agent(Generic[OutputT]):
@@ -271,8 +289,8 @@ class Agent(Generic[OutputT]):
 
     # ------------------------------------------------------------------ runs
     # Each entry point makes one `RunStart` from its arguments (a prompt, or a resume's
-    # `Decisions`) and drives it one way: to the end (`run`, `resume`), as events (`stream`,
-    # `resume_stream`), in a background task (`start`); the `_sync` twins block on the first.
+    # `Decisions`) and drives it one way: to the end (`run`, `resume`; their `_sync` twins block
+    # on those), as events (`stream`, `resume_stream`), in a background task (`start`).
     async def run(self, prompt: Prompt | None = None, *, thread: str | None = None,
                   state: Any = None) -> RunResult[OutputT]:
         """Run until a final answer, a pause for a person, a stop, a failure or cancellation.
@@ -288,6 +306,9 @@ class Agent(Generic[OutputT]):
             InvalidPromptError: the prompt is neither text nor images models accept.
         """
         return await self._finished(RunStart(prompt, thread, state))
+
+    run_sync = twin(run, doc="`run` from sync code: works in scripts and in notebook cells (no nest_asyncio). "
+                             "A call needing approval makes it return ``paused``; KeyboardInterrupt cancels the run.")
 
     def stream(
         self, prompt: Prompt | None = None, *, thread: str | None = None, state: Any = None
@@ -337,6 +358,8 @@ class Agent(Generic[OutputT]):
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
         return await self._finished(RunStart(thread=thread, state=state, resume=chosen, result=result))
 
+    resume_sync = twin(resume)
+
     def resume_stream(
         self,
         result: RunResult[Any] | None = None,
@@ -379,10 +402,6 @@ class Agent(Generic[OutputT]):
                             f"run), got {type(resume).__name__}")
         box = RunBox()
         return RunHandle(self._events(RunStart(prompt, thread, state, resume, result), box), on_event, box)
-
-    run_sync = twin(run, doc="`run` from sync code: works in scripts and in notebook cells (no nest_asyncio). "
-                             "A call needing approval makes it return ``paused``; KeyboardInterrupt cancels the run.")
-    resume_sync = twin(resume)
 
     async def _finished(self, start: RunStart) -> RunResult[Any]:
         """The run `start` begins, run to its end without streaming."""
@@ -439,59 +458,25 @@ class Agent(Generic[OutputT]):
         Whether each is still stored is not checked: `threads` lists the stored ones."""
         return list(self._own_threads)
 
-    async def threads(self) -> list[ThreadInfo]:
-        """This agent's stored threads (`ThreadInfo`: see the class docstring), most recently
-        updated first (`Threads.list`). After a kernel restart a new agent has none yet: list
-        every thread of the store with ``await agent.store.threads()``."""
-        return await self.threads_api.list()
-
-    async def checkpoints(self, thread: str) -> list[Checkpoint]:
-        """The checkpoints of a thread (`Checkpoint`: step, time, last message, usage so far)."""
-        return await self.threads_api.checkpoints(thread)
-
-    async def pending(self, thread: str) -> list[PendingCall]:
-        """The calls of a stored thread that wait for a decision or a client result, e.g. after
-        a kernel restart: ``await agent.resume(thread=t, approve=await agent.pending(t))``."""
-        return await self.threads_api.pending(thread)
-
-    async def thread_usage(self, thread: str) -> Usage:
-        """All model calls stored for a thread, summed (`Threads.usage`)."""
-        return await self.threads_api.usage(thread)
-
-    async def fork(
-        self,
-        thread: str,
-        *,
-        at_step: int | None = None,
-        new_thread: str | None = None,
-        edit: str | Mapping[str, Any] | Message | None = None,
-    ) -> str:
-        """Copy a thread up to a step into a new thread (one of this agent's), to try another
-        path from there; returns its id.
-
-        ```python
-        alt = await agent.fork("support-42", at_step=2, edit={"content": "order 42 was never shipped"})
-        result = await agent.resume(thread=alt)             # the model sees the edited tool result
-        ```
-
-        `at_step`: the last step to copy (see `checkpoints`; None: all); `new_thread`: the new
-        id (default ``"<thread>-fork-<random>"``); `edit`: a ``str``, a dict of fields or a
-        message that changes the last copied message. Which messages are copied, the rules of
-        `edit` and the errors: `Threads.fork`.
-        """
-        return await self.threads_api.fork(thread, at_step=at_step, new_thread=new_thread, edit=edit)
-
-    async def delete_thread(self, thread: str) -> bool:
-        """Delete a stored thread with everything kept for it: messages, usage, checkpoints,
-        pending calls and its recorded model calls (`nbagent.models.record`); True if it existed.
-        It no longer counts among this agent's threads."""
-        return await self.threads_api.delete(thread)
-
+    # Each thread operation is written once, on `Threads`; the agent's method calls it on
+    # `threads_api` (same parameters, and its docstring unless the agent's differs).
+    threads = _from_threads(Threads.list, "threads", doc="""
+        This agent's stored threads (`ThreadInfo`: see the class docstring), most recently updated
+        first. After a kernel restart a new agent has none yet: list every thread of the store
+        with ``await agent.store.threads()``.""")
     threads_sync = twin(threads)
+    checkpoints = _from_threads(Threads.checkpoints)
     checkpoints_sync = twin(checkpoints)
+    pending = _from_threads(Threads.pending)
     pending_sync = twin(pending)
+    thread_usage = _from_threads(Threads.usage, "thread_usage")
     thread_usage_sync = twin(thread_usage)
+    fork = _from_threads(Threads.fork)
     fork_sync = twin(fork)
+    delete_thread = _from_threads(Threads.delete, "delete_thread", doc="""
+        Delete a stored thread with everything kept for it: messages, usage, checkpoints, pending
+        calls and its recorded model calls (`nbagent.models.record`); True if it existed. It no
+        longer counts among this agent's threads.""")
     delete_thread_sync = twin(delete_thread)
 
     # ------------------------------------------------------------------ edges

@@ -69,15 +69,21 @@ class Threads:
             return stored
         return [info for info in stored if info.thread in self._scope]
 
+    list_sync = twin(list)
+
     async def checkpoints(self, thread: str) -> builtins.list[Checkpoint]:
         """The checkpoints of a thread (`Checkpoint`: step, time, last message, usage so far)."""
         return await self.store.checkpoints(thread)
+
+    checkpoints_sync = twin(checkpoints)
 
     async def pending(self, thread: str) -> builtins.list[PendingCall]:
         """The calls of a stored thread that wait for a decision or a client result, e.g. after
         a kernel restart: ``await agent.resume(thread=t, approve=await threads.pending(t))``."""
         loaded = await self.store.load(thread)
         return loaded.open_pending() if loaded is not None else []
+
+    pending_sync = twin(pending)
 
     async def usage(self, thread: str) -> Usage:
         """All model calls stored for a thread, summed (read column-wise, without the messages)."""
@@ -86,6 +92,8 @@ class Threads:
             return Usage.of(columns.to_rows())
         loaded = await self.store.load(thread)  # a store overriding usage_columns with plain lists
         return Usage.of(loaded.usage if loaded else [])
+
+    usage_sync = twin(usage)
 
     async def fork(
         self,
@@ -144,6 +152,8 @@ class Threads:
             self._scope.setdefault(new, None)
         return new
 
+    fork_sync = twin(fork)
+
     async def delete(self, thread: str) -> bool:
         """Delete a stored thread with everything kept for it: messages, usage, checkpoints,
         pending calls and its recorded model calls (`nbagent.models.record`); True if it existed.
@@ -152,9 +162,4 @@ class Threads:
             self._scope.pop(thread, None)
         return await self.store.delete_thread(thread)
 
-    list_sync = twin(list)
-    checkpoints_sync = twin(checkpoints)
-    pending_sync = twin(pending)
-    usage_sync = twin(usage)
-    fork_sync = twin(fork)
     delete_sync = twin(delete)
