@@ -5,9 +5,9 @@ Owns `Agent` (the configuration, frozen into a `RunConfig` for each run) and its
 Layer 4: the run itself lives below it, in `nbagent._run` (``prepare`` a run's starting state
 from a `RunStart`, ``loop`` the run, ``handle`` for `RunHandle`); thread management is
 `nbagent.threads.Threads` beside it (``agent.threads_api``): each thread method of `Agent` is a
-`Threads` method, written once there and called on the agent's (`_from_threads`). Imports the base, models, store, the run and `threads`; never widgets or pandas,
-except in the facade methods `chat`, `map`, `evaluate` and `estimate`, which import the edge
-when called.
+`Threads` method, written once there and called on the agent's (`_from_threads`). Imports the
+base, models, store, the run and `threads`; never widgets or pandas, except in the facade methods
+`chat`, `map`, `evaluate` and `estimate`, which import the edge when called.
 
 Naming: the awaitable form of an operation has the plain name, its blocking twin adds ``_sync``
 (``run`` / ``run_sync``, ``resume`` / ``resume_sync``) and is made by `nbagent._sync.twin`, so
