@@ -107,7 +107,9 @@ class Agent(Generic[OutputT]):
     (the new thread) or shown in a view (`Agent.chat` with a ``thread``). `threads` lists them,
     and the DataFrame functions given an agent read only them, so agents of other notebooks
     sharing the store (``./.nbagent/threads.db``) do not mix in. Every stored thread:
-    ``await agent.store.threads()``, ``nbagent.usage_frame(agent.store)``.
+    ``await agent.store.threads()``, ``nbagent.usage_frame(agent.store)``. The thread methods
+    (`threads`, `checkpoints`, `pending`, `thread_usage`, `fork`, `delete_thread`) are those of
+    ``agent.threads_api``, a `Threads` over the agent's store and threads.
 
     Args:
         model: a `Model`, or a string: ``"openai:gpt-4.1-mini"``, ``"local"``, ``"test"``.
