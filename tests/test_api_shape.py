@@ -94,6 +94,18 @@ def test_the_twins_of_agent_and_threads_are_made_once() -> None:
                 assert twin.__name__ == name and twin.__doc__, name
 
 
+def test_the_agents_thread_methods_are_its_threads_methods() -> None:
+    """Each thread operation is written once, on `Threads`; `Agent`'s method of that name calls
+    it on ``agent.threads_api`` and shows its parameters."""
+    names = {"threads": "list", "checkpoints": "checkpoints", "pending": "pending", "thread_usage": "usage",
+             "fork": "fork", "delete_thread": "delete"}
+    for on_agent, on_threads in names.items():
+        method = getattr(Agent, on_agent)
+        assert method.__wrapped__ is getattr(nbagent.Threads, on_threads), on_agent
+        assert method.__name__ == on_agent and method.__doc__, on_agent
+        assert _params(method) == _params(getattr(nbagent.Threads, on_threads))
+
+
 def test_stream_forms_take_what_their_awaited_forms_take() -> None:
     assert _params(Agent.resume_stream) == _params(Agent.resume)
     assert _params(Agent.stream) == _params(Agent.run)
