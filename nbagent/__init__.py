@@ -77,6 +77,9 @@ from .messages import (
 from .result import RunResult
 from .retry import Retry
 
+# Stored threads (also agent.threads_api)
+from .threads import Threads
+
 # Tools
 from .tools import RunContext, Tool, ToolSource, tool
 
@@ -125,6 +128,7 @@ __all__ = [
     "RunStartedEvent",
     "SystemMessage",
     "TextDeltaEvent",
+    "Threads",
     "Tool",
     "ToolCall",
     "ToolCallFinishedEvent",

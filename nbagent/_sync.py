@@ -1,24 +1,33 @@
 """Run coroutines from sync code, in a plain script or inside a running loop (a Jupyter cell).
 
-Owns the private background event loop; imports exceptions only. No nest_asyncio: inside a running
-loop the coroutine runs on a daemon thread with its own long-lived loop (one loop for the whole
-process, so clients bound to it are reused). This also works where a user applied nest_asyncio.
-A blocking call cannot receive button clicks: runs started this way return ``paused`` instead of
-waiting for a person.
+Owns the private background event loop, `run_sync`, and `twin`, which makes the blocking twin
+(``run_sync``, ``checkpoints_sync``, ...) of an async method; imports exceptions only. No
+nest_asyncio: inside a running loop the coroutine runs on a daemon thread with its own long-lived
+loop (one loop for the whole process, so clients bound to it are reused). This also works where a
+user applied nest_asyncio. A blocking call cannot receive button clicks: runs started this way
+return ``paused`` instead of waiting for a person.
+
+asyncio is imported by the first sync call, not with this module: the twins are made when
+``import nbagent`` defines `Agent`, which must not load asyncio.
 """
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from .exceptions import SyncInAsyncError
 
-__all__ = ["background_loop", "run_sync"]
+if TYPE_CHECKING:
+    import asyncio
+
+__all__ = ["background_loop", "run_sync", "twin"]
 
 T = TypeVar("T")
+S = TypeVar("S")
+P = ParamSpec("P")
 
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
@@ -27,6 +36,8 @@ _thread: threading.Thread | None = None
 
 def background_loop() -> asyncio.AbstractEventLoop:
     """The process-wide private loop that sync calls run on (started on first use)."""
+    import asyncio
+
     global _loop, _thread
     with _lock:
         if _loop is None or _loop.is_closed() or _thread is None or not _thread.is_alive():
@@ -51,6 +62,8 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: C
     On KeyboardInterrupt (kernel interrupt, Ctrl-C) the coroutine is cancelled, given a moment to
     leave the conversation valid, and the KeyboardInterrupt is re-raised.
     """
+    import asyncio
+
     loop = background_loop()
     if threading.current_thread() is _thread:
         raise SyncInAsyncError(
@@ -93,3 +106,24 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: C
         loop.call_soon_threadsafe(stop)
         finished.wait(timeout=15)
         raise
+
+
+def twin(method: Callable[Concatenate[S, P], Coroutine[Any, Any, T]], doc: str | None = None,
+         ) -> Callable[Concatenate[S, P], T]:
+    """The blocking twin of the async method `method`, for its class body:
+    ``run_sync = twin(run)``.
+
+    The twin is named ``<name>_sync``, takes the same parameters (``inspect.signature`` and
+    ``help`` show `method`'s) and runs ``self.<name>(...)`` with `run_sync` (an override of
+    `method` in a subclass included). Its docstring is `doc`, by default "`<name>` from sync code".
+    """
+    name = method.__name__
+
+    @functools.wraps(method)
+    def blocking(self: S, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return run_sync(lambda: getattr(self, name)(*args, **kwargs))
+
+    blocking.__name__ = f"{name}_sync"
+    blocking.__qualname__ = f"{method.__qualname__}_sync"
+    blocking.__doc__ = doc if doc is not None else f"`{name}` from sync code."
+    return blocking

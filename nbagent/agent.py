@@ -2,42 +2,45 @@
 stored threads.
 
 Owns `Agent` (the configuration, frozen into a `RunConfig` for each run) and its public methods.
-Layer 4: the run itself lives below it, in `nbagent._run` (``prepare`` a run's starting state,
-``loop`` the run, ``fork``, ``handle`` for `RunHandle`). Imports the base, models, store and the
-run; never widgets or pandas, except in the two facade methods `chat` and `map`, which import
-the edge when called.
+Layer 4: the run itself lives below it, in `nbagent._run` (``prepare`` a run's starting state
+from a `RunStart`, ``loop`` the run, ``handle`` for `RunHandle`); thread management is
+`nbagent.threads.Threads` beside it (``agent.threads_api``): each thread method of `Agent` is a
+`Threads` method, written once there and called on the agent's (`_from_threads`). Imports the
+base, models, store, the run and `threads`; never widgets or pandas, except in the facade methods
+`chat`, `map`, `evaluate` and `estimate`, which import the edge when called.
 
 Naming: the awaitable form of an operation has the plain name, its blocking twin adds ``_sync``
-(``run`` / ``run_sync``, ``resume`` / ``resume_sync``); a method with one form has the plain name.
+(``run`` / ``run_sync``, ``resume`` / ``resume_sync``) and is made by `nbagent._sync.twin`, so
+it always takes what the awaitable takes; a method with one form has the plain name.
 
-Size: one class, the whole public surface of an agent (runs, resumes, stored threads), most of it
-docstrings; each method hands its work to `nbagent._run` in a few lines.
+Size: one class, the whole public surface of an agent, most of it docstrings; each method hands
+its work to `nbagent._run` or `Threads` in a few lines.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable, Mapping
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
 from ._run.config import RunConfig
-from ._run.fork import fork_thread
-from ._run.prepare import prepare_resume, prepare_run
-from .approvals import CallRef, Decisions, PendingCall
+from ._run.prepare import RunStart
+from ._sync import twin
+from .approvals import CallRef, Decisions
 from .context import Compaction
 from .events import Event
 from .exceptions import DuplicateToolError, ToolDefinitionError, UserError
-from .messages import Message, Prompt
+from .messages import Prompt
 from .models import infer_model
 from .models.base import Model
 from .output import OUTPUT_TOOL, OutputSpec
 from .result import RunResult
 from .retry import Retry
 from .store import Store, open_store
-from .store.base import Checkpoint, ThreadInfo, UsageColumns
+from .threads import Threads
 from .tools import Tool, ToolSource
-from .usage import Usage
 
 if TYPE_CHECKING:
     from typing_extensions import TypedDict, Unpack
@@ -67,7 +70,26 @@ if TYPE_CHECKING:
 __all__ = ["Agent"]
 
 OutputT = TypeVar("OutputT")
+T = TypeVar("T")
+P = ParamSpec("P")
 Deny = Mapping[str, "str | None"] | Iterable[CallRef]
+
+
+def _from_threads(method: Callable[Concatenate[Threads, P], Coroutine[Any, Any, T]], name: str | None = None,
+                  doc: str | None = None) -> Callable[Concatenate[Any, P], Coroutine[Any, Any, T]]:
+    """The `Threads` method `method` as an `Agent` method named `name` (default: the same) that
+    calls it on the agent's `Agent.threads_api`. ``help`` and ``inspect.signature`` show
+    `method`'s parameters; the docstring is `doc`, by default `method`'s."""
+    @functools.wraps(method)
+    async def on_agent(self: Agent[Any], /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await method(self.threads_api, *args, **kwargs)
+
+    on_agent.__name__ = name or method.__name__
+    on_agent.__qualname__ = f"Agent.{on_agent.__name__}"
+    on_agent.__module__ = __name__
+    if doc is not None:
+        on_agent.__doc__ = doc
+    return on_agent
 
 
 class Agent(Generic[OutputT]):
@@ -85,7 +107,9 @@ class Agent(Generic[OutputT]):
     (the new thread) or shown in a view (`Agent.chat` with a ``thread``). `threads` lists them,
     and the DataFrame functions given an agent read only them, so agents of other notebooks
     sharing the store (``./.nbagent/threads.db``) do not mix in. Every stored thread:
-    ``await agent.store.threads()``, ``nbagent.usage_frame(agent.store)``.
+    ``await agent.store.threads()``, ``nbagent.usage_frame(agent.store)``. The thread methods
+    (`threads`, `checkpoints`, `pending`, `thread_usage`, `fork`, `delete_thread`) are those of
+    ``agent.threads_api``, a `Threads` over the agent's store and threads.
 
     Args:
         model: a `Model`, or a string: ``"openai:gpt-4.1-mini"``, ``"local"``, ``"test"``.
@@ -266,6 +290,9 @@ class Agent(Generic[OutputT]):
         return f"Agent({self.model!r}, tools={list(self.tools)}{sources})"
 
     # ------------------------------------------------------------------ runs
+    # Each entry point makes one `RunStart` from its arguments (a prompt, or a resume's
+    # `Decisions`) and drives it one way: to the end (`run`, `resume`; their `_sync` twins block
+    # on those), as events (`stream`, `resume_stream`), in a background task (`start`).
     async def run(self, prompt: Prompt | None = None, *, thread: str | None = None,
                   state: Any = None) -> RunResult[OutputT]:
         """Run until a final answer, a pause for a person, a stop, a failure or cancellation.
@@ -280,16 +307,17 @@ class Agent(Generic[OutputT]):
         Raises:
             InvalidPromptError: the prompt is neither text nor images models accept.
         """
-        config = await _with_sources(self.config())
-        run = await self._prepared(prepare_run(config, prompt, thread, state))
-        return await _consume(config, run)
+        return await self._finished(RunStart(prompt, thread, state))
+
+    run_sync = twin(run, doc="`run` from sync code: works in scripts and in notebook cells (no nest_asyncio). "
+                             "A call needing approval makes it return ``paused``; KeyboardInterrupt cancels the run.")
 
     def stream(
         self, prompt: Prompt | None = None, *, thread: str | None = None, state: Any = None
     ) -> AsyncIterator[Event]:
         """Run and yield typed events as they happen (text deltas, tool calls, ...); the last
         event is ``run-completed`` / ``run-paused`` / ... carrying the `RunResult`."""
-        return _events(self, lambda config: prepare_run(config, prompt, thread, state))
+        return self._events(RunStart(prompt, thread, state))
 
     async def resume(
         self,
@@ -330,9 +358,9 @@ class Agent(Generic[OutputT]):
         to other arguments (`ArgumentsMismatchError`). Calls left undecided stay pending.
         """
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
-        config = await _with_sources(self.config())
-        run = await self._prepared(prepare_resume(config, result, thread, chosen, state))
-        return await _consume(config, run)
+        return await self._finished(RunStart(thread=thread, state=state, resume=chosen, result=result))
+
+    resume_sync = twin(resume)
 
     def resume_stream(
         self,
@@ -350,7 +378,7 @@ class Agent(Generic[OutputT]):
     ) -> AsyncIterator[Event]:
         """`resume`, yielding events like `stream`."""
         chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
-        return _events(self, lambda config: prepare_resume(config, result, thread, chosen, state))
+        return self._events(RunStart(thread=thread, state=state, resume=chosen, result=result))
 
     def start(
         self,
@@ -371,174 +399,87 @@ class Agent(Generic[OutputT]):
         """
         from ._run.handle import RunBox, RunHandle
 
+        if resume is not None and not isinstance(resume, Decisions):
+            raise UserError(f"start(resume=...) takes a nbagent.Decisions (Decisions() continues a stopped "
+                            f"run), got {type(resume).__name__}")
         box = RunBox()
-        if resume is not None:
-            if not isinstance(resume, Decisions):
-                raise UserError(f"start(resume=...) takes a nbagent.Decisions (Decisions() continues a stopped "
-                                f"run), got {type(resume).__name__}")
-            chosen = _decisions(resume)
-            events = _events(self, lambda config: prepare_resume(config, result, thread, chosen, state), box)
-        else:
-            events = _events(self, lambda config: prepare_run(config, prompt, thread, state), box)
-        return RunHandle(events, on_event, box)
+        return RunHandle(self._events(RunStart(prompt, thread, state, resume, result), box), on_event, box)
 
-    def run_sync(self, prompt: Prompt | None = None, *, thread: str | None = None,
-                 state: Any = None) -> RunResult[OutputT]:
-        """`run` from sync code: works in scripts and in notebook cells (no nest_asyncio).
-        A call needing approval makes it return ``paused``; KeyboardInterrupt cancels the run."""
-        return _blocking(lambda: self.run(prompt, thread=thread, state=state))
+    async def _finished(self, start: RunStart) -> RunResult[Any]:
+        """The run `start` begins, run to its end without streaming."""
+        from ._run.handle import consume
+        from ._run.loop import drive
 
-    def resume_sync(
-        self,
-        result: RunResult[Any] | None = None,
-        *,
-        thread: str | None = None,
-        decisions: Decisions | None = None,
-        approve: Iterable[CallRef] = (),
-        deny: Deny = (),
-        edit: Mapping[str, Mapping[str, Any]] | None = None,
-        results: Mapping[str, Any] | None = None,
-        always_allow: Iterable[str] = (),
-        state: Any = None,
-        decided_by: str | None = None,
-    ) -> RunResult[OutputT]:
-        """`resume` from sync code."""
-        chosen = _decisions(decisions, approve, deny, edit, results, always_allow, decided_by)
-        return _blocking(lambda: self.resume(result, thread=thread, decisions=chosen, state=state))
+        config = await _with_sources(self.config())
+        run = await self._prepared(start, config)
+        return await consume(drive(config, run, stream=False), run)
+
+    def _events(self, start: RunStart, box: RunBox | None = None) -> AsyncIterator[Event]:
+        """The events of the run `start` begins (the agent's config as of this call; its tool
+        sources' tools listed when the stream starts)."""
+        from ._run.loop import drive
+
+        config = self.config()
+
+        async def events() -> AsyncIterator[Event]:
+            ready = await _with_sources(config)
+            run = await self._prepared(start, ready)
+            if box is not None:
+                box.run = run
+            inner = drive(ready, run, stream=True)
+            try:
+                async for event in inner:
+                    yield event
+            finally:
+                # Closing this stream early must close the run now (answering open calls), not
+                # when the loop gets round to finalizing the abandoned inner generator.
+                await inner.aclose()
+
+        return events()
+
+    async def _prepared(self, start: RunStart, config: RunConfig) -> RunState:
+        """The run's starting state; its thread counts among the agent's threads."""
+        run = await start.prepare(config)
+        self._touch(run.thread)
+        return run
 
     # ------------------------------------------------------------------ stored threads
+    @property
+    def threads_api(self) -> Threads:
+        """This agent's stored threads as a `Threads`: its store, scoped to its threads (see the
+        class docstring). `threads`, `checkpoints`, `pending`, `thread_usage`, `fork` and
+        `delete_thread` (and their ``_sync`` twins) are this object's methods."""
+        return Threads(self.store, scope=self._own_threads)
+
     def _touch(self, thread: str) -> None:
         """Count `thread` among this agent's threads (see the class docstring)."""
         self._own_threads.setdefault(thread, None)
-
-    async def _prepared(self, preparing: Awaitable[RunState]) -> RunState:
-        """The prepared run (of `Agent.run`, `stream`, `resume`, `start`), its thread counted."""
-        run = await preparing
-        self._touch(run.thread)
-        return run
 
     def own_threads(self) -> list[str]:
         """The ids of this agent's threads (class docstring), in the order it first touched them.
         Whether each is still stored is not checked: `threads` lists the stored ones."""
         return list(self._own_threads)
 
-    async def threads(self) -> list[ThreadInfo]:
-        """This agent's stored threads (`ThreadInfo`: see the class docstring), most recently
-        updated first. After a kernel restart a new agent has none yet: list every thread of the
-        store with ``await agent.store.threads()``."""
-        return [info for info in await self.store.threads() if info.thread in self._own_threads]
-
-    async def checkpoints(self, thread: str) -> list[Checkpoint]:
-        """The checkpoints of a thread (`Checkpoint`: step, time, last message, usage so far)."""
-        return await self.store.checkpoints(thread)
-
-    async def pending(self, thread: str) -> list[PendingCall]:
-        """The calls of a stored thread that wait for a decision or a client result, e.g. after
-        a kernel restart: ``await agent.resume(thread=t, approve=await agent.pending(t))``."""
-        loaded = await self.store.load(thread)
-        return loaded.open_pending() if loaded is not None else []
-
-    async def thread_usage(self, thread: str) -> Usage:
-        """All model calls stored for a thread, summed (read column-wise, without the messages)."""
-        columns = await self.store.usage_columns(thread)
-        if isinstance(columns, UsageColumns):
-            return Usage.of(columns.to_rows())
-        loaded = await self.store.load(thread)  # a store overriding usage_columns with plain lists
-        return Usage.of(loaded.usage if loaded else [])
-
-    async def fork(
-        self,
-        thread: str,
-        *,
-        at_step: int | None = None,
-        new_thread: str | None = None,
-        edit: str | Mapping[str, Any] | Message | None = None,
-    ) -> str:
-        """Copy a thread up to a step into a new thread, to try another path from there.
-
-        ```python
-        for c in await agent.checkpoints("support-42"):         # step, last message, tokens so far
-            print(c.step, c.last_message)
-        alt = await agent.fork("support-42", at_step=2, edit={"content": "order 42 was never shipped"})
-        result = await agent.resume(thread=alt)             # the model sees the edited tool result
-        ```
-
-        Which messages are copied: every message written at a step ``<= at_step`` (all of them
-        when `at_step` is None). The prompt that starts a thread has step 0; the model's answer of
-        step *n* and the results of its tool calls have step *n*; a prompt sent after the final
-        answer of step *n* also has step *n*, so it is copied too (and can be edited). A fork
-        never leaves a tool call without its result: when the copy would end with an answer some
-        of whose calls have no result (the source was paused or interrupted in that step), the
-        copy ends before that answer (its partial results and its usage row stay behind too).
-        The usage rows of the copied steps and the ledger entries of the copied tool calls come
-        along, so no copied call runs again. The user's state object is not copied (the store
-        keeps only its latest value, which may reflect later steps): pass ``state=`` when you
-        continue the fork. Pending approvals are not copied.
-
-        Go live from a step: with ``replay(recording, then=real_model)`` as the model, a fork
-        edited at step *n* and resumed takes nothing from the model up to step *n* (the copied
-        steps, or a replayed run that rebuilt the thread from the recording) and asks the real
-        model from step *n + 1* on (the first request the recording does not hold; docs/replay.md).
-
-        Args:
-            thread: the thread to copy (it is not changed).
-            at_step: the last step to copy (see `checkpoints`); None copies the whole thread.
-            new_thread: the new thread's id (default: ``"<thread>-fork-<random>"``).
-            edit: changes the last copied message, the one at the fork point: a ``str`` replaces
-                its text (``content`` of a prompt or tool result, ``text`` of an answer); a dict
-                sets fields, e.g. ``{"content": "...", "is_error": False}``; a message instance
-                replaces it (a tool result must keep the ``call_id``, an answer may not add tool
-                calls).
-
-        Returns:
-            The new thread's id. Continue it with ``agent.resume(thread=new)`` (when it ends with
-            a prompt or a tool result) or ``agent.run(prompt, thread=new)``.
-
-        Raises:
-            UserError: the thread does not exist, `at_step` is negative, or `edit` does not fit.
-            ConflictError: `new_thread` already exists.
-        """
-        new = await fork_thread(self.store, thread, at_step, new_thread, edit)
-        self._touch(new)
-        return new
-
-    async def delete_thread(self, thread: str) -> bool:
-        """Delete a stored thread with everything kept for it: messages, usage, checkpoints,
-        pending calls and its recorded model calls (`nbagent.models.record`); True if it existed.
-        It no longer counts among this agent's threads."""
-        self._own_threads.pop(thread, None)
-        return await self.store.delete_thread(thread)
-
-    def threads_sync(self) -> list[ThreadInfo]:
-        """`threads` from sync code."""
-        return _blocking(self.threads)
-
-    def checkpoints_sync(self, thread: str) -> list[Checkpoint]:
-        """`checkpoints` from sync code."""
-        return _blocking(lambda: self.checkpoints(thread))
-
-    def pending_sync(self, thread: str) -> list[PendingCall]:
-        """`pending` from sync code."""
-        return _blocking(lambda: self.pending(thread))
-
-    def thread_usage_sync(self, thread: str) -> Usage:
-        """`thread_usage` from sync code."""
-        return _blocking(lambda: self.thread_usage(thread))
-
-    def delete_thread_sync(self, thread: str) -> bool:
-        """`delete_thread` from sync code."""
-        return _blocking(lambda: self.delete_thread(thread))
-
-    def fork_sync(
-        self,
-        thread: str,
-        *,
-        at_step: int | None = None,
-        new_thread: str | None = None,
-        edit: str | Mapping[str, Any] | Message | None = None,
-    ) -> str:
-        """`fork` from sync code."""
-        return _blocking(lambda: self.fork(thread, at_step=at_step, new_thread=new_thread, edit=edit))
+    # Each thread operation is written once, on `Threads`; the agent's method calls it on
+    # `threads_api` (same parameters, and its docstring unless the agent's differs).
+    threads = _from_threads(Threads.list, "threads", doc="""
+        This agent's stored threads (`ThreadInfo`: see the class docstring), most recently updated
+        first. After a kernel restart a new agent has none yet: list every thread of the store
+        with ``await agent.store.threads()``.""")
+    threads_sync = twin(threads)
+    checkpoints = _from_threads(Threads.checkpoints)
+    checkpoints_sync = twin(checkpoints)
+    pending = _from_threads(Threads.pending)
+    pending_sync = twin(pending)
+    thread_usage = _from_threads(Threads.usage, "thread_usage")
+    thread_usage_sync = twin(thread_usage)
+    fork = _from_threads(Threads.fork)
+    fork_sync = twin(fork)
+    delete_thread = _from_threads(Threads.delete, "delete_thread", doc="""
+        Delete a stored thread with everything kept for it: messages, usage, checkpoints, pending
+        calls and its recorded model calls (`nbagent.models.record`); True if it existed. It no
+        longer counts among this agent's threads.""")
+    delete_thread_sync = twin(delete_thread)
 
     # ------------------------------------------------------------------ edges
     def chat(self, thread: str | None = None, **kwargs: Any) -> Any:
@@ -647,30 +588,6 @@ async def _with_sources(config: RunConfig) -> RunConfig:
     return config if config.sources is None else await config.sources.current(config)
 
 
-def _events(agent: Agent[Any], prepare: Callable[[RunConfig], Any], box: RunBox | None = None) -> AsyncIterator[Event]:
-    """The events of a run `prepare` makes from the agent's config (its tool sources' tools
-    listed when the stream starts); the run's thread counts among the agent's threads."""
-    from ._run.loop import drive
-
-    config = agent.config()
-
-    async def events() -> AsyncIterator[Event]:
-        ready = await _with_sources(config)
-        run = await agent._prepared(prepare(ready))
-        if box is not None:
-            box.run = run
-        inner = drive(ready, run, stream=True)
-        try:
-            async for event in inner:
-                yield event
-        finally:
-            # Closing this stream early must close the run now (answering open calls), not
-            # when the loop gets round to finalizing the abandoned inner generator.
-            await inner.aclose()
-
-    return events()
-
-
 def _decisions(
     decisions: Decisions | None,
     approve: Iterable[CallRef] = (),
@@ -686,19 +603,3 @@ def _decisions(
     keywords = Decisions.of(approve=approve, deny=deny, edit=edit, results=results, always_allow=always_allow)
     chosen = keywords if decisions is None else decisions.extended(keywords)
     return chosen.decided_by(decided_by) if decided_by is not None else chosen
-
-
-async def _consume(config: RunConfig, run: RunState) -> RunResult[Any]:
-    """Run to the end without streaming."""
-    from ._run.handle import consume
-    from ._run.loop import drive
-
-    return await consume(drive(config, run, stream=False), run)
-
-
-def _blocking(work: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """`work` from sync code (`nbagent._sync.run_sync`). The run's machinery (asyncio, threads)
-    loads on the first run, so that ``import nbagent`` stays light."""
-    from ._sync import run_sync
-
-    return run_sync(work)

@@ -48,21 +48,67 @@ def test_event_classes_end_in_event_and_the_unreleased_names_are_gone() -> None:
         from nbagent.events import RunEnded  # noqa: F401
 
 
-def _params(fn: object) -> list[tuple[str, object]]:
-    return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
+def _params(fn: object) -> list[tuple[str, object, object, object]]:
+    return [(p.name, p.kind, p.default, p.annotation)
+            for p in inspect.signature(fn).parameters.values()]  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("name", ["run", "resume", "threads", "checkpoints", "pending", "thread_usage", "fork",
-                                  "delete_thread"])
-def test_each_async_method_has_a_sync_twin_with_the_same_parameters(name: str) -> None:
-    """The naming rule: the awaitable form has the plain name, its blocking twin adds ``_sync``."""
-    async_fn, sync_fn = getattr(Agent, name), getattr(Agent, name + "_sync")
+def _twin_owners() -> list[object]:
+    """Every public class and module that has blocking twins."""
+    import nbagent.store
+    from nbagent.mcp import MCPTools
+
+    return [Agent, nbagent.Threads, MCPTools, nbagent.store]
+
+
+TWINS = [(owner, name) for owner in _twin_owners() for name in dir(owner)
+         if name.endswith("_sync") and not name.startswith("_")]
+
+
+@pytest.mark.parametrize(("owner", "name"), TWINS, ids=[f"{getattr(o, '__name__', o)}.{n}" for o, n in TWINS])
+def test_every_sync_twin_takes_what_its_coroutine_takes(owner: object, name: str) -> None:
+    """The naming rule: the awaitable form has the plain name, its blocking twin adds ``_sync`` and
+    takes the same parameters (names, kinds, defaults, annotations) and returns the same type."""
+    async_fn, sync_fn = getattr(owner, name.removesuffix("_sync")), getattr(owner, name)
     assert inspect.iscoroutinefunction(async_fn) and not inspect.iscoroutinefunction(sync_fn)
     assert _params(async_fn) == _params(sync_fn)
+    assert inspect.signature(async_fn).return_annotation == inspect.signature(sync_fn).return_annotation
 
 
-def test_resume_stream_takes_what_resume_takes() -> None:
+@pytest.mark.parametrize("owner", [Agent, nbagent.Threads], ids=lambda o: o.__name__)
+def test_every_coroutine_method_has_a_sync_twin(owner: type) -> None:
+    coroutines = [name for name, value in vars(owner).items()
+                  if not name.startswith("_") and inspect.iscoroutinefunction(value)]
+    assert coroutines
+    assert [name for name in coroutines if not hasattr(owner, name + "_sync")] == []
+
+
+def test_the_twins_of_agent_and_threads_are_made_once() -> None:
+    """Agent's and Threads' twins are made by `nbagent._sync.twin` (never written by hand, so
+    they cannot drift from their coroutine), and show its parameters in ``help``."""
+    for owner in (Agent, nbagent.Threads):
+        for name in dir(owner):
+            if name.endswith("_sync"):
+                twin = getattr(owner, name)
+                assert twin.__wrapped__ is getattr(owner, name.removesuffix("_sync")), name
+                assert twin.__name__ == name and twin.__doc__, name
+
+
+def test_the_agents_thread_methods_are_its_threads_methods() -> None:
+    """Each thread operation is written once, on `Threads`; `Agent`'s method of that name calls
+    it on ``agent.threads_api`` and shows its parameters."""
+    names = {"threads": "list", "checkpoints": "checkpoints", "pending": "pending", "thread_usage": "usage",
+             "fork": "fork", "delete_thread": "delete"}
+    for on_agent, on_threads in names.items():
+        method = getattr(Agent, on_agent)
+        assert method.__wrapped__ is getattr(nbagent.Threads, on_threads), on_agent
+        assert method.__name__ == on_agent and method.__doc__, on_agent
+        assert _params(method) == _params(getattr(nbagent.Threads, on_threads))
+
+
+def test_stream_forms_take_what_their_awaited_forms_take() -> None:
     assert _params(Agent.resume_stream) == _params(Agent.resume)
+    assert _params(Agent.stream) == _params(Agent.run)
 
 
 def test_each_concept_has_one_spelling() -> None:

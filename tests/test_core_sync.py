@@ -1,17 +1,15 @@
 """The notebook-safe sync API: `run_sync` / `resume_sync` in a plain script, inside a running
 event loop (a Jupyter cell), in a process where nest_asyncio was applied, mixed with ``await``,
-KeyboardInterrupt, and sync signatures kept in step with the async ones.
+and KeyboardInterrupt. (That every ``_sync`` twin takes what its coroutine takes: test_api_shape.py.)
 
 Only the shipped fakes and `MemoryStore`.
 """
 
 import asyncio
-import inspect
 import os
 import subprocess
 import sys
 import textwrap
-from typing import Any
 
 import pytest
 
@@ -190,24 +188,3 @@ def test_keyboard_interrupt_cancels_a_sync_run_and_leaves_the_thread_valid() -> 
         "cancelled ['user', 'assistant', 'tool-result'] cancelled",
         "all good",
     ]
-
-
-def _params(fn: Any) -> list[tuple[str, Any, Any, Any]]:
-    return [(p.name, p.kind, p.default, p.annotation) for p in inspect.signature(fn).parameters.values()]
-
-
-@pytest.mark.parametrize(("async_name", "sync_name"), [
-    ("run", "run_sync"),
-    ("resume", "resume_sync"),
-    ("threads", "threads_sync"),
-    ("checkpoints", "checkpoints_sync"),
-])
-def test_sync_twins_take_the_same_parameters(async_name: str, sync_name: str) -> None:
-    assert inspect.iscoroutinefunction(getattr(Agent, async_name))
-    assert not inspect.iscoroutinefunction(getattr(Agent, sync_name))
-    assert _params(getattr(Agent, async_name)) == _params(getattr(Agent, sync_name))
-
-
-def test_resume_stream_takes_the_same_parameters_as_resume() -> None:
-    assert _params(Agent.resume) == _params(Agent.resume_stream)
-    assert _params(Agent.run) == _params(Agent.stream)

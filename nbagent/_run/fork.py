@@ -1,7 +1,7 @@
 """Forking a thread: copy it up to a step into a new thread, to try another path from there.
 
-Owns `fork_thread` (what `Agent.fork` does; its docstring has the rules) and the edit of the
-fork point's message. Imports exceptions, messages and store only.
+Owns `fork_thread` (what `Threads.fork` and `Agent.fork` do; `Threads.fork`'s docstring has the
+rules) and the edit of the fork point's message. Imports exceptions, messages and store only.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ async def fork_thread(
     new_thread: str | None = None,
     edit: str | Mapping[str, Any] | Message | None = None,
 ) -> str:
-    """See `Agent.fork`."""
+    """See `Threads.fork`."""
     loaded = await store.load(thread)
     if loaded is None:
         raise UserError(f"thread {thread!r} is not in the store ({store!r})")

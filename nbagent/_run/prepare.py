@@ -1,14 +1,17 @@
 """Preparing a run: the `RunState` a new prompt or a resume starts from.
 
-Owns `prepare_run` (a prompt on a new or continued thread) and `prepare_resume` (a paused,
-stopped, failed or cancelled thread, with the person's `Decisions` checked against what waits).
-Both read the thread once from the store; bad input fails before any write. Imports the run
-config and state, approvals, exceptions, messages, result and store shapes.
+Owns `RunStart` (how a run starts, as one value: what `Agent.run`, `stream`, `resume`,
+`resume_stream` and `start` each make from their arguments), `prepare_run` (a prompt on a new or
+continued thread) and `prepare_resume` (a paused, stopped, failed or cancelled thread, with the
+person's `Decisions` checked against what waits). Both read the thread once from the store; bad
+input fails before any write. Imports the run config and state, approvals, exceptions, messages,
+result and store shapes.
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from ..approvals import Decisions
@@ -21,7 +24,30 @@ from ..store.meta import live_runs
 from .config import RunConfig
 from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
-__all__ = ["prepare_resume", "prepare_run", "run_state"]
+__all__ = ["RunStart", "prepare_resume", "prepare_run", "run_state"]
+
+
+@dataclass(frozen=True, slots=True)
+class RunStart:
+    """How a run starts, made (and checked) when an entry point of `Agent` is called, prepared
+    against the agent's config when the run begins. The entry points differ only in how they
+    drive the run (to the end, as events, in a background task, blocking); what a run starts
+    from is this one value."""
+
+    prompt: Prompt | None = None
+    thread: str | None = None
+    state: Any = None
+    resume: Decisions | None = None
+    """None: send `prompt` (`prepare_run`); a `Decisions` (``Decisions()`` for none): continue
+    the thread with it (`prepare_resume`)."""
+    result: RunResult | None = None
+    """The paused `RunResult` a resume continues (its thread, state and shown calls)."""
+
+    async def prepare(self, config: RunConfig) -> RunState:
+        """The run's starting state (`prepare_run` or `prepare_resume`)."""
+        if self.resume is None:
+            return await prepare_run(config, self.prompt, self.thread, self.state)
+        return await prepare_resume(config, self.result, self.thread, self.resume, self.state)
 
 
 def run_state(
