@@ -25,7 +25,7 @@ from typing import Any
 
 from .._sync import background_loop
 from ..images import Image
-from ._python_run import MAX_TRACEBACK_CHARS, NOTHING, STOP_WAIT_S, Capture, Outcome
+from ._python_run import NOTHING, STOP_WAIT_S, Capture, Outcome, Rich, shortened
 
 __all__ = ["Kernel", "check_kernel_name"]
 
@@ -42,26 +42,13 @@ def check_kernel_name(name: str) -> None:
     KernelSpecManager().get_kernel_spec(name)
 
 
-class _Value:
-    """A value as the kernel showed it: its text for the model, its HTML table for the view."""
-
-    def __init__(self, text: str, html: str) -> None:
-        self.text, self.html = text, html
-
-    def to_string(self, **_: Any) -> str:
-        return self.text
-
-    def _repr_html_(self) -> str:
-        return self.html
-
-
 def _shown(data: dict[str, Any]) -> Any:
     """A MIME bundle (execute_result, display_data) as a value: an image, a table, or its text."""
     if "image/png" in data:
         return Image(data=base64.b64decode(data["image/png"]), media_type="image/png")
     text = str(data.get("text/plain", ""))
     if "text/html" in data:
-        return _Value(text, str(data["text/html"]))
+        return Rich(text, str(data["text/html"]))
     return text
 
 
@@ -90,11 +77,8 @@ class _Reply:
                 self.out.write(f"{shown if isinstance(shown, str) else shown.text}\n")
         elif kind == "error":
             self.ename = content.get("ename", "")
-            text = _ANSI.sub("", "\n".join(content.get("traceback", [])))
-            if len(text) > MAX_TRACEBACK_CHARS:
-                half = MAX_TRACEBACK_CHARS // 2
-                text = f"{text[:half]}\n… ({len(text) - 2 * half:,} characters of traceback left out) …\n{text[-half:]}"
-            self.error = text.strip("\n") or f"{self.ename}: {content.get('evalue', '')}"
+            text = shortened(_ANSI.sub("", "\n".join(content.get("traceback", []))))
+            self.error = text or f"{self.ename}: {content.get('evalue', '')}"
         elif kind == "status" and content.get("execution_state") == "idle":
             self.idle = True
 

@@ -54,7 +54,7 @@ from typing import Any
 from .._sync import Caller, waiting_caller
 
 __all__ = ["MAX_CAPTURE_CHARS", "MAX_TRACEBACK_CHARS", "NOTHING", "STOP_WAIT_S", "Capture", "Outcome",
-           "Stopped", "run_here", "traceback_text"]
+           "Rich", "Stopped", "run_here", "shortened"]
 
 MAX_CAPTURE_CHARS = 50_000
 """The most of one call's stdout (and of its stderr) kept; the rest is counted, not kept."""
@@ -96,6 +96,20 @@ class Capture:
         if self.dropped:
             text += f"\n… ({self.dropped:,} more characters not kept)"
         return text
+
+
+class Rich:
+    """A value with a table for the view (``_repr_html_``, sanitized again by the run) and its
+    text for the model (``to_string``)."""
+
+    def __init__(self, text: str, html: str) -> None:
+        self.text, self.html = text, html
+
+    def to_string(self, **_: Any) -> str:
+        return self.text
+
+    def _repr_html_(self) -> str:
+        return self.html
 
 
 @dataclass
@@ -169,20 +183,25 @@ def _compile(code: str, namespace: dict[str, Any], filename: str) -> tuple[Corou
     return _program(body, tail, namespace), awaits
 
 
-def traceback_text(exc: BaseException, skip: str = _FILE) -> str:
-    """The code's traceback, without the leading frames of `skip` (a module's file), its middle
-    cut when long."""
+def _traceback_text(exc: BaseException) -> str:
+    """The code's traceback, without this module's frames, its middle cut when long."""
     tb: TracebackType | None = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == skip:
+    while tb is not None and tb.tb_frame.f_code.co_filename == _FILE:
         tb = tb.tb_next
     if isinstance(exc, SyntaxError):
         text = "".join(traceback.format_exception_only(type(exc), exc))
     else:
         text = "".join(traceback.format_exception(type(exc), exc, tb))
+    return shortened(text)
+
+
+def shortened(text: str) -> str:
+    """A traceback, without its middle when it is longer than `MAX_TRACEBACK_CHARS`."""
+    text = text.strip("\n")
     if len(text) > MAX_TRACEBACK_CHARS:
         half = MAX_TRACEBACK_CHARS // 2
         text = f"{text[:half]}\n… ({len(text) - 2 * half:,} characters of traceback left out) …\n{text[-half:]}"
-    return text.rstrip("\n")
+    return text
 
 
 def _figure_numbers() -> set[int]:
@@ -301,7 +320,7 @@ class _Call:
         if isinstance(exc, asyncio.CancelledError) and self.reason == "interrupt":
             outcome.error = "KeyboardInterrupt: the user interrupted the code while it awaited"
         elif outcome.timed_out is None:
-            outcome.error = traceback_text(exc)
+            outcome.error = _traceback_text(exc)
         return outcome
 
     def _late(self) -> str | None:
@@ -429,7 +448,7 @@ async def run_here(code: str, namespace: dict[str, Any], timeout: float | None) 
     try:
         coro, awaits = _compile(code, namespace, call.filename)
     except (SyntaxError, ValueError) as exc:
-        return Outcome(error=traceback_text(exc))
+        return Outcome(error=_traceback_text(exc))
     caller = waiting_caller()
     main = threading.main_thread()
     if not awaits and caller is not None and caller.thread is main and threading.current_thread() is not main:

@@ -21,7 +21,7 @@ from .._run.execute import tool_output
 from ..exceptions import ModelRetry, UserError
 from ..messages import ToolResultMessage
 from ..tools import RunContext, Tool
-from ._python_run import MAX_CAPTURE_CHARS, MAX_TRACEBACK_CHARS, NOTHING, Outcome, run_here
+from ._python_run import MAX_CAPTURE_CHARS, MAX_TRACEBACK_CHARS, NOTHING, Outcome, Rich, run_here
 
 __all__ = ["MARK", "MAX_CAPTURE_CHARS", "MAX_TRACEBACK_CHARS", "RESTARTED_NOTE", "python_tool"]
 
@@ -47,20 +47,6 @@ def _user_namespace() -> dict[str, Any]:
     return __main__.__dict__
 
 
-class _Rich:
-    """A result with a table for the view (``_repr_html_``, sanitized again by the run) and its
-    text for the model (``to_string``)."""
-
-    def __init__(self, text: str, html: str) -> None:
-        self.text, self.html = text, html
-
-    def to_string(self, **_: Any) -> str:
-        return self.text
-
-    def _repr_html_(self) -> str:
-        return self.html
-
-
 def _answer(outcome: Outcome, note: str | None, error: str | None = None) -> Any:
     """What the model gets: the printed text, then the value (or the error)."""
     parts = [(label, text) for label, text in
@@ -83,7 +69,7 @@ def _answer(outcome: Outcome, note: str | None, error: str | None = None) -> Any
     if images:
         return [text, *images]
     if html is not None:
-        return _Rich(text, "".join(f"<pre>{escape(t)}</pre>" for _, t in parts[:-1]) + html)
+        return Rich(text, "".join(f"<pre>{escape(t)}</pre>" for _, t in parts[:-1]) + html)
     return text
 
 
