@@ -295,3 +295,17 @@ def test_kernel_names_a_kernel_that_exists() -> None:
         python_tool(kernel="no-such-kernel")
     with pytest.raises(UserError, match="namespace= and kernel="):
         python_tool(kernel="python3", namespace={})
+
+
+async def test_stopping_the_run_interrupts_a_kernel_of_its_own(isolated: Any) -> None:
+    import asyncio
+    import contextlib
+
+    task = asyncio.create_task(isolated.run("import time\ntime.sleep(30)", thread="stopped"))
+    await asyncio.sleep(1.5)
+    task.cancel()  # what the view's Stop does
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    start = time.monotonic()
+    assert (await ask(isolated, "'next'", thread="next")).content == "'next'"
+    assert time.monotonic() - start < 2.5  # not the 3 s timeout: the sleep was interrupted at once
