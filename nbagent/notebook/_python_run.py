@@ -293,7 +293,8 @@ class _Call:
         try:
             value = await self._steps(coro)
         except BaseException as exc:
-            coro.close()
+            with contextlib.suppress(Exception):  # (code that awaits in a finally cannot be closed)
+                coro.close()
             return self._failed(exc)
         return self._ended(value, _new_figures(before, value))
 
@@ -304,7 +305,8 @@ class _Call:
             finished, value = self._step(coro, None, None)
             assert finished, "code compiled without top-level await awaited"
         except BaseException as exc:
-            coro.close()
+            with contextlib.suppress(Exception):
+                coro.close()
             return self._failed(exc)
         return self._ended(value, _new_figures(before, value))
 
@@ -418,6 +420,9 @@ class _Call:
             return Outcome(NOTHING, None, self.out.text(), self.err.text(), timed_out=(
                 "the code did not stop (it caught the stop signal): it still runs in the kernel, "
                 "and a restart ends it"))
+        if task.cancelled():  # an Interrupt landing as the code ended, too late to reach it
+            return Outcome(NOTHING, "KeyboardInterrupt: the user interrupted the code", self.out.text(),
+                           self.err.text())
         return task.result()
 
     async def on_caller(self, coro: Coroutine[Any, Any, Any], caller: Caller) -> Outcome:
