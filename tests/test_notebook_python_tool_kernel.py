@@ -154,10 +154,10 @@ def test_the_timeout_stops_a_blocking_sleep_on_time(front: Front) -> None:
 
 
 def test_other_cells_run_while_the_code_awaits(front: Front) -> None:
-    front.run("start('await asyncio.sleep(3)\\n\"woke\"')")
+    front.run("start('await asyncio.sleep(4)\\n\"woke\"')")
     time.sleep(0.3)
     text, took = front.run("print('a cell meanwhile')")
-    assert text == "a cell meanwhile\n" and took < 1.0  # not 3 s: the loop is free while the code awaits
+    assert text == "a cell meanwhile\n" and took < 2.0  # not 4 s: the loop is free while the code awaits
     assert result(front) == ("done", "woke")
 
 

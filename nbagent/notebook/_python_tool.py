@@ -13,6 +13,7 @@ given exactly when those variables are gone, and nothing outlives the namespace.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from html import escape
 from typing import Any
@@ -35,8 +36,6 @@ RESTARTED_NOTE = ("earlier python calls of this thread ran in a namespace that i
 
 def _user_namespace() -> dict[str, Any]:
     """The kernel's globals: the running IPython shell's ``user_ns``, else ``__main__``'s."""
-    import sys
-
     ipython = sys.modules.get("IPython")
     if ipython is not None:
         shell = ipython.get_ipython()
