@@ -4,21 +4,21 @@ Owns the private background event loop; imports exceptions only. No nest_asyncio
 loop the coroutine runs on a daemon thread with its own long-lived loop (one loop for the whole
 process, so clients bound to it are reused). This also works where a user applied nest_asyncio.
 A blocking call cannot receive button clicks: runs started this way return ``paused`` instead of
-waiting for a person. While it waits, the thread that called `run_sync` runs work the run hands it
-(`waiting_caller`): the python tool runs a call's code there, in the cell, as a cell would.
+waiting for a person.
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
-import queue
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .exceptions import SyncInAsyncError
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 __all__ = ["Caller", "background_loop", "run_sync", "waiting_caller"]
 
@@ -31,9 +31,12 @@ _thread: threading.Thread | None = None
 
 class Caller:
     """The thread blocked in `run_sync` (a cell, a script's main thread), which runs functions
-    handed to it (`submit`) until the run ends."""
+    handed to it (`submit`) until the run ends: the python tool runs a call's code there, in the
+    cell, as a cell would (`waiting_caller` finds it from inside the run)."""
 
     def __init__(self) -> None:
+        import queue
+
         self.thread = threading.current_thread()
         self._work: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
             queue.SimpleQueue())
@@ -43,6 +46,8 @@ class Caller:
     def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T] | None:
         """Run ``fn()`` on the caller's thread; its future has what it returned or raised. None
         when the caller no longer waits (a task that outlived its run)."""
+        import concurrent.futures
+
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
         with self._lock:
             if self._closed:
@@ -67,11 +72,8 @@ class Caller:
         finally:  # (a Ctrl-C while it waits: the run is cancelled, and nothing more runs here)
             with self._lock:
                 self._closed = True
-            while True:
-                try:
-                    item = self._work.get_nowait()
-                except queue.Empty:
-                    break
+            while not self._work.empty():
+                item = self._work.get_nowait()
                 if item is not None:
                     item[1].cancel()
         return run.result()
