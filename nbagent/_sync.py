@@ -13,6 +13,7 @@ asyncio is imported by the first sync call, not with this module: the twins are 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import threading
 from collections.abc import Callable, Coroutine
@@ -22,8 +23,9 @@ from .exceptions import SyncInAsyncError
 
 if TYPE_CHECKING:
     import asyncio
+    import concurrent.futures
 
-__all__ = ["background_loop", "run_sync", "twin"]
+__all__ = ["Caller", "background_loop", "run_sync", "twin", "waiting_caller"]
 
 T = TypeVar("T")
 S = TypeVar("S")
@@ -32,6 +34,64 @@ P = ParamSpec("P")
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
+
+
+class Caller:
+    """The thread blocked in `run_sync` (a cell, a script's main thread), which runs functions
+    handed to it (`submit`) until the run ends: the python tool runs a call's code there, in the
+    cell, as a cell would (`waiting_caller` finds it from inside the run)."""
+
+    def __init__(self) -> None:
+        import queue
+
+        self.thread = threading.current_thread()
+        self._work: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
+            queue.SimpleQueue())
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def submit(self, fn: Callable[[], T]) -> concurrent.futures.Future[T] | None:
+        """Run ``fn()`` on the caller's thread; its future has what it returned or raised. None
+        when the caller no longer waits (a task that outlived its run)."""
+        import concurrent.futures
+
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+        with self._lock:
+            if self._closed:
+                return None
+            self._work.put((fn, future))
+        return future
+
+    def serve(self, run: concurrent.futures.Future[T]) -> T:
+        """Run what is submitted until `run` is done; then its result."""
+        run.add_done_callback(lambda _: self._work.put(None))
+        try:
+            while (item := self._work.get()) is not None:
+                fn, future = item
+                if future.set_running_or_notify_cancel():
+                    try:
+                        future.set_result(fn())
+                    except Exception as exc:
+                        future.set_exception(exc)
+                    except BaseException:
+                        future.set_exception(RuntimeError("interrupted while it ran on the caller's thread"))
+                        raise
+        finally:  # (a Ctrl-C while it waits: the run is cancelled, and nothing more runs here)
+            with self._lock:
+                self._closed = True
+            while not self._work.empty():
+                item = self._work.get_nowait()
+                if item is not None:
+                    item[1].cancel()
+        return run.result()
+
+
+_caller: contextvars.ContextVar[Caller | None] = contextvars.ContextVar("nbagent_sync_caller", default=None)
+
+
+def waiting_caller() -> Caller | None:
+    """The thread waiting in `run_sync` for the run this is called from, if one waits."""
+    return _caller.get()
 
 
 def background_loop() -> asyncio.AbstractEventLoop:
@@ -73,10 +133,12 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: C
     finished = threading.Event()
     task: asyncio.Task[Any] | None = None
     cancel_early = False
+    caller = Caller()
 
     async def main() -> T:
         nonlocal task
         task = asyncio.current_task()
+        _caller.set(caller)
         try:
             if cancel_early:  # interrupted before it began: do nothing
                 raise asyncio.CancelledError
@@ -98,7 +160,7 @@ def run_sync(make_coro: Callable[[], Coroutine[Any, Any, T]], *, on_interrupt: C
         # Submitting inside the try: the loop thread may start the run (and a Ctrl-C may land)
         # before run_coroutine_threadsafe even returns.
         future = asyncio.run_coroutine_threadsafe(main(), loop)
-        return future.result()
+        return caller.serve(future)
     except KeyboardInterrupt:
         # Cancel on the loop itself (not through the concurrent future, which may not exist yet)
         # and wait for the coroutine, so the conversation is valid (open calls answered) when

@@ -176,31 +176,84 @@ async def test_an_exception_is_a_tool_error_with_a_short_traceback() -> None:
     assert message.content.startswith("[stdout]\nbefore\n[error]\nTraceback (most recent call last):")
     assert 'line 4, in <module>' in message.content and "return 1 / 0" in message.content
     assert message.content.endswith("ZeroDivisionError: division by zero")
-    assert "_python_tool.py" not in message.content  # no frames of nbagent's own
+    assert "nbagent" not in message.content  # no frames of nbagent's own
     syntax = await run_code("def f(:")
     assert syntax.is_error and "SyntaxError" in syntax.content
 
 
 async def test_an_endless_loop_is_stopped_by_the_timeout() -> None:
+    ns: dict[str, Any] = {}
     start = time.perf_counter()
-    message = await run_code("print('looping')\nwhile True:\n    pass", timeout=1)
+    message = await run_code("print('looping')\nn = 0\nwhile True:\n    n += 1", timeout=1, namespace=ns)
     elapsed = time.perf_counter() - start
     assert message.is_error
     assert message.content == "[stdout]\nlooping\n[error]\ntimed out after 1 s: the code was stopped"
     assert elapsed < 2.0, elapsed  # within a second of the timeout
-    assert not [t for t in threading.enumerate() if t.name == "nbagent-python"]  # really stopped
+    counted = ns["n"]
+    await asyncio.sleep(0.2)
+    assert ns["n"] == counted  # really stopped
 
 
-async def test_code_blocked_in_c_is_answered_on_time_and_reported_still_running() -> None:
+async def test_a_blocking_sleep_is_stopped_by_the_timeout_too() -> None:
+    ns: dict[str, Any] = {}
     start = time.perf_counter()
-    message = await run_code("import time\ntime.sleep(2.5)\nlate = True", timeout=0.5)
-    assert time.perf_counter() - start < 1.5
-    assert message.content == ("timed out after 0.5 s: the code could not be stopped (blocked outside "
-                               "Python) and still runs in the kernel")
-    deadline = time.monotonic() + 5  # it notices the interrupt once the sleep returns
-    while [t for t in threading.enumerate() if t.name == "nbagent-python"] and time.monotonic() < deadline:
-        await asyncio.sleep(0.05)
-    assert not [t for t in threading.enumerate() if t.name == "nbagent-python"]
+    message = await run_code("import time\ntime.sleep(30)\nlate = True", timeout=0.5, namespace=ns)
+    assert message.content == "timed out after 0.5 s: the code was stopped"
+    assert time.perf_counter() - start < 1.5  # the signal ends the sleep: no waiting for it to return
+    assert "late" not in ns
+
+
+async def test_code_that_catches_the_stop_and_ends_later_is_answered_when_it_ends() -> None:
+    code = ("import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end:\n    try:\n"
+            "        time.sleep(0.05)\n    except BaseException:\n        print('caught it')\nprint('ended')")
+    message = await run_code(code, timeout=0.5)
+    assert message.is_error and message.content.startswith("[stdout]\ncaught it\n")
+    assert "ended\n[error]\ntimed out after 0.5 s: the code caught the stop signal and ran on for " in message.content
+    assert message.content.endswith(" s more, until it ended")
+
+
+async def test_awaiting_code_that_catches_the_stop_is_said_to_still_run_in_the_kernel() -> None:
+    ns: dict[str, Any] = {"done": False, "ticks": 0}
+    code = ("import asyncio\nwhile not done:\n    try:\n        await asyncio.sleep(0.05)\n"
+            "        ticks += 1\n    except BaseException:\n        pass")
+    start = time.perf_counter()
+    message = await run_code(code, timeout=0.5, namespace=ns)
+    assert time.perf_counter() - start < 2.0  # answered on time: the loop was free
+    assert message.content == ("timed out after 0.5 s: the code did not stop (it caught the stop signal): it still "
+                               "runs in the kernel, and a restart ends it")
+    ticks = ns["ticks"]
+    await asyncio.sleep(0.3)
+    assert ns["ticks"] > ticks  # true: it still runs
+    ns["done"] = True  # (what a restart would do)
+    await asyncio.sleep(0.2)
+
+
+async def test_the_interrupt_signal_stops_the_code_and_the_run_goes_on() -> None:
+    import signal
+
+    ns: dict[str, Any] = {}
+    before = signal.getsignal(signal.SIGINT)
+    main = threading.main_thread().ident
+    assert main is not None
+    timer = threading.Timer(0.5, signal.pthread_kill, (main, signal.SIGINT))  # the Interrupt button
+    timer.start()
+    message = await run_code("n = 0\nwhile True:\n    n += 1", timeout=None, namespace=ns)
+    timer.join()
+    assert message.is_error and message.content.startswith("Traceback (most recent call last):")
+    assert 'File "<python call' in message.content and message.content.endswith("KeyboardInterrupt")
+    assert ns["n"] > 0
+    assert signal.getsignal(signal.SIGINT) == before  # put back as it was
+
+
+async def test_code_run_off_the_main_thread_cannot_be_interrupted_and_the_answer_says_so() -> None:
+    outcome: list[Any] = []
+    worker = threading.Thread(target=lambda: outcome.append(asyncio.run(
+        run_code("import time\ntime.sleep(1)\nprint('woke')", timeout=0.3))))
+    worker.start()
+    worker.join(10)
+    [message] = outcome
+    assert message.content.startswith("[stdout]\nwoke\n[error]\ntimed out after 0.3 s: the code could not be "
+                                      "interrupted (it ran off the kernel's main thread")
 
 
 # ---------------------------------------------------------------------- namespaces and output
@@ -231,18 +284,32 @@ async def test_without_a_namespace_the_code_uses_the_ipython_users_globals() -> 
 
 
 async def test_the_users_own_output_is_not_captured_while_code_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    before = sys.stdout
+
+    def user_thread() -> None:  # the user's thread, printing while the tool's code runs
+        for i in range(6):
+            print("user", i)
+            time.sleep(0.04)
+
     code = "import time\nfor i in range(6):\n    print('tool', i)\n    time.sleep(0.05)"
+    threading.Thread(target=user_thread).start()
+    message = await run_code(code)
+    assert message.content == "\n".join(f"tool {i}" for i in range(6))
+    await asyncio.sleep(0.1)
+    assert capsys.readouterr().out == "".join(f"user {i}\n" for i in range(6))
+    assert sys.stdout is before  # the streams are back as they were
+
+
+async def test_while_code_awaits_the_users_cells_print_to_the_notebook(capsys: pytest.CaptureFixture[str]) -> None:
+    code = "import asyncio\nfor i in range(4):\n    print('tool', i)\n    await asyncio.sleep(0.05)\n'done'"
     agent = Agent(runs(code), tools=[python_tool(namespace={}, requires_approval=False)])
     task = asyncio.create_task(agent.run("go"))
-    for i in range(6):
+    for i in range(4):
         await asyncio.sleep(0.04)
-        print("user", i)  # the user's cell, printing while the tool's code runs
-    result = await task
-    [message] = results(result)
-    assert message.content == "\n".join(f"tool {i}" for i in range(6))
-    out = capsys.readouterr().out
-    assert out == "".join(f"user {i}\n" for i in range(6))
-    assert type(sys.stdout).__name__ != "_Router"  # the streams are back as they were
+        print("user", i)  # the user's cell, printing while the tool's code awaits
+    [message] = results(await task)
+    assert message.content == "[stdout]\n" + "\n".join(f"tool {i}" for i in range(4)) + "\n[value]\ndone"
+    assert capsys.readouterr().out == "".join(f"user {i}\n" for i in range(4))
 
 
 # ---------------------------------------------------------------------- exactly once
@@ -265,14 +332,14 @@ async def test_a_call_that_ran_is_never_run_again_by_a_new_agent_on_a_new_store_
     await later.store.close()
 
 
-async def test_after_a_restart_the_next_call_says_the_variables_are_gone(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from nbagent.notebook import _python_tool
+def one_call_per_prompt(messages: list[Any], info: Any) -> Any:
+    if messages[-1].kind == "user":
+        return tool_call("python", code=messages[-1].content)
+    return f"model saw: {messages[-1].content}"
 
-    def one_call_per_prompt(messages: list[Any], info: Any) -> Any:
-        if messages[-1].kind == "user":
-            return tool_call("python", code=messages[-1].content)
-        return f"model saw: {messages[-1].content}"
+
+async def test_after_a_restart_the_next_call_says_the_variables_are_gone(tmp_path: Path) -> None:
+    from nbagent.notebook import _python_tool
 
     path = tmp_path / "threads.db"
     agent = Agent(FunctionModel(one_call_per_prompt), tools=[python_tool(namespace={}, requires_approval=False)],
@@ -282,7 +349,7 @@ async def test_after_a_restart_the_next_call_says_the_variables_are_gone(
     assert second.output == "model saw: 41"
     await agent.store.close()
 
-    monkeypatch.setattr(_python_tool, "_ran_here", set())  # a new process knows none of those calls
+    # "After a restart": a new agent on the same store, and a namespace without the old variables.
     later = Agent(FunctionModel(one_call_per_prompt), tools=[python_tool(namespace={}, requires_approval=False)],
                   store=SQLiteStore(path))
     result = await later.run("x", thread="t")
@@ -292,6 +359,23 @@ async def test_after_a_restart_the_next_call_says_the_variables_are_gone(
     again = await later.run("x = 1\nx", thread="t")  # said once: the last call ran in this kernel
     assert results(again)[-1].content == "1"
     await later.store.close()
+
+
+async def test_the_note_follows_the_namespace_not_the_tool_object() -> None:
+    from nbagent.notebook import _python_tool
+
+    store, ns = MemoryStore(), {}
+    first = Agent(FunctionModel(one_call_per_prompt), tools=[python_tool(namespace=ns, requires_approval=False)],
+                  store=store)
+    await first.run("x = 41", thread="t")
+    # The cell that made the agent, run again: a new tool, the same kernel variables. No note.
+    second = Agent(FunctionModel(one_call_per_prompt), tools=[python_tool(namespace=ns, requires_approval=False)],
+                   store=store)
+    assert (await second.run("x + 1", thread="t")).output == "model saw: 42"
+    assert _python_tool.MARK in ns and "x" in ns
+    ns.clear()  # %reset: the variables are gone, and the note says so
+    result = await second.run("1 + 1", thread="t")
+    assert results(result)[-1].content == f"[note]\n{_python_tool.RESTARTED_NOTE}\n[value]\n2"
 
 
 CHILD = """
