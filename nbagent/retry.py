@@ -1,13 +1,27 @@
-"""`Retry`: how the run loop retries failed model calls (never tools)."""
+"""`Retry`: how failed model calls are retried (never tools), and the one loop that does it.
+
+Owns `Retry` and its loop (`Retry.stream`, and `Retry.call` on it): the run loop, the summary
+and native compaction calls, `FallbackModel`'s chain and the judges of `nbagent.evals` all retry
+through it. Imports the error tree only (asyncio when a retry first waits).
+"""
 
 from __future__ import annotations
 
 import random
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from .exceptions import ModelError
 
 __all__ = ["Retry"]
+
+T = TypeVar("T")
+N = TypeVar("N")
+
+
+async def _one(attempt: Callable[[], Awaitable[T]]) -> AsyncIterator[T]:
+    yield await attempt()
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +58,53 @@ class Retry:
         if self.jitter:
             base *= random.uniform(1 - self.jitter, 1 + self.jitter)
         return min(base, self.max_delay)
+
+    async def stream(
+        self,
+        attempt: Callable[[], AsyncIterator[T]],
+        *,
+        retried: Callable[[int, BaseException, float], N | None] | None = None,
+        retry_started: bool = True,
+    ) -> AsyncIterator[T | N]:
+        """The items of ``attempt()``, which is called again while it fails in a way `should_retry`
+        retries, after `delay`; the last failure is raised.
+
+        Args:
+            attempt: makes one attempt's iterator (a model's ``request_stream``); called once per
+                attempt, so it is also where an attempt's clock starts.
+            retried: told ``(attempt, error, delay)`` before each wait; what it returns (unless
+                None) is yielded between the attempts: the run loop's ``model-retry`` event, which
+                tells a view to clear the failed attempt's partial text.
+            retry_started: False: an attempt that fails after it yielded an item is not retried
+                (`FallbackModel`: never two half answers).
+        """
+        number = 0
+        while True:
+            number += 1
+            started = False
+            try:
+                async for item in attempt():
+                    started = True
+                    yield item
+                return
+            except Exception as exc:
+                if not self.should_retry(exc, number) or (started and not retry_started):
+                    raise
+                wait = self.delay(exc, number)
+                if retried is not None:
+                    notice = retried(number, exc, wait)
+                    if notice is not None:
+                        yield notice
+            import asyncio  # only when a call is retried: importing nbagent loads no asyncio
+
+            await asyncio.sleep(wait)
+
+    async def call(self, attempt: Callable[[], Awaitable[T]], *,
+                   retried: Callable[[int, BaseException, float], Any] | None = None) -> T:
+        """``await attempt()``, made again as `stream` retries it; `retried` as there (what it
+        returns is dropped)."""
+        result: Any = None
+        # The last item is the answer: each notice `retried` returns is followed by another attempt.
+        async for item in self.stream(lambda: _one(attempt), retried=retried):
+            result = item
+        return cast(T, result)

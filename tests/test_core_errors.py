@@ -5,6 +5,7 @@ Only the shipped fakes and `MemoryStore`.
 """
 
 import time
+from typing import Any
 
 import pytest
 
@@ -189,6 +190,48 @@ async def test_a_fake_model_returning_nonsense_fails_the_run_with_a_clear_error(
     assert result.status == "failed"
     assert result.error is not None and "must return a str" in result.error
     assert isinstance(result.exception, UserError)
+
+
+async def test_retry_call_makes_the_attempts_waits_as_retry_says_and_raises_the_last_error() -> None:
+    failures = [RateLimitError("wait", status_code=429, retry_after=60), ServerError("down", status_code=500)]
+    told: list[tuple[int, str, float]] = []
+
+    async def attempt() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "ok"
+
+    policy = Retry(attempts=3, initial_delay=0.01, max_delay=0.05, jitter=0)
+    assert await policy.call(attempt, retried=lambda n, e, d: told.append((n, type(e).__name__, d))) == "ok"
+    assert told == [(1, "RateLimitError", 0.05), (2, "ServerError", 0.02)]  # Retry-After capped
+    failures[:] = [ServerError("down", status_code=500)] * 2
+    with pytest.raises(ServerError):
+        await Retry(attempts=2, initial_delay=0).call(attempt)
+    assert failures == []  # two attempts in all
+    failures[:] = [BadRequestError("no", status_code=400), ServerError("down", status_code=500)]
+    with pytest.raises(BadRequestError):
+        await policy.call(attempt)
+    assert len(failures) == 1  # not retried
+
+
+async def test_retry_stream_restarts_a_broken_stream_unless_told_not_to() -> None:
+    from nbagent.exceptions import StreamInterruptedError
+
+    broken = [True]
+
+    async def attempt() -> Any:
+        yield "It "
+        if broken.pop() if broken else False:
+            raise StreamInterruptedError("dropped")
+        yield "is sunny."
+
+    policy = Retry(initial_delay=0, jitter=0)
+    items = [i async for i in policy.stream(attempt, retried=lambda n, e, d: f"retry {n} after {d}")]
+    assert items == ["It ", "retry 1 after 0.0", "It ", "is sunny."]
+    broken.append(True)
+    with pytest.raises(StreamInterruptedError):
+        [i async for i in policy.stream(attempt, retry_started=False)]
+    assert broken == []  # one attempt: it had yielded text when it broke
 
 
 def test_retry_rejects_zero_attempts() -> None:
