@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
@@ -54,7 +55,7 @@ from ..messages import (
     unanswered_calls,
     unique_call_ids,
 )
-from ..models.base import ModelRequest, ModelResponse, ReasoningText
+from ..models.base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem
 from ..result import StopReason
 from ..store.base import LedgerEntry
 from ..store.meta import live_runs
@@ -110,6 +111,8 @@ class _Reply:
     step: int
     response: ModelResponse | None = None
     started: float = 0.0
+    clock: float = 0.0
+    """`time.perf_counter` when the answering attempt started."""
     latency: float = 0.0
 
 
@@ -340,67 +343,73 @@ class _Loop:
             threshold_failed(exc)
 
     async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:
-        """Ask the model (streamed when someone consumes the events), retrying as `Retry` says;
-        fills `reply`, or fails the run."""
+        """Ask the model (streamed when someone consumes the events), retrying as `Retry` says
+        and compacting when the provider refuses the request as too long; fills `reply`, or
+        fails the run."""
         async for event in self.before_call(reply.step):
             yield event
-        config = self.config
-        model, step = config.model, reply.step
+        config, step = self.config, reply.step
         request, self.prepared = self.prepared or self.request(step), None
-        attempt, overflows = 0, 0
+        overflows = 0
         while True:
-            attempt += 1
-            reply.started = time.time()
-            clock = time.perf_counter()
+            acc = TextAccumulator()
+            parts = acc.parts
             try:
-                if self.stream:
-                    response = None
-                    acc = TextAccumulator()
-                    parts = acc.parts
-                    async for item in model.request_stream(request):
-                        if type(item) is str:
-                            parts.append(item)
-                            yield TextDeltaEvent(item, step, acc, len(parts))
-                        elif isinstance(item, ModelResponse):
-                            response = item
-                        elif isinstance(item, ReasoningText):
-                            yield ReasoningDeltaEvent(str(item), step)
-                    if response is None:
-                        raise ModelResponseError("the model's stream ended without a complete answer",
-                                                 provider=model.provider)
-                else:
-                    response = await model.request(request)
+                async for item in config.retry.stream(functools.partial(self.attempt, reply, request),
+                                                      retried=functools.partial(self.retried, step)):
+                    if type(item) is str:
+                        parts.append(item)
+                        yield TextDeltaEvent(item, step, acc, len(parts))
+                    elif isinstance(item, ModelResponse):
+                        reply.response = item
+                    elif isinstance(item, ReasoningText):
+                        yield ReasoningDeltaEvent(str(item), step)
+                    elif isinstance(item, ModelRetryEvent):  # an attempt failed: the next one's text starts afresh
+                        acc = TextAccumulator()
+                        parts = acc.parts
+                        yield item
+                if reply.response is None:
+                    raise ModelResponseError("the model's stream ended without a complete answer",
+                                             provider=config.model.provider)
+            except ContextOverflowError as exc:
+                overflows += 1
+                async for event in self.overflowed(exc, step, overflows):
+                    yield event
+                if self.run.outcome.status != "running":
+                    return
+                request = self.request(step)
+                continue
             except Exception as exc:
-                if isinstance(exc, ContextOverflowError):
-                    overflows += 1
-                    async for event in self.overflowed(exc, step, overflows):
-                        yield event
-                    if self.run.outcome.status != "running":
-                        return
-                    request = self.request(step)
-                    continue
-                if config.retry.should_retry(exc, attempt):
-                    delay = config.retry.delay(exc, attempt)
-                    yield self.tell(ModelRetryEvent(attempt, str(exc), delay, step))
-                    await asyncio.sleep(delay)
-                    continue
                 self.run.outcome.fail(exc)
                 return
-            reply.latency = time.perf_counter() - clock
-            async for event in self.answered(reply, response):
+            reply.latency = time.perf_counter() - reply.clock
+            async for event in self.answered(reply, reply.response):
                 yield event
             return
 
+    def attempt(self, reply: _Reply, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        """One attempt at the model call (`Retry.stream` makes one per attempt): its clock starts."""
+        reply.started = time.time()
+        reply.clock = time.perf_counter()
+        reply.response = None
+        model = self.config.model
+        return model.request_stream(request) if self.stream else _whole(model, request)
+
+    def retried(self, step: int, attempt: int, error: BaseException, delay: float) -> ModelRetryEvent:
+        """The event of a failed attempt that is retried after `delay` (a view clears its text)."""
+        event = ModelRetryEvent(attempt, str(error), delay, step)
+        self.tell(event)
+        return event
+
     async def answered(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
-        """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, store a recording
-        (`nbagent.models.record`) with the thread, and measure the request's context."""
+        """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
+        (`Model.keep_recording`: `nbagent.models.record`) with the thread, and measure the
+        request's context."""
         config, step = self.config, reply.step
         reply.response = response
         for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
             yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
-        keep = getattr(config.model, "keep_recording", None)
-        if keep is not None:
-            await keep(self.store, self.run.stored.id, response)
+        await config.model.keep_recording(self.store, self.run.stored.id, response)
         self.run.context = self.window.observe(config, response, step)
 
     async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
@@ -547,8 +556,7 @@ class _Loop:
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)
-        recorded = getattr(self.config.model, "recorded_result", None)  # replay(tools="recorded"): not run
-        result: ToolResultMessage | None = recorded(item.call, item.edited) if recorded is not None else None
+        result = self.config.model.recorded_result(item.call, item.edited)  # replay(tools="recorded"): not run
         if result is not None:
             if decision is not None:
                 decision.stamp(result)
@@ -575,6 +583,11 @@ class _Loop:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation
             pass
+
+
+async def _whole(model: Model, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    """The model's whole answer as a one-item stream (an attempt of a call that is not streamed)."""
+    yield await model.request(request)
 
 
 def drive(config: RunConfig, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:
