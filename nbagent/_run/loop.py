@@ -352,6 +352,7 @@ class _Loop:
         request, self.prepared = self.prepared or self.request(step), None
         overflows = 0
         while True:
+            response = None
             acc = TextAccumulator()
             parts = acc.parts
             try:
@@ -361,14 +362,15 @@ class _Loop:
                         parts.append(item)
                         yield TextDeltaEvent(item, step, acc, len(parts))
                     elif isinstance(item, ModelResponse):
-                        reply.response = item
+                        response = item
                     elif isinstance(item, ReasoningText):
                         yield ReasoningDeltaEvent(str(item), step)
-                    elif isinstance(item, ModelRetryEvent):  # an attempt failed: the next one's text starts afresh
+                    elif isinstance(item, ModelRetryEvent):  # an attempt failed: the next one starts afresh
+                        response = None
                         acc = TextAccumulator()
                         parts = acc.parts
                         yield item
-                if reply.response is None:
+                if response is None:
                     raise ModelResponseError("the model's stream ended without a complete answer",
                                              provider=config.model.provider)
             except ContextOverflowError as exc:
@@ -383,7 +385,7 @@ class _Loop:
                 self.run.outcome.fail(exc)
                 return
             reply.latency = time.perf_counter() - reply.clock
-            async for event in self.answered(reply, reply.response):
+            async for event in self.answered(reply, response):
                 yield event
             return
 
@@ -391,7 +393,6 @@ class _Loop:
         """One attempt at the model call (`Retry.stream` makes one per attempt): its clock starts."""
         reply.started = time.time()
         reply.clock = time.perf_counter()
-        reply.response = None
         model = self.config.model
         return model.request_stream(request) if self.stream else _whole(model, request)
 
