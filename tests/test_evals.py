@@ -114,7 +114,7 @@ async def test_a_judge_row_waits_out_another_writer_of_the_case_thread() -> None
     class Raced(MemoryStore):
         raced = 0
 
-        async def load(self, thread):  # type: ignore[no-untyped-def]
+        async def load(self, thread):
             loaded = await super().load(thread)
             if loaded is not None and self.raced:
                 self.raced -= 1

@@ -153,3 +153,29 @@ def test_no_model_wrapper_forwards_with_getattr() -> None:
     assert "TracedModel" in {c.__name__ for c in mine}
     assert [c.__name__ for c in mine if "__getattr__" in vars(c)] == []
     assert all(inspect.isclass(c) for c in mine)
+
+
+async def test_record_keeps_its_calls_in_any_sink_and_replay_reads_any_source() -> None:
+    from nbagent.exceptions import UserError
+    from nbagent.messages import UserMessage
+
+    class Jar:
+        """Neither a Store nor from nbagent: the two methods of the recording protocols."""
+
+        def __init__(self) -> None:
+            self.kept: list[dict[str, Any]] = []
+
+        async def add_recording(self, thread: str, entry: Any) -> None:
+            self.kept.append(dict(entry))
+
+        async def recordings(self, threads: Any = None) -> list[dict[str, Any]]:
+            return [e for e in self.kept if threads is None or e["thread"] in threads]
+
+    jar, model = Jar(), record(FunctionModel(pay))
+    ask = ModelRequest([UserMessage("Pay")])
+    await model.keep_recording(jar, "t", await model.request(ask))
+    assert [e["thread"] for e in jar.kept] == ["t"]
+    answer = await replay(jar, thread="t").request(ask)
+    assert answer.replayed and [c.name for c in answer.message.tool_calls] == ["charge"]
+    with pytest.raises(UserError, match=r"a store, a store's path or URL, or a \.jsonl file; got object"):
+        replay(object())

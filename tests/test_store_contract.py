@@ -195,7 +195,7 @@ def another_writer_after_each_load(store: Store, times: int) -> None:
                                messages=[UserMessage(f"meanwhile {times}")])
         return loaded
 
-    store.load = load_then_another_writer  # type: ignore[method-assign]
+    store.load = load_then_another_writer
 
 
 async def test_update_loads_again_after_a_conflict_and_decides_again(store: Store) -> None:

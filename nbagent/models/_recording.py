@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from ..messages import AssistantMessage, Message, ToolResultMessage, message_from_dict
 from ..usage import TokenCounts
@@ -33,6 +33,7 @@ class RecordingSink(Protocol):
         """Keep one recorded call (`Recording.to_dict`) with `thread`."""
 
 
+@runtime_checkable
 class RecordingSource(Protocol):
     """What `replay` reads recorded calls from: a store."""
 

@@ -295,9 +295,12 @@ Source = RecordingSource | str | os.PathLike[str]
 def load_recordings(source: Source, threads: Sequence[str] | None = None) -> list[Recording]:
     """The recorded calls of `source` (a store, a store path or URL, or a ``.jsonl`` file), of
     `threads` only when given."""
-    if not isinstance(source, (str, os.PathLike)):
+    if isinstance(source, RecordingSource):
         rows = _run_sync(lambda: source.recordings(threads))
         return [Recording.from_dict(r) for r in rows]
+    if not isinstance(source, (str, os.PathLike)):
+        raise UserError(f"recordings are read from a store, a store's path or URL, or a .jsonl file; "
+                        f"got {type(source).__name__}")
     text = os.fspath(source)
     if text.endswith((".jsonl", ".ndjson")):
         entries = _read_jsonl(Path(text).expanduser())
