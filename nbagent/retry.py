@@ -1,27 +1,24 @@
 """`Retry`: how failed model calls are retried (never tools), and the one loop that does it.
 
-Owns `Retry` and its loop (`Retry.stream`, and `Retry.call` on it): the run loop, the summary
-and native compaction calls, `FallbackModel`'s chain and the judges of `nbagent.evals` all retry
-through it. Imports the error tree only (asyncio when a retry first waits).
+Owns `Retry` and `Attempt`: a call is retried as ``for attempt in retry.attempts(): with attempt:
+...``, or through `Retry.call` for a plain awaitable. The run loop, the summary and native
+compaction calls, `FallbackModel`'s chain and the judges of `nbagent.evals` all retry this way.
+Imports the error tree only (asyncio when a retry first waits).
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar, cast
+from types import TracebackType
+from typing import TypeVar
 
 from .exceptions import ModelError
 
-__all__ = ["Retry"]
+__all__ = ["Attempt", "Retry"]
 
 T = TypeVar("T")
-N = TypeVar("N")
-
-
-async def _one(attempt: Callable[[], Awaitable[T]]) -> AsyncIterator[T]:
-    yield await attempt()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,52 +56,65 @@ class Retry:
             base *= random.uniform(1 - self.jitter, 1 + self.jitter)
         return min(base, self.max_delay)
 
-    async def stream(
-        self,
-        attempt: Callable[[], AsyncIterator[T]],
-        *,
-        retried: Callable[[int, BaseException, float], N | None] | None = None,
-        retry_started: bool = True,
-    ) -> AsyncIterator[T | N]:
-        """The items of ``attempt()``, which is called again while it fails in a way `should_retry`
-        retries, after `delay`; the last failure is raised.
+    def tries(self) -> Iterator[Attempt]:
+        """The attempts of one call, endless: the caller leaves the loop with the answer, or with
+        the failure an `Attempt` lets out.
 
-        Args:
-            attempt: makes one attempt's iterator (a model's ``request_stream``); called once per
-                attempt, so it is also where an attempt's clock starts.
-            retried: told ``(attempt, error, delay)`` before each wait; what it returns (unless
-                None) is yielded between the attempts: the run loop's ``model-retry`` event, which
-                tells a view to clear the failed attempt's partial text.
-            retry_started: False: an attempt that fails after it yielded an item is not retried
-                (`FallbackModel`: never two half answers).
+        ```python
+        for attempt in retry.tries():
+            with attempt:
+                answer = await model.request(request)
+                break
+            ...                    # attempt.error failed and is retried: tell someone
+            await attempt.wait()   # attempt.delay seconds
+        ```
+
+        The body runs inline (a streamed answer's deltas can be yielded from it as they come).
         """
         number = 0
         while True:
             number += 1
-            started = False
-            try:
-                async for item in attempt():
-                    started = True
-                    yield item
-                return
-            except Exception as exc:
-                if not self.should_retry(exc, number) or (started and not retry_started):
-                    raise
-                wait = self.delay(exc, number)
-                if retried is not None:
-                    notice = retried(number, exc, wait)
-                    if notice is not None:
-                        yield notice
-            import asyncio  # only when a call is retried: importing nbagent loads no asyncio
+            yield Attempt(self, number)
 
-            await asyncio.sleep(wait)
+    async def call(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``await attempt()``, made again as `tries` retries it; the last failure is raised."""
+        for each in self.tries():
+            with each:
+                return await attempt()
+            await each.wait()
+        raise AssertionError("unreachable")  # pragma: no cover  (tries() never ends)
 
-    async def call(self, attempt: Callable[[], Awaitable[T]], *,
-                   retried: Callable[[int, BaseException, float], Any] | None = None) -> T:
-        """``await attempt()``, made again as `stream` retries it; `retried` as there (what it
-        returns is dropped)."""
-        result: Any = None
-        # The last item is the answer: each notice `retried` returns is followed by another attempt.
-        async for item in self.stream(lambda: _one(attempt), retried=retried):
-            result = item
-        return cast(T, result)
+
+@dataclass(slots=True)
+class Attempt:
+    """One attempt of `Retry.tries`, used as ``with attempt:`` around the call.
+
+    A failure `Retry` retries (`Retry.should_retry`) stays in the block: it is kept in `error`
+    with the wait before the next attempt in `delay`, and the code after the block runs. Any
+    other failure, and the last one, leaves the block as raised.
+    """
+
+    retry: Retry
+    number: int
+    """1-based."""
+    retryable: bool = True
+    """Set False in the block to let its failure out whatever it is (`FallbackModel`: once a
+    delta was shown, never two half answers)."""
+    error: BaseException | None = None
+    delay: float = 0.0
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> bool:
+        if error is None or not self.retryable or not self.retry.should_retry(error, self.number):
+            return False
+        self.error, self.delay = error, self.retry.delay(error, self.number)
+        return True
+
+    async def wait(self) -> None:
+        """Sleep `delay` seconds (before the next attempt)."""
+        import asyncio  # only when a call is retried: importing nbagent loads no asyncio
+
+        await asyncio.sleep(self.delay)

@@ -5,7 +5,6 @@ Only the shipped fakes and `MemoryStore`.
 """
 
 import time
-from typing import Any
 
 import pytest
 
@@ -193,45 +192,52 @@ async def test_a_fake_model_returning_nonsense_fails_the_run_with_a_clear_error(
 
 
 async def test_retry_call_makes_the_attempts_waits_as_retry_says_and_raises_the_last_error() -> None:
-    failures = [RateLimitError("wait", status_code=429, retry_after=60), ServerError("down", status_code=500)]
-    told: list[tuple[int, str, float]] = []
+    failures: list[Exception] = [RateLimitError("wait", status_code=429, retry_after=60),
+                                 ServerError("down", status_code=500)]
 
     async def attempt() -> str:
         if failures:
             raise failures.pop(0)
         return "ok"
 
-    policy = Retry(attempts=3, initial_delay=0.01, max_delay=0.05, jitter=0)
-    assert await policy.call(attempt, retried=lambda n, e, d: told.append((n, type(e).__name__, d))) == "ok"
-    assert told == [(1, "RateLimitError", 0.05), (2, "ServerError", 0.02)]  # Retry-After capped
+    clock = time.perf_counter()
+    assert await Retry(attempts=3, initial_delay=0.01, max_delay=0.05, jitter=0).call(attempt) == "ok"
+    assert time.perf_counter() - clock >= 0.07  # 0.05 (Retry-After 60 s, capped), then 0.02
     failures[:] = [ServerError("down", status_code=500)] * 2
     with pytest.raises(ServerError):
         await Retry(attempts=2, initial_delay=0).call(attempt)
     assert failures == []  # two attempts in all
     failures[:] = [BadRequestError("no", status_code=400), ServerError("down", status_code=500)]
     with pytest.raises(BadRequestError):
-        await policy.call(attempt)
+        await Retry(initial_delay=0).call(attempt)
     assert len(failures) == 1  # not retried
 
 
-async def test_retry_stream_restarts_a_broken_stream_unless_told_not_to() -> None:
+def test_an_attempt_keeps_a_failure_that_is_retried_and_lets_the_others_out() -> None:
     from nbagent.exceptions import StreamInterruptedError
 
-    broken = [True]
-
-    async def attempt() -> Any:
-        yield "It "
-        if broken.pop() if broken else False:
-            raise StreamInterruptedError("dropped")
-        yield "is sunny."
-
-    policy = Retry(initial_delay=0, jitter=0)
-    items = [i async for i in policy.stream(attempt, retried=lambda n, e, d: f"retry {n} after {d}")]
-    assert items == ["It ", "retry 1 after 0.0", "It ", "is sunny."]
-    broken.append(True)
-    with pytest.raises(StreamInterruptedError):
-        [i async for i in policy.stream(attempt, retry_started=False)]
-    assert broken == []  # one attempt: it had yielded text when it broke
+    policy = Retry(attempts=3, initial_delay=0.01, max_delay=0.05, jitter=0)
+    failures: list[Exception] = [RateLimitError("wait", status_code=429, retry_after=60),
+                                 ServerError("down", status_code=500)]
+    seen = []
+    for attempt in policy.tries():
+        with attempt:
+            if failures:
+                raise failures.pop(0)
+            break
+        seen.append((attempt.number, type(attempt.error).__name__, attempt.delay))
+    assert seen == [(1, "RateLimitError", 0.05), (2, "ServerError", 0.02)]
+    with pytest.raises(ServerError):  # the last attempt's failure
+        for attempt in policy.tries():
+            with attempt:
+                raise ServerError("down", status_code=500)
+    assert attempt.number == 3
+    with pytest.raises(StreamInterruptedError):  # a retryable failure the attempt says not to retry
+        for attempt in policy.tries():
+            with attempt:
+                attempt.retryable = False
+                raise StreamInterruptedError("dropped after text was shown")
+    assert attempt.number == 1
 
 
 def test_retry_rejects_zero_attempts() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import Any
@@ -55,7 +54,7 @@ from ..messages import (
     unanswered_calls,
     unique_call_ids,
 )
-from ..models.base import Model, ModelRequest, ModelResponse, ReasoningText, StreamItem
+from ..models.base import ModelRequest, ModelResponse, ReasoningText
 from ..result import StopReason
 from ..store.base import LedgerEntry
 from ..store.meta import live_runs
@@ -111,8 +110,6 @@ class _Reply:
     step: int
     response: ModelResponse | None = None
     started: float = 0.0
-    clock: float = 0.0
-    """`time.perf_counter` when the answering attempt started."""
     latency: float = 0.0
 
 
@@ -349,30 +346,36 @@ class _Loop:
         async for event in self.before_call(reply.step):
             yield event
         config, step = self.config, reply.step
+        model = config.model
         request, self.prepared = self.prepared or self.request(step), None
         overflows = 0
         while True:
-            response = None
-            acc = TextAccumulator()
-            parts = acc.parts
             try:
-                async for item in config.retry.stream(functools.partial(self.attempt, reply, request),
-                                                      retried=functools.partial(self.retried, step)):
-                    if type(item) is str:
-                        parts.append(item)
-                        yield TextDeltaEvent(item, step, acc, len(parts))
-                    elif isinstance(item, ModelResponse):
-                        response = item
-                    elif isinstance(item, ReasoningText):
-                        yield ReasoningDeltaEvent(str(item), step)
-                    elif isinstance(item, ModelRetryEvent):  # an attempt failed: the next one starts afresh
-                        response = None
-                        acc = TextAccumulator()
-                        parts = acc.parts
-                        yield item
-                if response is None:
-                    raise ModelResponseError("the model's stream ended without a complete answer",
-                                             provider=config.model.provider)
+                for attempt in config.retry.tries():
+                    with attempt:
+                        reply.started = time.time()
+                        clock = time.perf_counter()
+                        if self.stream:
+                            answer = None
+                            acc = TextAccumulator()
+                            parts = acc.parts
+                            async for item in model.request_stream(request):
+                                if type(item) is str:
+                                    parts.append(item)
+                                    yield TextDeltaEvent(item, step, acc, len(parts))
+                                elif isinstance(item, ModelResponse):
+                                    answer = item
+                                elif isinstance(item, ReasoningText):
+                                    yield ReasoningDeltaEvent(str(item), step)
+                            if answer is None:
+                                raise ModelResponseError("the model's stream ended without a complete answer",
+                                                         provider=model.provider)
+                            response = answer
+                        else:
+                            response = await model.request(request)
+                        break
+                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step))
+                    await attempt.wait()
             except ContextOverflowError as exc:
                 overflows += 1
                 async for event in self.overflowed(exc, step, overflows):
@@ -384,23 +387,10 @@ class _Loop:
             except Exception as exc:
                 self.run.outcome.fail(exc)
                 return
-            reply.latency = time.perf_counter() - reply.clock
+            reply.latency = time.perf_counter() - clock
             async for event in self.answered(reply, response):
                 yield event
             return
-
-    def attempt(self, reply: _Reply, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """One attempt at the model call (`Retry.stream` makes one per attempt): its clock starts."""
-        reply.started = time.time()
-        reply.clock = time.perf_counter()
-        model = self.config.model
-        return model.request_stream(request) if self.stream else _whole(model, request)
-
-    def retried(self, step: int, attempt: int, error: BaseException, delay: float) -> ModelRetryEvent:
-        """The event of a failed attempt that is retried after `delay` (a view clears its text)."""
-        event = ModelRetryEvent(attempt, str(error), delay, step)
-        self.tell(event)
-        return event
 
     async def answered(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
         """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
@@ -584,11 +574,6 @@ class _Loop:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation
             pass
-
-
-async def _whole(model: Model, request: ModelRequest) -> AsyncIterator[StreamItem]:
-    """The model's whole answer as a one-item stream (an attempt of a call that is not streamed)."""
-    yield await model.request(request)
 
 
 def drive(config: RunConfig, run: RunState, *, stream: bool) -> AsyncGenerator[Event, None]:

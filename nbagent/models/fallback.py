@@ -10,7 +10,7 @@ import functools
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..exceptions import ContentFilterError, ContextOverflowError, ModelError, UserError
+from ..exceptions import ContentFilterError, ContextOverflowError, ModelError, ModelResponseError, UserError
 from ..retry import Retry
 from .base import Model, ModelRequest, ModelResponse, StreamItem
 
@@ -132,16 +132,21 @@ class FallbackModel(Model):
         for i, model in enumerate(self.models):
             shown = False
             try:
-                async for item in self.retry.stream(functools.partial(model.request_stream, request),
-                                                    retry_started=False):
-                    if isinstance(item, ModelResponse):
-                        refused = self._refusal(item)
-                        if refused is not None:
-                            raise refused
-                        yield self._answer(model, item, moves)
-                        return
-                    shown = True
-                    yield item
+                for attempt in self.retry.tries():
+                    with attempt:
+                        async for item in model.request_stream(request):
+                            if isinstance(item, ModelResponse):
+                                refused = self._refusal(item)
+                                if refused is not None:
+                                    raise refused
+                                yield self._answer(model, item, moves)
+                                return
+                            shown = True
+                            attempt.retryable = False  # never two half answers
+                            yield item
+                        raise ModelResponseError("the model's stream ended without a complete answer",
+                                                 provider=model.provider)
+                    await attempt.wait()
             except ModelError as exc:
                 if shown:
                     raise
