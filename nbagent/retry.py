@@ -8,6 +8,8 @@ Imports the error tree only (asyncio when a retry first waits).
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
@@ -71,10 +73,7 @@ class Retry:
 
         The body runs inline (a streamed answer's deltas can be yielded from it as they come).
         """
-        number = 0
-        while True:
-            number += 1
-            yield Attempt(self, number)
+        return map(functools.partial(Attempt, self), itertools.count(1))  # no frame of its own: once per model call
 
     async def call(self, attempt: Callable[[], Awaitable[T]]) -> T:
         """``await attempt()``, made again as `tries` retries it; the last failure is raised."""
