@@ -540,8 +540,8 @@ def _context_options(compaction: Any, max_result_fraction: Any, context_redact: 
     (``Compaction.native()`` needs a `model` whose provider manages the context)."""
     if compaction is not None and not isinstance(compaction, Compaction):
         raise UserError(f"compaction must be an nbagent.Compaction, got {compaction!r}")
-    if (compaction is not None and compaction.policy == "native" and not callable(getattr(model, "compact", None))
-            and not getattr(model, "native_context", False)):
+    if (compaction is not None and compaction.policy == "native" and not model.native_compaction
+            and not model.native_context):
         raise UserError(
             f"Compaction.native() needs a model whose provider manages the context (OpenAIResponsesModel: "
             f"/v1/responses/compact; AnthropicModel: tool-result clearing); {type(model).__name__} has none: "

@@ -1,13 +1,26 @@
-"""`Retry`: how the run loop retries failed model calls (never tools)."""
+"""`Retry`: how failed model calls are retried (never tools), and the one loop that does it.
+
+Owns `Retry` and `Attempt`: a call is retried as ``for attempt in retry.attempts(): with attempt:
+...``, or through `Retry.call` for a plain awaitable. The run loop, the summary and native
+compaction calls, `FallbackModel`'s chain and the judges of `nbagent.evals` all retry this way.
+Imports the error tree only (asyncio when a retry first waits).
+"""
 
 from __future__ import annotations
 
+import functools
+import itertools
 import random
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
+from types import TracebackType
+from typing import TypeVar
 
 from .exceptions import ModelError
 
-__all__ = ["Retry"]
+__all__ = ["Attempt", "Retry"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,3 +57,63 @@ class Retry:
         if self.jitter:
             base *= random.uniform(1 - self.jitter, 1 + self.jitter)
         return min(base, self.max_delay)
+
+    def tries(self) -> Iterator[Attempt]:
+        """The attempts of one call, endless: the caller leaves the loop with the answer, or with
+        the failure an `Attempt` lets out.
+
+        ```python
+        for attempt in retry.tries():
+            with attempt:
+                answer = await model.request(request)
+                break
+            ...                    # attempt.error failed and is retried: tell someone
+            await attempt.wait()   # attempt.delay seconds
+        ```
+
+        The body runs inline (a streamed answer's deltas can be yielded from it as they come).
+        """
+        return map(functools.partial(Attempt, self), itertools.count(1))  # no frame of its own: once per model call
+
+    async def call(self, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``await attempt()``, made again as `tries` retries it; the last failure is raised."""
+        for each in self.tries():
+            with each:
+                return await attempt()
+            await each.wait()
+        raise AssertionError("unreachable")  # pragma: no cover  (tries() never ends)
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One attempt of `Retry.tries`, used as ``with attempt:`` around the call.
+
+    A failure `Retry` retries (`Retry.should_retry`) stays in the block: it is kept in `error`
+    with the wait before the next attempt in `delay`, and the code after the block runs. Any
+    other failure, and the last one, leaves the block as raised.
+    """
+
+    retry: Retry
+    number: int
+    """1-based."""
+    retryable: bool = True
+    """Set False in the block to let its failure out whatever it is (`FallbackModel`: once a
+    delta was shown, never two half answers)."""
+    error: BaseException | None = None
+    delay: float = 0.0
+
+    def __enter__(self) -> Attempt:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> bool:
+        if error is None or not self.retryable or not self.retry.should_retry(error, self.number):
+            return False
+        self.error, self.delay = error, self.retry.delay(error, self.number)
+        return True
+
+    async def wait(self) -> None:
+        """Sleep `delay` seconds (before the next attempt)."""
+        import asyncio  # only when a call is retried: importing nbagent loads no asyncio
+
+        await asyncio.sleep(self.delay)

@@ -191,6 +191,55 @@ async def test_a_fake_model_returning_nonsense_fails_the_run_with_a_clear_error(
     assert isinstance(result.exception, UserError)
 
 
+async def test_retry_call_makes_the_attempts_waits_as_retry_says_and_raises_the_last_error() -> None:
+    failures: list[Exception] = [RateLimitError("wait", status_code=429, retry_after=60),
+                                 ServerError("down", status_code=500)]
+
+    async def attempt() -> str:
+        if failures:
+            raise failures.pop(0)
+        return "ok"
+
+    clock = time.perf_counter()
+    assert await Retry(attempts=3, initial_delay=0.01, max_delay=0.05, jitter=0).call(attempt) == "ok"
+    assert time.perf_counter() - clock >= 0.07  # 0.05 (Retry-After 60 s, capped), then 0.02
+    failures[:] = [ServerError("down", status_code=500)] * 2
+    with pytest.raises(ServerError):
+        await Retry(attempts=2, initial_delay=0).call(attempt)
+    assert failures == []  # two attempts in all
+    failures[:] = [BadRequestError("no", status_code=400), ServerError("down", status_code=500)]
+    with pytest.raises(BadRequestError):
+        await Retry(initial_delay=0).call(attempt)
+    assert len(failures) == 1  # not retried
+
+
+def test_an_attempt_keeps_a_failure_that_is_retried_and_lets_the_others_out() -> None:
+    from nbagent.exceptions import StreamInterruptedError
+
+    policy = Retry(attempts=3, initial_delay=0.01, max_delay=0.05, jitter=0)
+    failures: list[Exception] = [RateLimitError("wait", status_code=429, retry_after=60),
+                                 ServerError("down", status_code=500)]
+    seen = []
+    for attempt in policy.tries():
+        with attempt:
+            if failures:
+                raise failures.pop(0)
+            break
+        seen.append((attempt.number, type(attempt.error).__name__, attempt.delay))
+    assert seen == [(1, "RateLimitError", 0.05), (2, "ServerError", 0.02)]
+    with pytest.raises(ServerError):  # the last attempt's failure
+        for attempt in policy.tries():
+            with attempt:
+                raise ServerError("down", status_code=500)
+    assert attempt.number == 3
+    with pytest.raises(StreamInterruptedError):  # a retryable failure the attempt says not to retry
+        for attempt in policy.tries():
+            with attempt:
+                attempt.retryable = False
+                raise StreamInterruptedError("dropped after text was shown")
+    assert attempt.number == 1
+
+
 def test_retry_rejects_zero_attempts() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         Retry(attempts=0)

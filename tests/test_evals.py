@@ -104,6 +104,36 @@ def test_a_judge_call_is_a_usage_row_with_purpose_eval_on_the_case_thread() -> N
     assert "Question: Capital of France?" in judge_model.requests[0].messages[-1].content
 
 
+async def test_a_judge_row_waits_out_another_writer_of_the_case_thread() -> None:
+    """Another writer (a run going on in the thread, another judge) appends between the judge's
+    load and its append: the judge loads the thread again and its row is still kept."""
+    from nbagent.evals._evaluators import Case
+    from nbagent.messages import UserMessage
+    from nbagent.store import MemoryStore
+
+    class Raced(MemoryStore):
+        raced = 0
+
+        async def load(self, thread):
+            loaded = await super().load(thread)
+            if loaded is not None and self.raced:
+                self.raced -= 1
+                await self.append(thread, version=loaded.version, step=loaded.step + 1,
+                                  messages=[UserMessage("And Italy?")])
+            return loaded
+
+    store = Raced()
+    result = await Agent(FunctionModel(capitals), store=store).run("Capital of France?")
+    case = Case("Capital of France?", result.output, "Paris", {}, result.status, result.thread, result.run_id,
+                store)
+    store.raced = 1
+    score = await evals.judge("Right?", model=FunctionModel(lambda m, i: "PASS")).score(case)
+    assert (score.score, score.error) == (1.0, None)
+    loaded = await store.load(result.thread)
+    assert [r.purpose for r in loaded.usage] == ["run", "eval"]
+    assert [m.kind for m in loaded.messages] == ["user", "assistant", "user"]  # the other writer's kept too
+
+
 def test_priced_judge_cost_counts_in_eval_cost_and_the_total() -> None:
     prices = {"judge-model": {"input": 1_000_000.0, "output": 0.0}, "*": {"input": 0, "output": 0}}
     agent = Agent(FunctionModel(capitals), store="memory", prices=prices)

@@ -150,6 +150,40 @@ def test_streaming_fails_the_step_after_deltas_were_shown() -> None:
     assert status == "failed"
 
 
+async def test_a_failure_after_deltas_is_not_retried_even_with_attempts_left() -> None:
+    calls = []
+
+    async def halfway(messages, info):
+        calls.append(1)
+        yield "half an ans"
+        raise ServerError("500 cut", status_code=500)
+
+    model = FallbackModel([FunctionModel(stream_function=halfway, model_name="primary"), second()],
+                          retry=Retry(attempts=3, initial_delay=0))
+    events = [e async for e in Agent(model, store="memory", retry=NO_WAIT).stream("hi")]
+    assert events[-1].result.status == "failed" and len(calls) == 1
+
+
+@pytest.mark.timeout(60)
+async def test_a_stream_that_ends_without_an_answer_fails_instead_of_asking_again() -> None:
+    from nbagent.models import Model
+
+    class Unfinished(Model):
+        model_name = "unfinished"
+        asked = 0
+
+        async def request_stream(self, request):
+            self.asked += 1
+            yield "half"
+
+    primary = Unfinished()
+    model = FallbackModel([primary, second()], retry=Retry(initial_delay=0))
+    events = [e async for e in Agent(model, store="memory", retry=NO_WAIT).stream("hi")]
+    result = events[-1].result
+    assert result.status == "failed" and "ended without a complete answer" in (result.error or "")
+    assert primary.asked == 1  # it used to ask again and again, for ever
+
+
 def test_the_chain_needs_a_model_and_known_triggers() -> None:
     with pytest.raises(nbagent.UserError):
         FallbackModel([])

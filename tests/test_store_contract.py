@@ -181,6 +181,48 @@ async def test_conflict_names_thread_and_both_versions(store: Store) -> None:
     assert loaded.usage == [] and loaded.ledger == {}, "the losing append wrote nothing at all"
 
 
+def another_writer_after_each_load(store: Store, times: int) -> None:
+    """After each of `store`'s next `times` loads, another writer appends to the loaded thread
+    before the loader can (what a run of another kernel does)."""
+    load = store.load
+
+    async def load_then_another_writer(thread: str) -> Any:
+        nonlocal times
+        loaded = await load(thread)
+        if loaded is not None and times > 0:
+            times -= 1
+            await store.append(thread, version=loaded.version, step=loaded.step + 1,
+                               messages=[UserMessage(f"meanwhile {times}")])
+        return loaded
+
+    store.load = load_then_another_writer
+
+
+async def test_update_loads_again_after_a_conflict_and_decides_again(store: Store) -> None:
+    from nbagent.store.base import Change
+
+    await store.append("t", version=0, step=3, messages=[UserMessage("a")])
+    seen: list[tuple[int, int]] = []
+
+    def change(loaded: Any) -> Change:
+        seen.append((loaded.version, loaded.step))
+        return Change(usage=[row("t", loaded.step)], ledger=[LedgerEntry("c1", "add", "h", "finished")])
+
+    another_writer_after_each_load(store, 2)
+    version = await store.update("t", change, wait=0)
+    assert seen == [(1, 3), (2, 4), (3, 5)]  # each time as it then was
+    loaded = await store.load("t")
+    assert loaded is not None and version == loaded.version == 4
+    assert [m.content for m in loaded.messages] == ["a", "meanwhile 1", "meanwhile 0"]  # type: ignore[union-attr]
+    assert [r.step for r in loaded.usage] == [5] and loaded.ledger["c1"].status == "finished"
+    assert await store.update("t", lambda loaded: None) is None  # nothing to write: nothing written
+    assert await store.update("nowhere", change) is None
+    assert (await store.load("t")).version == 4  # type: ignore[union-attr]
+    another_writer_after_each_load(store, 5)
+    with pytest.raises(ConflictError):
+        await store.update("t", change, attempts=3, wait=0)
+
+
 async def test_threads_checkpoints_delete_thread(store: Store) -> None:
     v = await store.append("one", version=0, step=0, messages=[UserMessage("First   question\nhere")],
                            meta={"status": "running"})

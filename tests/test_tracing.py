@@ -629,3 +629,28 @@ def test_with_tracing_off_no_opentelemetry_is_imported() -> None:
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert proc.returncode == 0 and proc.stdout.strip() == "clean", proc.stderr
+
+
+async def test_a_traced_run_keeps_recording_and_replays_recorded_tool_results(spans: InMemorySpanExporter) -> None:
+    """Tracing wraps the run's model (`TracedModel`); the wrapper forwards the model's powers, so
+    `record` still keeps each call and ``replay(tools="recorded")`` still stands in for the tool."""
+    from nbagent.models import FunctionModel, record, replay
+
+    ran: list[str] = []
+
+    @tool
+    def get_weather(city: str) -> str:
+        """The weather in a city."""
+        ran.append(city)
+        return f"Sunny in {city}"
+
+    def answer(messages: Any, request: Any) -> Any:
+        return tool_call("get_weather", city="Oslo") if messages[-1].kind == "user" else messages[-1].content
+
+    store = MemoryStore()
+    recorded = await Agent(record(FunctionModel(answer)), tools=[get_weather], store=store).run("Oslo?", thread="t")
+    assert len(await store.recordings(["t"])) == 2 and ran == ["Oslo"]
+    again = await Agent(replay(store, thread="t", tools="recorded"), tools=[get_weather], store=MemoryStore()).run(
+        "Oslo?")
+    assert (recorded.output, again.output, ran) == ("Sunny in Oslo", "Sunny in Oslo", ["Oslo"])
+    assert len(named(spans, "chat")) == 4

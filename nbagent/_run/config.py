@@ -67,8 +67,8 @@ class RunConfig:
     @property
     def context_window(self) -> int | None:
         """The model's context window in tokens (None: unknown)."""
-        window = getattr(self.model, "context_window", None)
-        return window if isinstance(window, int) and window > 0 else None
+        window = self.model.context_window
+        return window if isinstance(window, int) and window > 0 else None  # a subclass's may be anything
 
     def result_cap(self, tool: Tool) -> int | None:
         """The most characters of `tool`'s result the model reads: its ``max_result_tokens``, else

@@ -1,10 +1,10 @@
-"""Closing the open calls of a stopped run, and recording the real outcome of a blocking call
-that outlived it.
+"""Late: what a stopped run leaves for later. Its open calls are answered now, and the real
+outcome of a blocking call that outlived the run arrives late, after the run ended.
 
 Owns `answer_open_calls`: when a run is stopped, every open call is answered (``cancelled``, or
 ``interrupted ... still running`` for a sync tool whose thread goes on; its real outcome is
-written to the ledger when it ends, and told to the thread's observers). Imports the watch
-notices, exceptions, messages, the plan's error results, the store and the run state.
+written to the ledger when it ends, through `Store.update`, and told to the thread's observers).
+Imports the watch notices, messages, the plan's error results, the store and the run state.
 """
 
 from __future__ import annotations
@@ -15,9 +15,8 @@ import time
 from typing import Any
 
 from .._watch import ToolOutcomeNotice, publish
-from ..exceptions import ConflictError
 from ..messages import ToolResultMessage, unanswered_calls
-from ..store.base import LedgerEntry, Store
+from ..store.base import Change, LedgerEntry, Store, ThreadState
 from .execute import tool_result_text
 from .plan import error_result
 from .state import RunState
@@ -84,20 +83,15 @@ def _late_outcome(store: Store, thread: str, started: LedgerEntry, loop: asyncio
 
 
 async def _record_late(store: Store, thread: str, entry: LedgerEntry, notice: ToolOutcomeNotice) -> None:
+    def change(loaded: ThreadState) -> Change | None:
+        current = loaded.ledger.get(entry.call_id)
+        if current is None or current.status != "interrupted":
+            return None  # a later run already decided what this call is
+        return Change(ledger=[entry])
+
     try:
-        for _ in range(20):  # another run may be writing the thread: take its version and try again
-            loaded = await store.load(thread)
-            if loaded is None:
-                return
-            current = loaded.ledger.get(entry.call_id)
-            if current is None or current.status != "interrupted":
-                return  # a later run already decided what this call is
-            try:
-                await store.append(thread, version=loaded.version, step=loaded.step, ledger=[entry])
-                return
-            except ConflictError:
-                await asyncio.sleep(0.05)
-            except Exception:  # the store failing here has no run to fail: keep the "not known"
-                return
+        await store.update(thread, change)  # another run may be writing the thread meanwhile
+    except Exception:  # the store failing here has no run to fail: keep the "not known"
+        pass
     finally:  # the function did end: whoever shows the call hears it, whatever the ledger says
         publish(thread, None, notice)

@@ -340,50 +340,51 @@ class _Loop:
             threshold_failed(exc)
 
     async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:
-        """Ask the model (streamed when someone consumes the events), retrying as `Retry` says;
-        fills `reply`, or fails the run."""
+        """Ask the model (streamed when someone consumes the events), retrying as `Retry` says
+        and compacting when the provider refuses the request as too long; fills `reply`, or
+        fails the run."""
         async for event in self.before_call(reply.step):
             yield event
-        config = self.config
-        model, step = config.model, reply.step
+        config, step = self.config, reply.step
+        model = config.model
         request, self.prepared = self.prepared or self.request(step), None
-        attempt, overflows = 0, 0
+        overflows = 0
         while True:
-            attempt += 1
-            reply.started = time.time()
-            clock = time.perf_counter()
             try:
-                if self.stream:
-                    response = None
-                    acc = TextAccumulator()
-                    parts = acc.parts
-                    async for item in model.request_stream(request):
-                        if type(item) is str:
-                            parts.append(item)
-                            yield TextDeltaEvent(item, step, acc, len(parts))
-                        elif isinstance(item, ModelResponse):
-                            response = item
-                        elif isinstance(item, ReasoningText):
-                            yield ReasoningDeltaEvent(str(item), step)
-                    if response is None:
-                        raise ModelResponseError("the model's stream ended without a complete answer",
-                                                 provider=model.provider)
-                else:
-                    response = await model.request(request)
+                for attempt in config.retry.tries():
+                    with attempt:
+                        reply.started = time.time()
+                        clock = time.perf_counter()
+                        if self.stream:
+                            answer = None
+                            acc = TextAccumulator()
+                            parts = acc.parts
+                            async for item in model.request_stream(request):
+                                if type(item) is str:
+                                    parts.append(item)
+                                    yield TextDeltaEvent(item, step, acc, len(parts))
+                                elif isinstance(item, ModelResponse):
+                                    answer = item
+                                elif isinstance(item, ReasoningText):
+                                    yield ReasoningDeltaEvent(str(item), step)
+                            if answer is None:
+                                raise ModelResponseError("the model's stream ended without a complete answer",
+                                                         provider=model.provider)
+                            response = answer
+                        else:
+                            response = await model.request(request)
+                        break
+                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step))
+                    await attempt.wait()
+            except ContextOverflowError as exc:
+                overflows += 1
+                async for event in self.overflowed(exc, step, overflows):
+                    yield event
+                if self.run.outcome.status != "running":
+                    return
+                request = self.request(step)
+                continue
             except Exception as exc:
-                if isinstance(exc, ContextOverflowError):
-                    overflows += 1
-                    async for event in self.overflowed(exc, step, overflows):
-                        yield event
-                    if self.run.outcome.status != "running":
-                        return
-                    request = self.request(step)
-                    continue
-                if config.retry.should_retry(exc, attempt):
-                    delay = config.retry.delay(exc, attempt)
-                    yield self.tell(ModelRetryEvent(attempt, str(exc), delay, step))
-                    await asyncio.sleep(delay)
-                    continue
                 self.run.outcome.fail(exc)
                 return
             reply.latency = time.perf_counter() - clock
@@ -392,15 +393,14 @@ class _Loop:
             return
 
     async def answered(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
-        """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, store a recording
-        (`nbagent.models.record`) with the thread, and measure the request's context."""
+        """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
+        (`Model.keep_recording`: `nbagent.models.record`) with the thread, and measure the
+        request's context."""
         config, step = self.config, reply.step
         reply.response = response
         for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
             yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
-        keep = getattr(config.model, "keep_recording", None)
-        if keep is not None:
-            await keep(self.store, self.run.stored.id, response)
+        await config.model.keep_recording(self.store, self.run.stored.id, response)
         self.run.context = self.window.observe(config, response, step)
 
     async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
@@ -547,8 +547,7 @@ class _Loop:
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)
-        recorded = getattr(self.config.model, "recorded_result", None)  # replay(tools="recorded"): not run
-        result: ToolResultMessage | None = recorded(item.call, item.edited) if recorded is not None else None
+        result = self.config.model.recorded_result(item.call, item.edited)  # replay(tools="recorded"): not run
         if result is not None:
             if decision is not None:
                 decision.stamp(result)

@@ -9,13 +9,12 @@ commits what this returns).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import functools
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
@@ -216,7 +215,7 @@ class Window:
                                        tokens_before, 0, trigger)  # type: ignore[arg-type]
             record.tokens_after = self._after(config, messages, record, tokens_before)
             return record, None
-        if compaction.policy == "native" and callable(getattr(config.model, "compact", None)):
+        if compaction.policy == "native" and config.model.native_compaction:
             return await self._native(config, run_id, thread, messages, step, trigger, tokens_before)
         view = visible(messages)
         upto = cut_point(messages, compaction.keep_last, view.upto)
@@ -224,7 +223,7 @@ class Window:
             return None
         replaced = [m for m in messages[view.upto:upto] if m.kind != "compaction"]
         summarizer = config.summarizer or config.model
-        window = getattr(summarizer, "context_window", None) or (
+        window = summarizer.context_window or (
             None if config.summarizer is not None else config.context_window or limit) or 100_000
         budget = int(window * 0.5 * CHARS_PER_TOKEN)
         started = time.time()
@@ -234,7 +233,7 @@ class Window:
             request = ModelRequest([SystemMessage(summary_instructions(compaction.summary_words)),
                                     UserMessage(text)], [], {}, step)
             try:
-                response = await _ask(config, summarizer, request)
+                response = await _ask(config, summarizer.request, request)
                 break
             except ContextOverflowError:
                 if budget < 2_000:
@@ -247,7 +246,7 @@ class Window:
                               self.count)
         asked["history"], asked["latest"] = asked["latest"], 0  # its one message is the history it reads
         row.context = parts_json(scale_parts(asked, counts.input_tokens if counts.reported else sum(asked.values())),
-                                 getattr(summarizer, "context_window", None))
+                                 summarizer.context_window)
         _price(row, summarizer, config)
         summary = (response.message.text or "").strip() or "(the summarizer wrote nothing)"
         record = CompactionMessage(summary, "summary", upto, [], len(replaced), tokens_before, 0,
@@ -273,7 +272,7 @@ class Window:
         request = ModelRequest([SystemMessage(config.system), *before] if config.system else before, [],
                                config.request_settings, step)
         started, clock = time.time(), time.perf_counter()
-        response = await _ask(config, model, request, model.compact)  # type: ignore[attr-defined]
+        response = await _ask(config, model.compact, request)
         counts = response.usage
         row = _compaction_row(model, response, run_id, thread, step, started, clock, None)
         _price(row, model, config)
@@ -322,27 +321,19 @@ def native_request(config: RunConfig) -> NativeContext | None:
     """The provider-side context management a request asks for: ``Compaction.native()`` on a
     model that can ask for it (`Model.native_context`), else None."""
     compaction = config.compaction
-    if compaction is None or not getattr(config.model, "native_context", False):
+    if compaction is None or not config.model.native_context:
         return None
     return compaction.native_request(config.context_window)
 
 
-async def _ask(config: RunConfig, model: Any, request: ModelRequest, call: Any = None) -> ModelResponse:
-    """The summarizer's answer (or `call`'s: the provider's compaction), retried as the agent's
-    `Retry` says."""
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            response: ModelResponse = await (call or model.request)(request)
-        except ModelError as exc:
-            if config.retry.should_retry(exc, attempt):
-                await asyncio.sleep(config.retry.delay(exc, attempt))
-                continue
-            raise
-        if response.error is not None:
-            raise response.error
-        return response
+async def _ask(config: RunConfig, call: Callable[[ModelRequest], Awaitable[ModelResponse]],
+               request: ModelRequest) -> ModelResponse:
+    """`call`'s answer to `request` (the summarizer's ``request``, or the model's ``compact``),
+    retried as the agent's `Retry` says; a billed answer that cannot be used raises its error."""
+    response = await config.retry.call(lambda: call(request))
+    if response.error is not None:
+        raise response.error
+    return response
 
 
 def threshold_failed(exc: BaseException) -> None:

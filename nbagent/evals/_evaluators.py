@@ -8,7 +8,6 @@ the evaluated case's thread, so ``usage_frame(agent)`` and ``runs_frame(agent)``
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import math
@@ -18,11 +17,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..exceptions import ModelError, UserError
+from ..exceptions import UserError
 from ..messages import SystemMessage, UserMessage
 from ..models import infer_model
 from ..models.base import Model, ModelRequest
 from ..retry import Retry
+from ..store.base import Change, ThreadState
 from ..usage import ModelCallUsage
 
 __all__ = ["Case", "Evaluator", "Score", "contains", "equals", "evaluator", "judge"]
@@ -226,26 +226,17 @@ def parse_verdict(text: str) -> tuple[float, str | None]:
     return (1.0 if word.group(1).lower() in ("pass", "yes", "true") else 0.0), text.strip()[:200] or None
 
 
-async def _ask(model: Model, request: ModelRequest, retry: Retry) -> Any:
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return await model.request(request)
-        except ModelError as exc:
-            if not retry.should_retry(exc, attempt):
-                raise
-            await asyncio.sleep(retry.delay(exc, attempt))
-
-
 async def _record(case: Case, row: ModelCallUsage) -> None:
-    """Append the judge's usage row to the case's thread (kept with the run it judged)."""
+    """Append the judge's usage row to the case's thread (kept with the run it judged), at the
+    thread's step; another writer of the thread meanwhile (a run, another judge) is waited out."""
     if case.store is None or case.thread is None:
         return
-    state = await case.store.load(case.thread)
-    if state is not None:
+
+    def change(state: ThreadState) -> Change:
         row.step = state.step
-        await case.store.append(case.thread, version=state.version, step=state.step, usage=[row])
+        return Change(usage=[row])
+
+    await case.store.update(case.thread, change)
 
 
 def judge(
@@ -273,7 +264,7 @@ def judge(
         request = ModelRequest([SystemMessage(JUDGE_SYSTEM), UserMessage(judge_prompt(criterion, case))],
                                [], {"temperature": 0, **extra})
         started, clock = time.time(), time.perf_counter()
-        response = await _ask(judge_model, request, policy)
+        response = await policy.call(lambda: judge_model.request(request))
         counts = response.usage
         row = ModelCallUsage(
             case.run_id or "", case.thread, 0, started, judge_model.provider,

@@ -3,6 +3,7 @@
 ```python
 from nbagent.models import FunctionModel, ScriptedModel, TestModel, OpenAIModel, AnthropicModel, local
 ```
+`WrappedModel` is the base of a model that wraps another (docs/providers.md, "Wrapping a model").
 `OpenAIModel` (and the ``openai`` package) and `AnthropicModel` (and ``anthropic``) are imported
 only when first used.
 """
@@ -12,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..messages import ToolCall
-from .base import Model, ModelRequest, ModelResponse, ReasoningText
+from .base import Model, ModelRequest, ModelResponse, ReasoningText, WrappedModel
 from .fallback import FallbackModel
 from .function import FunctionModel, ScriptedModel
 from .replay import RecordingModel, ReplayModel, export_recording, record, replay
@@ -36,6 +37,7 @@ __all__ = [
     "ReplayModel",
     "ScriptedModel",
     "TestModel",
+    "WrappedModel",
     "auto",
     "export_recording",
     "infer_model",

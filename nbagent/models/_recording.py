@@ -2,25 +2,43 @@
 
 Owns `Recording` (one call: the request's content, its streamed deltas with their relative times,
 the whole answer), `request_content` (what a request is matched by: what the model reads, never
-ids or timings), `request_key` and `first_difference`. Imports messages, usage and `base` only.
+ids or timings), `request_key`, `first_difference`, and the two protocols recordings travel
+through: `RecordingSink` (where `record` keeps them) and `RecordingSource` (where `replay` reads
+them); every `nbagent.store.Store` is both. Imports messages, usage and `base` only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from ..messages import AssistantMessage, Message, ToolResultMessage, message_from_dict
 from ..usage import TokenCounts
 from .base import ModelRequest, ModelResponse, ReasoningText, StreamItem
 
-__all__ = ["RECORDING_FORMAT", "Recording", "answered_key", "first_difference", "message_content", "messages_content",
-           "request_content", "request_key", "tool_results"]
+__all__ = ["RECORDING_FORMAT", "Recording", "RecordingSink", "RecordingSource", "answered_key", "first_difference",
+           "message_content", "messages_content", "request_content", "request_key", "tool_results"]
 
 RECORDING_FORMAT = 1
 """Version of a recording's JSON (``"format"`` in each entry)."""
+
+
+class RecordingSink(Protocol):
+    """Where a recording model's calls are kept (`Model.keep_recording`): the run loop passes its
+    store."""
+
+    async def add_recording(self, thread: str, entry: Mapping[str, Any]) -> None:
+        """Keep one recorded call (`Recording.to_dict`) with `thread`."""
+
+
+@runtime_checkable
+class RecordingSource(Protocol):
+    """What `replay` reads recorded calls from: a store."""
+
+    async def recordings(self, threads: Sequence[str] | None = None) -> list[dict[str, Any]]:
+        """The recorded calls (`Recording.to_dict`) of `threads` (None: of every thread)."""
 
 
 def message_content(message: Message, positions: dict[str, int] | None = None) -> dict[str, Any]:

@@ -4,6 +4,11 @@ Imports messages, usage, exceptions and pricing (for `Model.context_window`, whi
 genai-prices only when first read). A model answers one request either whole (`request`) or as a
 stream (`request_stream`) of text deltas (``str``), `ReasoningText` deltas, and finally the whole
 `ModelResponse`. The run loop asks for a stream only when someone consumes events.
+
+A model's optional powers are members of `Model` too, each with a default that means "not
+supported": `context_window`, `native_context`, `native_compaction` with `compact`,
+`keep_recording` and `recorded_result`. The run loop calls them on every model, never probes for
+them; `WrappedModel`, the base of every model that wraps another, forwards each of them.
 """
 
 from __future__ import annotations
@@ -13,12 +18,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ModelError, UserError
-from ..messages import AssistantMessage, Message
+from ..messages import AssistantMessage, Message, ToolCall, ToolResultMessage
 from ..pricing import context_window_of
 from ..usage import TokenCounts
 
 if TYPE_CHECKING:
     from ..context import NativeContext
+    from ._recording import RecordingSink
 
 __all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem", "WrappedModel",
            "check_context_window"]
@@ -95,7 +101,11 @@ def check_context_window(where: str, value: Any) -> int | None:
 
 class Model:
     """Base class of models. Subclasses set `provider` and `model_name` and implement `request`;
-    streaming providers also override `request_stream`."""
+    streaming providers also override `request_stream`.
+
+    The optional powers below have defaults that mean "not supported"; a model that has one
+    overrides it (and a model that wraps another subclasses `WrappedModel`, which forwards them).
+    """
 
     provider: str = "unknown"
     model_name: str = "unknown"
@@ -105,6 +115,9 @@ class Model:
     native_context: bool = False
     """Whether the model can ask its provider to manage the context itself (a request's
     ``context_management``; ``Compaction.native()``): `AnthropicModel`'s tool-result clearing."""
+    native_compaction: bool = False
+    """Whether `compact` works: the provider compacts a conversation itself
+    (``Compaction.native()``; `OpenAIResponsesModel`'s ``/v1/responses/compact``)."""
     _context_window: int | None = None
     """The window given to the constructor (``context_window=``); None: `_default_context_window`."""
 
@@ -144,13 +157,42 @@ class Model:
             yield response.message.text
         yield response
 
+    async def compact(self, request: ModelRequest) -> ModelResponse:
+        """Have the provider compact `request`'s messages (``Compaction.native()``; asked only of
+        a model whose `native_compaction` is True): the answer's ``thinking_blocks`` are the items
+        later requests send in place of those messages; its usage is the compaction's.
+
+        Raises:
+            UserError: the model cannot (the default).
+        """
+        raise UserError(f"{type(self).__name__} cannot compact a conversation itself (native_compaction is False)")
+
+    async def keep_recording(self, sink: RecordingSink, thread: str, response: ModelResponse) -> None:
+        """Keep the recording of `response` in `sink` with `thread`, when this model records its
+        calls (`nbagent.models.record`). The run loop calls it after each answer, with the run's
+        store as the sink; the default keeps nothing."""
+
+    def recorded_result(self, call: ToolCall, edited: dict[str, Any] | None = None) -> ToolResultMessage | None:
+        """The result `call` had when it was recorded, which the run loop uses instead of running
+        the tool (``replay(..., tools="recorded")``); `edited`: the arguments a person edited.
+        The default, None: the tool runs."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model_name!r})"
 
 
 class WrappedModel(Model):
-    """A model wrapping another (`inner`), reporting its provider, name, pricing, window and
-    context management as its own (`record`'s model, tracing's)."""
+    """The base of a model that wraps another (`inner`): it answers, and reports its provider,
+    name, pricing, context window and every optional power, as `inner` does.
+
+    Subclass it to change what you need, e.g. `request` to log or edit each request; whatever
+    you do not override stays `inner`'s, so a wrapper never turns off replay, recording or
+    native compaction. Streaming: `request_stream` streams `inner`'s answer while `request` is
+    not overridden; once it is, the stream goes through your `request` (the answer arrives
+    whole), so your code is never bypassed: override `request_stream` too to stream.
+    `nbagent.models.record` and tracing are wrappers of this kind.
+    """
 
     def __init__(self, inner: Model) -> None:
         self.inner = inner
@@ -174,3 +216,30 @@ class WrappedModel(Model):
     @property
     def native_context(self) -> bool:  # type: ignore[override]
         return self.inner.native_context
+
+    @property
+    def native_compaction(self) -> bool:  # type: ignore[override]
+        return self.inner.native_compaction
+
+    async def request(self, request: ModelRequest) -> ModelResponse:
+        return await self.inner.request(request)
+
+    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+        if type(self).request is WrappedModel.request:  # `request` as it came: stream `inner`'s
+            stream = self.inner.request_stream(request)
+        else:  # a wrapper's own `request` is never bypassed
+            stream = Model.request_stream(self, request)
+        async for item in stream:
+            yield item
+
+    async def compact(self, request: ModelRequest) -> ModelResponse:
+        return await self.inner.compact(request)
+
+    async def keep_recording(self, sink: RecordingSink, thread: str, response: ModelResponse) -> None:
+        await self.inner.keep_recording(sink, thread, response)
+
+    def recorded_result(self, call: ToolCall, edited: dict[str, Any] | None = None) -> ToolResultMessage | None:
+        return self.inner.recorded_result(call, edited)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"

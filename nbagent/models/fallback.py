@@ -6,22 +6,17 @@ SDK (the chain's members bring their own).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..exceptions import ContentFilterError, ContextOverflowError, ModelError, UserError
+from ..exceptions import ContentFilterError, ContextOverflowError, ModelError, ModelResponseError, UserError
 from ..retry import Retry
 from .base import Model, ModelRequest, ModelResponse, StreamItem
 
 __all__ = ["Fallback", "FallbackModel"]
 
 TRIGGERS = ("retryable", "content_filter", "context_window")
-
-
-async def _sleep(seconds: float) -> None:
-    import asyncio  # not at import time: `import nbagent` stays without asyncio
-
-    await asyncio.sleep(seconds)
 
 
 @dataclass(slots=True, frozen=True)
@@ -104,22 +99,6 @@ class FallbackModel(Model):
                                        "(finish_reason content_filter)", text=response.message.text or "")
         return error if error is not None and self.falls_back(error) else None
 
-    async def _retried(self, model: Model, request: ModelRequest) -> ModelResponse:
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                response = await model.request(request)
-            except ModelError as exc:
-                if not self.retry.should_retry(exc, attempt):
-                    raise
-                await _sleep(self.retry.delay(exc, attempt))
-                continue
-            refused = self._refusal(response)
-            if refused is not None:
-                raise refused
-            return response
-
     def _moved(self, i: int, exc: BaseException, moves: list[Fallback]) -> None:
         if i + 1 >= len(self.models) or not self.falls_back(exc):
             raise exc
@@ -137,38 +116,41 @@ class FallbackModel(Model):
         moves: list[Fallback] = []
         for i, model in enumerate(self.models):
             try:
-                return self._answer(model, await self._retried(model, request), moves)
+                answer = await self.retry.call(functools.partial(model.request, request))
+                refused = self._refusal(answer)
+                if refused is not None:
+                    raise refused
+                return self._answer(model, answer, moves)
             except ModelError as exc:
                 self._moved(i, exc, moves)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
         """Each model's stream in turn until one answers; a failure after a delta was yielded is
-        raised, not fallen back from."""
+        raised, neither retried nor fallen back from."""
         moves: list[Fallback] = []
         for i, model in enumerate(self.models):
-            attempt = 0
-            while True:
-                attempt += 1
-                shown = False
-                try:
-                    async for item in model.request_stream(request):
-                        if isinstance(item, ModelResponse):
-                            refused = self._refusal(item)
-                            if refused is not None:
-                                raise refused
-                            yield self._answer(model, item, moves)
-                            return
-                        shown = True
-                        yield item
-                except ModelError as exc:
-                    if shown:
-                        raise
-                    if self.retry.should_retry(exc, attempt):
-                        await _sleep(self.retry.delay(exc, attempt))
-                        continue
-                    self._moved(i, exc, moves)
-                    break
+            shown = False
+            try:
+                for attempt in self.retry.tries():
+                    with attempt:
+                        async for item in model.request_stream(request):
+                            if isinstance(item, ModelResponse):
+                                refused = self._refusal(item)
+                                if refused is not None:
+                                    raise refused
+                                yield self._answer(model, item, moves)
+                                return
+                            shown = True
+                            attempt.retryable = False  # never two half answers
+                            yield item
+                        raise ModelResponseError("the model's stream ended without a complete answer",
+                                                 provider=model.provider)
+                    await attempt.wait()
+            except ModelError as exc:
+                if shown:
+                    raise
+                self._moved(i, exc, moves)
 
     def __repr__(self) -> str:
         return f"FallbackModel([{', '.join(repr(m) for m in self.models)}])"

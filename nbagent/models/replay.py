@@ -9,9 +9,11 @@ export_recording(store, "recording.jsonl")                     # JSON Lines, no 
 ```
 
 Owns `RecordingModel`, `ReplayModel`, `record`, `replay`, `export_recording`. The run loop hands
-a recording model each answer with its store and thread (`RecordingModel.keep_recording`); a replayed
-answer is marked (`ModelResponse.replayed`) so its usage row costs 0. Imports messages,
-exceptions, `base`, `_recording` and the store package.
+every model each answer with its store as a `RecordingSink` and the thread (`Model.keep_recording`),
+and a recording model keeps its call there; a replayed answer is marked (`ModelResponse.replayed`)
+so its usage row costs 0. Recordings are read from a `RecordingSource` (a store) or a ``.jsonl``
+file. Imports messages, exceptions, pricing, `base` and `_recording`; the store package only to
+open a store a user names by its path or URL (``replay("runs.db")``).
 """
 
 from __future__ import annotations
@@ -26,9 +28,10 @@ from typing import Any, Literal
 from ..exceptions import ReplayMismatchError, UserError
 from ..messages import ToolCall, ToolResultMessage, message_from_dict
 from ..pricing import context_window_of
-from ..store.base import Store
 from ._recording import (
     Recording,
+    RecordingSink,
+    RecordingSource,
     answered_key,
     common_prefix,
     first_difference,
@@ -82,14 +85,14 @@ class RecordingModel(WrappedModel):
                 deltas.append([round(time.perf_counter() - started, 6), kind, str(item)])
             yield item
 
-    async def keep_recording(self, store: Store, thread: str, response: ModelResponse) -> None:
-        """Store the recording of `response` with `thread` (the run loop calls this after each
-        answer); nothing for an answer this model did not make."""
+    async def keep_recording(self, sink: RecordingSink, thread: str, response: ModelResponse) -> None:
+        """Keep the recording of `response` in `sink` with `thread` (the run loop calls this after
+        each answer); nothing for an answer this model did not make."""
         made = self._pending.pop(id(response), None)
         if made is None:
             return
         made.thread = thread
-        await store.add_recording(thread, made.to_dict())
+        await sink.add_recording(thread, made.to_dict())
 
     def __repr__(self) -> str:
         return f"record({self.inner!r})"
@@ -253,11 +256,10 @@ class ReplayModel(Model):
                 await asyncio.sleep(max(0.0, times[i] - (time.perf_counter() - clock)))
             yield item
 
-    async def keep_recording(self, store: Store, thread: str, response: ModelResponse) -> None:
-        """Pass a live answer on to `then` when it records (``then=record(real_model)``)."""
-        keep = getattr(self.then, "keep_recording", None)
-        if keep is not None and not response.replayed:
-            await keep(store, thread, response)
+    async def keep_recording(self, sink: RecordingSink, thread: str, response: ModelResponse) -> None:
+        """Pass a live answer on to `then` (it keeps it when it records: ``then=record(real_model)``)."""
+        if self.then is not None and not response.replayed:
+            await self.then.keep_recording(sink, thread, response)
 
     def __repr__(self) -> str:
         models = ", ".join(dict.fromkeys(r.model for r in self.recordings))  # which model's answers these are
@@ -285,12 +287,20 @@ def _run_sync(make: Any) -> Any:
     return run_sync(make)
 
 
-def load_recordings(source: Store | str | os.PathLike[str], threads: Sequence[str] | None = None) -> list[Recording]:
+Source = RecordingSource | str | os.PathLike[str]
+"""Where recordings are read from: a store (a `RecordingSource`), a store's path or URL, or a
+``.jsonl`` file of `export_recording`."""
+
+
+def load_recordings(source: Source, threads: Sequence[str] | None = None) -> list[Recording]:
     """The recorded calls of `source` (a store, a store path or URL, or a ``.jsonl`` file), of
     `threads` only when given."""
-    if isinstance(source, Store):
+    if isinstance(source, RecordingSource):
         rows = _run_sync(lambda: source.recordings(threads))
         return [Recording.from_dict(r) for r in rows]
+    if not isinstance(source, (str, os.PathLike)):
+        raise UserError(f"recordings are read from a store, a store's path or URL, or a .jsonl file; "
+                        f"got {type(source).__name__}")
     text = os.fspath(source)
     if text.endswith((".jsonl", ".ndjson")):
         entries = _read_jsonl(Path(text).expanduser())
@@ -305,7 +315,7 @@ def load_recordings(source: Store | str | os.PathLike[str], threads: Sequence[st
 
 
 def replay(
-    source: Store | str | os.PathLike[str],
+    source: Source,
     thread: str | Sequence[str] | None = None,
     *,
     then: Model | None = None,
@@ -334,13 +344,13 @@ def replay(
         raise UserError(f"tools must be 'run' or 'recorded', got {tools!r}")
     threads = [thread] if isinstance(thread, str) else (list(thread) if thread is not None else None)
     entries = load_recordings(source, threads)
-    label = repr(source) if isinstance(source, Store) else repr(os.fspath(source))
+    label = repr(os.fspath(source)) if isinstance(source, (str, os.PathLike)) else repr(source)
     if thread is not None and not entries:
         raise UserError(f"{label} holds no recorded model call of thread {thread!r}")
     return ReplayModel(entries, then=then, timing=timing, source=label, tools=tools)
 
 
-def export_recording(source: Store | str | os.PathLike[str], path: str | os.PathLike[str],
+def export_recording(source: Source, path: str | os.PathLike[str],
                      threads: Sequence[str] | None = None) -> int:
     """Write the recorded calls of `source` (of `threads`, None: all) to a JSON Lines file that
     `replay` reads; returns how many were written. The file holds requests and answers only:

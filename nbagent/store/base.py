@@ -19,7 +19,7 @@ import bisect
 import dataclasses
 import itertools
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -34,6 +34,7 @@ __all__ = [
     "ERROR_KEPT",
     "FORMAT_VERSION",
     "USAGE_KINDS",
+    "Change",
     "Checkpoint",
     "ColumnBlock",
     "LedgerEntry",
@@ -151,6 +152,17 @@ class Checkpoint:
     """That record's error, its first `ERROR_KEPT` characters."""
 
 
+@dataclass(frozen=True, slots=True)
+class Change:
+    """What `Store.update` appends to a thread: `Store.append`'s arguments, less the version and
+    step (those of the thread as loaded)."""
+
+    messages: Sequence[Message] = ()
+    usage: Sequence[ModelCallUsage] = ()
+    ledger: Sequence[LedgerEntry] = ()
+    meta: ThreadMeta | Mapping[str, Any] | None = None
+
+
 class Store:
     """Base class of checkpoint stores (see `MemoryStore`, `SQLiteStore`)."""
 
@@ -210,6 +222,43 @@ class Store:
             if loaded is None:
                 raise
             return loaded
+
+    async def update(self, thread: str, change: Callable[[ThreadState], Change | None], *,
+                     attempts: int = 20, wait: float = 0.05) -> int | None:
+        """Load `thread`, append what ``change(loaded)`` returns at the version loaded, and when
+        another writer appended first (`ConflictError`), load it again and ask `change` again.
+
+        For a writer that is not the thread's run: a judge's usage row (`nbagent.evals`), the real
+        outcome of a tool that outlived its run. `change` sees the thread as it now is, so it can
+        decide again (None: nothing to write).
+
+        Args:
+            attempts: how many loads before giving up.
+            wait: seconds between a conflict and the next load.
+
+        Returns:
+            The thread's new version; None when it does not exist or `change` returned None.
+
+        Raises:
+            ConflictError: the thread was written by someone else after each of the `attempts` loads.
+        """
+        from ..exceptions import ConflictError
+
+        for attempt in range(1, attempts + 1):
+            loaded = await self.load(thread)
+            found = None if loaded is None else change(loaded)
+            if loaded is None or found is None:
+                return None
+            try:
+                return await self.append(thread, version=loaded.version, step=loaded.step, messages=found.messages,
+                                         usage=found.usage, ledger=found.ledger, meta=found.meta)
+            except ConflictError:
+                if attempt == attempts:
+                    raise
+            import asyncio  # only on a conflict: importing nbagent loads no asyncio
+
+            await asyncio.sleep(wait)
+        raise AssertionError("unreachable")  # pragma: no cover
 
     async def threads(self) -> list[ThreadInfo]:
         """All stored threads, most recently updated first."""

@@ -80,8 +80,3 @@ def system_instructions(messages: Sequence[Message]) -> str | None:
     """``gen_ai.system_instructions`` of a request (None when it has no system message)."""
     texts = [{"type": "text", "content": m.content} for m in messages if m.kind == "system"]  # type: ignore[union-attr]
     return _dumps(texts) if texts else None
-
-
-def tool_arguments(args_json: str) -> str:
-    """``gen_ai.tool.call.arguments``: the call's arguments as the model sent them."""
-    return args_json

@@ -442,16 +442,13 @@ _HANDLERS: dict[str, Callable[[RunTrace, Any], None]] = {
 
 
 class TracedModel(WrappedModel):
-    """A model whose every call is a ``chat`` span of its run (current during the call)."""
+    """A model whose every call is a ``chat`` span of its run (current during the call); the rest
+    (its name, window, replay, recording, native compaction) is `inner`'s, as `WrappedModel`
+    forwards it."""
 
     def __init__(self, inner: Model, trace_: RunTrace) -> None:
         super().__init__(inner)
         self.trace = trace_
-
-    def __getattr__(self, name: str) -> Any:  # what else the wrapped model has (base_url, ...)
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         span = self.trace.chat_start(self.inner, request, stream=False)

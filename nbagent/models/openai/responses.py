@@ -77,6 +77,8 @@ class OpenAIResponsesModel(OpenAIModel):
             or nbagent's ``max_tokens``; ``temperature``, ``text``, ``truncation``, ``extra_body``...).
     """
 
+    native_compaction = True  # Compaction.native(): `compact`, /v1/responses/compact
+
     def __init__(
         self,
         model_name: str | None = None,
