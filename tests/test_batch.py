@@ -256,12 +256,12 @@ def test_the_bar_rate_is_rows_over_elapsed_time(monkeypatch: pytest.MonkeyPatch)
     elapsed time (tqdm's moving average kept the first row's rate: '8/8 [00:00<00:00, 1.21row/s]')."""
     import tqdm.std
 
-    from nbagent.dataframe._batch import _progress
+    from nbagent.dataframe._rows import progress_bar
 
     now = [100.0]
     monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
-    bar = _progress(8, True, "rows")
+    bar = progress_bar(8, True, "rows")
     try:
         now[0] += 0.8
         bar.update(1)
