@@ -20,7 +20,7 @@ import ipywidgets as widgets
 from .frame import ViewFrame
 from .tool_table import themed_button
 
-__all__ = ["Confirmable", "ConfirmBox"]
+__all__ = ["ConfirmBox", "Confirmable"]
 
 
 class Confirmable(Protocol):
