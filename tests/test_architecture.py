@@ -4,8 +4,8 @@ nbagent is five layers (`LAYERS`); a module may import its own layer and the lay
 
 1. the base: plain data, the error tree, tools and decisions (``exceptions``, ``messages``, ``context``,
    ``usage``, ``approvals``, ``tools``, ``retry``, ``output``, ``events``, ``pricing``) and the
-   two process-wide helpers (``_sync``: sync twins and the background loop; ``_watch``: a
-   thread's observers);
+   three process-wide helpers (``_sync``: sync twins and the background loop; ``_watch``: a
+   thread's observers; ``_settle``: what still goes on after its cell, and the wait for it);
 2. what implements a protocol the base owns, and plain renderings of base data: ``models``,
    ``store``, ``mcp``, ``display`` (sanitising and static HTML), ``result``;
 3. the run: ``_run``;
@@ -37,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent / "nbagent"
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["nbagent.exceptions", "nbagent.messages", "nbagent.usage", "nbagent.approvals",
                      "nbagent.tools", "nbagent.retry", "nbagent.output", "nbagent.events",
-                     "nbagent.pricing", "nbagent.context", "nbagent.images", "nbagent._sync", "nbagent._watch"], 1),
+                     "nbagent.pricing", "nbagent.context", "nbagent.images", "nbagent._sync", "nbagent._watch",
+                     "nbagent._settle"], 1),
     **dict.fromkeys(["nbagent.models", "nbagent.store", "nbagent.mcp", "nbagent.display",
                      "nbagent.result"], 2),
     "nbagent._run": 3,
