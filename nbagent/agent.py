@@ -492,7 +492,13 @@ class Agent(Generic[OutputT]):
 
     def map(self, inputs: Any, **kwargs: Any) -> Any:
         """Run many independent conversations concurrently; returns a DataFrame (see
-        `nbagent.dataframe.batch` for the options)."""
+        `nbagent.dataframe.batch` for the options). With ``dry_run=True`` (a `Forecast`) or
+        ``confirm_over=`` (the frame, or a `BatchConfirmation`), and their ``sample=``, the batch
+        is forecast first: `nbagent.evals.map_with_forecast`."""
+        if {"dry_run", "confirm_over", "sample"} & kwargs.keys():
+            from .evals import map_with_forecast
+
+            return map_with_forecast(self, inputs, **kwargs)
         from .dataframe import batch
 
         return batch(self, inputs, **kwargs)

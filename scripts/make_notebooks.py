@@ -24,9 +24,9 @@ import sys
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import nbformat
+from nbclient import NotebookClient
 
 from nbagent.notebook._clean import _without_views  # clean_outputs' step, one cell at a time
 
@@ -827,9 +827,9 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
         os.environ["TQDM_DISABLE"] = "1"
         os.environ.update(env or {})
         nb.cells.append(nbformat.v4.new_code_cell(_SETTLE))
-        client = _client()(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                           store_widget_state=False, coalesce_streams=True,
-                           resources={"metadata": {"path": str(workdir)}})
+        client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                                store_widget_state=False, coalesce_streams=True,
+                                resources={"metadata": {"path": str(workdir)}})
         client.execute()
     finally:
         os.environ.clear()
@@ -846,64 +846,28 @@ def execute(nb: nbformat.NotebookNode, workdir: Path, env: Mapping[str, str] | N
     return nb
 
 
-_SETTLE = "import asyncio\nawait asyncio.sleep(2)  # the last runs end; their views' saved copies follow"
-"""A last cell, removed after the run: the runs started by the cells above end, and the display
-updates they send reach the notebook."""
-
-
-def _client() -> type:
-    """nbclient's `NotebookClient`, keeping the display updates that arrive after their cell ended.
-
-    A chat view updates its saved copy (one display id) when a run on its thread ends, which is
-    often after the cell that showed it (the run goes on in the background; a stored thread's
-    history loads after the view is shown). nbclient reads only the messages of the cell it is
-    running, so those updates were lost and the saved copy said "no messages yet"; JupyterLab
-    applies them whenever they come, and so does this client.
-    """
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionComplete
-    from nbclient.util import ensure_async
-
-    class Client(NotebookClient):
-        async def _async_poll_output_msg(self, parent_msg_id: str, cell: Any, cell_index: int) -> None:
-            assert self.kc is not None
-            while True:
-                msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=None))
-                if msg["parent_header"].get("msg_id") == parent_msg_id:
-                    try:
-                        self.process_message(msg, cell, cell_index)
-                    except CellExecutionComplete:
-                        return
-                elif msg["header"]["msg_type"] == "update_display_data":
-                    display_id = msg["content"].get("transient", {}).get("display_id")
-                    if display_id:
-                        self._update_display_id(display_id, msg)
-
-    return Client
+_SETTLE = "from nbagent.notebook import settle\nawait settle()  # the runs end; the views' saved copies reach this file"
+"""A last cell, removed after the run: `nbagent.notebook.settle` waits until the runs started by
+the cells above have ended and sends each chat view's saved copy again, as a reply to this cell
+(nbclient reads only the replies to the cell it runs, and a view's copy changes when its run
+ends, after the cell that showed it)."""
 
 
 RECORDINGS = ROOT / "recordings"
 """Each notebook's model calls, recorded once on the local model: ``recordings/<stem>.jsonl``
 (`NBAGENT_REPLAY` replays them, so the notebooks run offline without the model)."""
 
-_RECORD_CELL = '''import nbagent.models as _models
-_auto = _models.auto
-_models.auto = lambda *args, **kwargs: _models.record(_auto(*args, **kwargs))  # every call kept'''
-
-
 def record(name: str, workdir: Path, timeout: int = 600) -> int:
-    """Run notebook `name` on the local model with every model call `auto()` gives recorded, and
-    write the calls to ``recordings/<stem>.jsonl``; returns how many. The notebook itself is not
-    written (the recording cell is not part of it)."""
+    """Run notebook `name` on the local model with every model call `auto()` gives recorded
+    (``NBAGENT_RECORD=1``), and write the calls to ``recordings/<stem>.jsonl``; returns how many.
+    The notebook itself is not written."""
     import asyncio
 
     from nbagent.models import export_recording
     from nbagent.store import SQLiteStore
 
     nb = build(name)
-    first = next(c for c in nb.cells if c.cell_type == "code")  # before auto(); no cell of its own, so
-    first.source = _RECORD_CELL + "\n" + first.source            # the cells keep their numbers ({Out[n]})
-    execute(nb, workdir, timeout=timeout)
+    execute(nb, workdir, env={"NBAGENT_RECORD": "1"}, timeout=timeout)  # auto() records every call
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     if errors:
         raise RuntimeError(f"{name} failed while recording: {errors[0].get('ename')}: {errors[0].get('evalue')}")

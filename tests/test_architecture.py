@@ -4,14 +4,18 @@ nbagent is five layers (`LAYERS`); a module may import its own layer and the lay
 
 1. the base: plain data, the error tree, tools and decisions (``exceptions``, ``messages``, ``context``,
    ``usage``, ``approvals``, ``tools``, ``retry``, ``output``, ``events``, ``pricing``) and the
-   two process-wide helpers (``_sync``: sync twins and the background loop; ``_watch``: a
-   thread's observers);
+   three process-wide helpers (``_sync``: sync twins and the background loop; ``_watch``: a
+   thread's observers; ``_settle``: what still goes on after its cell, and the wait for it);
 2. what implements a protocol the base owns, and plain renderings of base data: ``models``,
    ``store``, ``mcp``, ``display`` (sanitising and static HTML), ``result``;
 3. the run: ``_run``;
 4. ``agent`` and the package facade ``nbagent``;
 5. the edges, which load ipywidgets, pandas, IPython or OpenTelemetry: ``widgets``,
    ``dataframe``, ``notebook``, ``evals``, ``tracing``.
+
+Inside the edge, `EDGE_ORDER` orders the packages the same way (evals above dataframe and widgets,
+which sit above notebook and tracing), and no module anywhere, edge or core, is part of an import
+circle.
 
 Imports are read with `ast`, lazy imports inside functions included, and so are
 ``importlib.import_module("nbagent...")`` calls (an f-string on ``__name__`` counts as the module's
@@ -33,7 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent / "nbagent"
 LAYERS: dict[str, int] = {
     **dict.fromkeys(["nbagent.exceptions", "nbagent.messages", "nbagent.usage", "nbagent.approvals",
                      "nbagent.tools", "nbagent.retry", "nbagent.output", "nbagent.events",
-                     "nbagent.pricing", "nbagent.context", "nbagent.images", "nbagent._sync", "nbagent._watch"], 1),
+                     "nbagent.pricing", "nbagent.context", "nbagent.images", "nbagent._sync", "nbagent._watch",
+                     "nbagent._settle"], 1),
     **dict.fromkeys(["nbagent.models", "nbagent.store", "nbagent.mcp", "nbagent.display",
                      "nbagent.result"], 2),
     "nbagent._run": 3,
@@ -204,15 +209,17 @@ def _parent_packages(module: str) -> list[str]:
     return [".".join(parts[:i]) for i in range(1, len(parts))]
 
 
-def test_no_import_circle_in_the_core() -> None:
-    graph = _graph()
-    core = {m for m in graph if not _is_edge(m)}
-    # A package's __init__ importing its own submodules is its facade, not a dependency: a circle
-    # made only of package facades is allowed.
-    # A module's explicit import of its own package (``from .. import sqlite`` to read a setting at
-    # call time) is a real dependency, and so part of a circle with the package's own imports.
-    edges = {m: sorted({t for t, _ in graph[m] if t in core and t != m}) for m in core}
-    facades = {m for m in core if (ROOT.parent / m.replace(".", "/") / "__init__.py").exists()}
+def _circles(graph: dict[str, list[tuple[str, str]]]) -> list[list[str]]:
+    """The import circles of `graph`, the facade methods of `ALLOWED_UPWARD` left out.
+
+    A package's __init__ importing its own submodules is its facade, not a dependency: a circle
+    made only of package facades is allowed. A module's explicit import of its own package
+    (``from .. import sqlite`` to read a setting at call time) is a real dependency, and so part
+    of a circle with the package's own imports.
+    """
+    edges = {m: sorted({t for t, where in graph[m] if t != m and (m, where) not in ALLOWED_UPWARD})
+             for m in graph}
+    facades = {m for m in graph if (ROOT.parent / m.replace(".", "/") / "__init__.py").exists()}
     circles: list[list[str]] = []
     state: dict[str, int] = {}
     stack: list[str] = []
@@ -233,7 +240,56 @@ def test_no_import_circle_in_the_core() -> None:
     for m in sorted(edges):
         if m not in state:
             walk(m)
-    assert circles == []
+    return circles
+
+
+def test_no_import_circle_anywhere() -> None:
+    """Every module of every layer, the edges among themselves included, lazy imports counted."""
+    assert _circles(_graph()) == []
+
+
+def test_the_circle_test_sees_a_circle_through_a_lazy_import() -> None:
+    graph = {"nbagent.dataframe._a": [("nbagent.evals._b", "batch")],      # a lazy import in a function
+             "nbagent.evals._b": [("nbagent.dataframe._a", "module")]}
+    assert _circles(graph) == [["nbagent.dataframe._a", "nbagent.evals._b", "nbagent.dataframe._a"]]
+    facade = {"nbagent.agent": [("nbagent.evals", "Agent.map")], "nbagent.evals": [("nbagent.agent", "module")]}
+    assert _circles(facade) == []  # Agent.map is a named facade (ALLOWED_UPWARD)
+
+
+EDGE_ORDER: dict[str, int] = {
+    "nbagent.tracing": 1,    # OpenTelemetry spans and their index: reads the core only
+    "nbagent.notebook": 1,   # IPython: magics, variables as summaries, saved-notebook cleaning
+    "nbagent.widgets": 2,    # the views: the message box's @-variables are the notebook's summaries
+    "nbagent.dataframe": 2,  # pandas: frames (of stored spans too: tracing) and the batch
+    "nbagent.evals": 3,      # scores and forecasts batches (dataframe), asks with Run / Cancel (widgets)
+}
+"""The order inside the edge (layer 5): an edge package may import the core, its own level and
+the levels below it. What runs batches and shows boxes (evals) sits on what it uses, so the
+batch never calls back up into forecasts (the circle of #41)."""
+
+
+def _edge_level(module: str) -> int:
+    name = module
+    while name not in EDGE_ORDER:
+        name = name.rpartition(".")[0]
+    return EDGE_ORDER[name]
+
+
+def test_every_edge_package_is_in_the_edge_order() -> None:
+    edges = {".".join(m.split(".")[:2]) for m in _modules() if _is_edge(m)}
+    assert edges == set(EDGE_ORDER)
+
+
+def test_the_edges_import_down_their_order() -> None:
+    bad = []
+    for module, imports in _graph().items():
+        if not _is_edge(module):
+            continue
+        for target, where in imports:
+            if _is_edge(target) and _edge_level(target) > _edge_level(module):
+                bad.append(f"{module} ({where}, edge level {_edge_level(module)}) imports {target} "
+                           f"(edge level {_edge_level(target)})")
+    assert bad == []
 
 
 def _reasoned(path: Path) -> bool:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from nbagent import Agent, Retry, UserError, tool
-from nbagent.dataframe import BATCH_COLUMNS, batch, batch_thread_ids
+from nbagent.dataframe import BATCH_COLUMNS, batch, batch_inputs, batch_thread_ids
 from nbagent.messages import AssistantMessage
 from nbagent.models import FunctionModel, tool_call
 from nbagent.models.base import ModelResponse
@@ -49,6 +49,32 @@ class Counter:
 
 def make_agent(fn, store=None, **kwargs) -> Agent:
     return Agent(FunctionModel(fn), store=store or MemoryStore(), retry=Retry(attempts=1), **kwargs)
+
+
+def test_a_part_of_batch_inputs_runs_as_those_rows_of_the_batch():
+    """A sample taken with `batch_inputs` keeps its rows' thread ids (positions 4 and 8 of a list
+    slice to a RangeIndex range(4, 12, 4), which would have keyed them 0 and 1), so the whole
+    batch afterwards runs only the other rows."""
+    fake = Counter()
+    agent = make_agent(fake)
+    rows = [f"q{i}" for i in range(10)]
+    labelled = pd.Series(rows, index=[f"r{i}" for i in range(10)])
+    for inputs in (rows, labelled):
+        part = batch(agent, batch_inputs(inputs).iloc[[4, 8]], progress=False)
+        whole = batch(agent, inputs, progress=False)
+        assert part["thread"].tolist() == whole["thread"].iloc[[4, 8]].tolist()
+        assert whole["skipped"].tolist() == [i in (4, 8) for i in range(10)]
+    assert fake.calls == 20
+    assert batch_inputs(labelled).index.tolist() == labelled.index.tolist()
+    with pytest.raises(UserError, match="not one string"):
+        batch_inputs("one question")
+
+
+def test_batch_only_runs_rows_forecasting_is_agent_maps():
+    agent = make_agent(Counter())
+    with pytest.raises(TypeError, match="confirm_over"):
+        batch(agent, ["a"], confirm_over=1.0)
+    assert isinstance(agent.map(["a"], sample=1, progress=False), pd.DataFrame)  # sample alone: a plain batch
 
 
 def test_results_keep_input_order_and_columns():
@@ -256,12 +282,12 @@ def test_the_bar_rate_is_rows_over_elapsed_time(monkeypatch: pytest.MonkeyPatch)
     elapsed time (tqdm's moving average kept the first row's rate: '8/8 [00:00<00:00, 1.21row/s]')."""
     import tqdm.std
 
-    from nbagent.dataframe._batch import _progress
+    from nbagent.dataframe._rows import progress_bar
 
     now = [100.0]
     monkeypatch.setattr(tqdm.std, "time", lambda: now[0])
     monkeypatch.delenv("TQDM_DISABLE", raising=False)
-    bar = _progress(8, True, "rows")
+    bar = progress_bar(8, True, "rows")
     try:
         now[0] += 0.8
         bar.update(1)

@@ -294,7 +294,7 @@ def test_the_driver_builds_the_local_frame_and_reports_lost_rows(tmp_path, monke
     engine = _FakeEngine({1: "lost"})
     monkeypatch.setattr(_executors, "engine_for", lambda executor: engine)
     bar = _Bar()
-    monkeypatch.setattr(_executors, "_progress", lambda total, enabled, desc: bar)
+    monkeypatch.setattr(_executors, "progress_bar", lambda total, enabled, desc: bar)
     agent = Agent(TestModel(text="done"), store=str(tmp_path / "d.db"))
     df = run_on_cluster(agent, [f"q{i}" for i in range(7)], "fake", concurrency=4, thread_prefix=None,
                         progress=True, desc=None, chunk_size=3)

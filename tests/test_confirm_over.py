@@ -128,3 +128,13 @@ def test_the_run_button_is_tinted_as_the_chat_views_primary_buttons() -> None:
     assert any(isinstance(w, ViewFrame) for w in box.children)  # the stylesheet comes with the box
     css = (Path(nbagent.__file__).parent / "widgets" / "view.css").read_text()
     assert ":is(.nbagent-chat, .nbagent-confirm) .jupyter-button.nbagent-button-primary {" in css
+
+
+def test_evals_confirm_and_map_with_forecast_are_what_agent_map_hands_its_options_to() -> None:
+    agent, calls = counting()
+    forecast = evals.map_with_forecast(agent, ROWS, dry_run=True, sample=3, progress=False)
+    assert isinstance(forecast, evals.Forecast) and forecast.rows == 20 and len(calls) == 3
+    pending = evals.confirm(agent, ROWS, 0.0, sample=3, progress=False)
+    assert isinstance(pending, evals.BatchConfirmation) and len(calls) == 3  # the same 3 rows: skipped
+    assert isinstance(evals.map_with_forecast(agent, ROWS, progress=False), pd.DataFrame)
+    assert len(calls) == 20

@@ -17,6 +17,7 @@ from nbagent.exceptions import ReplayMismatchError, UserError
 from nbagent.messages import ToolResultMessage
 from nbagent.models import (
     FunctionModel,
+    RecordingModel,
     ReplayModel,
     ScriptedModel,
     auto,
@@ -268,6 +269,22 @@ def test_auto_replays_what_nbagent_replay_names(tmp_path: Path, monkeypatch: pyt
     assert isinstance(model, ReplayModel) and len(model.recordings) == 1
     assert repr(model) == f"replay({str(tmp_path / 'rec.db')!r}, 1 call of function)"  # whose answers
     assert Agent(model).run_sync("hi").output == "hello"
+
+
+def test_nbagent_record_makes_auto_record_each_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """How scripts/make_notebooks.py --record records a notebook without changing a cell."""
+    for name in ("NBAGENT_REPLAY", "ANTHROPIC_API_KEY", "OPENAI_API_KEY", "OLLAMA_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    stand_in = FunctionModel(lambda m, r: "hello")
+    assert auto(fallback=stand_in) is stand_in
+    monkeypatch.setenv("NBAGENT_RECORD", "1")
+    model = auto(fallback=stand_in)
+    assert isinstance(model, RecordingModel)
+    store = SQLiteStore(tmp_path / "rec.db")
+    Agent(model, store=store).run_sync("hi", thread="x")
+    assert export_recording(store, tmp_path / "rec.jsonl") == 1
+    monkeypatch.setenv("NBAGENT_RECORD", "0")
+    assert auto(fallback=stand_in) is stand_in
 
 
 def test_replay_of_an_unknown_thread_is_refused(tmp_path: Path) -> None:

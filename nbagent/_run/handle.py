@@ -2,7 +2,7 @@
 
 Owns `RunHandle` (what `Agent.start` returns: ``await`` it, or `cancel()` it from any thread),
 `RunBox` (how a handle sees the run state its event generator made) and `consume`. Imports
-events, result and the run state.
+events, result, the run state and `_settle` (each handle's task is counted until it is done).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from .._settle import track
 from ..events import Event, RunEndedEvent
 from ..result import RunResult
 from .state import RunState
@@ -59,6 +60,7 @@ class RunHandle:
         self.result: RunResult | None = None
         self.error: BaseException | None = None
         self.task: asyncio.Task[RunResult | None] = asyncio.ensure_future(self._main())
+        track(self.task)  # the notebook's last cell can wait for it (nbagent.notebook.settle)
 
     def _emit(self, event: Event) -> None:
         if self._on_event is None:

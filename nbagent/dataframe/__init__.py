@@ -27,7 +27,7 @@ Naming: these functions are for notebook cells. They block and return the DataFr
 
 from __future__ import annotations
 
-from ._batch import BATCH_COLUMNS, batch, batch_thread_ids, output_frame
+from ._batch import batch, output_frame
 from ._columns import USAGE_SCHEMA, usage_from_columns
 from ._context import CONTEXT_COLUMNS, context_frame, plot_context
 from ._frames import (
@@ -39,6 +39,7 @@ from ._frames import (
 )
 from ._plots import cost_by_tool, plot_cost, plot_tokens
 from ._readable import readable
+from ._rows import BATCH_COLUMNS, batch_inputs, batch_thread_ids
 
 __all__ = [
     "BATCH_COLUMNS",
@@ -47,6 +48,7 @@ __all__ = [
     "TOOL_CALL_SCHEMA",
     "USAGE_SCHEMA",
     "batch",
+    "batch_inputs",
     "batch_thread_ids",
     "context_frame",
     "cost_by_tool",

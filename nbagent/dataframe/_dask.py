@@ -15,7 +15,7 @@ failed, and a re-run of the batch continues them; a chunk the scheduler dropped 
 worker that holds it does not lose it.
 
 Imports ``distributed`` and ``cloudpickle`` (this module is imported only when a Dask executor
-is chosen), `_worker` and `_executors`' token.
+is chosen), `_worker` and `_engine` (what the driver expects of an engine).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ import cloudpickle
 from distributed import Client, Event, KilledWorker, get_client, get_worker, wait
 
 from ..exceptions import UserError
-from ._executors import Update, new_token
+from ._engine import Update, new_token
 from ._worker import Row, agent_for, run_chunk
 
 __all__ = ["RETRIES", "DaskEngine", "current_client"]
@@ -73,7 +73,7 @@ def _chunk(data: bytes, token: str, rows: list[Row], concurrency: int) -> list[t
 
 
 class DaskEngine:
-    """`_executors.Engine` on a ``dask.distributed.Client`` (a LocalCluster or a scheduler)."""
+    """`_engine.Engine` on a ``dask.distributed.Client`` (a LocalCluster or a scheduler)."""
 
     name = "dask"
 

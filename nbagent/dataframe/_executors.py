@@ -5,72 +5,31 @@ Owns choosing the engine from ``executor=`` (`engine_for`), what must hold befor
 one the workers share), how the rows are cut into chunks and the concurrency shared out (`plan`),
 and the driver's loop (`run_on_cluster`): chunks in flight, a progress bar that advances as rows
 finish on the workers, Ctrl-C cancelling what remains, and the local path's DataFrame, in input
-order (`_batch._frame`). The engines are `_ray.RayEngine` and `_dask.DaskEngine`, imported only
-when chosen (so ``ray`` / ``distributed`` only then); both implement `Engine`.
+order (`_rows.batch_frame`). The engines are `_ray.RayEngine` and `_dask.DaskEngine`, imported
+only when chosen (so ``ray`` / ``distributed`` only then); both implement `_engine.Engine`.
 
-Imports `_batch` (inputs, thread ids, the frame, the progress bar), the core's exceptions and
-stores; tqdm when a bar is shown.
+Imports `_rows` (inputs, thread ids, the frame, the progress bar), `_engine`, `_worker`'s row
+shape, the core's exceptions and stores; tqdm when a bar is shown.
 """
 
 from __future__ import annotations
 
 import math
 import sys
-import uuid
 from collections import deque
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Any
 
 import pandas as pd
 
 from ..agent import Agent
 from ..exceptions import UserError
 from ..store.memory import MemoryStore
-from ._batch import _frame, _inputs, _progress
+from ._engine import Engine
+from ._rows import batch_frame, checked_inputs, progress_bar
 from ._worker import Row
 
-__all__ = ["Engine", "Update", "engine_for", "payload", "plan", "run_on_cluster"]
-
-Update = tuple[Any, ...]
-"""What an engine reports: ``("row", position, row)`` a settled row; ``("tick", position)`` a
-row settled on a worker whose result comes with its chunk; ``("lost", positions, why)`` rows
-whose worker died and were not run again."""
-
-
-class Engine(Protocol):
-    """One cluster engine as the driver's loop uses it (`_ray.RayEngine`, `_dask.DaskEngine`)."""
-
-    name: str
-
-    def slots(self) -> int:
-        """How many chunks the cluster runs at once (CPUs for Ray, worker threads for Dask)."""
-
-    def dumps(self, obj: Any) -> bytes:
-        """`obj` pickled the way the engine pickles functions (cloudpickle)."""
-
-    def by_value(self, module: Any) -> None:
-        """Pickle `module`'s functions by value: it has no file a worker could import."""
-
-    def start(self, payload: bytes, concurrency: int) -> None:
-        """Ship the pickled agent once; each chunk then runs `concurrency` rows at a time."""
-
-    def submit(self, rows: list[Row]) -> None:
-        """Send one chunk to the workers."""
-
-    def running(self) -> int:
-        """Chunks sent and not finished."""
-
-    def poll(self, timeout: float) -> list[Update]:
-        """What happened since the last call, waiting up to `timeout` seconds for something.
-        Raises the error of a chunk that failed as a whole (an agent that cannot be rebuilt)."""
-
-    def cancel(self, wait_s: float) -> None:
-        """Stop every chunk (rows running end cancelled, as Ctrl-C does locally), waiting up to
-        `wait_s` seconds for the running ones to store that."""
-
-    def close(self) -> None:
-        """Forget this batch's state on the cluster."""
-
+__all__ = ["engine_for", "payload", "plan", "run_on_cluster"]
 
 def engine_for(executor: Any) -> Engine:
     """The engine of ``executor=``: ``"ray"``, a ``dask.distributed.Client``, or ``"dask"``."""
@@ -200,14 +159,14 @@ def run_on_cluster(
     chunk_size: int | None,
 ) -> pd.DataFrame:
     """`batch` on a cluster engine (see `nbagent.dataframe.batch` for the arguments)."""
-    values, index, prompts, threads = _inputs(agent, inputs, concurrency, thread_prefix)
+    values, index, prompts, threads = checked_inputs(agent, inputs, concurrency, thread_prefix)
     engine = engine_for(executor)
     data = payload(agent, engine)
     in_flight, per_chunk, size = plan(len(values), engine.slots(), concurrency, chunk_size)
     rows: list[Row] = [(i, prompts[i], threads[i]) for i in range(len(values))]
     chunks = deque(rows[i:i + size] for i in range(0, len(rows), size))
     results: list[dict[str, Any] | None] = [None] * len(values)
-    bar = _progress(len(values), progress, desc)
+    bar = progress_bar(len(values), progress, desc)
     settled = _Settled(bar)
     try:
         engine.start(data, per_chunk)
@@ -236,7 +195,7 @@ def run_on_cluster(
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:  # an engine bug, not a user's: say so rather than build a frame with holes
         raise RuntimeError(f"agent.map(executor={engine.name!r}): no result for rows {missing[:10]}")
-    return _frame(values, index, [r for r in results if r is not None])
+    return batch_frame(values, index, [r for r in results if r is not None])
 
 
 class _Settled:
@@ -264,9 +223,3 @@ def _lost_row(thread: str, why: str) -> dict[str, Any]:
         "duration_s": None, "steps": 0, "thread": thread, "run_id": None, "skipped": False,
         "error": f"{why}; run the batch again to continue this row where it was stored",
     }
-
-
-def new_token() -> str:
-    """A name for one batch on the cluster (its agent in each worker's cache, Dask's topics)."""
-    return f"nbagent-{uuid.uuid4().hex[:12]}"
-

@@ -11,7 +11,7 @@ not received again instead (`RETRIES` times), which the store makes safe: settle
 skipped, interrupted ones continue where they were stored.
 
 Imports ``ray`` (this module is imported only when ``executor="ray"`` is chosen), `_worker`
-and `_executors`' token.
+and `_engine` (what the driver expects of an engine).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import ray
 import ray.cloudpickle
 from ray.exceptions import RayError, RayTaskError, TaskCancelledError
 
-from ._executors import Update, new_token
+from ._engine import Update, new_token
 from ._worker import Row, agent_for, run_chunk
 
 __all__ = ["RETRIES", "RayEngine"]
@@ -56,7 +56,7 @@ class _Chunk:
 
 
 class RayEngine:
-    """`_executors.Engine` on the Ray cluster this process is connected to (``ray.init``; like
+    """`_engine.Engine` on the Ray cluster this process is connected to (``ray.init``; like
     Ray's own API, it connects with ``ray.init()`` when nothing did)."""
 
     name = "ray"

@@ -3,10 +3,10 @@
 Owns the worker's side of a cluster batch: the agent rebuilt once per process and batch from its
 pickled definition (`agent_for`), and one chunk of rows run with asyncio concurrency on nbagent's
 background loop, each row handed back as soon as it is settled (`run_chunk`). The row itself is
-the local path's `_batch._one` (settled threads skipped, interrupted ones resumed), so a row means
+the local path's `_rows.one_row` (settled threads skipped, interrupted ones resumed), so a row means
 the same on a worker as in the notebook.
 
-Imports `_batch` and the core's `_sync`; never ray or dask (`_ray` and `_dask` call this).
+Imports `_rows` and the core's `_sync`; never ray or dask (`_ray` and `_dask` call this).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from .._sync import background_loop
 from ..agent import Agent
-from ._batch import _one
+from ._rows import one_row
 
 __all__ = ["Row", "agent_for", "run_chunk"]
 
@@ -85,7 +85,7 @@ def run_chunk(
 
         async def lane() -> None:
             for position, prompt, thread in pending:  # one shared iterator: each row run once
-                out.put((position, await _one(agent, prompt, thread)))
+                out.put((position, await one_row(agent, prompt, thread)))
 
         try:
             await asyncio.gather(*(lane() for _ in range(max(1, min(concurrency, len(rows))))))

@@ -15,14 +15,16 @@ agent.estimate(rows, sample=5)   # a Forecast of the batch's tokens, cost and ti
 agent.map(rows, confirm_over=1.00)   # forecast first; over $1.00, Run / Cancel buttons
 ```
 
-The answers come from ``agent.map`` (concurrency, progress, resume, cluster executors). See
-docs/evals.md.
+The answers come from ``agent.map`` (concurrency, progress, resume, cluster executors). This
+edge sits above the batch (`nbagent.dataframe`) and the views (`nbagent.widgets`): it runs batches
+and shows the Run / Cancel box, and neither imports it. ``agent.map(..., dry_run=True)`` and
+``confirm_over=`` are `map_with_forecast`'s (`estimate`, `confirm`). See docs/evals.md.
 """
 
 from __future__ import annotations
 
 from ._compare import ComparisonFrame, compare
-from ._confirm import BatchConfirmation
+from ._confirm import BatchConfirmation, confirm, map_with_forecast
 from ._evaluators import Case, Evaluator, Score, contains, equals, evaluator, judge
 from ._forecast import Forecast, estimate
 from ._report import EvalReport, diff, evaluate
@@ -36,6 +38,7 @@ __all__ = [
     "Forecast",
     "Score",
     "compare",
+    "confirm",
     "contains",
     "diff",
     "equals",
@@ -43,4 +46,5 @@ __all__ = [
     "evaluate",
     "evaluator",
     "judge",
+    "map_with_forecast",
 ]

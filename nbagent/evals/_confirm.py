@@ -1,7 +1,12 @@
 """``agent.map(rows, confirm_over=...)``: forecast the batch first, and ask before spending more.
 
-Owns `BatchConfirmation` (the forecast with Run and Cancel buttons) and `confirm`. Imports the
-batch (`nbagent.dataframe`), `estimate`, and ipywidgets only when the buttons are shown.
+Owns `BatchConfirmation` (the forecast, and the batch waiting for a person's Run or Cancel),
+`confirm`, and `map_with_forecast`, which `Agent.map` hands its forecast options to
+(``dry_run=True``, ``confirm_over=``, ``sample=``): `nbagent.dataframe.batch` only runs rows and
+returns their frame; forecasting and asking sit here, above it.
+
+Imports pandas, the batch (`nbagent.dataframe`), `estimate`, and the Run / Cancel box
+(`nbagent.widgets.confirm`, and so ipywidgets) only when the buttons are shown.
 """
 
 from __future__ import annotations
@@ -9,15 +14,19 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from ..dataframe import batch
 from ..exceptions import UserError
 from ..usage import usd
 from ._forecast import Forecast, estimate
 
-__all__ = ["BatchConfirmation", "confirm"]
+if TYPE_CHECKING:
+    from ..widgets.confirm import ConfirmBox
+
+__all__ = ["BatchConfirmation", "confirm", "map_with_forecast"]
 
 
 def over_limit(forecast: Forecast, limit: float) -> bool:
@@ -49,7 +58,7 @@ class BatchConfirmation:
         self.frame: pd.DataFrame | None = None
         """The batch's frame once it ran (`agent.map`'s columns)."""
         self._start = start
-        self._widget: Any = None
+        self._widget: ConfirmBox | None = None
 
     def run(self) -> pd.DataFrame:
         """Run the whole batch and return its frame (the frame it already has, when it ran)."""
@@ -96,11 +105,14 @@ class BatchConfirmation:
         note = html.escape(self.summary())
         return f"<div class='nbagent-confirm'>{self.forecast._repr_html_()}<p>{note}</p></div>"
 
-    def widget(self) -> Any:
-        """The forecast with Run and Cancel buttons (an ipywidgets box), made once."""
+    def widget(self) -> ConfirmBox:
+        """The forecast with Run and Cancel buttons (a `nbagent.widgets.confirm.ConfirmBox`, an
+        ipywidgets box), made once."""
         if self._widget is None:
-            self._widget = _ConfirmBox(self)
-        return self._widget.box
+            from ..widgets.confirm import ConfirmBox
+
+            self._widget = ConfirmBox(self, self.forecast._repr_html_())
+        return self._widget
 
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any]:
         bundle: dict[str, Any] = self.widget()._repr_mimebundle_(**kwargs) or {}
@@ -109,68 +121,48 @@ class BatchConfirmation:
         return bundle
 
 
-class _ConfirmBox:
-    """`BatchConfirmation.widget`: the forecast, Run and Cancel, a status line, an output area
-    for what the run shows (a click's output has no cell of its own), and a `ViewFrame` (the
-    stylesheet that tints Run like the chat view's buttons)."""
+def confirm(agent: Any, inputs: Any, limit: float, *, sample: int = 5, **options: Any,
+            ) -> pd.DataFrame | BatchConfirmation:
+    """Forecast the batch from `sample` rows (`estimate`); run it when the forecast's high end
+    stays within `limit` (USD) and return its frame, else return a `BatchConfirmation` (only the
+    sampled rows have run). An unknown cost (a model without a price) asks too.
 
-    def __init__(self, pending: BatchConfirmation) -> None:
-        import ipywidgets as widgets
+    ``agent.map(inputs, confirm_over=limit)`` calls this; `options` are `batch`'s
+    (``concurrency``, ``thread_prefix``, ``progress``, ``desc``, ``executor``, ``chunk_size``).
 
-        from ..widgets.frame import ViewFrame
-        from ..widgets.tool_table import themed_button
-
-        self.pending = pending
-        self.run_button = themed_button("Run", "primary", "run the whole batch")
-        self.cancel_button = themed_button("Cancel", "", "do not run the batch")
-        self.status = widgets.HTML()
-        self.run_button.on_click(lambda _: self.run())
-        self.cancel_button.on_click(lambda _: self.cancel())
-        self.output = widgets.Output()  # what the run shows (its progress bar) goes under the buttons
-        forecast = widgets.HTML(pending.forecast._repr_html_())
-        frame = ViewFrame("")  # loads view.css, which tints Run as the chat view's Send
-        frame.notice = "kernel restarted: run this cell again"
-        self.box = widgets.VBox([forecast, widgets.HBox([self.run_button, self.cancel_button]), self.status,
-                                 self.output, frame])
-        self.box.add_class("nbagent-confirm")
-        self.refresh()
-
-    def refresh(self) -> None:
-        waiting = self.pending.status == "waiting"
-        self.run_button.disabled = self.cancel_button.disabled = not waiting
-        self.status.value = f"<small class='mathjax_ignore'>{html.escape(self.pending.summary())}</small>"
-
-    def run(self) -> None:
-        self.run_button.disabled = self.cancel_button.disabled = True
-        self.status.value = "<small>running...</small>"
-        try:
-            with self.output:
-                self.pending.run()
-        except Exception as exc:  # a click has no caller to raise to: say it under the buttons
-            self.refresh()
-            self.status.value = f"<small>failed: {html.escape(f'{type(exc).__name__}: {exc}')}</small>"
-            return
-        self.refresh()
-
-    def cancel(self) -> None:
-        self.pending.cancel()
-        self.refresh()
-
-
-def confirm(agent: Any, inputs: Any, limit: Any, sample: int, options: dict[str, Any]) -> Any:
-    """`batch` with ``confirm_over=limit``: forecast from `sample` rows; the batch's frame when
-    the forecast stays within `limit`, else a `BatchConfirmation`."""
+    Raises:
+        UserError: `limit` is not a number >= 0.
+    """
     if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit >= 0:
         raise UserError(f"confirm_over is a cost in USD (a number >= 0), got {limit!r}")
-    from ..dataframe import batch
-
-    forecast = estimate(agent, inputs, sample=sample, concurrency=options["concurrency"],
-                        thread_prefix=options["thread_prefix"], progress=options["progress"],
-                        executor=options["executor"], chunk_size=options["chunk_size"])
+    forecast = estimate(agent, inputs, sample=sample, **{k: v for k, v in options.items() if k != "desc"})
 
     def start() -> pd.DataFrame:
-        return batch(agent, inputs, **options)  # type: ignore[no-any-return]
+        return batch(agent, inputs, **options)
 
     if not over_limit(forecast, float(limit)):
         return start()
     return BatchConfirmation(forecast, float(limit), start)
+
+
+def map_with_forecast(agent: Any, inputs: Any, *, dry_run: bool = False, confirm_over: float | None = None,
+                      sample: int = 5, **options: Any) -> pd.DataFrame | Forecast | BatchConfirmation:
+    """`Agent.map` with its forecast options, which `nbagent.dataframe.batch` does not take.
+
+    ``dry_run=True``: run `sample` rows and return the batch's `Forecast` (`estimate`).
+    ``confirm_over=limit``: the batch's frame when its forecast stays within `limit`, else a
+    `BatchConfirmation` (`confirm`). Neither: the batch's frame (`batch`). `options` are
+    `batch`'s; a progress bar shows unless ``progress=False``, as for ``agent.map``.
+
+    Raises:
+        UserError: both ``dry_run=True`` and ``confirm_over=``.
+    """
+    options.setdefault("progress", True)
+    if confirm_over is not None:
+        if dry_run:
+            raise UserError("dry_run=True only forecasts; confirm_over= forecasts, then asks before running")
+        return confirm(agent, inputs, confirm_over, sample=sample, **options)
+    if dry_run:
+        options.pop("desc", None)  # the forecast's bar says "estimate"
+        return estimate(agent, inputs, sample=sample, **options)
+    return batch(agent, inputs, **options)

@@ -1,8 +1,8 @@
 """`estimate`: run a sample of a batch's rows and forecast the whole batch (`Forecast`).
 
-Owns the forecast arithmetic. Imports pandas and numpy and the batch (`nbagent.dataframe`). The
-sampled rows run as the batch's own rows (same thread ids), so the real batch afterwards skips
-them instead of paying for them twice.
+Owns the forecast arithmetic. Imports pandas and numpy and the batch (`nbagent.dataframe`: `batch`,
+`batch_inputs`, `runs_frame`). The sampled rows run as the batch's own rows (same thread ids), so
+the real batch afterwards skips them instead of paying for them twice.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..dataframe import batch, batch_inputs, runs_frame
 from ..exceptions import UserError
 from ..usage import usd
 
@@ -100,17 +101,13 @@ def estimate(
     `Agent.estimate`."""
     if not isinstance(sample, int) or isinstance(sample, bool) or sample < 1:
         raise UserError(f"sample must be a positive integer, got {sample!r}")
-    from ..dataframe import batch
-    from ..dataframe._batch import _rows_of
-
-    values, index = _rows_of(inputs)
-    picked = _positions(len(values), sample, seed)
+    rows = batch_inputs(inputs)
+    picked = _positions(len(rows), sample, seed)
     # The rows keep their batch keys (positions, or the Series' labels), hence the batch's thread ids.
-    labels = picked if isinstance(index, pd.RangeIndex) else [index[i] for i in picked]
-    subset = pd.Series([values[i] for i in picked], index=pd.Index(labels), dtype=object)
+    subset = rows.iloc[picked]
     frame = batch(agent, subset, concurrency=min(concurrency, len(picked)) or 1, thread_prefix=thread_prefix,
                   progress=progress, desc="estimate", **options)
-    return forecast_of(_with_stored_times(agent, frame), len(values), concurrency)
+    return forecast_of(_with_stored_times(agent, frame), len(rows), concurrency)
 
 
 def _with_stored_times(agent: Any, frame: pd.DataFrame) -> pd.DataFrame:
@@ -120,8 +117,6 @@ def _with_stored_times(agent: Any, frame: pd.DataFrame) -> pd.DataFrame:
     missing = frame["skipped"].astype(bool) & frame["duration_s"].isna() & frame["thread"].notna()
     if not missing.any():
         return frame
-    from ..dataframe import runs_frame
-
     runs = runs_frame(agent, thread=[str(t) for t in frame.loc[missing, "thread"]])
     took = runs.groupby("thread", observed=True)["wall_s"].sum(min_count=1)
     frame = frame.copy()

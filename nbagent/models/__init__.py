@@ -109,10 +109,22 @@ def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
     ``NBAGENT_REPLAY`` set (a store path or URL, or a ``.jsonl`` file of `export_recording`)
     comes first: the model is `replay` of it, so a notebook runs offline for free; a request
     that the recording does not hold fails with `ReplayMismatchError` (nothing goes live).
+
+    ``NBAGENT_RECORD=1`` wraps the model chosen in `record`: each of its calls is stored with
+    its thread in the agent's store, for `export_recording` (how the example notebooks'
+    recordings are made, without changing a cell).
     """
     import os
 
     env = os.environ
+    model = _chosen(env, fallback, kwargs)
+    if env.get("NBAGENT_RECORD", "").strip().lower() in ("1", "true", "yes"):
+        return record(model)
+    return model
+
+
+def _chosen(env: Any, fallback: Model | None, kwargs: dict[str, Any]) -> Model:
+    """`auto`'s model, as the environment names it (see `auto`)."""
     if env.get("NBAGENT_REPLAY"):
         return replay(env["NBAGENT_REPLAY"])
     if env.get("ANTHROPIC_API_KEY"):

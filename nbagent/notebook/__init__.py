@@ -1,7 +1,9 @@
 """The notebook as context: ``%%agent`` / ``%agent`` magics, variables as capped summaries,
 read-only query tools over a DataFrame (`dataframe_tools`), and `python_tool` (a tool that runs
-the model's code in the kernel, after approval); and `clean_outputs`, which takes the live
-widgets' outputs out of a saved notebook so it reopens without "model not found".
+the model's code in the kernel, after approval); `clean_outputs`, which takes the live
+widgets' outputs out of a saved notebook so it reopens without "model not found"; and `settle`
+(``await settle()``, the last cell of a notebook executed headless and saved: the runs end, and
+the chat views' saved copies reach the file).
 
 ``%load_ext nbagent`` (or ``import nbagent.notebook`` inside IPython) registers the magics; see
 docs/notebook.md. This edge imports IPython only when the magics are registered, and pandas and
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .._settle import settle
 from ._clean import clean_outputs
 from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
 from ._magics import AgentMagics, load_ipython_extension, magics_of
@@ -21,7 +24,7 @@ if TYPE_CHECKING:
     from ._dataframe_tools import dataframe_tools
 
 __all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "clean_outputs", "dataframe_tools",
-           "interpolate", "load_ipython_extension", "magics_of", "python_tool", "summarize"]
+           "interpolate", "load_ipython_extension", "magics_of", "python_tool", "settle", "summarize"]
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,8 @@
 - `ChatView` (``agent.chat(thread=...)``): the conversation, streaming answers, a live tool-call
   table with Approve / Deny / Edit / Always allow, Stop, usage and cost.
 - `render_result_html` (``display(result)``): a static HTML summary of a run, no JavaScript.
+- `ConfirmBox`: a forecast with Run and Cancel (what ``agent.map(rows, confirm_over=...)`` shows
+  when the forecast passes the limit; `nbagent.evals` makes it, this package never imports evals).
 
 Inside, the view is split by what it does: `chat` (the widgets and their layout), `frame`
 (`ViewFrame`: the browser-only part — stylesheet, restart notice, ticking clock), `_controller`
@@ -23,13 +25,14 @@ from ..display.html import render_result_html
 
 if TYPE_CHECKING:
     from .chat import ChatView
+    from .confirm import ConfirmBox
     from .stream import StreamText, ThinkingText
     from .tool_table import ToolRow, ToolTable
 
-__all__ = ["ChatView", "StreamText", "ThinkingText", "ToolRow", "ToolTable", "render_result_html"]
+__all__ = ["ChatView", "ConfirmBox", "StreamText", "ThinkingText", "ToolRow", "ToolTable", "render_result_html"]
 
-_LAZY = {"ChatView": "chat", "StreamText": "stream", "ThinkingText": "stream", "ToolRow": "tool_table",
-         "ToolTable": "tool_table"}
+_LAZY = {"ChatView": "chat", "ConfirmBox": "confirm", "StreamText": "stream", "ThinkingText": "stream",
+         "ToolRow": "tool_table", "ToolTable": "tool_table"}
 
 
 def __getattr__(name: str) -> Any:

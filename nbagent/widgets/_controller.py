@@ -238,6 +238,14 @@ class ChatController:
             await asyncio.sleep(0)
         return self.result
 
+    async def settle(self) -> None:
+        """`wait`, for `nbagent.notebook.settle` (which has let every run of the loop end first):
+        when it returns, the view shows its thread as stored. A controller of another loop than
+        the caller's is left alone (its futures cannot be awaited here)."""
+        if self._loop is not None and self._loop is not _current_loop():
+            return
+        await self.wait()
+
     @property
     def busy(self) -> bool:
         """A new message cannot start a run now: a run goes on (here or elsewhere in this

@@ -3,7 +3,8 @@
 Owns `transcript_bundle` (the conversation as stored, as inert HTML — inline styles only, no
 JavaScript, the static summary's builders from `nbagent.display.html` — and as plain text) and
 `SavedCopy`, which a `ChatView` uses to display it as a second output under the live view and
-keep it current (``update_display``) when a run on its thread ends. So a saved notebook shows
+keep it current (``update_display``) when a run on its thread ends, and sends again when the
+notebook's last cell settles (`nbagent.notebook.settle`). So a saved notebook shows
 the conversation where no widget can run: on GitHub, in nbviewer, in JupyterLab after the kernel
 is gone. The view's stylesheet hides it while the live view is on the page.
 
@@ -108,6 +109,11 @@ class SavedCopy:
     def update(self, messages: Sequence[Message]) -> None:
         """The conversation now: the displayed copies follow (nothing to do before a display)."""
         self.messages = list(messages)
+        self.send_again()
+
+    def send_again(self) -> None:
+        """Send the copy as it stands to where it is displayed, as a reply to the cell running now
+        (`nbagent.notebook.settle`: a headless executor reads only that cell's replies)."""
         if self.display_id is None:
             return
         try:

@@ -18,7 +18,12 @@ task on the kernel's loop, so the cell returns at once. Button and text-box hand
 another thread (ipykernel subshells), so they only hand work to the loop captured when the view was
 made (`ChatController.schedule`, ``loop.call_soon_threadsafe``) and return.
 
-Imports ipywidgets, the core's HTML rendering and message shapes, and the sibling widget modules.
+A view registers a settle hook (`nbagent._settle`): `nbagent.notebook.settle`, the last cell of a
+notebook run headless, waits until the view shows its thread as stored and sends its saved copy
+again from that cell.
+
+Imports ipywidgets, the core's HTML rendering, message shapes and settle registry, and the
+sibling widget modules.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import ipywidgets as widgets
 
+from .._settle import on_settle
 from ..display.html import (
     ERROR,
     FONT,
@@ -298,6 +304,7 @@ class ChatView(widgets.VBox):
         self.add_class("nbagent-chat")
         self.add_class(NO_MATH)  # JupyterLab would typeset "$5 and $10" in an answer as math
         self.controller.load()
+        self._unsettle = on_settle(self._settled)
 
     def _make_buttons(self) -> dict[str, widgets.Button]:
         """The view's buttons by label, and the two text boxes (message, Deny all's reason)."""
@@ -371,9 +378,17 @@ class ChatView(widgets.VBox):
         where the view cannot run (GitHub, nbviewer, a closed kernel)."""
         return self._copy.bundle()
 
+    async def _settled(self) -> None:
+        """`nbagent.notebook.settle`'s hook: once the runs have ended, wait until the view shows
+        its thread as stored, then send the saved copy again, from the cell that settles (a
+        headless executor missed the updates sent while other cells ran)."""
+        await self.controller.settle()
+        self._copy.send_again()
+
     def close(self) -> None:
         """Close the view's widget (its parts stay) and stop following its thread."""
         self.controller.follower.close()
+        self._unsettle()
         super().close()
 
     @property
