@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._clean import clean_outputs
-from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
+from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize, unknown_fields
 from ._magics import AgentMagics, load_ipython_extension, magics_of
 from ._python_tool import python_tool
 
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._dataframe_tools import dataframe_tools
 
 __all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "clean_outputs", "dataframe_tools",
-           "interpolate", "load_ipython_extension", "magics_of", "python_tool", "summarize"]
+           "interpolate", "load_ipython_extension", "magics_of", "python_tool", "summarize", "unknown_fields"]
 
 
 def __getattr__(name: str) -> Any:
