@@ -160,8 +160,8 @@ def test_err_goes_through_context_redact_and_shows_only_the_users_frames(shell: 
         return text.replace("sk-live-0123456789", "sk-***")
 
     shell.user_ns["masked"] = Agent(FunctionModel(_echo), store="memory", context_redact=mask)
-    failed = _run(shell, "def connect():\n    key = 'sk-live-0123456789'\n    raise RuntimeError(f'auth failed: {key}')\n"
-                         "\nconnect()")
+    failed = _run(shell, "def connect():\n    key = 'sk-live-0123456789'\n"
+                         "    raise RuntimeError(f'auth failed: {key}')\n\nconnect()")
     assert failed.error_in_exec is not None
     for field in ("Err", f"Err[{failed.execution_count}]"):
         answer = _answer(shell, f"%agent --agent masked --new {{{field}}}")
