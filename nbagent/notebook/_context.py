@@ -77,16 +77,17 @@ def _frame_text(df: Any) -> str:
 
 def summarize(value: Any, cap: int = DEFAULT_CAP) -> str:
     """The text sent for `value`: a DataFrame's schema, shape, ``head(5)``, ``describe()`` and
-    null counts, a string as it is, anything else its ``repr``; cut to `cap` tokens."""
-    if _is_frame(value):
-        text = _frame_text(value)
-    elif isinstance(value, str):
-        text = value
-    else:
-        try:
+    null counts, a string as it is, anything else its ``repr`` (a value that cannot be read is
+    named, not raised); cut to `cap` tokens."""
+    try:
+        if _is_frame(value):
+            text = _frame_text(value)
+        elif isinstance(value, str):
+            text = value
+        else:
             text = repr(value)
-        except Exception as exc:  # a broken __repr__ must not break the prompt
-            text = f"<{type(value).__name__}: repr failed: {exc!r}>"
+    except Exception as exc:  # a broken __repr__ (or a dead weakref.proxy) must not break the prompt
+        text = f"<{type(value).__name__}: could not be read: {exc!r}>"
     return _cut(text, cap)
 
 
