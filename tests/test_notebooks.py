@@ -386,8 +386,8 @@ def check_notebook_as_context(ran: Ran) -> None:
     # A typo ({totls}) is sent as written, with one warning line naming it.
     typo = ran.after("What were the {totls} again.")
     assert typo.startswith("nbagent: {totls} names no variable of the notebook: sent as written"), typo
-    (typo_thread,) = [t for t in ran.threads.values() if t.messages and t.messages[-1].kind == "assistant"
-                      and t.messages[-1].text == "What were the {totls} again."]
+    assert [t for t in ran.threads.values() if t.messages and t.messages[-1].kind == "assistant"
+            and t.messages[-1].text == "What were the {totls} again."], "the typo reached the model as written"
     # @df in the chat view: a chip, and the text it sends.
     chips = ran.after('view.message_box.value = "Which region sold the most? @df"')
     assert chips.startswith("['@df']\nDataFrame: 8 rows x 4 columns"), chips

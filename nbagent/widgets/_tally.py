@@ -110,8 +110,9 @@ def truncated_html(tally: UsageTally) -> str:
     """The footer's mark of an answer cut off at the output token limit ("" when it was not)."""
     if not tally.truncated or tally.running:
         return ""
-    return (f' · <span class="nbagent-truncated" title="the model stopped at its output token limit, so the answer '
-            f'is cut off; a larger settings={{&quot;max_tokens&quot;: ...}} lets it finish" style="cursor:help;{ERROR}">'
+    why = ("the model stopped at its output token limit, so the answer is cut off; a larger "
+           "settings={&quot;max_tokens&quot;: ...} lets it finish")
+    return (f' · <span class="nbagent-truncated" title="{why}" style="cursor:help;{ERROR}">'
             "answer cut off at the output token limit</span>")
 
 
