@@ -687,7 +687,9 @@ df'''),
 
 `%load_ext nbagent` registers the magics. `{df}` in the prompt becomes the frame's summary, never
 the whole object, cut to a tenth of the model's window (2,000 tokens when the window is unknown).
-The answer streams into the chat view under the cell; `--agent analyst` runs on that agent."""),
+The answer streams into the chat view under the cell; `--agent analyst` runs on that agent. Its
+`max_tokens` of 40 keeps answers short: one cut there ends mid-sentence, and the view's footer
+says "answer cut off at the output token limit"."""),
     ("code", '''%load_ext nbagent
 analyst = Agent(model, settings={"max_tokens": 40})'''),
     ("code", '''%%agent --agent analyst
@@ -725,10 +727,14 @@ totals'''),
     ("code", '''%agent --agent echo --new Explain these totals: {Out[8]}'''),
     ("code", '''result = await magics_of(get_ipython()).last.wait()
 print(result.output)'''),
+    ("md", """A name that is no variable (a typo: `{totls}`) is sent as written, and a one-line warning
+under the cell names it (`{{totls}}` sends literal braces without a warning)."""),
+    ("code", '''%agent --agent echo What were the {totls} again.'''),
     ("md", """## `@df` in the chat view
 
 In `agent.chat()`'s message box, typing `@` offers the kernel's variables with their types and
-shapes; `@df` attaches `df` as a chip above the box. Click the chip to read the exact text that will
+shapes, data first (agents, views and results after it), and says how many more match than it
+shows; `@df` attaches `df` as a chip above the box. Click the chip to read the exact text that will
 be sent with your message (the same capped summary). Below, the box is filled in code; type in it
 yourself to see the completions."""),
     ("code", '''view = analyst.chat(thread="at-df")
@@ -773,10 +779,15 @@ code, so you know what you are approving."""),
 
 
 def writes_code(messages, info):           # a stand-in for a model: writes code, then answers
-    if messages[-1].kind == "user":
+    last = messages[-1]
+    if last.kind == "user":
         code = 'best = df.groupby("region")["units"].sum().idxmax()\\nbest'
         return tool_call("python", code=code)
-    return f"The best region is {messages[-1].content}."
+    if last.status == "denied":
+        return "You denied the code, so nothing ran and I have no answer: approve it, or ask another way."
+    if last.is_error:
+        return f"The code failed: {last.content}"
+    return f"The best region is {last.content}."
 
 
 coder = Agent(FunctionModel(writes_code), tools=[python_tool(timeout=10)])
@@ -785,7 +796,8 @@ code_view'''),
     ("code", '''paused = await code_view.ask("Which region sold the most units?")
 print(paused.status, [(p.name, p.args["code"]) for p in paused.pending])'''),
     ("md", """**Your turn:** the `python` row above waits with **Approve / Deny / Edit**. Click **Approve**:
-the code runs once, in this kernel. (Run All leaves it waiting for you.)
+the code runs once, in this kernel. Click **Deny** instead, and nothing runs: the stand-in answers
+that it has no result. (Run All leaves it waiting for you.)
 
 ## The same approval in code
 
@@ -793,6 +805,10 @@ For CI and scripts: a conversation of its own, approved in code, so the row abov
     ("code", '''paused = await coder.run("Which region sold the most units?", thread="code-approved-in-code")
 done = await coder.resume(paused, approve=paused.pending)
 print(done.status, "|", done.output, "| best =", best)'''),
+    ("md", "Denied, the code never runs, and the model is told so: the stand-in answers without a result."),
+    ("code", '''paused = await coder.run("Which region sold the most units?", thread="code-denied-in-code")
+refused = await coder.resume(paused, deny={paused.pending[0].id: "not on this data"})
+print(refused.status, "|", refused.output)'''),
 ]
 
 

@@ -163,3 +163,12 @@ def test_output_lines_sit_inside_code_blocks(path: Path) -> None:
         elif not inside and line.lstrip().startswith("#>"):
             stray.append(number)
     assert stray == [], f"{path.name}: #> lines outside a code block at lines {stray}"
+
+
+def test_the_readme_links_every_page_of_docs() -> None:
+    """The README's documentation list is how a reader finds the pages: none may be missing."""
+    readme = (ROOT / "README.md").read_text()
+    listed = readme[readme.index("## Documentation"):]
+    listed = listed[:listed.index("\n## ")]
+    missing = [p.name for p in sorted((ROOT / "docs").glob("*.md")) if f"(docs/{p.name})" not in listed]
+    assert not missing, f"README.md's Documentation list lacks {missing}"

@@ -86,6 +86,35 @@ def test_a_failing_evaluator_gives_an_error_cell_and_the_other_rows_go_on() -> N
     assert report.summary().loc["picky", "errors"] == 1
 
 
+def test_numpy_scores_count_and_scores_outside_0_1_are_refused() -> None:
+    """Any numpy comparison returns numpy.bool_: it scores like a bool. A score outside [0, 1]
+    (5, -1, inf) is refused: an error cell, never a number the summary averages."""
+    import numpy as np
+
+    agent = Agent(FunctionModel(capitals), store="memory")
+
+    def np_pass(output, expected):
+        return np.int64(len(output)) < 10  # numpy.bool_
+
+    def np_score(output, expected, row):
+        return {"score": np.float32(0.5) if "Paris" in output else np.int64(1), "reason": np.str_("numpy")}
+
+    def out_of_range(output, expected):
+        return {"Paris": 5, "Berlin, I think": -1}.get(output, float("inf"))
+
+    report = agent.evaluate(CASES, [np_pass, np_score, out_of_range], progress=False)
+    f = report.frame
+    assert f["np_pass"].tolist() == [1.0, 0.0, 0.0] and f.get("np_pass_error") is None
+    assert f["np_score"].tolist() == [0.5, 1.0, 1.0] and f["np_score_reason"].tolist() == ["numpy"] * 3
+    assert f["out_of_range"].isna().all()
+    assert f["out_of_range_error"].tolist() == [
+        f"UserError: an evaluator's score must be in [0, 1] (or a bool, or None: not scored); got {bad}"
+        for bad in ("5", "-1", "inf")]
+    summary = report.summary()
+    assert summary.loc["out_of_range", "errors"] == 3 and math.isnan(summary.loc["out_of_range", "mean"])
+    assert summary.loc["np_pass", "pass_rate"] == pytest.approx(1 / 3)
+
+
 def test_a_judge_call_is_a_usage_row_with_purpose_eval_on_the_case_thread() -> None:
     agent = Agent(FunctionModel(capitals), store="memory")
     judge_model = FunctionModel(lambda m, i: "FAIL: it is rude" if "Berlin" in m[-1].content else "PASS",

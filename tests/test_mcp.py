@@ -282,6 +282,41 @@ async def test_a_server_that_dies_is_started_again_for_the_next_call() -> None:
         await tools.close()
 
 
+async def test_bytes_that_are_not_utf8_on_stdout_fail_the_calls_at_once_and_the_server_restarts() -> None:
+    """The SDK decodes a stdio server's stdout strictly: a Latin-1 log line stops its reader for
+    good while the server lives on. The calls waiting fail at once, naming the bytes, and the
+    next call starts the server again (instead of every call waiting its whole timeout)."""
+    tools = MCPTools.stdio(sys.executable, [str(SERVER.parent / "latin1.py")], timeout=20)
+    try:
+        first = await tools.call_tool("pid")
+        waiting = asyncio.ensure_future(tools.call_tool("slow", {"seconds": 15}))
+        await asyncio.sleep(0.5)
+        agent = Agent(call_then_echo(tool_call("log", text="café")), tools=[tools], store=MemoryStore())
+        started = time.monotonic()
+        result = await agent.run("go")
+        [logged] = results(result.messages)
+        assert logged.is_error and logged.content.startswith("ToolSourceError: the MCP server")
+        assert "not UTF-8" in logged.content and "b'\\xe9'" in logged.content
+        with pytest.raises(ToolSourceError, match="not UTF-8"):
+            await waiting  # the other call waiting on the same connection
+        assert time.monotonic() - started < 8  # not the 15 s of the slow call, nor the 20 s timeout
+        assert not tools.connected
+        second = await tools.call_tool("pid")
+        assert second != first and tools.connected
+        assert await tools.call_tool("echo", {"text": "fine"}) == "fine"
+    finally:
+        await tools.close()
+
+
+async def test_bytes_that_are_not_utf8_before_the_first_answer_fail_the_start_at_once() -> None:
+    tools = MCPTools.stdio(sys.executable, [str(SERVER.parent / "latin1.py")], env={"LATIN1_BANNER": "démarré"},
+                           connect_timeout=20)
+    started = time.monotonic()
+    with pytest.raises(ToolSourceError, match=r"not UTF-8 .*b'\\xe9' in b'd\\xe9marr\\xe9'.*starting the session"):
+        await tools.list_tools()
+    assert time.monotonic() - started < 8 and not tools.connected
+
+
 async def test_a_server_that_cannot_start_fails_the_run_with_its_words() -> None:
     broken = MCPTools.stdio(sys.executable, ["-c", "import sys; print('no such module: notes', file=sys.stderr); "
                                              "sys.exit(2)"], connect_timeout=60)

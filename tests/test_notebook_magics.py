@@ -148,3 +148,43 @@ def test_context_redact_edits_each_variable_before_it_is_sent(shell: Any) -> Non
     shell.user_ns["masked"] = Agent(FunctionModel(_echo), store="memory", context_redact=mask)
     answer = _answer(shell, "%%agent --agent masked\nLook at {df}")
     assert "█████" in answer and "Paris" not in answer and "Lyon" in answer and seen == ["df"]
+
+
+def test_err_goes_through_context_redact_and_shows_only_the_users_frames(shell: Any) -> None:
+    """A key in an exception's message is masked like a variable's, and the traceback keeps the
+    cell's frames: not IPython's (its absolute site-packages path) nor the library's insides."""
+    seen: list[str] = []
+
+    def mask(field: str, text: str) -> str:
+        seen.append(field)
+        return text.replace("sk-live-0123456789", "sk-***")
+
+    shell.user_ns["masked"] = Agent(FunctionModel(_echo), store="memory", context_redact=mask)
+    failed = _run(shell, "def connect():\n    key = 'sk-live-0123456789'\n"
+                         "    raise RuntimeError(f'auth failed: {key}')\n\nconnect()")
+    assert failed.error_in_exec is not None
+    for field in ("Err", f"Err[{failed.execution_count}]"):
+        answer = _answer(shell, f"%agent --agent masked --new {{{field}}}")
+        assert "RuntimeError: auth failed: sk-***" in answer and "sk-live" not in answer, answer
+        assert answer.splitlines()[1].strip().startswith('File "<ipython-input-'), answer  # the cell's frame first
+        assert "connect()" in answer and "raise RuntimeError" in answer
+        assert "site-packages" not in answer and "interactiveshell" not in answer
+    assert seen == ["Err", f"Err[{failed.execution_count}]"]
+    shell.user_ns["df"] = pd.DataFrame({"a": [1]})
+    _run(shell, "df['nope']")
+    answer = _answer(shell, "%agent --agent bot --new {Err}")
+    assert "df['nope']" in answer and answer.endswith("KeyError: 'nope'")
+    assert "site-packages" not in answer and "frames left out: pandas]" in answer, answer
+
+
+def test_a_field_that_names_no_variable_is_sent_as_written_with_a_one_line_warning(
+        shell: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    _run(shell, "x = 1")
+    capsys.readouterr()
+    assert _answer(shell, "%agent --agent bot {x} and {nope} and {typo[0]} and {{literal}} and {nope}") == (
+        "[1] 1 and {nope} and {typo[0]} and {literal} and {nope}")
+    err = capsys.readouterr().err
+    assert err == ("nbagent: {nope}, {typo[0]} name no variables of the notebook: sent as written "
+                   "(write {{nope}} for literal braces)\n")
+    assert _answer(shell, "%agent --agent bot {x} and {{nope}}") == "[2] 1 and {nope}"
+    assert capsys.readouterr().err == ""

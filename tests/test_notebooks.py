@@ -383,6 +383,11 @@ def check_notebook_as_context(ran: Ran) -> None:
     # --new with {Out[8]}: the echo stand-in answers with what it received, the totals cell's result.
     echoed = ran.out(ran.index("Explain these totals: {Out[8]}") + 1)  # the cell that waits for it
     assert echoed.startswith("Explain these totals: region\nEast     27\nNorth    51"), echoed
+    # A typo ({totls}) is sent as written, with one warning line naming it.
+    typo = ran.after("What were the {totls} again.")
+    assert typo.startswith("nbagent: {totls} names no variable of the notebook: sent as written"), typo
+    assert [t for t in ran.threads.values() if t.messages and t.messages[-1].kind == "assistant"
+            and t.messages[-1].text == "What were the {totls} again."], "the typo reached the model as written"
     # @df in the chat view: a chip, and the text it sends.
     chips = ran.after('view.message_box.value = "Which region sold the most? @df"')
     assert chips.startswith("['@df']\nDataFrame: 8 rows x 4 columns"), chips
@@ -399,6 +404,10 @@ def check_notebook_as_context(ran: Ran) -> None:
     assert [(c.name, c.status) for c in ran.calls("code-in-view")] == [("python", None)]
     assert [(c.name, c.status) for c in ran.calls("code-approved-in-code")] == [("python", "done")]
     assert ran.after("done = await coder.resume(").strip() == "completed | The best region is North. | best = North"
+    # Denied in code: nothing ran, and the stand-in says so (not "The best region is denied ...").
+    assert [(c.name, c.status) for c in ran.calls("code-denied-in-code")] == [("python", "denied")]
+    assert ran.after("refused = await coder.resume(").strip() == (
+        "completed | You denied the code, so nothing ran and I have no answer: approve it, or ask another way.")
 
 
 CHECKS: dict[str, Callable[[Ran], None]] = {

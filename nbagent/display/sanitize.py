@@ -58,7 +58,9 @@ def _renderer() -> Any:
         from markdown_it import MarkdownIt
     except ImportError:  # pragma: no cover - the notebook extra is not installed
         return None
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    # breaks: a newline in a paragraph stays a line break, as in the user's bubble and the streaming
+    # preview (stream.js); models write "Totals:\nEast 27\nNorth 51" meaning three lines.
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False, "breaks": True})
     md.enable(["table", "strikethrough"])
 
     def image(self: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:

@@ -61,8 +61,9 @@ class Evaluator:
     """A named check of one case's answer; its name is the report's score column.
 
     `fn` takes a `Case` and returns (or, when async, resolves to) a bool (pass: 1.0 / 0.0), a
-    number (a score), a ``(score, reason)`` pair, a dict with ``score`` (or ``pass``) and
-    ``reason``, a `Score`, or None (not scored: NaN). `threshold`: the score that passes.
+    number in [0, 1] (a score), a ``(score, reason)`` pair, a dict with ``score`` (or ``pass``)
+    and ``reason``, a `Score`, or None (not scored: NaN); numpy scalars count as Python's own.
+    A score outside [0, 1] is refused (the row's error). `threshold`: the score that passes.
     """
 
     name: str
@@ -92,9 +93,34 @@ class Evaluator:
             return Score(error=f"{type(exc).__name__}: {exc}")
 
 
+def _plain(value: Any) -> Any:
+    """A numpy scalar (what every numpy comparison returns: ``numpy.bool_``) as Python's own
+    bool, int, float or str; anything else as it is. numpy is not imported for it."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0 and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
+def _checked(score: float) -> float:
+    """`score` if it is in [0, 1] or NaN (not scored).
+
+    Raises:
+        UserError: it is outside [0, 1] (5, -1, inf): a score the summary cannot average with the others.
+    """
+    if not (0.0 <= score <= 1.0 or math.isnan(score)):
+        raise UserError(f"an evaluator's score must be in [0, 1] (or a bool, or None: not scored); got {score:g}")
+    return score
+
+
 def to_score(value: Any) -> Score:
-    """An evaluator's return value as a `Score` (see `Evaluator`)."""
+    """An evaluator's return value as a `Score` (see `Evaluator`); numpy scalars count as
+    Python's own.
+
+    Raises:
+        UserError: the value is none of those, or a score outside [0, 1].
+    """
     if isinstance(value, Score):
+        _checked(value.score)
         return value
     if value is None:
         return Score()
@@ -109,10 +135,11 @@ def to_score(value: Any) -> Score:
             value = value["pass"]
         else:
             raise UserError(f"an evaluator's dict needs a 'score' or 'pass' key, got {sorted(value)}")
+    value, reason = _plain(value), _plain(reason)
     if isinstance(value, bool):
         return Score(1.0 if value else 0.0, None if reason is None else str(reason))
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return Score(float(value), None if reason is None else str(reason))
+    if isinstance(value, (int, float)):
+        return Score(_checked(float(value)), None if reason is None else str(reason))
     raise UserError(f"an evaluator returns a bool, a number, (score, reason) or a dict; got {type(value).__name__}")
 
 

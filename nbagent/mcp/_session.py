@@ -5,11 +5,16 @@ needs), `Session` (one live connection: the official SDK's ``mcp.Client`` held o
 its own, since its context must be entered and left in one task) and `scrub` (secrets out of any
 text nbagent shows). Every method of `Session` runs on the owner loop (`_owner`). The ``mcp``
 SDK is imported here, when a session opens, never when nbagent is imported. Imports nbagent's
-exceptions only.
+exceptions and the package's `_utf8`.
 
 A session is dead once its server is gone (a stdio server that exited or was killed, an HTTP
 server that stopped answering): its calls fail with `ToolSourceError` and `MCPTools` opens a new
 session (starting a stdio server again) for the next call.
+
+A stdio server that writes bytes that are not UTF-8 to its stdout is alive but lost (the SDK's
+reader stops for good at them): `_utf8` tells the session, which is dead at once, fails the
+calls waiting with an error naming the bytes, and stops the server (started again for the next
+call).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import IO, Any
 from urllib.parse import parse_qsl, quote, quote_plus, unquote, urlsplit, urlunsplit
 
 from ..exceptions import ToolSourceError
+from ._utf8 import STDOUT_CODEC, refused_bytes, refused_bytes_text, register_codec
 
 __all__ = ["ServerSpec", "Session", "scrub"]
 
@@ -35,8 +41,6 @@ SECRET_MIN_CHARS = 6
 (shorter ones, like ``DEBUG=1``, are too common to be secrets and would garble the text)."""
 CLOSE_S = 8.0
 """How long closing a session may take (the SDK stops a stdio server within about 6 s)."""
-
-
 def scrub(text: str, secrets: Sequence[str]) -> str:
     """`text` with every secret value replaced by ``***``."""
     for secret in secrets:
@@ -164,6 +168,11 @@ class Session:
         self._stop = asyncio.Event()
         self._stderr: IO[str] | None = None
         self._http_error = ""
+        self._refused = ""
+        """What is wrong with the server's stdout (bytes that are not UTF-8), once it is."""
+        self._broken: asyncio.Future[None] | None = None
+        """Done when the server's stdout can no longer be read: the calls waiting fail at once."""
+        self._ready: asyncio.Future[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
     async def open(self, timeout: float) -> None:
@@ -173,7 +182,9 @@ class Session:
             ToolSourceError: it cannot be started or reached within `timeout` seconds, or refused
                 the session (the message holds the last lines the server wrote to stderr).
         """
-        ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        ready: asyncio.Future[None] = loop.create_future()
+        self._ready, self._broken = ready, loop.create_future()
         self._task = asyncio.ensure_future(self._serve(ready))
         try:
             await asyncio.wait_for(asyncio.shield(ready), timeout)
@@ -184,7 +195,10 @@ class Session:
             self._close_in_background(ready)
             raise error from None
         except ToolSourceError:
-            await self.close()
+            if self._task.done():
+                await self.close()
+            else:  # its stdout went bad while starting: the SDK still waits for an answer
+                self._close_in_background(ready)
             raise
 
     async def _serve(self, ready: asyncio.Future[None]) -> None:
@@ -195,6 +209,7 @@ class Session:
                 "MCP servers need the mcp package: pip install 'nbagent[mcp]'", source=self.spec.describe()))
             return
         listen: asyncio.Task[None] | None = None
+        refused_bytes.set(self._refuse)  # this task's context: the SDK's stdout reader inherits it
         try:
             async with contextlib.AsyncExitStack() as stack:
                 target = await self._target(stack)
@@ -231,8 +246,9 @@ class Session:
             errlog = spec.errlog
             if errlog is None:  # kept for error messages (closed with the session); a cell shows none of it
                 errlog = self._stderr = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            register_codec()
             params = StdioServerParameters(command=spec.command, args=list(spec.args), env=dict(spec.env) or None,
-                                           cwd=spec.cwd)
+                                           cwd=spec.cwd, encoding=STDOUT_CODEC)
             return stdio_client(params, errlog=errlog)  # type: ignore[arg-type]
         import httpx2
         from mcp.client.streamable_http import streamable_http_client
@@ -259,6 +275,26 @@ class Session:
             self.on_tools_changed()
         elif isinstance(message, Exception) and is_connection_lost(message):
             self.dead = True
+
+    def _refuse(self, exc: UnicodeDecodeError) -> None:
+        """The server wrote bytes that are not UTF-8 to its stdout (called by `_Utf8Decoder`, on
+        the owner loop, just before the SDK's reader stops): the session is dead, the calls
+        waiting fail now, and the server is stopped."""
+        if self._refused:
+            return
+        self._refused = refused_bytes_text(exc)
+        self.dead = True
+        if self._broken is not None and not self._broken.done():
+            self._broken.set_result(None)
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(self.refused_error("starting the session"))
+        self._stop.set()
+
+    def refused_error(self, what: str) -> ToolSourceError:
+        """The error of a request (`what`) that failed because the server wrote bytes that are not UTF-8."""
+        return self.error(f"wrote bytes that are not UTF-8 to its stdout, where its messages go: {self._refused}. "
+                          f"Its answers cannot be read after them, so {what} failed and the connection was closed; "
+                          "the server is started again for the next call")
 
     async def _listen(self, client: Any) -> None:
         """2026-07-28 servers announce changes on a ``subscriptions/listen`` stream. The stream
@@ -389,26 +425,57 @@ class Session:
     async def _request(self, make: Callable[[], Any], timeout: float, what: str, backstop: float = 0.0) -> Any:
         """`make()`'s answer within `timeout` (plus `backstop` seconds, where the SDK keeps a
         timeout of its own, which cancels the request on the server)."""
+        if self._refused:
+            raise self.refused_error(what)
         if self.dead or self.client is None:
             raise self.error(f"has stopped ({what})")
-        from mcp.shared.exceptions import MCPError
-
         try:
-            return await asyncio.wait_for(make(), timeout + backstop)
+            return await self._answer(make(), timeout + backstop)
         except asyncio.TimeoutError:
             raise TimeoutError(f"the MCP server did not answer within {timeout:g} s ({what})") from None
-        except MCPError as exc:
+        except Exception as exc:
+            raise self._failure(exc, timeout, what) from None
+
+    async def _answer(self, request: Any, seconds: float) -> Any:
+        """`request`'s answer within `seconds`; a `ToolSourceError` as soon as the server's
+        stdout can no longer be read (`_refuse`), which no answer would ever follow.
+
+        Raises:
+            asyncio.TimeoutError: no answer within `seconds`.
+        """
+        task = asyncio.ensure_future(request)
+        task.add_done_callback(lambda t: t.cancelled() or t.exception())  # read when abandoned
+        waits: set[asyncio.Future[Any]] = {task}
+        if self._broken is not None:
+            waits.add(self._broken)
+        try:
+            await asyncio.wait(waits, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not task.done():
+                task.cancel()
+        if task.done() and not task.cancelled():
+            return task.result()
+        if self._refused:
+            raise self.refused_error("the request")
+        raise asyncio.TimeoutError
+
+    def _failure(self, exc: Exception, timeout: float, what: str) -> Exception:
+        """The error to raise for a request that failed with `exc`."""
+        from mcp.shared.exceptions import MCPError
+
+        if self._refused:  # whatever the SDK made of it, this is why
+            return self.refused_error(what)
+        if isinstance(exc, MCPError):
             if exc.code == -32001:  # REQUEST_TIMEOUT
-                raise TimeoutError(f"the MCP server did not answer within {timeout:g} s ({what})") from None
+                return TimeoutError(f"the MCP server did not answer within {timeout:g} s ({what})")
             if exc.code == -32000:  # CONNECTION_CLOSED
                 self.dead = True
-                raise self.error(f"stopped while {what}; it is started again for the next call") from None
-            raise self.error(f"refused {what}: {_words(exc)}") from None
-        except Exception as exc:
-            if is_connection_lost(exc):
-                self.dead = True
-                raise self.error(f"could not be reached while {what}: {_words(exc)}") from None
-            raise self.error(f"failed while {what}: {_words(exc)}") from None
+                return self.error(f"stopped while {what}; it is started again for the next call")
+            return self.error(f"refused {what}: {_words(exc)}")
+        if is_connection_lost(exc):
+            self.dead = True
+            return self.error(f"could not be reached while {what}: {_words(exc)}")
+        return self.error(f"failed while {what}: {_words(exc)}")
 
     # ------------------------------------------------------------------ errors
     def error(self, what: str) -> ToolSourceError:

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._settle import settle
 from ._clean import clean_outputs
-from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize
+from ._context import DEFAULT_CAP, WINDOW_FRACTION, cap_for, interpolate, summarize, unknown_fields
 from ._magics import AgentMagics, load_ipython_extension, magics_of
 from ._python_tool import python_tool
 
@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from ._dataframe_tools import dataframe_tools
 
 __all__ = ["DEFAULT_CAP", "WINDOW_FRACTION", "AgentMagics", "cap_for", "clean_outputs", "dataframe_tools",
-           "interpolate", "load_ipython_extension", "magics_of", "python_tool", "settle", "summarize"]
+           "interpolate", "load_ipython_extension", "magics_of", "python_tool", "settle", "summarize",
+           "unknown_fields"]
 
 
 def __getattr__(name: str) -> Any:

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 from typing import Any
 
 from ..agent import Agent
 from ..exceptions import UserError
-from ._context import cap_for, interpolate
+from ._context import cap_for, interpolate, unknown_fields
 
 __all__ = ["AgentMagics", "load_ipython_extension", "magics_of"]
 
@@ -110,6 +111,7 @@ class AgentMagics:
         if not text.strip():
             raise UserError(f"the prompt is empty: {_USAGE}")
         agent = self._agent(options["agent"], options["model"])
+        _warn_unknown(unknown_fields(text, self.shell.user_ns))
         prompt = interpolate(text, self.shell.user_ns, cap=cap_for(agent.model),
                              errors=self.errors, last_error=self._last_error(), redact=agent.context_redact)
         thread = options["thread"] or (None if options["new"] else self.threads.get(id(agent)))
@@ -125,6 +127,18 @@ class AgentMagics:
         view.ask(prompt)
         self.last = view
         return view
+
+
+def _warn_unknown(fields: list[str]) -> None:
+    """One line on stderr naming the ``{name}`` fields that name no variable (a typo is sent as
+    written, and the model would not know it was meant to be a variable)."""
+    if not fields:
+        return
+    names = ", ".join(fields)
+    verb = "names no variable" if len(fields) == 1 else "name no variables"
+    literal = fields[0].replace("{", "{{").replace("}", "}}")
+    print(f"nbagent: {names} {verb} of the notebook: sent as written (write {literal} for literal braces)",
+          file=sys.stderr)
 
 
 _SHELLS: dict[int, AgentMagics] = {}

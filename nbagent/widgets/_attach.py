@@ -27,7 +27,9 @@ from ..display.sanitize import escape
 __all__ = ["Attachments", "kernel_namespace", "variable_kind"]
 
 MAX_CHOICES = 12
-"""Names offered at once while typing ``@``."""
+"""Names offered at once while typing ``@`` (the line says how many more match)."""
+TOOLING = frozenset({"nbagent", "ipywidgets", "IPython", "ipykernel"})
+"""Packages whose objects (an Agent, a ChatView, a RunResult, a widget) are offered after the data."""
 
 _MENTION = re.compile(r"(?<![\w@])@([A-Za-z_][A-Za-z0-9_]*)")
 _TYPING = re.compile(r"(?:^|(?<=\s))@([A-Za-z_][A-Za-z0-9_]*)?$")
@@ -46,13 +48,17 @@ def kernel_namespace() -> Mapping[str, Any] | None:
 
 def variable_kind(value: Any) -> str:
     """A variable's type with its shape or length, as the completion shows it: ``DataFrame
-    3,000x4``, ``list 12``, ``int``."""
+    3,000x4``, ``list 12``, ``int``. Just the type when asking its shape or length fails (a closed
+    h5py dataset raises): one such variable must not break the completion of the others."""
     kind = type(value).__name__
-    shape = getattr(value, "shape", None)
-    if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
-        return f"{kind} {'x'.join(f'{n:,}' for n in shape)}"
-    if isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
-        return f"{kind} {len(value):,}"
+    try:
+        shape = getattr(value, "shape", None)
+        if isinstance(shape, tuple) and all(isinstance(n, int) for n in shape):
+            return f"{kind} {'x'.join(f'{n:,}' for n in shape)}"
+        if isinstance(value, (list, tuple, dict, set, frozenset, str, bytes)):
+            return f"{kind} {len(value):,}"
+    except Exception:  # the object's own code failed: its type still says what it is
+        pass
     return kind
 
 
@@ -60,7 +66,15 @@ def _offered(name: str, value: Any) -> bool:
     """Is this a variable a person made (not a module, function, class or IPython's own)?"""
     if name.startswith("_") or name in _HIDDEN:
         return False
-    return not isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type))
+    try:
+        return not isinstance(value, (types.ModuleType, types.FunctionType, types.BuiltinFunctionType, type))
+    except Exception:  # isinstance asks a dead weakref.proxy its __class__, which raises
+        return True
+
+
+def _order(name: str, value: Any) -> tuple[bool, str]:
+    """Data before tooling (nbagent's agents, views and results, widgets), then by name."""
+    return type(value).__module__.partition(".")[0] in TOOLING, name
 
 
 class Attachments:
@@ -107,10 +121,12 @@ class Attachments:
         """While an ``@name`` is being typed at the end of the text: the matching variables, as the
         box's completions and as a line with their types and shapes."""
         typing = _TYPING.search(text)
-        names = []
+        names: list[str] = []
         if typing is not None:
             prefix = typing.group(1) or ""
-            names = sorted(n for n in variables if n.startswith(prefix))[:MAX_CHOICES]
+            names = sorted((n for n in variables if n.startswith(prefix)), key=lambda n: _order(n, variables[n]))
+        more = len(names) - MAX_CHOICES
+        names = names[:MAX_CHOICES]
         if isinstance(self._box, widgets.Combobox):
             options = tuple(f"{text[:typing.start()]}@{n}" for n in names) if typing is not None else ()
             if self._box.options != options:
@@ -119,6 +135,8 @@ class Attachments:
             self._hide(self.choices)
             return
         items = " · ".join(f"<b>@{escape(n)}</b> {escape(variable_kind(variables[n]))}" for n in names)
+        if more > 0:
+            items += f" · … {more:,} more (type more of the name)"
         self.choices.value = f'<div style="{SMALL};{MUTED}">{items}</div>'
         self.choices.layout.display = "block"
 

@@ -417,7 +417,7 @@ class ChatController:
             self.result = result
             self.queue.run_ended(kind.removeprefix("run-"))  # failed or cancelled: the queue waits for Send
         self._state = result.state
-        self.tally.run_ended()
+        self.tally.run_ended(truncated=result.truncated)
         self.render_usage()
         self.log.finish_streams()
         results = {m.call_id: m for m in result.messages if m.kind == "tool-result"}

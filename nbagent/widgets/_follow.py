@@ -143,7 +143,8 @@ class ThreadFollower:
         c.layout.show_history(loaded.messages, [p.id for p in pending],
                               replayed=replayed_answers(loaded.messages, loaded.message_steps, loaded.usage))
         c.board.decisions.always_allowed = set(loaded.meta.always_allowed)
-        c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps))
+        c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps),
+                       truncated=loaded.meta.truncated)
         c.render_usage()
         c.layout.show_conversation(loaded.messages)
         if pending:
@@ -230,7 +231,8 @@ class ThreadFollower:
             return
         pending = loaded.open_pending()
         elsewhere = catch_up(c.board, loaded.messages, pending)
-        c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps))
+        c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps),
+                       truncated=loaded.meta.truncated)
         c.render_usage()
         c.layout.show_conversation(loaded.messages)
         lines = [decided_text(call) for call in elsewhere]

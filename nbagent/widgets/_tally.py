@@ -10,6 +10,8 @@ Owns `UsageTally` and `footer_html`. The numbers mean (also in docs/view.md):
   call of every run on the thread in this process (the view's own, from code, from other views).
 - **budget**: ``token_budget`` / ``cost_budget`` limit each run (a resume is a new run), so the
   budget part shows the run going on, or the last run.
+- **cut off**: the last run's answer stopped at the model's output token limit (``max_tokens``;
+  `RunResult.truncated`), so it ends mid-sentence: the line says so until the next run starts.
 
 Pure Python: imports the core's usage shapes and the static HTML helpers (no ipywidgets).
 """
@@ -20,11 +22,11 @@ from collections.abc import Sequence
 
 from ..context import ContextUsage
 from ..display import theme
-from ..display.html import MUTED, SMALL, budget_texts, calls_text, cost_text, usage_text
+from ..display.html import ERROR, MUTED, SMALL, budget_texts, calls_text, cost_text, usage_text
 from ..display.sanitize import escape
 from ..usage import ModelCallUsage, Usage
 
-__all__ = ["UsageTally", "footer_html", "gauge_html"]
+__all__ = ["UsageTally", "footer_html", "gauge_html", "truncated_html"]
 
 WARN = theme.css("color", theme.STRONG_WARN)
 """Amber, the gauge's colour past the compaction threshold (JupyterLab's warning colour)."""
@@ -48,11 +50,15 @@ class UsageTally:
         self.running = False
         self.context: ContextUsage | None = None
         """How full the window was for the thread's last request (the footer's gauge)."""
+        self.truncated = False
+        """The last run's answer was cut off at the output token limit (`RunResult.truncated`)."""
         self._seen: set[tuple[str, int, str]] = set()
 
-    def loaded(self, rows: Sequence[ModelCallUsage], turn_from_step: int) -> None:
+    def loaded(self, rows: Sequence[ModelCallUsage], turn_from_step: int, *, truncated: bool = False) -> None:
         """The thread as stored: every row counts for the thread; those after step
-        `turn_from_step` (the step of the last message sent) make the last turn."""
+        `turn_from_step` (the step of the last message sent) make the last turn; `truncated`:
+        the last run's answer was cut off (``ThreadMeta.truncated``)."""
+        self.truncated = truncated
         self.thread = Usage.of(list(rows))
         self.turn = Usage.of([r for r in rows if r.step > turn_from_step])
         self._seen = {(r.run_id, r.step, _purpose(r)) for r in rows}
@@ -65,6 +71,7 @@ class UsageTally:
             self.turn = Usage()
         self.run = Usage()
         self.running = True
+        self.truncated = False
 
     def add(self, row: ModelCallUsage, context: ContextUsage | None = None) -> None:
         """One model call of a run on the thread (counted once, however often it is reported);
@@ -78,8 +85,10 @@ class UsageTally:
         for usage in (self.turn, self.thread, self.run):
             usage.add(row)
 
-    def run_ended(self) -> None:
+    def run_ended(self, *, truncated: bool = False) -> None:
+        """The run ended; `truncated`: its answer was cut off at the output token limit."""
         self.running = False
+        self.truncated = truncated
 
 
 
@@ -98,10 +107,21 @@ def gauge_html(context: ContextUsage | None) -> str:
             f'style="cursor:help;{style}">{escape(str(context))}</span>')
 
 
+def truncated_html(tally: UsageTally) -> str:
+    """The footer's mark of an answer cut off at the output token limit ("" when it was not)."""
+    if not tally.truncated or tally.running:
+        return ""
+    why = ("the model stopped at its output token limit, so the answer is cut off; a larger "
+           "settings={&quot;max_tokens&quot;: ...} lets it finish")
+    return (f' · <span class="nbagent-truncated" title="{why}" style="cursor:help;{ERROR}">'
+            "answer cut off at the output token limit</span>")
+
+
 def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budget: float | None = None) -> str:
-    """The footer: the turn's calls, tokens (input / cached / output) and cost; the thread's
-    calls, tokens and cost; the run's use of its budgets when budgets are set. Empty before the
-    thread has any model call and while nothing runs."""
+    """The footer: the turn's calls, tokens (input / cached / output) and cost, and whether the
+    answer was cut off at the output token limit; the thread's calls, tokens and cost; the run's
+    use of its budgets when budgets are set. Empty before the thread has any model call and while
+    nothing runs."""
     turn, thread, run = tally.turn, tally.thread, tally.run
     if not thread.requests and not tally.running:
         return ""
@@ -112,5 +132,5 @@ def footer_html(tally: UsageTally, *, token_budget: int | None = None, cost_budg
     if budget:
         whole += " | per run: " + ", ".join(budget)
     return (f'<div class="nbagent-footer" style="{SMALL};{MUTED}">{escape(line)}'
-            f'{gauge_html(tally.context)}'
+            f'{gauge_html(tally.context)}{truncated_html(tally)}'
             f'<br><span class="nbagent-footer-thread">{escape(whole)}</span></div>')

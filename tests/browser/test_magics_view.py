@@ -131,3 +131,44 @@ def test_magics_interpolate_and_continue_the_thread(jupyter_lab, make_notebook, 
     page.wait_text("kernel free: 42", timeout=TIMEOUT, cell=9)
     assert _answer(page, 8, "slowly") == "ANSWER[1] slowly, please END"
     assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []
+
+
+CUT_CELLS = [
+    '''\
+from nbagent import Agent
+from nbagent.messages import AssistantMessage
+from nbagent.models import FunctionModel
+from nbagent.store.memory import MemoryStore
+
+def cut_off(messages, info):  # an answer that reached max_tokens: it ends mid-sentence
+    return AssistantMessage(text="Totals:\\nEast 27\\nNorth 51\\nSo the best region is", finish_reason="length")
+
+short = Agent(FunctionModel(cut_off), store=MemoryStore(), name="short")
+%load_ext nbagent''',
+    "%agent --agent short Which region sold the most.",
+]
+ANSWER_JS = """(i) => { const c = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
+  const a = c.querySelector('.nbagent-chat .nbagent-stream.nbagent-answer');  // the live view's, not the saved copy's
+  // the kernel's Markdown (it ends with a newline), not the streaming preview built in the browser
+  return a && a.innerHTML.endsWith('\\n') ? a.innerText : null; }"""
+CUT_MARK_JS = """(i) => { const c = window.jupyterapp.shell.currentWidget.content.widgets[i].node;
+  const m = c.querySelector('.nbagent-footer .nbagent-truncated');
+  return m ? [m.innerText, getComputedStyle(m).color] : null; }"""
+
+
+def test_an_answer_keeps_its_line_breaks_and_the_footer_says_it_was_cut_off(jupyter_lab, make_notebook,
+                                                                            page_factory):
+    """Notebook 08's two marks that only a browser shows: the answer's single newlines stay line
+    breaks once the Markdown is rendered (as in the user's bubble), and an answer cut at
+    ``max_tokens`` is marked in the footer, in the error colour."""
+    page = page_factory(jupyter_lab, make_notebook(CUT_CELLS))
+    _run(page, 0)
+    _run(page, 1)
+    _view(page, 1)
+    mark = page.wait_for(lambda: page.eval(CUT_MARK_JS, 1), "the footer's cut-off mark", timeout=TIMEOUT)
+    assert mark[0] == "answer cut off at the output token limit" and mark[1] != "rgb(0, 0, 0)", mark
+    answer = page.wait_for(lambda: page.eval(ANSWER_JS, 1), "the rendered answer", timeout=TIMEOUT)
+    assert answer.splitlines()[:4] == ["Totals:", "East 27", "North 51", "So the best region is"], answer
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.page.locator(".jp-Notebook .jp-Cell").nth(1).screenshot(path=str(ARTIFACTS / "magic_cut_off.png"))
+    assert page.console_errors(ignore=KNOWN_CONSOLE_NOISE["lab"]) == []

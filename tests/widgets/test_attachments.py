@@ -155,3 +155,63 @@ async def test_in_a_kernel_the_shells_own_variables_are_offered() -> None:
 def test_variable_kind_names_type_and_shape() -> None:
     assert variable_kind(pd.DataFrame({"a": range(3000)})) == "DataFrame 3,000x1"
     assert variable_kind([1, 2]) == "list 2" and variable_kind(7) == "int"
+
+
+class ClosedDataset:
+    """Like a closed h5py dataset (h5py is not installed here): asking its shape or length
+    raises, as h5py's ``Dataset.shape`` does once its file is closed."""
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        raise ValueError("Not a dataset (not a dataset)")
+
+    def __len__(self) -> int:
+        raise ValueError("Not a dataset (not a dataset)")
+
+
+class BrokenList(list):  # type: ignore[type-arg]
+    def __len__(self) -> int:
+        raise RuntimeError("no length today")
+
+
+async def test_a_variable_whose_shape_or_length_raises_breaks_neither_completion_nor_attachments(
+        namespace: dict[str, Any]) -> None:
+    import weakref
+
+    class Gone:
+        pass
+
+    gone = Gone()
+    namespace.update(closed=ClosedDataset(), broken=BrokenList([1]), proxy=weakref.proxy(gone))
+    del gone  # a dead proxy: even isinstance() on it raises ReferenceError
+    view = _view(namespace)
+    await view.wait_loaded()
+    box = view.message_box
+    box.value = "Look at @"
+    assert box.options == tuple(f"Look at @{n}" for n in ("answer", "broken", "closed", "df", "dfx", "proxy"))
+    offered = view.attachments.choices.value
+    assert "@closed</b> ClosedDataset" in offered and "@broken</b> BrokenList" in offered
+    assert "@proxy</b> ProxyType" in offered
+    box.value = "Compare @closed with @df and @broken, then @dfx and @proxy"
+    assert [c.description for c in view.attachments.chips.children] == [
+        "@closed", "@df", "@broken", "@dfx", "@proxy"]
+    sent = view.attachments.message("x")
+    assert "DataFrame: 3 rows x 2 columns" in sent
+    assert "[attached @proxy (ProxyType)]\n<ProxyType: could not be read: ReferenceError(" in sent
+    assert variable_kind(ClosedDataset()) == "ClosedDataset" and variable_kind(BrokenList()) == "BrokenList"
+
+
+async def test_the_at_line_puts_data_first_and_says_how_many_more_there_are() -> None:
+    agent = Agent(FunctionModel(_last_user), store=MemoryStore())
+    names: dict[str, Any] = {f"col_{i:02d}": [i] for i in range(14)}
+    names.update(analyst=agent, a_view=agent.chat(thread="other"), a_result=await agent.run("hi"))
+    view = agent.chat(thread="t-many", namespace=names)
+    await view.wait_loaded()
+    view.message_box.value = "@"
+    offered = view.attachments.choices.value
+    shown = re.findall(r"<b>@(\w+)</b>", offered)
+    assert shown == [f"col_{i:02d}" for i in range(12)]  # data first, in order
+    assert "… 5 more (type more of the name)" in offered
+    view.message_box.value = "@a"  # tooling comes after data, still offered
+    assert re.findall(r"<b>@(\w+)</b>", view.attachments.choices.value) == ["a_result", "a_view", "analyst"]
+    assert "more" not in view.attachments.choices.value

@@ -655,6 +655,23 @@ async def test_footer_shows_tokens_cost_and_budget() -> None:
     assert "cost n/a" in footer and "token budget" in footer and "/ 1,000" in footer
 
 
+async def test_footer_says_when_the_answer_was_cut_off_at_the_output_limit() -> None:
+    from nbagent.messages import AssistantMessage
+    from nbagent.models import ScriptedModel
+
+    store = MemoryStore()
+    cut = AssistantMessage(text="The best region is North, because it", finish_reason="length")
+    view = Agent(ScriptedModel([cut, "Short and whole."]), store=store).chat(thread="t-cut")
+    result = await ask(view, "Which region?")
+    assert result.truncated
+    assert "answer cut off at the output token limit" in view.footer.value
+    reopened = Agent(ScriptedModel(["x"]), store=store).chat(thread="t-cut")  # as stored, after a restart
+    await reopened.wait_loaded()
+    assert "answer cut off at the output token limit" in reopened.footer.value
+    result = await ask(view, "And in short?")
+    assert not result.truncated and "cut off" not in view.footer.value
+
+
 async def test_stored_history_is_shown_escaped() -> None:
     store = MemoryStore()
     agent = make_agent(store)

@@ -113,6 +113,14 @@ def test_markdown_keeps_formatting_and_safe_links() -> None:
     assert 'href="https://example.com"' in out and 'rel="noopener noreferrer nofollow"' in out
 
 
+def test_markdown_keeps_the_line_breaks_of_a_paragraph() -> None:
+    """An answer's single newlines stay line breaks, as in the user's bubble and the streaming
+    preview (a model's "Totals:\nEast 27\nNorth 51" is not run into one line)."""
+    out = markdown_html("Totals:\nEast 27\nNorth 51\n\nNext paragraph")
+    assert out.count("<br>") == 2 and out.count("<p>") == 2
+    assert "<br>" not in markdown_html("```\ncode\nlines\n```") and "<br>" not in markdown_html("- a\n- b")
+
+
 def test_markdown_shows_raw_html_as_text() -> None:
     out = markdown_html("<b>not bold</b> <script>alert(1)</script>")
     assert "&lt;b&gt;not bold&lt;/b&gt;" in out and "&lt;script&gt;" in out
