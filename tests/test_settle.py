@@ -98,6 +98,29 @@ async def test_a_view_settles_showing_its_thread_and_sends_its_saved_copy_again(
     assert sent == []  # a closed view no longer settles
 
 
+
+def test_a_view_of_another_loop_is_not_sent_again_by_this_loops_settle(monkeypatch) -> None:
+    """A view made on one loop (an earlier test's, a closed kernel's) is left alone by a settle on
+    another: it was sent again there, printing its copy into an unrelated run's output."""
+    import IPython.display
+
+    sent: list[str] = []
+    monkeypatch.setattr(IPython.display, "display", lambda *a, **k: None)
+    monkeypatch.setattr(IPython.display, "update_display", lambda bundle, raw, display_id: sent.append(display_id))
+
+    async def shown_view() -> Any:
+        view = slow_agent(0).chat(thread="t-other-loop")
+        view._ipython_display_()
+        view.ask("Hello?")
+        await settle()
+        return view
+
+    view = asyncio.run(shown_view())
+    sent.clear()
+    asyncio.run(settle())  # another loop: the view is not its to send
+    assert sent == []
+    view.close()
+
 SETUP = '''\
 import asyncio
 from nbagent import Agent

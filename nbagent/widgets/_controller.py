@@ -238,13 +238,15 @@ class ChatController:
             await asyncio.sleep(0)
         return self.result
 
-    async def settle(self) -> None:
+    async def settle(self) -> bool:
         """`wait`, for `nbagent.notebook.settle` (which has let every run of the loop end first):
-        when it returns, the view shows its thread as stored. A controller of another loop than
-        the caller's is left alone (its futures cannot be awaited here)."""
+        when it returns True, the view shows its thread as stored. A controller of another loop
+        than the caller's is left alone (its futures cannot be awaited here, and its view is not
+        this kernel's to send): False."""
         if self._loop is not None and self._loop is not _current_loop():
-            return
+            return False
         await self.wait()
+        return True
 
     @property
     def busy(self) -> bool:

@@ -382,8 +382,8 @@ class ChatView(widgets.VBox):
         """`nbagent.notebook.settle`'s hook: once the runs have ended, wait until the view shows
         its thread as stored, then send the saved copy again, from the cell that settles (a
         headless executor missed the updates sent while other cells ran)."""
-        await self.controller.settle()
-        self._copy.send_again()
+        if await self.controller.settle():
+            self._copy.send_again()
 
     def close(self) -> None:
         """Close the view's widget (its parts stay) and stop following its thread."""
