@@ -53,7 +53,7 @@ from nbagent import Agent, tool  # noqa: E402
 from nbagent.messages import AssistantMessage, UserMessage  # noqa: E402
 from nbagent.models import FunctionModel, tool_call  # noqa: E402
 from nbagent.store import MemoryStore, PostgresStore, Store  # noqa: E402
-from tests.pgcluster import PgCluster, bin_dir  # noqa: E402
+from tests.pgcluster import bench_cluster  # noqa: E402
 
 BATCH = 20
 """Calls per timed batch (part 1)."""
@@ -218,16 +218,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=20)
     args = parser.parse_args()
     rounds = 4 if args.quick else args.rounds
-    binaries = bin_dir()
-    if binaries is None:
-        print("PostgreSQL is not installed (bash scripts/install_system_deps.sh): skipped")
-        return
     import psycopg
 
-    cluster = PgCluster.create(binaries, durable=True)
-    try:
+    with bench_cluster() as cluster:
+        if cluster is None:
+            return
         print(f"python {sys.version.split()[0]}, psycopg {psycopg.__version__} ({psycopg.pq.__impl__}), "
-              f"PostgreSQL from {binaries}, {rounds} rounds, load average {os.getloadavg()[0]:.1f} "
+              f"PostgreSQL from {cluster.bin}, {rounds} rounds, load average {os.getloadavg()[0]:.1f} "
               f"on {os.cpu_count()} cores")
         for tag, title in (("a", "A. server defaults (each commit waits for the disk's fsync)"),
                            ("b", "B. synchronous_commit=off (the client's work and the round trips)")):
@@ -236,8 +233,6 @@ def main() -> None:
             print(f"\n{title}\n")
             report(asyncio.run(measure(cluster.url(), tag, rounds)))
         print(f"\nload average at the end {os.getloadavg()[0]:.1f}")
-    finally:
-        cluster.stop()
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from nbagent import Agent, tool  # noqa: E402
 from nbagent.models import FunctionModel, tool_call  # noqa: E402
 from nbagent.store import PostgresStore  # noqa: E402
-from tests.pgcluster import PgCluster, bin_dir  # noqa: E402
+from tests.pgcluster import bench_cluster  # noqa: E402
 
 LOOP = 50
 BLOCK = 10
@@ -283,13 +283,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     args = parser.parse_args()
-    binaries = bin_dir()
-    if binaries is None:
-        print("PostgreSQL is not installed (bash scripts/install_system_deps.sh): skipped")
-        return
-    cluster = PgCluster.create(binaries, durable=True)
-    try:
-        print(f"python {sys.version.split()[0]}, PostgreSQL from {binaries}, "
+    with bench_cluster() as cluster:
+        if cluster is None:
+            return
+        print(f"python {sys.version.split()[0]}, PostgreSQL from {cluster.bin}, "
               f"private cluster on 127.0.0.1:{cluster.port}")
         asyncio.run(main_async(cluster.url(), args.quick,
                                "A. server defaults (every commit waits for its WAL fsync: this disk's cost)"))
@@ -299,8 +296,6 @@ def main() -> None:
         os.environ["PGOPTIONS"] = "-c synchronous_commit=off"
         asyncio.run(main_async(cluster.url(), args.quick,
                                "B. synchronous_commit=off (the frameworks' own cost, without the disk)"))
-    finally:
-        cluster.stop()
 
 
 if __name__ == "__main__":
