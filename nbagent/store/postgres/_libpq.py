@@ -8,17 +8,17 @@ those parameters), `direct_default` (``NBAGENT_PG_DIRECT``) and `direct_usable` 
 psycopg's version the direct way needs). Imports psycopg (its documented API: ``pq``, psycopg's
 own binding of libpq, so the connection is the same object; ``errors.lookup``) on first use.
 
-Why psycopg's execute is the default (measured with `bench/bench_pg_paths.py`; bench/README.md,
-"Fast paths"): sending the statement straight to libpq saves psycopg's cursor, adapters, query
-conversion and result loaders, about 0.05 ms of CPU a call, 0.1-0.2 ms of a tool round trip of
-four calls and about 0.1 ms a durable step. That is some percent of a run against an instant
-fake model, and nothing anyone sees against a model that takes a tenth of a second or more to
-answer; while it rests on psycopg's low-level ``pq`` objects, needs the loop's ``add_reader``
-(psycopg's own waiting needs it too: it refuses Windows' ``ProactorEventLoop`` either way), and
-is one more path to test. So the direct way is opt-in, for whoever wants the last 5-10% of a
-benchmark, and it is guarded: it runs only on the psycopg versions it is tested with (`TESTED`);
-on another, the store falls back to psycopg's execute and says so once (`RuntimeWarning`), since
-both ways give the same results and a routine upgrade of psycopg must not stop a team's store.
+Why psycopg's execute is the default (measured with `bench/bench_pg_paths.py` on 2026-12-07;
+bench/README.md, "Fast paths"): sending the statement straight to libpq saves psycopg's cursor,
+adapters, query conversion and result loaders, about a third of the client's CPU a call (0.07-0.23
+ms there), 18-25% of a tool round trip's CPU against an instant fake model, and at most about 1%
+of a step whose model takes 0.2 s to answer: nothing a user of a real model sees. For that it
+rests on psycopg's low-level ``pq`` objects, needs the loop's ``add_reader`` (psycopg's own
+waiting needs it too: it refuses Windows' ``ProactorEventLoop`` either way), and is one more way
+to test. So the direct way is opt-in, for whoever wants those percent, and guarded: it runs only
+on the psycopg releases it is tested with (`TESTED`); on another, the store falls back to
+psycopg's execute and says so once (`RuntimeWarning`), since both ways give the same results and
+a routine upgrade of psycopg must not stop a team's store.
 
 The direct way: send the statement, wait until the socket is readable, read the result. psycopg
 still opens every connection (authentication, SSL, options) and runs every other statement; its
@@ -102,7 +102,7 @@ def direct_usable() -> bool:
             warnings.warn(
                 f"PostgresStore(direct=True): psycopg {psycopg.__version__} is not a release the direct "
                 f"way was tested with ({tested}); the store sends its calls through psycopg's own execute "
-                "instead (the same results, about 0.05 ms more CPU a call, and no prepare_threshold). "
+                "instead (the same results, about 0.1 ms more CPU a call, and no prepare_threshold). "
                 "Pin psycopg to a tested release, or upgrade nbagent, to have it back",
                 RuntimeWarning, stacklevel=3)
     return _usable

@@ -59,7 +59,7 @@ class PostgresStore(Store):
             database whose tables are missing or older (``python -m nbagent.store migrate URL``).
         pool_size: connections each event loop of this process may have open at once.
         direct: send the calls every run makes (a load, an append, a run's start) to libpq
-            directly instead of through psycopg's execute: about 0.05 ms less CPU a call, the
+            directly instead of through psycopg's execute: about a third less CPU a call, the
             same results (docs/threads.md, "Connections"). None (the default) means
             ``NBAGENT_PG_DIRECT=1`` in the environment, else off. Only on the psycopg releases
             it is tested with; on another the store uses psycopg's execute and says so once
