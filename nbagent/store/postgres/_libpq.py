@@ -10,9 +10,9 @@ own binding of libpq, so the connection is the same object; ``errors.lookup``) o
 
 Why psycopg's execute is the default (measured with `bench/bench_pg_paths.py` on 2026-12-07;
 bench/README.md, "Fast paths"): sending the statement straight to libpq saves psycopg's cursor,
-adapters, query conversion and result loaders, about a third of the client's CPU a call (0.07-0.23
-ms there), 18-25% of a tool round trip's CPU against an instant fake model, and at most about 1%
-of a step whose model takes 0.2 s to answer: nothing a user of a real model sees. For that it
+adapters, query conversion and result loaders, about a third of the client's CPU a call (0.07-0.25
+ms there), 18-25% of a tool round trip's CPU against an instant fake model, and at most 2.5% of a
+step whose model takes 0.2 s to answer: nothing a user of a real model sees. For that it
 rests on psycopg's low-level ``pq`` objects, needs the loop's ``add_reader`` (psycopg's own
 waiting needs it too: it refuses Windows' ``ProactorEventLoop`` either way), and is one more way
 to test. So the direct way is opt-in, for whoever wants those percent, and guarded: it runs only
