@@ -23,9 +23,11 @@ hits both alike:
    vs one that holds 1,000 (the goal: at most 1.2x).
 
 nbagent runs ``Agent(FunctionModel, store=PostgresStore(url))`` (two commits per tool step: the
-answer with the "started" ledger entry, then the result), twice: with the store's default (no
-statement prepared on the server, which PgBouncer's transaction mode needs) and with
-``prepare_threshold=0``, the setting LangGraph's docs give its connection; LangGraph a `StateGraph` with a
+answer with the "started" ledger entry, then the result), three times: with the store's default
+(psycopg's execute, no statement prepared on the server, which PgBouncer's transaction mode
+needs), with ``direct=True`` (the calls every run makes sent to libpq directly) and with
+``direct=True, prepare_threshold=0`` (also prepared on the server, the setting LangGraph's docs
+give its connection); bench_pg_paths.py compares the first two more closely. LangGraph: a `StateGraph` with a
 `ToolNode` compiled with ``AsyncPostgresSaver`` (``ainvoke``, a psycopg ``AsyncConnection`` as its
 docs show) with ``durability="sync"``, so that both commit each step before the next starts
 (LangGraph's default, ``"async"``, overlaps the write with the next step). Without LangGraph
@@ -50,7 +52,7 @@ sys.path.insert(0, str(ROOT))
 from nbagent import Agent, tool  # noqa: E402
 from nbagent.models import FunctionModel, tool_call  # noqa: E402
 from nbagent.store import PostgresStore  # noqa: E402
-from tests.pgcluster import PgCluster, bin_dir  # noqa: E402
+from tests.pgcluster import bench_cluster  # noqa: E402
 
 LOOP = 50
 BLOCK = 10
@@ -76,8 +78,9 @@ def lookup(order: int) -> str:
 
 
 class NbagentRunner:
-    def __init__(self, url: str, tag: str, prepare_threshold: int | None = None) -> None:
-        self.store = PostgresStore(url, schema=f"bench_nbagent_{tag.lower()}", prepare_threshold=prepare_threshold)
+    def __init__(self, url: str, tag: str, direct: bool = False, prepare_threshold: int | None = None) -> None:
+        self.store = PostgresStore(url, schema=f"bench_nbagent_{tag.lower()}", direct=direct,
+                                   prepare_threshold=prepare_threshold)
         self.want = 1
 
         def model(messages: list[Any], info: Any) -> Any:
@@ -228,7 +231,9 @@ async def measure(runners: dict[str, tuple[Any, str]], runs: int, loops: int) ->
     }
 
 
-PREPARED = "nbagent (prepare_threshold=0)"
+DIRECT = "nbagent (direct=True)"
+"""nbagent with the calls every run makes sent to libpq directly (the default: psycopg's execute)."""
+PREPARED = "nbagent (direct, prepare_threshold=0)"
 """nbagent with statements prepared on the server, as LangGraph's connection is set up (its
 docs: ``prepare_threshold=0``); the default prepares none (PgBouncer's transaction mode)."""
 
@@ -241,8 +246,10 @@ async def main_async(url: str, quick: bool, label: str) -> None:
     runs, loops = (20, 2) if quick else (120, 8)
     print(f"\n{label}")
     nb = NbagentRunner(url, label[0])
-    nbp = NbagentRunner(url, label[0] + "p", prepare_threshold=0)
-    runners: dict[str, tuple[Any, str]] = {"nbagent PostgresStore": (nb, "nb"), PREPARED: (nbp, "nbp")}
+    nbd = NbagentRunner(url, label[0] + "d", direct=True)
+    nbp = NbagentRunner(url, label[0] + "p", direct=True, prepare_threshold=0)
+    runners: dict[str, tuple[Any, str]] = {"nbagent PostgresStore": (nb, "nb"), DIRECT: (nbd, "nbd"),
+                                           PREPARED: (nbp, "nbp")}
     try:
         lg = LangGraphRunner(url)
         await lg.open()
@@ -252,8 +259,8 @@ async def main_async(url: str, quick: bool, label: str) -> None:
     if lg is not None:
         runners["LangGraph AsyncPostgresSaver"] = (lg, f"lg{label[0]}")
     results = await measure(runners, runs, loops)
-    await nb.close()
-    await nbp.close()
+    for runner in (nb, nbd, nbp):
+        await runner.close()
     if lg is not None:
         await lg.close()
     print(f"{'framework':<36} | {'round trip':>11} | {'after a pause':>13} | {'per step (50)':>13} | "
@@ -263,7 +270,7 @@ async def main_async(url: str, quick: bool, label: str) -> None:
               f"{ms(r['step_at_10']):>13} | "
               f"{ms(r['step_at_1000']):>12} | {r['step_at_1000'] / r['step_at_10']:>9.2f}x")
     lgr = results.get("LangGraph AsyncPostgresSaver")
-    for name in ("nbagent PostgresStore", PREPARED):
+    for name in ("nbagent PostgresStore", DIRECT, PREPARED):
         nbr = results[name]
         if lgr is not None:
             print(f"{name} / LangGraph: round trip {nbr['round_trip'] / lgr['round_trip']:.2f}x "
@@ -276,13 +283,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     args = parser.parse_args()
-    binaries = bin_dir()
-    if binaries is None:
-        print("PostgreSQL is not installed (bash scripts/install_system_deps.sh): skipped")
-        return
-    cluster = PgCluster.create(binaries, durable=True)
-    try:
-        print(f"python {sys.version.split()[0]}, PostgreSQL from {binaries}, "
+    with bench_cluster() as cluster:
+        if cluster is None:
+            return
+        print(f"python {sys.version.split()[0]}, PostgreSQL from {cluster.bin}, "
               f"private cluster on 127.0.0.1:{cluster.port}")
         asyncio.run(main_async(cluster.url(), args.quick,
                                "A. server defaults (every commit waits for its WAL fsync: this disk's cost)"))
@@ -292,8 +296,6 @@ def main() -> None:
         os.environ["PGOPTIONS"] = "-c synchronous_commit=off"
         asyncio.run(main_async(cluster.url(), args.quick,
                                "B. synchronous_commit=off (the frameworks' own cost, without the disk)"))
-    finally:
-        cluster.stop()
 
 
 if __name__ == "__main__":

@@ -25,8 +25,8 @@ one run; CPU time is steadier than wall time). The summary gives nbagent / best 
 against the project's targets. Results: a markdown report on stdout and JSON in bench/results/.
 
 Afterwards the project's other benches (bench_store.py, bench_provider.py, bench_anthropic.py,
-bench_frames.py, bench_widget_traffic.py, bench_commit_floor.py, bench_postgres.py, bench_mcp.py,
-bench_cluster.py, bench_tracing.py, bench_context.py, bench_evals.py, bench_replay.py,
+bench_frames.py, bench_widget_traffic.py, bench_commit_floor.py, bench_postgres.py, bench_pg_paths.py,
+bench_mcp.py, bench_cluster.py, bench_tracing.py, bench_context.py, bench_evals.py, bench_replay.py,
 bench_responses.py) run as subprocesses when present (``--no-other`` skips them).
 
     python bench/run.py                         # everything (~10 min on 2 cores)
@@ -63,8 +63,8 @@ ROOT = BENCH.parent
 RESULTS = BENCH / "results"
 OTHER_BENCHES = (
     "bench_store.py", "bench_provider.py", "bench_anthropic.py", "bench_frames.py", "bench_widget_traffic.py",
-    "bench_commit_floor.py", "bench_postgres.py", "bench_mcp.py", "bench_cluster.py", "bench_tracing.py",
-    "bench_context.py", "bench_evals.py", "bench_replay.py", "bench_responses.py",
+    "bench_commit_floor.py", "bench_postgres.py", "bench_pg_paths.py", "bench_mcp.py", "bench_cluster.py",
+    "bench_tracing.py", "bench_context.py", "bench_evals.py", "bench_replay.py", "bench_responses.py",
 )
 OTHER_QUICK_ARGS = {  # what --quick passes on to each (their own smoke settings)
     "bench_frames.py": ["--rows", "100000", "--batch", "200"],

@@ -10,6 +10,7 @@ it too (tests/conftest_postgres.py wraps it in fixtures).
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import secrets
@@ -18,11 +19,12 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["INSTALL_HINT", "PgCluster", "bin_dir", "free_port"]
+__all__ = ["INSTALL_HINT", "PgCluster", "bench_cluster", "bin_dir", "free_port"]
 
 USER, DATABASE = "nbagent", "nbagent"
 INSTALL_HINT = "bash scripts/install_system_deps.sh (as root; installs Debian's postgresql and pgbouncer)"
@@ -165,3 +167,17 @@ class PgCluster:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def bench_cluster() -> Iterator[PgCluster | None]:
+    """A benchmark's cluster: durable (the server's default fsync settings), stopped at the end;
+    None, with a line saying so, when PostgreSQL is not installed."""
+    binaries = bin_dir()
+    if binaries is None:
+        print(f"PostgreSQL is not installed ({INSTALL_HINT}): skipped")
+        yield None
+        return
+    cluster = PgCluster.create(binaries, durable=True)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()

@@ -5,6 +5,12 @@ checkpoints, usage columns, the ledger, paused runs and decisions with who made 
 delete and prune, concurrent writers) is asserted the same way for each store. The PostgreSQL
 variant runs against the private cluster of tests/conftest_postgres.py (marker ``postgres``;
 ``NBAGENT_SKIP_POSTGRES=1`` skips it); durable-only tests skip `MemoryStore`.
+
+`PostgresStore` sends a load, an append and a run's start through psycopg's execute; with
+``direct=True`` it sends them to libpq directly. The tests of what those three calls carry
+(`direct_too`) also run on the direct way (kind ``postgres-direct``, statements prepared on the
+server); tests/test_store_postgres_direct.py has the rest of its targeted suite.
+``NBAGENT_PG_DIRECT=1`` runs this whole suite's ``postgres`` kind on the direct way.
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ KINDS = [
     pytest.param("memory", id="memory"),
     pytest.param("sqlite", id="sqlite"),
     pytest.param("postgres", id="postgres", marks=pytest.mark.postgres),
-    # The same calls on statements prepared on the server (the option for direct connections).
-    pytest.param("postgres-prepared", id="postgres-prepared", marks=pytest.mark.postgres),
-    # The same calls through psycopg's own execute (NBAGENT_PG_DIRECT=0: the plain path).
-    pytest.param("postgres-plain", id="postgres-plain", marks=pytest.mark.postgres),
 ]
 DURABLE = KINDS[1:]
+DIRECT = pytest.param("postgres-direct", id="postgres-direct", marks=pytest.mark.postgres)
+"""`PostgresStore(direct=True, prepare_threshold=0)`: a load, an append and a run's start sent to
+libpq directly, as statements prepared on the server."""
+direct_too = pytest.mark.parametrize("stores", [*KINDS, DIRECT], indirect=True)
+"""A test of what a load, an append or a run's start carries: also on the direct way."""
+direct_too_durable = pytest.mark.parametrize("durable", [*DURABLE, DIRECT], indirect=True)
 
 
 class Stores:
@@ -50,12 +58,8 @@ class Stores:
         if kind.startswith("postgres"):
             self.spec = request.getfixturevalue("postgres_url")
             self.schema = request.getfixturevalue("pg_schema")
-            if kind == "postgres-plain":
-                from nbagent.store.postgres import _libpq
-
-                monkeypatch = request.getfixturevalue("monkeypatch")
-                monkeypatch.setattr(_libpq, "DIRECT", False)
-                monkeypatch.setenv("NBAGENT_PG_DIRECT", "0")  # child processes too
+            if kind == "postgres-direct":
+                request.getfixturevalue("monkeypatch").setenv("NBAGENT_PG_DIRECT", "1")  # child processes too
         else:
             self.spec, self.schema = str(tmp_path / "store" / "threads.db"), ""
 
@@ -65,9 +69,10 @@ class Stores:
             return self.memory
         if self.kind == "sqlite":
             store = SQLiteStore(self.spec)
+        elif self.kind == "postgres-direct":
+            store = PostgresStore(self.spec, schema=self.schema, direct=True, prepare_threshold=0)
         else:
-            prepare = 0 if self.kind == "postgres-prepared" else None
-            store = PostgresStore(self.spec, schema=self.schema, prepare_threshold=prepare)
+            store = PostgresStore(self.spec, schema=self.schema)
         self.opened.append(store)
         return store
 
@@ -119,6 +124,7 @@ def add_then_answer(messages, info):  # type: ignore[no-untyped-def]
 
 
 # ---------------------------------------------------------------------- the protocol
+@direct_too
 async def test_append_load_round_trip(store: Store) -> None:
     calls = [ToolCall("c1", "add", '{"a": 1, "b": 2}')]
     v = await store.append("t", version=0, step=0, messages=[UserMessage("héllo ✓")], meta={"status": "running"})
@@ -142,6 +148,7 @@ async def test_append_load_round_trip(store: Store) -> None:
     assert await store.load("missing") is None
 
 
+@direct_too
 async def test_create_or_load_starts_a_new_thread_or_reads_the_stored_one(store: Store) -> None:
     """A run's first store call: the prompt and meta record are written only on a new thread;
     a stored thread comes back as it is, with nothing written (its version unchanged)."""
@@ -157,6 +164,7 @@ async def test_create_or_load_starts_a_new_thread_or_reads_the_stored_one(store:
     assert [c.messages for c in await store.checkpoints("t")] == [1, 2]
 
 
+@direct_too_durable
 async def test_a_thread_started_by_two_writers_at_once_is_written_once(durable: Stores) -> None:
     """Two kernels send the first prompt of one thread at once: one starts it, the other gets it
     as stored (and its run then continues it, or refuses while the first runs)."""
@@ -168,6 +176,7 @@ async def test_a_thread_started_by_two_writers_at_once_is_written_once(durable: 
     assert loaded is not None and loaded.version == 1 and len(loaded.messages) == 1
 
 
+@direct_too
 async def test_conflict_names_thread_and_both_versions(store: Store) -> None:
     v = await store.append("t", version=0, step=0, messages=[UserMessage("a")])
     await store.append("t", version=v, step=0, messages=[UserMessage("b")])
@@ -304,6 +313,7 @@ async def test_prune_deletes_what_was_not_written_since(store: Store) -> None:
 
 
 # ---------------------------------------------------------------------- the agent on the store
+@direct_too
 async def test_paused_run_decisions_and_who_decided_survive_a_new_store_object(stores: Stores) -> None:
     model = ScriptedModel([[tool_call("add", a=1, b=2), tool_call("refund", order=7), tool_call("refund", order=8)],
                            "done"])
@@ -467,6 +477,7 @@ asyncio.run(main(*sys.argv[1:]))
 """
 
 
+@direct_too_durable
 async def test_many_writers_in_processes_never_lose_an_update(durable: Stores) -> None:
     first = durable.new()
     await first.append("shared", version=0, step=0, messages=[UserMessage("start")])
@@ -595,6 +606,7 @@ def echo(text: str, ctx: RunContext[dict[str, Any]]) -> str:
     return text
 
 
+@direct_too
 @pytest.mark.parametrize("name", EDGE_TEXTS)
 async def test_every_text_is_kept_exactly_in_prompt_arguments_result_answer_and_state(
     stores: Stores, name: str
@@ -626,6 +638,7 @@ async def test_every_text_is_kept_exactly_in_prompt_arguments_result_answer_and_
     assert "answer: " in (await stores.new().checkpoints("t"))[-1].last_message
 
 
+@direct_too
 async def test_a_ten_megabyte_result_and_a_lone_surrogate_are_stored_alike_everywhere(stores: Stores) -> None:
     """A 10 MB result is kept whole; a lone surrogate (which UTF-8 cannot encode) is replaced
     before any store sees it, the same way for every store."""
@@ -645,6 +658,7 @@ async def test_a_ten_megabyte_result_and_a_lone_surrogate_are_stored_alike_every
     assert contents == [big, "half \ufffd of an emoji"]
 
 
+@direct_too
 @pytest.mark.parametrize("how", ["tasks", "os-threads"])
 async def test_a_run_refused_with_a_conflict_leaves_no_trace(stores: Stores, how: str) -> None:
     """Twelve runs start at once on one thread (as tasks of twelve kernels, or from twelve OS

@@ -2,13 +2,13 @@
 PgBouncer in transaction mode, lost connections, pickling, and the store picked by URL.
 
 The protocol itself is asserted in tests/test_store_contract.py; crashes and two kernels at once
-in tests/test_store_faults.py. All of these use the private cluster of tests/conftest_postgres.py.
+in tests/test_store_faults.py; the direct way of sending a run's calls (``direct=True``) in
+tests/test_store_postgres_direct.py. All of these use the private cluster of tests/conftest_postgres.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import pickle
 import subprocess
 import sys
@@ -23,9 +23,7 @@ from nbagent import Agent, tool
 from nbagent.exceptions import (
     StoreConnectionError,
     StoreError,
-    StoreReadOnlyError,
     StoreVersionError,
-    UserError,
 )
 from nbagent.messages import UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
@@ -347,168 +345,6 @@ async def test_a_commit_whose_answer_was_lost_is_not_written_twice(
     await store.close()
 
 
-# ---------------------------------------------------------------------- the calls sent to libpq directly
-# A load, an append and a run's start skip psycopg's execute (nbagent/store/postgres/_libpq.py):
-# these pin what psycopg did for them before.
-async def test_a_nul_character_is_refused_with_a_store_error_and_nothing_is_written(
-    postgres_url: str, pg_schema: str
-) -> None:
-    """libpq reads a text parameter up to its first NUL: "a\\x00b" would silently become "a"."""
-    store = PostgresStore(postgres_url, schema=pg_schema)
-    for call in (store.append("a\x00b", version=0, step=0, messages=[UserMessage("x")]),
-                 store.create_or_load("a\x00b", messages=[UserMessage("x")]), store.load("a\x00b")):
-        with pytest.raises(StoreError, match="cannot contain NUL"):
-            await call
-    assert await store.threads() == []
-    await store.close()
-
-
-async def test_a_call_cancelled_while_the_server_works_leaves_nothing_for_the_next_call(
-    postgres_url: str, pg_schema: str
-) -> None:
-    """A load cancelled while its statement waits for a lock: its connection is not used again
-    (the next call on it would read the cancelled statement's answer, or fail)."""
-    store = PostgresStore(postgres_url, schema=pg_schema, pool_size=1)
-    for thread in "ab":
-        await store.append(thread, version=0, step=0, messages=[UserMessage(thread.upper())])
-    locker = await psycopg.AsyncConnection.connect(postgres_url)  # a transaction: holds the lock
-    await locker.execute(f'LOCK TABLE "{pg_schema}".threads IN ACCESS EXCLUSIVE MODE')
-    with pytest.raises(asyncio.TimeoutError):
-        await asyncio.wait_for(store.load("a"), 0.5)
-    await locker.rollback()
-    await locker.close()
-    loaded = await store.load("b")
-    assert loaded is not None and [m.content for m in loaded.messages] == ["B"]  # type: ignore[union-attr]
-    assert await store.append("b", version=1, step=1, messages=[UserMessage("C")]) == 2
-    await store.close()
-
-
-async def test_the_servers_error_keeps_its_kind_read_only_database(
-    postgres_server: PgCluster, postgres_url: str, pg_schema: str
-) -> None:
-    writer = PostgresStore(postgres_url, schema=pg_schema)
-    await writer.append("t", version=0, step=0, messages=[UserMessage("one")])
-    await writer.close()
-    url = postgres_url + "?options=-c%20default_transaction_read_only%3Don"
-    store = PostgresStore(url, schema=pg_schema)
-    loaded = await store.load("t")
-    assert loaded is not None and loaded.version == 1
-    for call in (store.append("t", version=1, step=1, messages=[UserMessage("two")]),
-                 store.create_or_load("new", messages=[UserMessage("x")])):
-        with pytest.raises(StoreReadOnlyError, match=r"cannot be written: .*read-only transaction") as info:
-            await call
-        assert postgres_server.password not in str(info.value)
-    await store.close()
-
-
-async def test_a_statement_larger_than_the_sockets_buffer_is_sent_in_pieces(postgres_url: str) -> None:
-    """A send buffer of a few kilobytes: libpq takes the statement in many flushes, the loop
-    waiting for the socket between them, and the answer is still the statement's."""
-    import socket
-
-    from nbagent.store.postgres._libpq import value
-
-    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
-    try:
-        sock = socket.socket(fileno=conn.pgconn.socket)
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
-        finally:
-            sock.detach()  # the socket stays libpq's
-        text = "é" * 3_000_000
-        assert await value(conn, b"SELECT length($1::text)", [text]) == b"3000000"
-        digest = hashlib.md5(text.encode()).hexdigest().encode()
-        assert await value(conn, b"SELECT md5($1::text)", [text]) == digest
-    finally:
-        await conn.close()
-
-
-async def test_prepare_threshold_prepares_a_statement_after_that_many_runs_and_again_when_the_server_lost_it(
-    postgres_url: str,
-) -> None:
-    from nbagent.store.postgres._libpq import value
-
-    async def prepared(conn: psycopg.AsyncConnection[Any]) -> list[str]:
-        rows = await (await conn.execute("SELECT name FROM pg_prepared_statements ORDER BY name")).fetchall()
-        return [r[0] for r in rows]
-
-    conn = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
-    try:
-        sql = b"SELECT 10 / $1::integer"
-        for _ in range(2):
-            assert await value(conn, sql, [5], prepare_threshold=2) == b"2"
-        assert await prepared(conn) == []
-        assert await value(conn, sql, [2], prepare_threshold=2) == b"5"
-        names = await prepared(conn)
-        assert len(names) == 1 and names[0].startswith("nbagent_")
-        with pytest.raises(psycopg.errors.DivisionByZero):  # the server's error, as unprepared
-            await value(conn, sql, [0], prepare_threshold=2)
-        await conn.execute("DEALLOCATE ALL")  # what a pooler moving the session would leave
-        assert await value(conn, sql, [1], prepare_threshold=2) == b"10"
-        assert await prepared(conn) == names
-        assert await value(conn, b"SELECT 3", [], prepare_threshold=None) == b"3"
-        assert await prepared(conn) == names  # None: never prepared
-    finally:
-        await conn.close()
-
-
-async def test_a_store_with_prepare_threshold_0_runs_pauses_and_resumes_on_prepared_calls(
-    postgres_url: str, pg_schema: str
-) -> None:
-    store = PostgresStore(postgres_url, schema=pg_schema, prepare_threshold=0, pool_size=1)
-    agent = Agent(paused_then_done(), tools=[refund], store=store)
-    paused = await agent.run("refund 7", thread="p")
-    done = await agent.resume(thread="p", approve=paused.pending)
-    assert done.status == "completed" and done.output == "Refunded."
-
-    async def names(conn: Any, _: int) -> list[str]:
-        sql = "SELECT statement FROM pg_prepared_statements WHERE name LIKE 'nbagent\\_%'"
-        rows = await (await conn.execute(sql)).fetchall()
-        return sorted(r[0].split(".")[1].split("(")[0] for r in rows)
-
-    assert await store._db.run(names) == ["append_step", "begin_thread", "load_thread"]
-    with pytest.raises(UserError, match="prepare_threshold must be None or a number >= 0"):
-        PostgresStore(postgres_url, prepare_threshold=-1)
-    await store.close()
-
-
-def test_a_run_over_tls_with_megabytes_of_text_is_stored_whole() -> None:
-    """Over SSL a statement is sent in several pieces and an answer read in several (libpq's TLS
-    records): a 4 MB prompt and 1 MB tool results go in, and come back, whole."""
-    from tests.pgcluster import bin_dir
-
-    binaries = bin_dir()
-    assert binaries is not None
-    cluster = PgCluster.create(binaries, tls=True)
-    try:
-        url = cluster.url() + "?sslmode=require"
-        with psycopg.connect(url) as conn:
-            assert conn.pgconn.ssl_in_use
-
-        @tool
-        def page(n: int) -> str:
-            """A big page."""
-            return "é" * 1_000_000
-
-        model = FunctionModel(lambda messages, info: tool_call("page", n=1) if messages[-1].kind != "tool-result"
-                              or sum(m.kind == "tool-result" for m in messages) < 2 else "done")
-
-        async def main() -> list[int]:
-            store = PostgresStore(url)
-            result = await Agent(model, tools=[page], store=store).run("x" * 4_000_000, thread="big")
-            assert result.status == "completed", result.error
-            await store.close()
-            reader = PostgresStore(url)  # a new store: read back from the server
-            loaded = await reader.load("big")
-            await reader.close()
-            assert loaded is not None
-            return [len(m.content) for m in loaded.messages if m.kind != "assistant"]  # type: ignore[union-attr]
-
-        assert asyncio.run(main()) == [4_000_000, 1_000_000, 1_000_000]
-    finally:
-        cluster.stop()
-
-
 # ---------------------------------------------------------------------- choosing the store
 def test_nbagent_store_takes_a_postgres_url(postgres_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     from nbagent.store import default_store
@@ -611,44 +447,15 @@ def test_each_event_loop_has_its_own_connections_closed_when_it_shuts_down(postg
     asyncio.run(store.close())
 
 
-async def test_the_plain_path_sends_the_calls_through_psycopg(
-    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """NBAGENT_PG_DIRECT=0 (`_libpq.DIRECT` False): a load, an append and a run's start go through
-    psycopg's own execute, and a run behaves the same."""
-    from nbagent.store.postgres import _libpq
-
-    calls: list[bytes] = []
-    plain = _libpq._through_psycopg
-
-    async def counted(conn: Any, sql: bytes, values: Any) -> bytes | None:
-        calls.append(sql)
-        return await plain(conn, sql, values)
-
-    monkeypatch.setattr(_libpq, "DIRECT", False)
-    monkeypatch.setattr(_libpq, "_through_psycopg", counted)
-    store = PostgresStore(postgres_url, schema=pg_schema, pool_size=1)
-    agent = Agent(paused_then_done(), tools=[refund], store=store)
-    paused = await agent.run("refund 7", thread="p")
-    done = await agent.resume(thread="p", approve=paused.pending)
-    await store.close()
-    assert done.status == "completed" and done.output == "Refunded."
-    kinds = {sql.split(b"(")[0].split(b".")[-1] for sql in calls}
-    assert {b"begin_thread", b"append_step", b"load_thread"} <= kinds
-
-
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "plain"])
 async def test_connections_terminated_while_runs_go_on_are_ridden_over(
-    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, direct: bool
+    postgres_url: str, pg_schema: str, direct: bool
 ) -> None:
     """`pg_terminate_backend` on the store's connections, again and again, while five runs go on:
-    every run completes with every step stored (docs/threads.md, "Lost connections")."""
+    every run completes with every step stored (docs/threads.md, "Lost connections"), on both
+    ways of sending a run's calls."""
     import threading
     import time
-
-    from nbagent.store.postgres import _libpq
-
-    monkeypatch.setattr(_libpq, "DIRECT", direct)
 
     @tool
     async def step(n: int) -> str:
@@ -660,7 +467,7 @@ async def test_connections_terminated_while_runs_go_on_are_ridden_over(
         done = sum(1 for m in messages if m.kind == "tool-result")
         return tool_call("step", n=done) if done < 4 else "done"
 
-    store = PostgresStore(postgres_url, schema=pg_schema)  # its first use (the schema check) among the cuts
+    store = PostgresStore(postgres_url, schema=pg_schema, direct=direct)  # its first use among the cuts
     stop, cuts = threading.Event(), [0]
 
     def cutter() -> None:
@@ -711,15 +518,13 @@ async def test_a_connection_lost_during_the_first_use_schema_check_is_tried_agai
 
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "plain"])
 async def test_a_socket_cut_at_any_statement_of_a_run_loses_and_repeats_nothing(
-    postgres_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, direct: bool
+    postgres_url: str, pg_schema: str, direct: bool
 ) -> None:
     """A proxy resets the store's connection at the n-th message it sends, for every n of a
     two-tool run after the store's first use: each run completes, each tool ran once, and the
-    stored thread holds each step once."""
-    from nbagent.store.postgres import _libpq
+    stored thread holds each step once, on both ways of sending a run's calls."""
     from tests.cut_proxy import CutProxy
 
-    monkeypatch.setattr(_libpq, "DIRECT", direct)
     ran: list[str] = []
 
     @tool
@@ -729,7 +534,7 @@ async def test_a_socket_cut_at_any_statement_of_a_run_loses_and_repeats_nothing(
         return f"order {order}"
 
     with CutProxy(int(postgres_url.rsplit(":", 1)[1].split("/")[0])) as proxy:
-        store = PostgresStore(proxy.url(postgres_url), schema=pg_schema, wait_s=10)
+        store = PostgresStore(proxy.url(postgres_url), schema=pg_schema, wait_s=10, direct=direct)
         await store.threads()  # the schema check: every message after this one may be cut
         first = proxy.sent
         n, thread = 0, ""
@@ -755,24 +560,23 @@ async def test_a_socket_cut_at_any_statement_of_a_run_loses_and_repeats_nothing(
     await check.close()
 
 
-@pytest.mark.parametrize("direct", [True, False], ids=["direct", "plain"])
-@pytest.mark.parametrize("prepare", [None, 0], ids=["unprepared", "prepare_threshold=0"])
+@pytest.mark.parametrize(("direct", "prepare"), [(False, None), (True, None), (True, 0)],
+                         ids=["plain", "direct", "direct-prepare_threshold=0"])
 async def test_pgbouncer_transaction_mode_with_and_without_prepared_statements(
-    pgbouncer_url: str, pg_schema: str, monkeypatch: pytest.MonkeyPatch, direct: bool, prepare: int | None
+    pgbouncer_url: str, pg_schema: str, direct: bool, prepare: int | None
 ) -> None:
-    """Through PgBouncer in transaction mode (server sessions shared by clients), with or without
-    prepared statements, on both paths: twelve kernels' worth of store objects, each running
-    threads and reading listings, usage and checkpoints, all complete. (It failed with psycopg's
-    ``prepared statement "_pg3_0" already exists``.)"""
-    from nbagent.store.postgres import _libpq
+    """Through PgBouncer in transaction mode (server sessions shared by clients), on both ways of
+    sending a run's calls, the direct one with or without prepared statements: twelve kernels'
+    worth of store objects, each running threads and reading listings, usage and checkpoints, all
+    complete. (It failed with psycopg's ``prepared statement "_pg3_0" already exists``.)"""
 
     @tool
     def add(a: int, b: int) -> int:
         """Add."""
         return a + b
 
-    monkeypatch.setattr(_libpq, "DIRECT", direct)
-    stores = [PostgresStore(pgbouncer_url, schema=pg_schema, prepare_threshold=prepare) for _ in range(12)]
+    stores = [PostgresStore(pgbouncer_url, schema=pg_schema, direct=direct, prepare_threshold=prepare)
+              for _ in range(12)]
 
     async def kernel(i: int) -> None:
         store = stores[i]

@@ -13,8 +13,8 @@ The work is split by responsibility into private modules, each importing only th
 - `_records`: the JSON an append sends and a load decodes;
 - `_copy`: the rows of a fork (`PostgresStore.copy`);
 - `_leases`: the leases of the runs going on here, and their heartbeat thread;
-- `_libpq`: one statement sent to libpq directly (a load, an append, a run's start: the calls
-  every run makes);
+- `_libpq`: the calls every run makes (a load, an append, a run's start), one statement each,
+  through psycopg's execute or (``direct=True``) to libpq directly;
 - `_database`: the connections of each event loop (psycopg's asyncio connection, no worker
   thread), retries, errors;
 - `_store`: the `PostgresStore` class.

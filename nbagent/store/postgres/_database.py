@@ -10,8 +10,9 @@ exceptions; psycopg is imported on first use only.
 Every store call is one coroutine of a connection (`Database.run`) on psycopg's asyncio
 connection, on the caller's own event loop: no worker thread in between, so a call costs one
 round trip to the server and no thread wake-ups (a thread hop cost 0.1-0.3 ms a call, more than
-the statement). The calls every run makes (a load, an append, a run's start) send their one
-statement through the connection's libpq handle (`_libpq`); the others use psycopg's execute.
+the statement). The calls every run makes (a load, an append, a run's start) go through
+`_libpq` (psycopg's execute, or with ``direct=True`` the connection's libpq handle); the others
+use psycopg's execute.
 
 Connections are kept per event loop (a connection belongs to the loop that opened it) in
 autocommit mode, so a single statement is a transaction by itself: this is what
@@ -143,7 +144,6 @@ class Database:
         display: str,
         migrate: bool,
         pool_size: int,
-        prepare_threshold: int | None,
         wait_s: float,
         lease_s: float,
     ) -> None:
@@ -153,7 +153,6 @@ class Database:
         self.display = display
         self.migrate = migrate
         self.pool_size = pool_size
-        self.prepare_threshold = prepare_threshold
         self.wait_s = wait_s
         self.lease_s = lease_s
         self.lock = threading.Lock()

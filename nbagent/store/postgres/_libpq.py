@@ -1,35 +1,39 @@
-"""One statement on libpq directly: the path of the calls every run makes (a load, an append, a
-run's start).
+"""The calls every run makes (a load, an append, a run's start): one statement each, sent
+through psycopg's own execute (the default) or, with ``PostgresStore(direct=True)``, to libpq
+directly.
 
-Owns `value` (send one statement with text parameters on a connection's libpq handle, wait for
-its socket on the running event loop, return the one value it gives) and `params` (the text form
-of those parameters). Imports psycopg's ``pq`` and ``errors`` only (psycopg's own binding of
-libpq, so the connection is the same object), on first use.
+Owns `Sender` (which of the two ways one store's calls take), `plain_value` and `value` (one
+statement with text parameters, its one text value back, each way), `params` (the text form of
+those parameters), `direct_default` (``NBAGENT_PG_DIRECT``) and `direct_usable` (the check of
+psycopg's version the direct way needs). Imports psycopg (its documented API: ``pq``, psycopg's
+own binding of libpq, so the connection is the same object; ``errors.lookup``) on first use.
 
-Why not ``AsyncConnection.execute``: a store call is one short statement whose answer is one text
-value, and psycopg's general path (a cursor, adapters for each parameter, converting the query,
-loaders for the result, a lock) cost about 0.1 ms of CPU a call, as much as the server's work.
-Here a call is: send the statement, wait until the socket is readable, read the result. psycopg
-still opens every connection (authentication, SSL, options), runs every other statement, and
-its errors are the ones raised (`psycopg.errors` from the server's answer, ``OperationalError``
-when the connection is lost), so the store's retries and messages are the same. The connections
-are opened with ``client_encoding=UTF8``, the encoding of the text sent and read here.
+Why psycopg's execute is the default (measured with `bench/bench_pg_paths.py` on 2026-12-07;
+bench/README.md, "Fast paths"): sending the statement straight to libpq saves psycopg's cursor,
+adapters, query conversion and result loaders, about a third of the client's CPU a call (0.07-0.25
+ms there), 18-25% of a tool round trip's CPU against an instant fake model, and at most 2.5% of a
+step whose model takes 0.2 s to answer: nothing a user of a real model sees. For that it
+rests on psycopg's low-level ``pq`` objects, needs the loop's ``add_reader`` (psycopg's own
+waiting needs it too: it refuses Windows' ``ProactorEventLoop`` either way), and is one more way
+to test. So the direct way is opt-in, for whoever wants those percent, and guarded: it runs only
+on the psycopg releases it is tested with (`TESTED`); on another, the store falls back to
+psycopg's execute and says so once (`RuntimeWarning`), since both ways give the same results and
+a routine upgrade of psycopg must not stop a team's store.
 
-The plain path: ``NBAGENT_PG_DIRECT=0`` in the environment (or `DIRECT` set to False, read at
-each call) sends these calls through psycopg's own ``execute`` (an ``AsyncRawCursor``: the same
-``$n`` statements, never prepared) instead; everything else stays the same. The
-store contract suite runs on both paths. Measured on 2026-12-02 (`bench/bench_postgres.py
---quick`, two runs each, interleaved): a tool round trip takes 2.2-2.4 ms direct and 2.9-3.8 ms
-plain, 0.23-0.24x and 0.31-0.32x of LangGraph's (the project's bar is 0.3x); bench/README.md,
-"Fast paths".
+The direct way: send the statement, wait until the socket is readable, read the result. psycopg
+still opens every connection (authentication, SSL, options) and runs every other statement; its
+errors are the ones raised (the `psycopg.errors` class of the server's SQLSTATE, looked up with
+the documented ``errors.lookup``; ``OperationalError`` when the connection is lost), so the
+store's retries and messages are the same. The connections are opened with
+``client_encoding=UTF8``, the encoding of the text sent and read here.
 
-Prepared statements follow the store's ``prepare_threshold`` (on the direct path; psycopg's
+Prepared statements follow the store's ``prepare_threshold``, on the direct way only (psycopg's
 own prepared statements are off on every connection, since their names, ``_pg3_0``, ... per
-connection, collide where a pooler shares server sessions): None (the default) prepares
-nothing on the server; a number *n* prepares a statement on a connection once it has run there
-*n* times (0: at once), which saves the server parsing and planning the call each time (6-8% of
-a tool round trip here). A prepared statement is named after its text (``nbagent_<hash>``), so
-two clients that share a server session can only ever find the same statement under a name; one
+connection, collide where a pooler shares server sessions): None (the default) prepares nothing
+on the server; a number *n* prepares a statement on a connection once it has run there *n* times
+(0: at once), which saves the server parsing and planning the call each time (6-8% of a tool
+round trip here). A prepared statement is named after its text (``nbagent_<hash>``), so two
+clients that share a server session can only ever find the same statement under a name; one
 the server no longer has is prepared again. When it is gone again at once, a pooler in
 transaction mode without prepared-statement support (PgBouncer before 1.21, or without
 ``max_prepared_statements``) sits in between: that connection then runs its calls unprepared,
@@ -41,16 +45,17 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import warnings
 import weakref
 from collections.abc import Iterable
 from typing import Any
 
-__all__ = ["DIRECT", "params", "value"]
+__all__ = ["TESTED", "Sender", "direct_default", "direct_usable", "params", "plain_value", "value"]
 
-DIRECT = os.environ.get("NBAGENT_PG_DIRECT", "1").strip() != "0"
-"""Whether a load, an append and a run's start go to libpq directly (the default) or through
-psycopg's ``execute`` (``NBAGENT_PG_DIRECT=0``): see the module docstring."""
+TESTED = ((3, 2), (3, 3))
+"""The psycopg releases (major, minor) the direct way is tested with: 3.2.13 and 3.3.9, by
+tests/test_store_postgres_direct.py. Another release, older or newer, gets psycopg's execute."""
 
 _TUPLES_OK = 2
 """libpq's PGRES_TUPLES_OK (``psycopg.pq.ExecStatus.TUPLES_OK``)."""
@@ -58,6 +63,8 @@ _COMMAND_OK = 1
 """PGRES_COMMAND_OK: a statement that returns no rows."""
 _SQLSTATE = ord("C")
 """libpq's PG_DIAG_SQLSTATE (``psycopg.pq.DiagnosticField.SQLSTATE``)."""
+_SEVERITY = ord("S")
+"""PG_DIAG_SEVERITY: ``ERROR``, ``FATAL``, ... (in the server's language), which leads the message."""
 _NO_SUCH_STATEMENT = b"26000"
 """SQLSTATE invalid_sql_statement_name: the server has no prepared statement of that name."""
 _ALREADY_PREPARED = b"42P05"
@@ -70,6 +77,53 @@ _uses: weakref.WeakKeyDictionary[Any, dict[bytes, int]] = weakref.WeakKeyDiction
 """Per connection: how many times each statement ran there, or -1 once it is prepared there."""
 _pooled: weakref.WeakSet[Any] = weakref.WeakSet()
 """Connections found behind a pooler that loses prepared statements: nothing is prepared there."""
+_usable: bool | None = None
+"""Whether this process's psycopg is one of `TESTED` (None until a direct call asks)."""
+
+
+def direct_default() -> bool:
+    """``NBAGENT_PG_DIRECT=1`` in the environment: stores made without ``direct=`` (as
+    ``NBAGENT_STORE=postgresql://...`` makes them) send their calls to libpq directly."""
+    return os.environ.get("NBAGENT_PG_DIRECT", "").strip() == "1"
+
+
+def direct_usable() -> bool:
+    """Whether the direct way may run in this process: psycopg is one of the `TESTED` releases.
+    Otherwise a `RuntimeWarning` says so, once per process, and the stores that asked for it use
+    psycopg's execute."""
+    global _usable
+    if _usable is None:
+        import psycopg
+
+        found = tuple(int(part) for part in re.findall(r"\d+", psycopg.__version__)[:2])
+        _usable = found in TESTED
+        if not _usable:
+            tested = ", ".join(f"{major}.{minor}" for major, minor in TESTED)
+            warnings.warn(
+                f"PostgresStore(direct=True): psycopg {psycopg.__version__} is not a release the direct "
+                f"way was tested with ({tested}); the store sends its calls through psycopg's own execute "
+                "instead (the same results, about 0.1 ms more CPU a call, and no prepare_threshold). "
+                "Pin psycopg to a tested release, or upgrade nbagent, to have it back",
+                RuntimeWarning, stacklevel=3)
+    return _usable
+
+
+class Sender:
+    """How one store's load, append and run's start reach the server: `direct` (libpq, with
+    `prepare_threshold`) while this process's psycopg allows it (`direct_usable`), else
+    psycopg's execute."""
+
+    __slots__ = ("direct", "prepare_threshold")
+
+    def __init__(self, direct: bool, prepare_threshold: int | None) -> None:
+        self.direct = direct
+        self.prepare_threshold = prepare_threshold
+
+    async def value(self, conn: Any, sql: bytes, values: Iterable[Any]) -> bytes | None:
+        """The first column of the first row of `sql` run with `values` (see `value`)."""
+        if self.direct and direct_usable():
+            return await value(conn, sql, values, self.prepare_threshold)
+        return await plain_value(conn, sql, values)
 
 
 def params(values: Iterable[Any]) -> list[bytes | None]:
@@ -103,10 +157,10 @@ async def value(
     conn: Any, sql: bytes, values: Iterable[Any], prepare_threshold: int | None = None
 ) -> bytes | None:
     """Run `sql` (``$1``-style placeholders) with the parameters `values` (None, str, bool, int,
-    float) on the psycopg connection `conn` (in autocommit mode, idle, used by nobody else) and
-    return the first column of its first row as UTF-8 text (None for no row or NULL). With a
-    `prepare_threshold`, the statement is prepared on `conn` once it has run there that many
-    times (see the module). `DIRECT` False: through psycopg's ``execute`` instead.
+    float) on the libpq handle of the psycopg connection `conn` (in autocommit mode, idle, used by
+    nobody else) and return the first column of its first row as UTF-8 text (None for no row or
+    NULL): the direct way. With a `prepare_threshold`, the statement is prepared on `conn` once
+    it has run there that many times (see the module).
 
     Cancelled while it waits, the connection is left in the middle of the statement (not idle):
     its owner closes it instead of using it again.
@@ -115,8 +169,6 @@ async def value(
         psycopg.Error: the server's error (its `psycopg.errors` class, with ``sqlstate``), or
             ``OperationalError`` when the connection was lost.
     """
-    if not DIRECT:
-        return await _through_psycopg(conn, sql, values)
     args = params(values)
     if prepare_threshold is None:
         conn.pgconn.send_query_params(sql, args)
@@ -153,8 +205,13 @@ async def value(
     return _value(results)
 
 
-async def _through_psycopg(conn: Any, sql: bytes, values: Iterable[Any]) -> bytes | None:
-    """`value` through psycopg's own execute: the plain path (nothing prepared)."""
+async def plain_value(conn: Any, sql: bytes, values: Iterable[Any]) -> bytes | None:
+    """`value` through psycopg's own execute (an ``AsyncRawCursor``: the same ``$n`` statement,
+    never prepared): the default way.
+
+    Raises:
+        psycopg.Error: as `value`; also ``DataError`` for a text that holds a NUL character.
+    """
     import psycopg
 
     cursor = psycopg.AsyncRawCursor(conn)
@@ -201,11 +258,31 @@ def _value(results: list[Any]) -> bytes | None:
         return first.get_value(0, 0) if first.ntuples else None  # type: ignore[no-any-return]
     if first is not None and first.status == _COMMAND_OK:
         return None
+    raise _error(first)
+
+
+def _error(result: Any) -> Exception:
+    """The server's error in `result` (None: no result at all) as psycopg raises it: the
+    `psycopg.errors` class of its SQLSTATE (``errors.lookup``, documented), its message without
+    the leading severity. A SQLSTATE psycopg has no class for gives ``DatabaseError`` with that
+    ``sqlstate``, which is all the store reads of it."""
     from psycopg import errors
 
-    if first is None:
-        raise errors.InterfaceError("the server sent no result")
-    raise errors.error_from_result(first, encoding="utf-8")
+    if result is None:
+        return errors.InterfaceError("the server sent no result")
+    state = (result.error_field(_SQLSTATE) or b"").decode("ascii", "replace")
+    message = result.error_message.decode("utf-8", "replace").strip()
+    severity = (result.error_field(_SEVERITY) or b"").decode("utf-8", "replace")
+    if severity and message.startswith(severity + ":"):
+        message = message[len(severity) + 1:].strip()
+    try:
+        kind = errors.lookup(state)
+    except KeyError:
+        kind = errors.DatabaseError
+    error = kind(message or "no error details available")
+    if not error.sqlstate and state:
+        error.sqlstate = state
+    return error
 
 
 async def _ready(loop: asyncio.AbstractEventLoop, fd: int, writing: bool = False) -> None:

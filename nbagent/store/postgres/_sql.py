@@ -75,7 +75,7 @@ class Statements:
         self.checkpoints = fill(f"SELECT {CHECKPOINT_NAMES} FROM {{s}}.checkpoints WHERE thread = %s ORDER BY version")
         self.last_checkpoints = fill(LAST_CHECKPOINTS)
         self.head = fill("SELECT version, last_write FROM {s}.threads WHERE id = %s")
-        # The three calls every run makes go to libpq directly (`_libpq`): $n placeholders, bytes.
+        # The three calls every run makes go through `_libpq` (either way): $n placeholders, bytes.
         self.load_call = fill("SELECT {s}.load_thread($1::text)").encode()
         self.append_call = _call(schema, "append_step", APPEND_ARGS)
         self.begin_call = _call(schema, "begin_thread", BEGIN_ARGS)
