@@ -3,8 +3,9 @@
 A provider supplies three parts (docs/architecture.md, "How to add a provider"):
 
 - its wire: `HTTPModel.request_params` (nbagent's request in, one call's keywords or JSON out),
-  `HTTPModel._send` (one whole answer's HTTP response), `HTTPModel._send_stream` (a started
-  stream, as a `Streamed`) and `HTTPModel._make_client` (its SDK's client, or an HTTP client);
+  `HTTPModel._make_client` (its SDK's client, or an HTTP client) and the sends: on an official
+  SDK, `HTTPModel._resource` (``client.messages``); on a plain HTTP client, `HTTPModel._send`
+  (one whole answer's HTTP response) and `HTTPModel._send_stream` (a started stream, as a `Streamed`);
 - its readers, sans-IO: `HTTPModel.read_stream` (a stream's events, or its bytes, in; text
   deltas, `ReasoningText` deltas and last the `ModelResponse` out), `HTTPModel.read_answer` (a
   whole answer's JSON in) and, when it can, `HTTPModel.body_events` (event-stream text that came
@@ -106,7 +107,7 @@ class HTTPModel(Travelling, Model):
     """The base of a model behind an HTTP API (see the module docstring for what a subclass gives).
 
     Args:
-        model_name: the model to ask for.
+        model_name: the model to ask for (`_default_model_name` when None or "").
         provider: the name written to usage rows and used for prices.
         base_url: the server's URL; default ``$<base_url_variable>``, else the client's own default.
         api_key: default ``$<key_variable>``. Never shown in reprs, messages, events, usage rows
@@ -137,7 +138,7 @@ class HTTPModel(Travelling, Model):
 
     def __init__(
         self,
-        model_name: str,
+        model_name: str | None,
         *,
         provider: str,
         base_url: str | None = None,
@@ -151,7 +152,7 @@ class HTTPModel(Travelling, Model):
         context_window: int | None = None,
     ) -> None:
         name = type(self).__name__
-        self.model_name = model_name
+        self.model_name = model_name or self._default_model_name()
         self._context_window = check_context_window(f"{name}(context_window=...)", context_window)
         self.provider = provider
         self.settings: dict[str, Any] = dict(settings or {})
@@ -172,6 +173,11 @@ class HTTPModel(Travelling, Model):
                 key = self._no_key()
         self._api_key = _Secret(key or "")
         self._init_clients()
+
+    def _default_model_name(self) -> str:
+        """The model's name when none was given: raise `UserError` (default), or read it from
+        the environment (``OPENAI_MODEL``)."""
+        raise UserError(f"{type(self).__name__} needs a model name: {type(self).__name__}('<model name>')")
 
     def _check_settings(self, settings: Mapping[str, Any]) -> None:
         """Raise `UserError` for a setting the provider does not take (default: take any)."""
@@ -201,15 +207,23 @@ class HTTPModel(Travelling, Model):
         """One call's keyword arguments (or JSON body) for `request`, without the key."""
         raise NotImplementedError
 
+    def _resource(self, client: Any) -> Any:
+        """The SDK resource whose ``create`` makes the call (``client.messages``,
+        ``client.chat.completions``), for a provider on one of the official SDKs: its
+        ``with_raw_response.create`` and ``create(stream=True)`` are the sends. A provider on a
+        plain HTTP client writes `_send` and `_send_stream` instead."""
+        raise NotImplementedError
+
     async def _send(self, client: Any, params: dict[str, Any]) -> Any:
         """Send a request for the whole answer: its HTTP response, read (``status_code``,
         ``headers``, ``content``). An SDK raises its error statuses; a plain client's are read
         by the base (`_raise_status`)."""
-        raise NotImplementedError
+        return (await self._resource(client).with_raw_response.create(**params)).http_response
 
     async def _send_stream(self, client: Any, params: dict[str, Any]) -> Streamed:
-        """Send a streamed request: the started stream, unread."""
-        raise NotImplementedError
+        """Send a streamed request: the started stream, unread (the SDK's stream: its decoded events)."""
+        stream = await self._resource(client).create(**params)
+        return Streamed(stream, stream.response, stream.close)
 
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
         """Sans-IO: the text deltas (``str``) and `ReasoningText` deltas of a stream's events

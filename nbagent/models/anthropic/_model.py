@@ -24,7 +24,7 @@ from anthropic import AsyncAnthropic
 
 from ...exceptions import UserError
 from .._deadline import DEFAULT_DEADLINE
-from .._http import DEFAULT_TIMEOUT, HTTPModel, Reading, Streamed
+from .._http import DEFAULT_TIMEOUT, HTTPModel, Reading
 from .._keys import _safe_url, scrub_error
 from ..base import ModelRequest, ModelResponse, StreamItem
 from ._errors import AnthropicErrors
@@ -133,8 +133,6 @@ class AnthropicModel(HTTPModel):
         max_continuations: int = DEFAULT_MAX_CONTINUATIONS,
         context_window: int | None = None,
     ) -> None:
-        if not model_name:
-            raise UserError("AnthropicModel needs a model name: AnthropicModel('claude-sonnet-4-5')")
         if isinstance(max_continuations, bool) or not isinstance(max_continuations, int) or max_continuations < 0:
             raise UserError(f"AnthropicModel(max_continuations=...) is an int >= 0, got {max_continuations!r}")
         self.max_tokens = max_tokens
@@ -145,6 +143,9 @@ class AnthropicModel(HTTPModel):
             model_name, provider="anthropic", base_url=base_url, api_key=api_key, settings=settings, timeout=timeout,
             max_retries=max_retries, deadline=deadline, client=client, context_window=context_window,
         )
+
+    def _default_model_name(self) -> str:
+        raise UserError("AnthropicModel needs a model name: AnthropicModel('claude-sonnet-4-5')")
 
     def _check_settings(self, settings: Mapping[str, Any]) -> None:
         check_settings(settings)
@@ -168,12 +169,8 @@ class AnthropicModel(HTTPModel):
             thinking=self.thinking, cache=self.cache, stream=stream,
         )
 
-    async def _send(self, client: AsyncAnthropic, params: dict[str, Any]) -> Any:
-        return (await client.messages.with_raw_response.create(**params)).http_response
-
-    async def _send_stream(self, client: AsyncAnthropic, params: dict[str, Any]) -> Streamed:
-        stream = await client.messages.create(**params)
-        return Streamed(stream, stream.response, stream.close)
+    def _resource(self, client: AsyncAnthropic) -> Any:
+        return client.messages
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:

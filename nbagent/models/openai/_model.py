@@ -19,7 +19,7 @@ from typing import Any
 from openai import AsyncOpenAI
 
 from .._deadline import DEFAULT_DEADLINE
-from .._http import DEFAULT_TIMEOUT, Reading, Streamed
+from .._http import DEFAULT_TIMEOUT, Reading
 from ..base import ModelRequest, ModelResponse, StreamItem
 from ._sdk_model import OpenAISDKModel
 from ._stream import _StreamAssembler, chunks_of, completion_response, stream_items
@@ -97,8 +97,8 @@ class OpenAIModel(OpenAISDKModel):
         self.send_reasoning = send_reasoning
         self.tool_images = tool_images
         super().__init__(
-            model_name, base_url=base_url, api_key=api_key, provider=provider, settings=settings, timeout=timeout,
-            max_retries=max_retries, client=client, http_client=http_client, deadline=deadline,
+            model_name, provider=provider, base_url=base_url, api_key=api_key, settings=settings, timeout=timeout,
+            max_retries=max_retries, deadline=deadline, client=client, http_client=http_client,
             context_window=context_window,
         )
 
@@ -118,12 +118,8 @@ class OpenAIModel(OpenAISDKModel):
             send_reasoning=self.send_reasoning, stream=stream, tool_images=self.tool_images,
         )
 
-    async def _send(self, client: AsyncOpenAI, params: dict[str, Any]) -> Any:
-        return (await client.chat.completions.with_raw_response.create(**params)).http_response
-
-    async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
-        stream = await client.chat.completions.create(**params)
-        return Streamed(stream, stream.response, stream.close)
+    def _resource(self, client: AsyncOpenAI) -> Any:
+        return client.chat.completions
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:

@@ -10,14 +10,11 @@ May import: ``openai``, nbagent's exceptions, the models' `_http` base, and `_er
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
 
 from openai import AsyncOpenAI
 
 from ...exceptions import UserError
-from .._deadline import DEFAULT_DEADLINE
-from .._http import DEFAULT_TIMEOUT, HTTPModel
+from .._http import HTTPModel
 from ._errors import OpenAIErrors
 
 __all__ = ["OpenAISDKModel"]
@@ -25,39 +22,21 @@ __all__ = ["OpenAISDKModel"]
 
 class OpenAISDKModel(HTTPModel):
     """An `HTTPModel` on the ``openai`` SDK's ``AsyncOpenAI``: `OpenAIModel`'s and
-    `OpenAIResponsesModel`'s common part (see `OpenAIModel` for the arguments)."""
+    `OpenAIResponsesModel`'s common part (each takes `HTTPModel`'s arguments, and its own)."""
 
     key_variable = "OPENAI_API_KEY"
     base_url_variable = "OPENAI_BASE_URL"
     default_host = "api.openai.com"
     errors = OpenAIErrors()
 
-    def __init__(
-        self,
-        model_name: str | None = None,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        provider: str = "openai",
-        settings: Mapping[str, Any] | None = None,
-        timeout: float | Any = DEFAULT_TIMEOUT,
-        max_retries: int = 0,
-        client: AsyncOpenAI | None = None,
-        http_client: Any = None,
-        deadline: float | None = DEFAULT_DEADLINE,
-        context_window: int | None = None,
-    ) -> None:
-        model_name = model_name or os.environ.get("OPENAI_MODEL") or None
-        if not model_name:
+    def _default_model_name(self) -> str:
+        name = os.environ.get("OPENAI_MODEL")
+        if not name:
             raise UserError(
                 f"{type(self).__name__} needs a model name: {type(self).__name__}('gpt-4.1-mini'), "
                 "Agent('openai:gpt-4.1-mini'), or set the OPENAI_MODEL environment variable"
             )
-        super().__init__(
-            model_name, provider=provider, base_url=base_url, api_key=api_key, settings=settings, timeout=timeout,
-            max_retries=max_retries, deadline=deadline, client=client, http_client=http_client,
-            context_window=context_window,
-        )
+        return name
 
     def _no_key(self) -> str:
         if self.base_url is None or "api.openai.com" in self.base_url:

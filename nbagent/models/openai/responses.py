@@ -34,7 +34,7 @@ from openai import AsyncOpenAI
 from ...exceptions import ModelError, ModelResponseError, UserError
 from ...messages import AssistantMessage
 from .._deadline import DEFAULT_DEADLINE, within
-from .._http import DEFAULT_TIMEOUT, Reading, Streamed
+from .._http import DEFAULT_TIMEOUT, Reading
 from .._keys import scrub_error
 from .._whole_body import body_error
 from ..base import ModelRequest, ModelResponse, StreamItem
@@ -134,12 +134,8 @@ class OpenAIResponsesModel(OpenAISDKModel):
             stream=stream,
         )
 
-    async def _send(self, client: AsyncOpenAI, params: dict[str, Any]) -> Any:
-        return (await client.responses.with_raw_response.create(**params)).http_response
-
-    async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
-        stream = await client.responses.create(**params)
-        return Streamed(stream, stream.response, stream.close)
+    def _resource(self, client: AsyncOpenAI) -> Any:
+        return client.responses
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
