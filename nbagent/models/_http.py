@@ -166,8 +166,8 @@ class HTTPModel(Travelling, Model):
             self.base_url: str | None = str(client.base_url)
             key: str | None = client.api_key
         else:
-            self.base_url = base_url or (os.environ.get(self.base_url_variable) if self.base_url_variable else None)
-            self.base_url = self.base_url or None
+            from_env = os.environ.get(self.base_url_variable) if self.base_url_variable else None
+            self.base_url = base_url or from_env or None
             key = api_key if api_key is not None else os.environ.get(self.key_variable)
             if not key:
                 key = self._no_key()
@@ -316,7 +316,8 @@ class HTTPModel(Travelling, Model):
 
     def _reading(self, response: Any, reading: Reading | None) -> Reading:
         """`reading` (a new one when None) told about `response`: its request id, the errors to raise."""
-        reading = reading or Reading()
+        if reading is None:
+            reading = Reading()
         reading.provider = self.provider
         reading.request_id = response.headers.get(self.request_id_header) or None
         reading.fail = self.stream_error
@@ -377,9 +378,9 @@ class HTTPModel(Travelling, Model):
         self, request: ModelRequest, params: dict[str, Any] | None = None, reading: Reading | None = None
     ) -> AsyncGenerator[StreamItem, None]:
         """One streamed request (`params`, else `request`'s), within its deadline: the reader's
-        items, passed on as they come. Every error leaves with the key scrubbed; an error a
-        reader puts on its answer (`ModelResponse.error`) is the caller's to scrub (a check of
-        every delta would cost each delta)."""
+        items, passed on as they come. Every error leaves with the key scrubbed; an error the
+        reader of a stream puts on its answer (`ModelResponse.error`) is the caller's to scrub
+        (finding the answer among the items would cost every delta a check)."""
         deadline = self._deadline()
         try:
             if params is None:
@@ -392,6 +393,8 @@ class HTTPModel(Travelling, Model):
                 # or answered with an error object or page: read whole, so that it can be named.
                 found = await self._read_whole(streamed, deadline, reading)
                 if isinstance(found, ModelResponse):
+                    if found.error is not None:
+                        scrub_error(self._api_key, found.error)
                     if found.message.text:
                         yield found.message.text
                     yield found
