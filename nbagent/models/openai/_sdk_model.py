@@ -2,7 +2,7 @@
 ``openai`` SDK's client, the configuration from ``OPENAI_*`` variables, and the error table.
 
 Owns `OpenAISDKModel`, an `HTTPModel` whose client is an ``AsyncOpenAI`` and whose errors are
-`OpenAIErrors`. Each API's model adds its wire, its sends and its readers.
+`OpenAIErrors`. Each API's model adds its wire (and the SDK resource its sends call) and its readers.
 
 May import: ``openai``, nbagent's exceptions, the models' `_http` base, and `_errors`.
 """
