@@ -79,6 +79,7 @@ class OpenAIResponsesModel(OpenAISDKModel):
             ``truncation``, ``extra_body``...).
     """
 
+    native_compaction = True  # Compaction.native(): `compact`, /v1/responses/compact
     expected = "a Responses API response"
 
     def __init__(
