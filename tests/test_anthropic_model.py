@@ -21,6 +21,7 @@ from nbagent.exceptions import (
     ModelConnectionError,
     ModelResponseError,
     RateLimitError,
+    ResponseBodyError,
     StreamInterruptedError,
     UserError,
 )
@@ -524,8 +525,11 @@ async def test_an_unreadable_event_an_error_event_and_an_empty_stream_are_named(
     with pytest.raises(StreamInterruptedError, match="overloaded"):  # retried, like a 529
         await _items([_sse(_START), b'event: error\ndata: {"type": "error", "error": {"type": "overloaded_error",'
                       b' "message": "Overloaded"}}\n\n'])
-    with pytest.raises(ModelResponseError, match="without a message_start"):
+    with pytest.raises(ResponseBodyError, match="an empty event stream") as empty:  # as every provider names it
         await _items([b": nothing but a comment\n\n"])
+    assert empty.value.retryable and empty.value.status_code == 200
+    with pytest.raises(ModelResponseError, match="without a message_start"):
+        await _items([b'event: content_block_stop\ndata: {"type": "content_block_stop", "index": 0}\n\n'])
 
 
 async def test_a_stream_that_ends_before_message_stop_is_a_cut_stream_not_an_answer() -> None:
@@ -580,7 +584,6 @@ _WHOLE = json.dumps({"id": "msg_1", "type": "message", "role": "assistant", "mod
                      "content": [{"type": "text", "text": "hi"}], "stop_reason": "end_turn",
                      "usage": {"input_tokens": 3, "output_tokens": 1}}).encode()
 BAD_BODIES = {
-    "event-stream": ("text/event-stream", _sse(_START), {}, "an event stream"),
     "html": ("text/html", b"<html><body>502 Bad Gateway</body></html>", {}, "an HTML page"),
     "empty": ("application/json", b"", {}, "an empty body"),
     "truncated-json": ("application/json", _WHOLE[:40], {}, "JSON that cannot be parsed"),
@@ -597,7 +600,7 @@ async def test_a_whole_answer_whose_body_is_no_message_is_a_typed_error(name: st
     API answer: a `ModelError` naming what came (a `ResponseBodyError` with the status and the
     content type where the body arrived), never an AttributeError; the key never shows."""
 
-    from nbagent.exceptions import ModelError, ResponseBodyError
+    from nbagent.exceptions import ModelError
 
     content_type, body, headers, words = BAD_BODIES[name]
     with answering((content_type, body, headers)) as url:

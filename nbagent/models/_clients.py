@@ -1,7 +1,9 @@
-"""How a provider's SDK client lives: one per event loop (`OpenAIModel.client`,
-`AnthropicModel.client`), closed when that loop shuts down, or soon after the model that made it
-is dropped (a notebook cell run again makes a new agent and model), so that no socket is left open
-for the garbage collector to find ("unclosed transport")."""
+"""How a provider's client lives: one per event loop (`HTTPModel.client`), closed when that loop
+shuts down, or soon after the model that made it is dropped (a notebook cell run again makes a new
+agent and model), so that no socket is left open for the garbage collector to find ("unclosed
+transport"). A client is an SDK's (closed with ``close()``) or an httpx client (``aclose()``).
+
+May import: the standard library only."""
 
 from __future__ import annotations
 
@@ -50,10 +52,11 @@ async def close_for_loop(model: Any) -> None:
 async def close_at_loop_shutdown(client: Any) -> AsyncGenerator[None, None]:
     """Advanced once, this generator is registered with the running loop: the loop's
     ``shutdown_asyncgens()`` (``asyncio.run`` and nbagent's own loop call it) closes `client`."""
+    close = getattr(client, "aclose", None) or client.close  # httpx's clients / the SDKs'
     try:
         yield
     finally:
-        await client.close()
+        await close()
 
 
 def close_when_dropped(model: object, loop: asyncio.AbstractEventLoop,

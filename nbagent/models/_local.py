@@ -124,14 +124,14 @@ class LocalModel(OpenAIModel):
         ctx = self._server_key[2] if len(self._server_key) > 2 else None
         return ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None
 
-    async def _create(self, params: dict[str, Any], deadline: Any) -> Any:
+    async def _open(self, params: dict[str, Any], deadline: Any, *, stream: bool) -> Any:
         try:
-            return await super()._create(params, deadline)
+            return await super()._open(params, deadline, stream=stream)
         except ModelConnectionError:
             if not await asyncio.to_thread(self._restart):
                 raise
         await self.aclose()  # this loop's client pooled connections to the old server
-        return await super()._create(params, deadline)
+        return await super()._open(params, deadline, stream=stream)
 
     def _restart(self) -> bool:
         """Start the server again if it is not running; True when it was started."""

@@ -1,40 +1,37 @@
-"""`AnthropicModel` itself: the SDK client of each event loop, and one request's orchestration.
+"""`AnthropicModel` itself: the Messages API on the `HTTPModel` base.
 
-Owns the configuration (model name, base URL, key, max_tokens, thinking, prompt caching,
-settings, timeout, deadline, continuations), one ``AsyncAnthropic`` per event loop (closed when
-that loop shuts down), and the calls: `request` (the whole answer) and `request_stream` (text and
-reasoning deltas, then the answer), each request within its time limit (`models._deadline`,
-shared with `models.openai`) and a paused turn (``pause_turn``) continued by sending its content
-back. What a request sends is `_wire`'s, how an answer is read `_stream`'s, how a failure is named
-`_errors`'.
+Owns the model's configuration beyond the base's (max_tokens, thinking, prompt caching,
+continuations) and its three parts for `HTTPModel`: the wire (`request_params`, `_wire`'s;
+``messages.create`` as the sends), the readers (`read_stream`: `_stream.stream_items` over the
+SDK's events; `read_answer`: a whole ``Message``; `body_events`: events that came as one body)
+and the error table (`AnthropicErrors`). Also a paused turn (``pause_turn``), continued by sending
+its content back: one model call may be several requests. The client per event loop, the
+deadline of each request, the key's hygiene and the answers in another shape than asked are the
+base's.
 
-May import: ``anthropic``, nbagent's exceptions, model base and `models._deadline` /
-`models._keys`, and `_wire`, `_stream`, `_errors`.
+May import: ``anthropic``, nbagent's exceptions and model base, the models' `_http` base and
+`_keys`, and `_wire`, `_stream`, `_errors`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import os
-import threading
-import weakref
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import Any
 
 from anthropic import AsyncAnthropic
 
-from ...exceptions import ModelError, ModelResponseError, ResponseBodyError, UserError
-from .._clients import client_for_loop, close_for_loop
-from .._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
-from .._keys import Travelling, _safe_url, _Secret
-from ..base import Model, ModelRequest, ModelResponse, StreamItem, check_context_window
-from . import _errors
-from ._stream import _StreamAssembler, joined, message_response, paused_content, too_many_pauses
+from ...exceptions import UserError
+from .._deadline import DEFAULT_DEADLINE
+from .._http import DEFAULT_TIMEOUT, HTTPModel, Reading
+from .._keys import _safe_url, scrub_error
+from ..base import ModelRequest, ModelResponse, StreamItem
+from ._errors import AnthropicErrors
+from ._stream import _StreamAssembler, joined, message_response, paused_content, stream_items, too_many_pauses
 from ._wire import check_settings, request_params
 
-DEFAULT_TIMEOUT = 300.0
-"""Seconds: the SDK's per-operation timeout (connect, each read)."""
+__all__ = ["DEFAULT_MAX_CONTINUATIONS", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "AnthropicModel"]
 
 DEFAULT_MAX_TOKENS = 4096
 
@@ -55,7 +52,7 @@ def _thinking_param(thinking: Any) -> dict[str, Any] | None:
     raise UserError(f"AnthropicModel(thinking=...) is a token budget or a dict, got {thinking!r}")
 
 
-class AnthropicModel(Travelling, Model):
+class AnthropicModel(HTTPModel):
     """A Claude model through the official ``anthropic`` SDK (the Messages API).
 
     ```python
@@ -111,7 +108,12 @@ class AnthropicModel(Travelling, Model):
     where it arrives, e.g. on a Ray or Dask worker); a model made with ``client=`` does not.
     """
 
-    _key_variable = "ANTHROPIC_API_KEY"
+    key_variable = "ANTHROPIC_API_KEY"
+    base_url_variable = "ANTHROPIC_BASE_URL"
+    default_host = "api.anthropic.com"
+    request_id_header = "request-id"
+    expected = "a Messages API answer"
+    errors = AnthropicErrors()
     native_context = True  # Compaction.native(): the API's tool-result clearing
 
     def __init__(
@@ -131,62 +133,35 @@ class AnthropicModel(Travelling, Model):
         max_continuations: int = DEFAULT_MAX_CONTINUATIONS,
         context_window: int | None = None,
     ) -> None:
-        if not model_name:
-            raise UserError("AnthropicModel needs a model name: AnthropicModel('claude-sonnet-4-5')")
-        self.model_name = model_name
-        self._context_window = check_context_window("AnthropicModel(context_window=...)", context_window)
-        self.provider = "anthropic"
+        if isinstance(max_continuations, bool) or not isinstance(max_continuations, int) or max_continuations < 0:
+            raise UserError(f"AnthropicModel(max_continuations=...) is an int >= 0, got {max_continuations!r}")
         self.max_tokens = max_tokens
         self.thinking = _thinking_param(thinking)
         self.cache = cache
-        self.settings: dict[str, Any] = dict(settings or {})
-        check_settings(self.settings)
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.deadline = checked_deadline("AnthropicModel", deadline)
-        if isinstance(max_continuations, bool) or not isinstance(max_continuations, int) or max_continuations < 0:
-            raise UserError(f"AnthropicModel(max_continuations=...) is an int >= 0, got {max_continuations!r}")
         self.max_continuations = max_continuations
-        self._client = client
-        if client is not None:
-            self.base_url: str | None = str(client.base_url)
-            key: str | None = client.api_key
-        else:
-            self.base_url = base_url or os.environ.get("ANTHROPIC_BASE_URL") or None
-            key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY")
-            if not key:
-                raise UserError("no Anthropic API key: pass AnthropicModel(..., api_key=...) or set ANTHROPIC_API_KEY")
-        self._api_key = _Secret(key or "")
-        self._init_clients()
-
-    def _init_clients(self) -> None:
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, tuple[AsyncAnthropic, Any]] = (
-            weakref.WeakKeyDictionary()
+        super().__init__(
+            model_name, provider="anthropic", base_url=base_url, api_key=api_key, settings=settings, timeout=timeout,
+            max_retries=max_retries, deadline=deadline, client=client, context_window=context_window,
         )
-        self._clients_lock = threading.Lock()
+
+    def _default_model_name(self) -> str:
+        raise UserError("AnthropicModel needs a model name: AnthropicModel('claude-sonnet-4-5')")
+
+    def _check_settings(self, settings: Mapping[str, Any]) -> None:
+        check_settings(settings)
+
+    def _no_key(self) -> str:
+        raise UserError("no Anthropic API key: pass AnthropicModel(..., api_key=...) or set ANTHROPIC_API_KEY")
 
     def __repr__(self) -> str:
         url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
         return f"AnthropicModel({self.model_name!r}{url})"
 
-    # ------------------------------------------------------------------ client per event loop
-    async def client(self) -> AsyncAnthropic:
-        """The SDK client for the running event loop (made on first use in that loop, closed when
-        the loop shuts down)."""
-        if self._client is not None:
-            return self._client
-        client: AsyncAnthropic = await client_for_loop(self, lambda: AsyncAnthropic(
-            api_key=self._api_key.get(), base_url=self.base_url, timeout=self.timeout, max_retries=self.max_retries
-        ))
-        return client
+    def _make_client(self) -> AsyncAnthropic:
+        return AsyncAnthropic(api_key=self._api_key.get(), base_url=self.base_url, timeout=self.timeout,
+                              max_retries=self.max_retries)
 
-    async def aclose(self) -> None:
-        """Close the SDK client of the running event loop (its pooled connections)."""
-        if self._client is not None:
-            return
-        await close_for_loop(self)
-
-    # ------------------------------------------------------------------ request building, errors
+    # ------------------------------------------------------------------ the wire
     def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         """The keyword arguments for ``messages.create`` (without the key)."""
         return request_params(
@@ -194,76 +169,75 @@ class AnthropicModel(Travelling, Model):
             thinking=self.thinking, cache=self.cache, stream=stream,
         )
 
-    def stream_error(self, error: Any) -> ModelError:
-        """The nbagent error for an ``error`` event inside a started stream (`_errors.stream_error`)."""
-        return _errors.stream_error(self, error)
+    def _resource(self, client: AsyncAnthropic) -> Any:
+        return client.messages
 
-    def map_error(self, exc: BaseException, *, streaming: bool = False) -> ModelError | None:
-        """The nbagent error for an SDK / transport exception (None: not a model-call failure)."""
-        return _errors.map_error(self, exc, streaming=streaming)
+    # ------------------------------------------------------------------ the readers
+    def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
+        """`_stream.stream_items` over the SDK's events; the assembler stays on `reading` (a paused
+        turn sends its content back)."""
+        state = reading.state = _StreamAssembler()
+        state.request_id = reading.request_id
+        return stream_items(events, state, reading.empty)
 
-    # ------------------------------------------------------------------ requests
-    async def _create(self, params: dict[str, Any], deadline: Deadline) -> Any:
-        """``messages.create``: the SDK's stream for a streamed request, else the parsed
-        ``Message`` and its request id; the SDK's errors mapped to nbagent's."""
-        client = await self.client()
-        if params.get("stream"):
-            return await within(deadline, lambda: client.messages.create(**params), self.map_error)
+    def read_answer(self, body: dict[str, Any], reading: Reading) -> ModelResponse | None:
+        """A whole ``Message`` (``"type": "message"`` with a ``content`` list); it stays on
+        `reading` (a paused turn sends its content back)."""
+        if body.get("type") != "message" or not isinstance(body.get("content"), list):
+            return None
+        from anthropic.types import Message
 
-        async def whole() -> tuple[Any, str | None]:
-            raw = await client.messages.with_raw_response.create(**params)
-            return await _whole_message(self, raw), raw.headers.get("request-id")
+        message = reading.state = Message.construct(**body)
+        return message_response(message, reading.request_id)
 
-        return await within(deadline, whole, self.map_error)
+    def body_events(self, data: list[str]) -> list[Any] | None:
+        try:
+            return [json.loads(d) for d in data]  # `_StreamAssembler` reads dicts as it reads the SDK's events
+        except ValueError:
+            return None
 
+    # ------------------------------------------------------------------ a turn in parts
     async def request(self, request: ModelRequest) -> ModelResponse:
         """Ask for the whole answer (no streaming); a paused turn is continued (`max_continuations`)."""
         params = self.request_params(request, stream=False)
         parts: list[ModelResponse] = []
         while True:
-            deadline = Deadline(self, _errors._where)
-            try:
-                message, request_id = await self._create(params, deadline)
-            finally:
-                deadline.close()
-            parts.append(message_response(message, request_id))
-            if message.stop_reason != "pause_turn":
+            reading = Reading()
+            parts.append(await self._call_whole(params, reading))
+            if parts[-1].message.finish_reason != "pause_turn":
                 return joined(parts)
             if len(parts) > self.max_continuations:
                 return _unfinished(parts, self.max_continuations)
-            params = _continued(params, paused_content(message))
+            params = _continued(params, _paused(reading))
 
-    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
+    async def request_stream(self, request: ModelRequest) -> AsyncGenerator[StreamItem, None]:
         """Stream the answer: text deltas (``str``), `ReasoningText` deltas, then the `ModelResponse`;
         a paused turn is continued (`max_continuations`), its parts streamed as one answer."""
         params = self.request_params(request, stream=True)
         parts: list[ModelResponse] = []
         while True:
-            state = _StreamAssembler(self._empty_stream)
-            deadline = Deadline(self, _errors._where)
-            try:
-                stream = await self._create(params, deadline)
-                state.request_id = stream.response.headers.get("request-id")
-                reading: AsyncGenerator[Any, None] = read_within(deadline, stream, stream, self.map_error)
-                async with contextlib.aclosing(reading) as events:
-                    async for event in events:
-                        delta = state.handle(event)
-                        if delta is not None:
-                            yield delta
-            finally:
-                deadline.close()
-            response = state.finish()
-            parts.append(response)
-            if state.stop_reason != "pause_turn":
+            reading = Reading()
+            async with contextlib.aclosing(self._call_stream(request, params, reading)) as items:
+                async for item in items:
+                    if isinstance(item, ModelResponse):
+                        parts.append(item)
+                    else:
+                        yield item
+            if parts[-1].error is not None:
+                scrub_error(self._api_key, parts[-1].error)  # (`_call_stream` leaves it to its caller)
+            if parts[-1].message.finish_reason != "pause_turn":
                 yield joined(parts)
                 return
             if len(parts) > self.max_continuations:
                 yield _unfinished(parts, self.max_continuations)
                 return
-            params = _continued(params, state.paused_content())
+            params = _continued(params, _paused(reading))
 
-    def _empty_stream(self) -> ModelError:
-        return ModelResponseError("the event stream ended without a message_start event", provider=self.provider)
+
+def _paused(reading: Reading) -> list[dict[str, Any]]:
+    """The content of a paused turn as the server sent it: from the stream's assembler, or the whole message."""
+    state = reading.state
+    return state.paused_content() if isinstance(state, _StreamAssembler) else paused_content(state)
 
 
 def _continued(params: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:
@@ -283,29 +257,3 @@ def _unfinished(parts: list[ModelResponse], continuations: int) -> ModelResponse
     return response
 
 
-async def _whole_message(model: AnthropicModel, raw: Any) -> Any:
-    """The SDK's ``Message`` of a whole answer, or a `ResponseBodyError` naming the status,
-    content type and first bytes for a 200 whose body is no Messages API answer (a proxy's HTML
-    page, an event stream, an empty body, cut-off JSON, other JSON: the SDK would give a string,
-    a list or a message without content), or whose Content-Encoding does not decode."""
-    from .._bodies import body_error
-
-    response = raw.http_response
-    content_type = response.headers.get("content-type", "")
-    try:
-        message = await raw.parse()
-    except ValueError:  # JSON that cannot be parsed (cut off, empty)
-        message = None
-    except Exception as exc:  # the body's Content-Encoding does not decode (a bad gzip)
-        if type(exc).__name__ != "DecodingError":
-            raise
-        encoding = response.headers.get("content-encoding", "")
-        raise ResponseBodyError(
-            f"the answer's body does not decode as its Content-Encoding {encoding!r} says "
-            f"(content-type {content_type!r}): {type(exc).__name__}: {exc}",
-            status_code=response.status_code, content_type=content_type, provider=model.provider,
-        ) from None
-    if getattr(message, "type", None) == "message" and isinstance(getattr(message, "content", None), list):
-        return message
-    raise body_error(model, response.status_code, content_type, await raw.read(), streaming=False,
-                     expected="a Messages API answer")

@@ -2,30 +2,32 @@
 stream events in, nbagent's `ModelResponse` out.
 
 Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a stream of events
-(`_StreamAssembler`, fed the SDK's decoded events one by one: text deltas, tool input from
-``input_json_delta``, reasoning from ``thinking_delta``, signatures from ``signature_delta``),
+(`stream_items`, the per-event loop, and `_StreamAssembler`, fed the SDK's decoded events one by
+one: text deltas, tool input from ``input_json_delta``, reasoning from ``thinking_delta``,
+signatures from ``signature_delta``),
 stop reasons (`finish_reason`; ``refusal`` as a `ContentFilterError` on the response), token
 counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its content as sent
 (`paused_content`) and its parts joined into one answer (`joined`). A ``redacted_thinking`` block
 shows in the reasoning as `REDACTED_THINKING`. A stream that ends before ``message_stop`` was cut
 off (`_StreamAssembler.finish` raises a retried `StreamInterruptedError`): none of it is an
 answer. Sans-IO: nothing here sends or reads a socket; the SDK decodes the server-sent events
-(it raises an ``error`` event as an exception, which `_errors.map_error` sorts).
+(it raises an ``error`` event as an exception, which the error table sorts).
 
-May import: nbagent's exceptions, messages, usage and model base. Not the SDK client, not
-`_wire`, `_errors` or `_model`.
+May import: nbagent's exceptions, messages, usage and model base, and `models._fields`. Not the
+SDK client, not `_wire`, `_errors` or `_model`.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
 from ...exceptions import ContentFilterError, ModelResponseError, StreamInterruptedError
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
-from ..base import ModelResponse, ReasoningText
+from .._fields import count, field
+from ..base import ModelResponse, ReasoningText, StreamItem
 
 _FINISH = {"end_turn": "stop", "stop_sequence": "stop", "tool_use": "tool_calls", "max_tokens": "length",
            "model_context_window_exceeded": "context_window", "refusal": "content_filter"}
@@ -36,19 +38,6 @@ window (a truncated answer, like ``length``, with another remedy)."""
 REDACTED_THINKING = "[redacted thinking: encrypted by Anthropic's safety systems, sent back unchanged]"
 """What a ``redacted_thinking`` block shows as in the reasoning text (the view's Thinking section):
 its content is encrypted, so there is nothing to read; the block itself is kept and sent back."""
-
-
-def _get(obj: Any, name: str) -> Any:
-    """Field `name` of an SDK object or a plain dict, or None."""
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    return getattr(obj, name, None)
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 def finish_reason(stop_reason: str | None) -> str | None:
@@ -62,17 +51,17 @@ def token_counts(usage: Any) -> TokenCounts:
     (Anthropic's ``input_tokens`` + ``cache_creation_input_tokens`` + ``cache_read_input_tokens``)."""
     if usage is None:
         return TokenCounts(reported=False)
-    fresh = _int(_get(usage, "input_tokens"))
-    written = _int(_get(usage, "cache_creation_input_tokens"))
-    read = _int(_get(usage, "cache_read_input_tokens"))
-    details = _get(usage, "output_tokens_details")
+    fresh = count(field(usage, "input_tokens"))
+    written = count(field(usage, "cache_creation_input_tokens"))
+    read = count(field(usage, "cache_read_input_tokens"))
+    details = field(usage, "output_tokens_details")
     return TokenCounts(
         input_tokens=fresh + written + read,
         cache_read_tokens=read,
         cache_write_tokens=written,
-        output_tokens=_int(_get(usage, "output_tokens")),
-        reasoning_tokens=_int(_get(details, "thinking_tokens")),
-        reported=_get(usage, "input_tokens") is not None or _get(usage, "output_tokens") is not None,
+        output_tokens=count(field(usage, "output_tokens")),
+        reasoning_tokens=count(field(details, "thinking_tokens")),
+        reported=field(usage, "input_tokens") is not None or field(usage, "output_tokens") is not None,
     )
 
 
@@ -85,7 +74,7 @@ def _block_dict(block: Any) -> dict[str, Any]:
 
 def refusal_error(stop_details: Any, text: str) -> ContentFilterError:
     """The error of an answer Claude's streaming classifiers stopped (stop reason ``refusal``)."""
-    category, explanation = _get(stop_details, "category"), _get(stop_details, "explanation")
+    category, explanation = field(stop_details, "category"), field(stop_details, "explanation")
     why = "; ".join(x for x in (category and f"category {category}", explanation) if x)
     return ContentFilterError(
         f"Claude's safety system stopped the answer (stop_reason refusal{': ' + why if why else ''}); "
@@ -179,12 +168,9 @@ class _StreamAssembler:
     """Collects the content blocks, stop reason, usage and model name of a stream of events (the
     SDK's event objects, or dicts of the same shape)."""
 
-    __slots__ = ("_empty", "blocks", "model", "request_id", "started", "stop_details", "stop_reason",
-                 "stopped", "usage")
+    __slots__ = ("blocks", "model", "request_id", "started", "stop_details", "stop_reason", "stopped", "usage")
 
-    def __init__(self, empty: Callable[[], Exception]) -> None:
-        self._empty = empty
-        """Makes the error to raise for a stream without ``message_start``."""
+    def __init__(self) -> None:
         self.started = False
         """A ``message_start`` event came."""
         self.stopped = False
@@ -203,19 +189,19 @@ class _StreamAssembler:
         if self.usage is None:
             self.usage = {}
         for name in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens", "output_tokens"):
-            value = _get(usage, name)
+            value = field(usage, name)
             if value is not None:
                 self.usage[name] = value
-        details = _get(usage, "output_tokens_details")
+        details = field(usage, "output_tokens_details")
         if details is not None:
-            self.usage["output_tokens_details"] = {"thinking_tokens": _get(details, "thinking_tokens")}
+            self.usage["output_tokens_details"] = {"thinking_tokens": field(details, "thinking_tokens")}
 
     def finish(self) -> ModelResponse:
-        """The answer, at the end of the stream. Raises ``empty()`` when no ``message_start``
-        came, and a retried `StreamInterruptedError` when the stream ended before
+        """The answer, at the end of the stream. Raises `ModelResponseError` when no
+        ``message_start`` came, and a retried `StreamInterruptedError` when the stream ended before
         ``message_stop`` (cut off, as when the connection drops: nothing of it is kept)."""
         if not self.started:
-            raise self._empty()
+            raise ModelResponseError("the event stream ended without a message_start event", provider="anthropic")
         if not self.stopped:
             raise StreamInterruptedError(
                 "the streamed answer broke off: the stream ended before its message_stop event "
@@ -225,72 +211,72 @@ class _StreamAssembler:
 
     def handle(self, event: Any) -> str | None:
         """Take one event; returns the text or `ReasoningText` delta it carries, if any."""
-        kind = _get(event, "type")
+        kind = field(event, "type")
         if kind == "content_block_delta":
-            return self._delta(_get(event, "index"), _get(event, "delta"))
+            return self._delta(field(event, "index"), field(event, "delta"))
         if kind == "content_block_start":
-            return self._start(_get(event, "index"), _get(event, "content_block") or {})
+            return self._start(field(event, "index"), field(event, "content_block") or {})
         if kind == "message_start":
             self.started = True
-            message = _get(event, "message") or {}
-            self.model = _get(message, "model") or None
-            self.request_id = self.request_id or _get(message, "id") or None
-            self.merge_usage(_get(message, "usage"))
+            message = field(event, "message") or {}
+            self.model = field(message, "model") or None
+            self.request_id = self.request_id or field(message, "id") or None
+            self.merge_usage(field(message, "usage"))
         elif kind == "message_delta":
-            delta = _get(event, "delta") or {}
-            self.stop_reason = _get(delta, "stop_reason") or self.stop_reason
-            self.stop_details = _get(delta, "stop_details") or self.stop_details
-            self.merge_usage(_get(event, "usage"))
+            delta = field(event, "delta") or {}
+            self.stop_reason = field(delta, "stop_reason") or self.stop_reason
+            self.stop_details = field(delta, "stop_details") or self.stop_details
+            self.merge_usage(field(event, "usage"))
         elif kind == "message_stop":
             self.stopped = True
         # ping, content_block_stop: nothing to do
         return None
 
     def _delta(self, index: int, delta: Any) -> str | None:
-        dkind = _get(delta, "type")
+        dkind = field(delta, "type")
         block = self.blocks.get(index)
         if block is None:
             block = self.blocks[index] = _Block("text" if dkind == "text_delta" else "unknown")
         if dkind == "text_delta":
-            text = _get(delta, "text")
+            text = field(delta, "text")
             if text:
                 block.parts.append(text)
                 return text  # type: ignore[no-any-return]
         elif dkind == "input_json_delta":
-            block.parts.append(_get(delta, "partial_json") or "")
+            block.parts.append(field(delta, "partial_json") or "")
         elif dkind == "thinking_delta":
-            thinking = _get(delta, "thinking")
+            thinking = field(delta, "thinking")
             if thinking:
                 block.parts.append(thinking)
                 return ReasoningText(thinking)
         elif dkind == "signature_delta":
-            block.signature.append(_get(delta, "signature") or "")
+            block.signature.append(field(delta, "signature") or "")
         elif dkind == "citations_delta":
-            block.citations.append(_get(delta, "citation"))  # kept only to send a paused turn back
+            block.citations.append(field(delta, "citation"))  # kept only to send a paused turn back
         # other deltas carry nothing nbagent keeps
         return None
 
     def _start(self, index: int, cb: Any) -> str | None:
-        ckind = _get(cb, "type")
+        ckind = field(cb, "type")
         delta: str | None = None
         if ckind == "tool_use":
-            block = _Block("tool_use", _get(cb, "id") or "", _get(cb, "name") or "", start=cb)
-            if _get(cb, "input"):  # a whole input in the start event (no deltas follow then)
-                block.parts.append(json.dumps(_get(cb, "input")))
+            block = _Block("tool_use", field(cb, "id") or "", field(cb, "name") or "", start=cb)
+            if field(cb, "input"):  # a whole input in the start event (no deltas follow then)
+                block.parts.append(json.dumps(field(cb, "input")))
         elif ckind == "text":
             block = _Block("text", start=cb)
-            if _get(cb, "text"):
-                block.parts.append(_get(cb, "text"))
-                delta = _get(cb, "text")
+            if field(cb, "text"):
+                block.parts.append(field(cb, "text"))
+                delta = field(cb, "text")
         elif ckind == "thinking":
             block = _Block("thinking", start=cb)
-            if _get(cb, "thinking"):
-                block.parts.append(_get(cb, "thinking"))
-                delta = ReasoningText(_get(cb, "thinking"))
-            if _get(cb, "signature"):
-                block.signature.append(_get(cb, "signature"))
+            if field(cb, "thinking"):
+                block.parts.append(field(cb, "thinking"))
+                delta = ReasoningText(field(cb, "thinking"))
+            if field(cb, "signature"):
+                block.signature.append(field(cb, "signature"))
         elif ckind == "redacted_thinking":
-            block = _Block("redacted_thinking", data=_get(cb, "data") or "", start=cb)
+            block = _Block("redacted_thinking", data=field(cb, "data") or "", start=cb)
             delta = ReasoningText(REDACTED_THINKING)
         else:
             block = _Block(str(ckind), start=cb)  # server tool blocks: not nbagent's to run
@@ -323,6 +309,24 @@ class _StreamAssembler:
         """The content of a paused turn (stop reason ``pause_turn``) as the server sent it, to be
         sent back as the last (assistant) message so that the turn goes on."""
         return [self.blocks[i].as_sent() for i in sorted(self.blocks)]
+
+
+async def stream_items(
+    events: AsyncIterator[Any], state: _StreamAssembler, empty: Callable[[], Exception]
+) -> AsyncGenerator[StreamItem, None]:
+    """The text deltas (``str``) and `ReasoningText` deltas of a stream's events (the SDK's, or
+    dicts of the same shape), then the answer `state` assembled (`_StreamAssembler.finish`). A
+    stream without any event raises ``empty()``."""
+    handle = state.handle
+    seen = False
+    async for event in events:
+        seen = True
+        delta = handle(event)
+        if delta is not None:
+            yield delta
+    if not seen:
+        raise empty()
+    yield state.finish()
 
 
 def paused_content(raw: Any) -> list[dict[str, Any]]:

@@ -22,13 +22,16 @@ The API key is kept in a `_Secret` and handed only to the SDK client: it is neve
 message, an event, a usage row, an error (errors are raised without their SDK cause, whose request
 carries the ``Authorization`` header) or a repr.
 
-The package, by responsibility (each module's docstring says what it owns and may import)::
+The package, by responsibility (each module's docstring says what it owns and may import). Both
+models are `nbagent.models._http.HTTPModel`s: the client per event loop, the deadline, the key's
+hygiene, answers in another shape than asked and transport errors are the base's::
 
-    _wire      request side: messages, tools, tool_choice, settings checks, request_params
-    _stream    answer side: whole completions, streamed chunks assembled, token counts
-    _errors    failures sorted into nbagent's exceptions; the key's hygiene (secret, scrubbing)
-    _model     OpenAIModel: the client of each event loop, request / request_stream
-    responses  OpenAIResponsesModel: OpenAI's Responses API, on `_model`'s client and errors
+    _sdk_model  OpenAISDKModel: the openai SDK's client, OPENAI_* configuration, the error table
+    _errors     the error table: HTTP statuses and in-stream error objects as nbagent's exceptions
+    _wire       Chat Completions' request side: messages, tools, tool_choice, settings, request_params
+    _stream     Chat Completions' answer side (sans-IO): whole completions, chunks assembled, token counts
+    _model      OpenAIModel: Chat Completions' wire and readers on OpenAISDKModel
+    responses   OpenAIResponsesModel: the Responses API's wire and readers on OpenAISDKModel
     _responses_wire, _responses_stream   its request side and answer side
 
 `local_model` and `LocalModel` (the bundled llama.cpp server) live in `nbagent.models._local`
@@ -37,7 +40,7 @@ The package, by responsibility (each module's docstring says what it owns and ma
 
 from __future__ import annotations
 
-from .._keys import parse_retry_after
+from .._http_errors import parse_retry_after
 from ._errors import stream_error_status
 from ._model import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, OpenAIModel
 from ._stream import _StreamAssembler as _StreamAssembler  # private, re-exported for the tests

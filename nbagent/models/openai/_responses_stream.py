@@ -15,7 +15,7 @@ text), messages (their text joined as the answer's text, a refusal part as its r
 ``phase`` kept), function calls (as `ToolCall`), and built-in tool calls or item types nbagent does
 not know, kept unchanged. Sans-IO: the errors it raises are built by the caller's callbacks.
 
-May import: nbagent's exceptions, messages, usage and model base, and `_stream`'s field readers.
+May import: nbagent's exceptions, messages, usage and model base, and `models._fields`.
 Not the SDK client, `_errors` or the model.
 """
 
@@ -27,8 +27,8 @@ from typing import Any
 from ...exceptions import ModelResponseError, StreamInterruptedError
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
+from .._fields import count, field
 from ..base import ModelResponse, ReasoningText, StreamItem
-from ._stream import _get, _int
 
 __all__ = ["response_answer", "response_counts", "response_stream_items"]
 
@@ -40,13 +40,13 @@ def response_counts(usage: Any) -> TokenCounts:
     """Map a Responses ``usage`` object or dict to `TokenCounts`."""
     if not usage:
         return TokenCounts(reported=False)
-    prompt = _get(usage, "input_tokens")
-    completion = _get(usage, "output_tokens")
+    prompt = field(usage, "input_tokens")
+    completion = field(usage, "output_tokens")
     return TokenCounts(
-        input_tokens=_int(prompt),
-        cache_read_tokens=_int(_get(_get(usage, "input_tokens_details"), "cached_tokens")),
-        output_tokens=_int(completion),
-        reasoning_tokens=_int(_get(_get(usage, "output_tokens_details"), "reasoning_tokens")),
+        input_tokens=count(prompt),
+        cache_read_tokens=count(field(field(usage, "input_tokens_details"), "cached_tokens")),
+        output_tokens=count(completion),
+        reasoning_tokens=count(field(field(usage, "output_tokens_details"), "reasoning_tokens")),
         reported=prompt is not None or completion is not None,
     )
 
@@ -70,7 +70,7 @@ def _message_parts(item: dict[str, Any], texts: list[str], refusals: list[str]) 
 
 def _finish(status: Any, incomplete: Any, calls: list[ToolCall]) -> str | None:
     if status == "incomplete":
-        reason = _get(incomplete, "reason")
+        reason = field(incomplete, "reason")
         return _FINISH.get(reason, reason if isinstance(reason, str) else "length")
     if status == "completed":
         return "tool_calls" if calls else "stop"
@@ -187,7 +187,7 @@ async def response_stream_items(  # Size: the per-event loop, kept in one functi
                 state.calls_open = getattr(item, "name", None) or "?"
         elif kind == "response.output_item.done":
             item = _as_dict(event.item)
-            state.done[_int(getattr(event, "output_index", len(state.done)))] = item
+            state.done[count(getattr(event, "output_index", len(state.done)))] = item
             if item.get("type") == "function_call":
                 state.calls_open = None
         elif kind in ("response.completed", "response.incomplete"):

@@ -3,13 +3,12 @@
 Owns the mapping of a whole ``ChatCompletion`` (`completion_response`), the assembly of streamed
 chunks (`stream_items`, the per-delta loop, and `_StreamAssembler`: tool-call deltas, refusal,
 reasoning, finish reason, usage), token counts (`token_counts`, Groq's ``x_groq`` included) and
-`parse_whole_body`, for an answer read whole that may be event-stream text. Sans-IO: nothing
-here sends or reads a socket. The errors it raises are built by the caller's callbacks, except
-the `StreamInterruptedError` of a stream cut inside a tool call; `_errors` reads error objects
-with `_get` / `_extras`.
+`chunks_of`, the chunks of event-stream text that came as one body. Sans-IO: nothing here sends
+or reads a socket. The errors it raises are built by the caller's callbacks, except the
+`StreamInterruptedError` of a stream cut inside a tool call. Fields are read with `models._fields`.
 
-May import: nbagent's exceptions, messages, usage and model base, and ``openai.types`` (lazily, for
-`parse_whole_body`). Not the SDK client, not `_wire`, `_errors` or `_model`.
+May import: nbagent's exceptions, messages, usage and model base, `models._fields`, and
+``openai.types`` (lazily, for `chunks_of`). Not the SDK client, not `_wire`, `_errors` or `_model`.
 """
 
 from __future__ import annotations
@@ -21,49 +20,28 @@ from typing import Any
 from ...exceptions import StreamInterruptedError
 from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
+from .._fields import count, field
 from ..base import ModelResponse, ReasoningText, StreamItem
-
-
-def _get(obj: Any, name: str) -> Any:
-    """Field `name` of an SDK object or a plain dict (extras included), or None."""
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj.get(name)
-    value = getattr(obj, name, None)
-    if value is None:
-        extra = getattr(obj, "__pydantic_extra__", None)
-        if extra:
-            value = extra.get(name)
-    return value
-
-
-def _extras(obj: Any) -> dict[str, Any]:
-    return dict(getattr(obj, "__pydantic_extra__", None) or {})
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
 
 
 def token_counts(usage: Any) -> TokenCounts:
     """Map an OpenAI ``usage`` object (or Groq's ``x_groq.usage`` dict) to `TokenCounts`."""
     if usage is None:
         return TokenCounts(reported=False)
-    prompt = _get(usage, "prompt_tokens")
-    completion = _get(usage, "completion_tokens")
-    pdet = _get(usage, "prompt_tokens_details")
-    cdet = _get(usage, "completion_tokens_details")
-    cached = _get(pdet, "cached_tokens")
+    prompt = field(usage, "prompt_tokens")
+    completion = field(usage, "completion_tokens")
+    pdet = field(usage, "prompt_tokens_details")
+    cdet = field(usage, "completion_tokens_details")
+    cached = field(pdet, "cached_tokens")
     if cached is None:
-        cached = _get(usage, "prompt_cache_hit_tokens")  # DeepSeek's older field
-    written = _get(pdet, "cache_write_tokens") or _get(pdet, "cache_creation_tokens")
+        cached = field(usage, "prompt_cache_hit_tokens")  # DeepSeek's older field
+    written = field(pdet, "cache_write_tokens") or field(pdet, "cache_creation_tokens")
     return TokenCounts(
-        input_tokens=_int(prompt),
-        cache_read_tokens=_int(cached),
-        cache_write_tokens=_int(written),
-        output_tokens=_int(completion),
-        reasoning_tokens=_int(_get(cdet, "reasoning_tokens")),
+        input_tokens=count(prompt),
+        cache_read_tokens=count(cached),
+        cache_write_tokens=count(written),
+        output_tokens=count(completion),
+        reasoning_tokens=count(field(cdet, "reasoning_tokens")),
         reported=prompt is not None or completion is not None,
     )
 
@@ -114,8 +92,7 @@ def completion_response(raw: Any) -> ModelResponse:
                 continue  # not a function tool (e.g. a custom tool): nothing nbagent can run
             calls.append(ToolCall(tc.id or "", fn.name or "", _arguments_text(fn.arguments)))
         unique_call_ids(calls)
-        extra = message.__pydantic_extra__ or {}
-        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        reasoning = field(message, "reasoning_content") or field(message, "reasoning")
         reply = AssistantMessage(
             text=_final_text(message.content, calls),
             tool_calls=calls,
@@ -126,29 +103,20 @@ def completion_response(raw: Any) -> ModelResponse:
         )
     usage = getattr(raw, "usage", None)
     if usage is None:
-        extra = getattr(raw, "__pydantic_extra__", None) or {}
-        usage = _get(extra.get("x_groq"), "usage")
+        usage = field(field(raw, "x_groq"), "usage")
     request_id = getattr(raw, "_request_id", None) or getattr(raw, "id", None) or None
     return ModelResponse(reply, token_counts(usage), model, request_id)
 
 
-def parse_whole_body(text: str) -> dict[str, Any] | list[Any]:
-    """A streamed request's answer read whole (not labelled as an event stream): the JSON object
-    of a whole completion (or of an error), or the ``ChatCompletionChunk`` list of event-stream
-    text. Raises ``ValueError`` / ``TypeError`` for text that is neither."""
+def chunks_of(data: list[str]) -> list[Any] | None:
+    """The ``ChatCompletionChunk`` of each event's data (`_whole_body.sse_data`) of event-stream
+    text that came as one body, or None when one is no JSON object."""
     from openai.types.chat import ChatCompletionChunk
 
-    if text.lstrip().startswith("{"):
-        body = json.loads(text)
-        if not isinstance(body, dict):
-            raise TypeError(f"a JSON {type(body).__name__}, not an object")
-        return body
-    chunks = []
-    for event in text.replace("\r\n", "\n").split("\n\n"):
-        data = "\n".join(line[5:].lstrip() for line in event.split("\n") if line.startswith("data:"))
-        if data and not data.startswith("[DONE]"):
-            chunks.append(ChatCompletionChunk.construct(**json.loads(data)))
-    return chunks
+    try:
+        return [ChatCompletionChunk.construct(**json.loads(d)) for d in data]
+    except (ValueError, TypeError):  # not JSON, or JSON that is not an object
+        return None
 
 
 # ------------------------------------------------------------------------------- stream assembly
@@ -296,19 +264,19 @@ async def stream_items(  # noqa: C901  # Size: the per-delta loop, kept in one f
             if finish:
                 if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
                     raise fail(
-                        _get(choice, "error") or _get(chunk, "error"),
+                        field(choice, "error") or field(chunk, "error"),
                         "the server ended the answer with finish_reason 'error'",
                     )
                 state.finish_reason = finish
-        elif getattr(chunk, "object", None) == "error" or _get(chunk, "error"):
+        elif getattr(chunk, "object", None) == "error" or field(chunk, "error"):
             # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
-            raise fail(_get(chunk, "error") or chunk)
+            raise fail(field(chunk, "error") or chunk)
         if chunk.usage is not None:
             state.usage = chunk.usage
         elif state.usage is None:
             extra = chunk.__pydantic_extra__
             if extra and "x_groq" in extra:
-                state.usage = _get(extra["x_groq"], "usage")
+                state.usage = field(extra["x_groq"], "usage")
         if state.model is None:
             state.model = getattr(chunk, "model", None) or None
             if state.request_id is None:

@@ -2,9 +2,11 @@
 
 The API for OpenAI's reasoning models with tools: on Chat Completions, GPT-5.4 and later take no
 tool calls with a reasoning effort other than ``none``; here they do, and the reasoning carries
-across steps. Built on `OpenAIModel` (its client per event loop, time limits, error mapping, key
-hygiene, travelling to workers); what differs is the request (`_responses_wire`) and the answer
-(`_responses_stream`).
+across steps. A sibling of `OpenAIModel` on the same `OpenAISDKModel` base (the SDK's client per
+event loop, time limits, the error table, key hygiene, travelling to workers, answers in another
+shape than asked: `models._http`); what it adds is its wire (`_responses_wire`, and
+``client.responses`` as the sends), its readers (`_responses_stream`) and native compaction
+(`OpenAIResponsesModel.compact`).
 
 The reasoning rule (``store=False``, the default): every request sends ``"store": false`` and no
 ``previous_response_id``; with reasoning configured (``reasoning_effort`` / ``reasoning_summary``,
@@ -16,7 +18,7 @@ approval pause, and after a restart from another process. With ``store=True`` th
 responses and items go back as they came (reasoning by id); ``previous_response_id`` is never used.
 
 May import: ``openai``, nbagent's exceptions, messages and model base, the models' shared helpers, and
-this package's `_model`, `_errors`, `_responses_wire`, `_responses_stream`.
+this package's `_sdk_model`, `_responses_wire`, `_responses_stream`.
 """
 
 from __future__ import annotations
@@ -27,26 +29,25 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from typing import Any
 
+from openai import AsyncOpenAI
+
 from ...exceptions import ModelError, ModelResponseError, UserError
 from ...messages import AssistantMessage
-from .. import _bodies
-from .._deadline import DEFAULT_DEADLINE, Deadline, within
-from .._keys import _safe_url
+from .._deadline import DEFAULT_DEADLINE, within
+from .._http import DEFAULT_TIMEOUT, Reading
+from .._keys import scrub_error
+from .._whole_body import body_error
 from ..base import ModelRequest, ModelResponse, StreamItem
-from . import _errors
-from ._model import DEFAULT_TIMEOUT, OpenAIModel
 from ._responses_stream import response_answer, response_counts, response_stream_items
 from ._responses_wire import check_settings, input_items, responses_params
+from ._sdk_model import OpenAISDKModel
 
 __all__ = ["OpenAIResponsesModel"]
 
 _REASONING_MODEL = re.compile(r"^(o\d|gpt-5|codex)", re.IGNORECASE)
 """Model names that reason whether asked to or not (their reasoning items must go back whole)."""
 
-_EXPECTED = "a Responses API response"
-
-
-class OpenAIResponsesModel(OpenAIModel):
+class OpenAIResponsesModel(OpenAISDKModel):
     """A model on OpenAI's Responses API (``/v1/responses``), via the official ``openai`` SDK.
 
     ```python
@@ -73,11 +74,13 @@ class OpenAIResponsesModel(OpenAIModel):
         encrypted_reasoning: ask for ``reasoning.encrypted_content``; None (default): when
             ``store`` is False and reasoning is configured or the model reasons (``o*``, ``gpt-5*``).
         provider, settings, timeout, max_retries, client, http_client, deadline, context_window:
-            as for `OpenAIModel`; `settings` are ``responses.create``'s (``max_output_tokens``,
-            or nbagent's ``max_tokens``; ``temperature``, ``text``, ``truncation``, ``extra_body``...).
+            as for `OpenAIModel` (both are `OpenAISDKModel`s); `settings` are ``responses.create``'s
+            (``max_output_tokens``, or nbagent's ``max_tokens``; ``temperature``, ``text``,
+            ``truncation``, ``extra_body``...).
     """
 
     native_compaction = True  # Compaction.native(): `compact`, /v1/responses/compact
+    expected = "a Responses API response"
 
     def __init__(
         self,
@@ -102,7 +105,7 @@ class OpenAIResponsesModel(OpenAIModel):
         super().__init__(
             model_name, base_url=base_url, api_key=api_key, provider=provider, settings=settings,
             timeout=timeout, max_retries=max_retries, client=client, http_client=http_client,
-            send_reasoning=False, deadline=deadline, context_window=context_window,
+            deadline=deadline, context_window=context_window,
         )
         self.store = bool(store)
         self.reasoning: dict[str, Any] = {}
@@ -123,11 +126,7 @@ class OpenAIResponsesModel(OpenAIModel):
     def _check_settings(self, settings: Mapping[str, Any]) -> None:
         check_settings(settings)
 
-    def __repr__(self) -> str:
-        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
-        return f"OpenAIResponsesModel({self.model_name!r}, provider={self.provider!r}{url})"
-
-    # ------------------------------------------------------------------ request building
+    # ------------------------------------------------------------------ the wire
     def request_params(self, request: ModelRequest, *, stream: bool) -> dict[str, Any]:
         """The keyword arguments for ``responses.create`` (without the key)."""
         return responses_params(
@@ -136,34 +135,39 @@ class OpenAIResponsesModel(OpenAIModel):
             stream=stream,
         )
 
+    def _resource(self, client: AsyncOpenAI) -> Any:
+        return client.responses
+
+    # ------------------------------------------------------------------ the readers
+    def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
+        """`_responses_stream.response_stream_items` over the SDK's events."""
+        return response_stream_items(events, reading.request_id, reading.fail, reading.empty, reading.provider)
+
+    def read_answer(self, body: dict[str, Any], reading: Reading) -> ModelResponse | None:
+        """A whole response: a JSON object that is one (``"object": "response"``, or an ``output`` list)."""
+        if body.get("object") == "response" or isinstance(body.get("output"), list):
+            return self.map_completion(body)
+        return None
+
     def map_completion(self, raw: Any) -> ModelResponse:
         """Map a whole response (its JSON dict, or the SDK's ``Response``) to a `ModelResponse`."""
         data = raw if isinstance(raw, dict) else raw.to_dict()
         return response_answer(data, self.stream_error, self.provider)
 
-    # ------------------------------------------------------------------ requests
-    async def request(self, request: ModelRequest) -> ModelResponse:
-        """Ask for the whole answer (no streaming), within the call's `deadline`."""
-        deadline = Deadline(self, _errors._where)
-        try:
-            client = await self.client()
-            params = self.request_params(request, stream=False)
-            raw = await within(deadline, lambda: client.responses.with_raw_response.create(**params),
-                               self.map_error)
-        finally:
-            deadline.close()
-        response = raw.http_response
-        answer = self._whole(response.status_code, response.headers.get("content-type", ""), response.content,
-                             streaming=False)
-        answer.request_id = response.headers.get("x-request-id") or answer.request_id
-        return answer
-
+    # ------------------------------------------------------------------ native compaction
     async def compact(self, request: ModelRequest) -> ModelResponse:
         """Compact a history on OpenAI's side (``/v1/responses/compact``; `Compaction.native`):
         the answer's `thinking_blocks` are the items the server returned (the user's messages and
         an encrypted ``compaction`` item), which later requests send, as they came, in place of
         that history; its usage is the compaction's."""
-        deadline = Deadline(self, _errors._where)
+        try:
+            return await self._compacted(request)
+        except ModelError as error:
+            scrub_error(self._api_key, error)
+            raise
+
+    async def _compacted(self, request: ModelRequest) -> ModelResponse:
+        deadline = self._deadline()
         try:
             client = await self.client()
             instructions, items = input_items(request.messages, self.store)
@@ -179,59 +183,11 @@ class OpenAIResponsesModel(OpenAIModel):
         with contextlib.suppress(ValueError):
             data = json.loads(response.content.decode("utf-8"))
         if not isinstance(data, dict):
-            raise _bodies.body_error(self, response.status_code, response.headers.get("content-type", ""),
-                                     response.content, streaming=False, expected="a compacted response")
+            raise body_error(self, response.status_code, response.headers.get("content-type", ""),
+                             response.content, streaming=False, expected="a compacted response")
         output = [dict(i) for i in data.get("output") or () if isinstance(i, dict)]
         if not any(i.get("type") == "compaction" for i in output):
             raise ModelResponseError(f"/v1/responses/compact answered no compaction item ({len(output)} items)",
                                      provider=self.provider)
         return ModelResponse(AssistantMessage(thinking_blocks=output), response_counts(data.get("usage")),
                              data.get("model") or None, data.get("id") or None)
-
-    def _whole(self, status: int, content_type: str, data: bytes, *, streaming: bool) -> ModelResponse:
-        """The answer in a body read whole: a response object, or an error object sent with a
-        2xx status (raised as `stream_error` sorts it), else `ResponseBodyError`."""
-        body: Any = None
-        with contextlib.suppress(ValueError):
-            body = json.loads(data.decode("utf-8")) if data.strip() else None
-        if isinstance(body, dict):
-            if body.get("object") == "response" or isinstance(body.get("output"), list):
-                return self.map_completion(body)
-            if body.get("error"):
-                raise self.stream_error(body["error"])
-        raise _bodies.body_error(self, status, content_type, data, streaming=streaming, expected=_EXPECTED)
-
-    async def request_stream(self, request: ModelRequest) -> AsyncIterator[StreamItem]:
-        """Stream the answer: text deltas (``str``), `ReasoningText` deltas (reasoning summaries),
-        then the `ModelResponse`, within the call's `deadline` (the stream's last event included)."""
-        deadline = Deadline(self, _errors._where)
-        try:
-            client = await self.client()
-            params = self.request_params(request, stream=True)
-            stream = await within(deadline, lambda: client.responses.create(**params), self.map_error)
-            headers = stream.response.headers
-            content_type = headers.get("content-type", "")
-            if "event-stream" not in content_type:  # a server or proxy that answered whole
-                pieces = [p async for p in self._reading(stream, stream.response.aiter_bytes(), deadline)]
-                whole = self._whole(stream.response.status_code, content_type, b"".join(pieces), streaming=True)
-                if whole.message.text:
-                    yield whole.message.text
-                yield whole
-                return
-
-            def empty() -> ModelError:
-                return _bodies.body_error(self, stream.response.status_code, content_type, None, streaming=True,
-                                          expected=_EXPECTED)
-
-            async with (
-                contextlib.aclosing(self._reading(stream, stream, deadline)) as events,
-                contextlib.aclosing(self._items(events, headers.get("x-request-id"), empty)) as items,
-            ):
-                async for item in items:
-                    yield item
-        finally:
-            deadline.close()
-
-    def _items(self, events: AsyncIterator[Any], request_id: str | None,
-               empty: Any) -> AsyncGenerator[StreamItem, None]:
-        return response_stream_items(events, request_id, self.stream_error, empty, self.provider)
