@@ -329,6 +329,19 @@ def test_functions_stay_short(path: Path) -> None:
     assert long == []
 
 
+
+def test_no_ctypes_anywhere() -> None:
+    """No module reaches into the interpreter with ctypes (the python tool once stopped threads with
+    ``PyThreadState_SetAsyncExc``; it runs code the way the kernel runs a cell now)."""
+    users = []
+    for path in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(n == "ctypes" or n.startswith("ctypes.") for n in names):
+                users.append(str(path.relative_to(ROOT)))
+    assert users == []
+
 NOT_LOADED_BY_IMPORT = (
     # the stores' backends and the providers load when first used
     "nbagent.store.sqlite", "nbagent.store.postgres", "nbagent.models.openai", "nbagent.models.anthropic",
