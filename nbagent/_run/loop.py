@@ -67,7 +67,7 @@ from .late import answer_open_calls
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
-from .window import OVERFLOW_COMPACTIONS, READ_RESULT, Window, overflow_error, threshold_failed, with_reader
+from .window import OVERFLOW_COMPACTIONS, READ_RESULT, Unused, Window, overflow_error, threshold_failed, with_reader
 
 __all__ = ["drive"]
 
@@ -310,6 +310,11 @@ class _Loop:
                                           trigger, tokens, limit)
         if found is None:
             return
+        if isinstance(found, Unused):  # billed, so its row is kept; then it fails as a raising call would
+            run.usage.add(found.row)
+            await self.save(usage=[found.row])
+            yield self.tell(UsageEvent(found.row, _usage_snapshot(run.usage)))
+            raise found.error
         record, row = found
         run.stored.messages.append(record)
         if row is not None:
