@@ -104,3 +104,71 @@ def _export_line(store: SQLiteStore, tmp_path: Path) -> str:
     path = tmp_path / "new.jsonl"
     export_recording(store, path)
     return path.read_text().splitlines()[0]
+
+
+# ----------------------------------------------------------------------------- sources that cannot be read
+@pytest.mark.parametrize("name", ["missing.sqlite", "missing.db", "missing.jsonl"])
+def test_a_missing_source_is_file_not_found_and_nothing_is_made(name: str, tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from nbagent.exceptions import UserError
+    from nbagent.models import auto
+
+    path = tmp_path / "nowhere" / name
+    with pytest.raises(UserError, match=f"{path}: file not found"):
+        replay(path)
+    monkeypatch.setenv("NBAGENT_REPLAY", str(path))
+    with pytest.raises(UserError, match=f"NBAGENT_REPLAY: {path}: file not found"):
+        auto()
+    assert not (tmp_path / "nowhere").exists()  # no empty store, no directory
+
+
+def good_line(tmp_path: Path) -> dict[str, Any]:
+    store = SQLiteStore(tmp_path / "good.db")
+    Agent(record(FunctionModel(lambda m, r: "hello")), store=store).run_sync("hi", thread="t")
+    return json.loads(_export_line(store, tmp_path))  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize(("field", "value", "words"), [
+    ("usage", {"input_tokens": "many"}, "its usage's input_tokens is 'many', not a whole number of tokens"),
+    ("usage", {"output_tokens": 1.5}, "its usage's output_tokens is 1.5"),
+    ("usage", {"output_tokens": None}, "its usage's output_tokens is None"),
+    ("usage", [3, 4], "its usage is list"),
+    ("usage", {"reported": "yes"}, "its usage's reported is 'yes'"),
+    ("deltas", [[0.1, "text", 5]], "is not [seconds, 'text' or 'reasoning', text]"),
+    ("message", "hello", "its message is not a model's answer"),
+    ("request", None, "its request is not a recorded request"),
+])
+def test_a_malformed_recording_is_a_user_error_naming_the_line(tmp_path: Path, field: str, value: Any,
+                                                               words: str) -> None:
+    from nbagent.exceptions import UserError
+
+    line = good_line(tmp_path)
+    line[field] = value
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(line) + "\n")
+    with pytest.raises(UserError) as info:
+        replay(path)
+    assert str(info.value).startswith(f"{path}, line 1: not a recorded model call (") and words in str(info.value)
+
+
+def test_a_malformed_recording_in_a_store_is_a_user_error_naming_the_thread(tmp_path: Path) -> None:
+    from nbagent.exceptions import UserError
+
+    line = good_line(tmp_path)
+    line["usage"] = {"input_tokens": "many"}
+    store = SQLiteStore(tmp_path / "other.db")
+    run_sync(lambda: store.add_recording("t", line))
+    with pytest.raises(UserError, match=r"the recorded call 0 \(of thread 't'\): not a recorded model call"):
+        replay(str(tmp_path / "other.db"))
+
+
+def test_a_file_that_is_not_utf8_is_a_user_error_naming_the_line_and_byte(tmp_path: Path) -> None:
+    from nbagent.exceptions import UserError
+
+    good = json.dumps(good_line(tmp_path), ensure_ascii=False)
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(good.encode() + b"\n" + good.replace("hello", "caf\u00e9").encode("latin-1") + b"\n")
+    with pytest.raises(UserError, match=r"latin1\.jsonl, line 2: not UTF-8 text \(the byte 0xe9 at offset \d+"):
+        replay(path)
+    path.write_bytes(b"\xef\xbb\xbf" + good.encode() + b"\n")  # a byte-order mark, as some editors write
+    assert len(replay(path).recordings) == 1

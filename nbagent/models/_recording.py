@@ -185,13 +185,19 @@ class Recording:
         """A recording from `to_dict`'s data (its key recomputed when absent). One made before
         `recorded_settings` loses the headers, query parameters and secrets of its settings here
         (and its key is recomputed), so it still matches and `export_recording` drops them."""
-        request = data["request"]
-        key = data.get("key")
-        settings = request.get("settings") if isinstance(request, Mapping) else None
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a recorded call is a JSON object, not {type(data).__name__}")
+        request, key = data["request"], data.get("key")
+        if not isinstance(request, Mapping) or not isinstance(request.get("messages"), list):
+            raise ValueError("its request is not a recorded request (an object with messages)")
+        settings = request.get("settings")
         if isinstance(settings, Mapping) and (cleaned := recorded_settings(settings)) != settings:
             request, key = {**request, "settings": cleaned}, None
-        return cls(key or request_key(request), request, data["message"], data.get("usage") or {},
-                   list(data.get("deltas") or []), data.get("provider", "unknown"), data.get("model", "unknown"),
+        message = data["message"]
+        if not isinstance(message, Mapping) or message.get("kind") != "assistant":
+            raise ValueError("its message is not a model's answer (kind 'assistant')")
+        return cls(key or request_key(request), dict(request), dict(message), _usage(data.get("usage") or {}),
+                   _deltas(data.get("deltas") or []), data.get("provider", "unknown"), data.get("model", "unknown"),
                    bool(data.get("priced", True)), data.get("thread"), int(data.get("step", 0)),
                    float(data.get("time", 0.0)), float(data.get("latency_s", 0.0)), data.get("context_window"))
 
@@ -212,6 +218,30 @@ class Recording:
             items.append(str(self.message["text"]))
         items.append(self.response())
         return items
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    """A recording's token counts, checked: each a whole number, ``reported`` a boolean."""
+    if not isinstance(usage, Mapping):
+        raise ValueError(f"its usage is {type(usage).__name__}, not an object of token counts")
+    for name, value in usage.items():
+        if name == "reported" and not isinstance(value, bool):
+            raise ValueError(f"its usage's reported is {value!r}, not true or false")
+        if name in TokenCounts.__slots__ and name != "reported" and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"its usage's {name} is {value!r}, not a whole number of tokens")
+    return dict(usage)
+
+
+def _deltas(deltas: Any) -> list[list[Any]]:
+    """A recording's streamed pieces, checked: ``[seconds, "text" | "reasoning", text]`` each."""
+    if not isinstance(deltas, list):
+        raise ValueError(f"its deltas are {type(deltas).__name__}, not a list")
+    for delta in deltas:
+        if not (isinstance(delta, list) and len(delta) == 3 and isinstance(delta[0], (int, float))
+                and delta[1] in ("text", "reasoning") and isinstance(delta[2], str)):
+            raise ValueError(f"its delta {_short(delta, 60)} is not [seconds, 'text' or 'reasoning', text]")
+    return list(deltas)
 
 
 def _short(value: Any, width: int = 160) -> str:
