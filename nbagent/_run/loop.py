@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
 from typing import Any
 
 from .._watch import ThreadChangedNotice, publish
@@ -64,10 +64,10 @@ from . import hooks
 from .config import RunConfig
 from .execute import execute
 from .late import answer_open_calls
-from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, unusable_answer
+from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, refused_rows, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
-from .window import OVERFLOW_COMPACTIONS, READ_RESULT, Window, overflow_error, threshold_failed, with_reader
+from .window import OVERFLOW_COMPACTIONS, READ_RESULT, Unused, Window, overflow_error, threshold_failed, with_reader
 
 __all__ = ["drive"]
 
@@ -310,6 +310,10 @@ class _Loop:
                                           trigger, tokens, limit)
         if found is None:
             return
+        if isinstance(found, Unused):  # billed, so its row is kept; then it fails as a raising call would
+            async for event in self.keep_billed([found.row]):
+                yield event
+            raise found.error
         record, row = found
         run.stored.messages.append(record)
         if row is not None:
@@ -400,8 +404,18 @@ class _Loop:
         reply.response = response
         for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
             yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
+        async for event in self.keep_billed(refused_rows(config, self.run, step, reply.started, response.fallbacks)):
+            yield event
         await config.model.keep_recording(self.store, self.run.stored.id, response)
         self.run.context = self.window.observe(config, response, step)
+
+    async def keep_billed(self, rows: Iterable[ModelCallUsage]) -> AsyncIterator[Event]:
+        """Commit and tell usage rows billed for answers that are not kept (an empty summary, a
+        refusal a `FallbackModel` moved on from: `plan.refused_rows`): a billed call is a row."""
+        for row in rows:
+            self.run.usage.add(row)
+            await self.save(usage=[row])
+            yield self.tell(UsageEvent(row, _usage_snapshot(self.run.usage)))
 
     async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
         """The provider refused the request as too long: compact and let the caller retry (up to

@@ -4,16 +4,18 @@ answer's tool calls, and the verdict on a text answer.
 Owns `plan` (each open call: an error result, a pause for a person, or run; with the ledger
 entries to commit before anything runs), `plan_final` (the ``final_result`` calls of an agent
 with an ``output_type``), `judge_text` (a text answer where a structured one was asked for),
-`unusable_answer` (an answer that fails the run instead of joining the thread) and
-`error_result`. Pure functions of the `RunConfig` and of what they are given to read: every
-write they decide is in what they return (`Plan`, `TextVerdict`), and the loop applies it in one
-place (`loop.apply_plan`) and commits it. Imports approvals, exceptions, messages, store (the
-ledger shape), tools, the run config and `execute.tool_output` (a client's answer becomes a
-result the way a tool's return value does).
+`unusable_answer` (an answer that fails the run instead of joining the thread), `refused_rows`
+(the usage rows of refusals a `FallbackModel` moved on from) and `error_result`. Pure functions
+of the `RunConfig` and of what they are given to read: every write they decide is in what they
+return (`Plan`, `TextVerdict`, rows), and the loop applies it in one place (`loop.apply_plan`)
+and commits it. Imports approvals, exceptions, messages, store (the ledger shape), tools, usage,
+the run config and `execute.tool_output` (a client's answer becomes a result the way a tool's
+return value does).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -22,13 +24,14 @@ from ..exceptions import ContentFilterError, InvalidArgumentsError, ModelError, 
 from ..messages import AssistantMessage, ToolCall, ToolCallStatus, ToolResultMessage, UserMessage
 from ..store.base import LedgerEntry
 from ..tools import Tool
+from ..usage import ModelCallUsage
 from .config import RunConfig
 from .execute import tool_output
-from .state import StoredThread
+from .state import RunState, StoredThread
 
 __all__ = [
     "CUT_OFF", "Plan", "TextVerdict", "ToRun", "error_result", "judge_text", "plan", "plan_final",
-    "unusable_answer",
+    "refused_rows", "unusable_answer",
 ]
 
 CUT_OFF = {"length": "the output token limit", "context_window": "the model's context window"}
@@ -117,6 +120,16 @@ def unusable_answer(message: AssistantMessage, provider: str) -> ModelError | No
         return ModelResponseError(f"the answer was cut off at {CUT_OFF[finish]} inside a tool call; {hint}",
                                   provider=provider)
     return None
+
+
+def refused_rows(config: RunConfig, run: RunState, step: int, started: float,
+                 moves: Iterable[Any]) -> list[ModelCallUsage]:
+    """The priced usage rows of the refused answers among a `FallbackModel`'s moves of `step`
+    (`Fallback.usage_row`): billed, though they never join the thread."""
+    rows = [row for m in moves if (row := m.usage_row(run.run_id, run.stored.id, step, started)) is not None]
+    for row in rows:
+        config.price(row)
+    return rows
 
 
 def judge_text(config: RunConfig, retries: int, message: AssistantMessage) -> TextVerdict:
