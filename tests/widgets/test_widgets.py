@@ -60,7 +60,8 @@ def echo_answer(messages: list[Message], request: Any) -> Any:
         if text.startswith("slow"):
             return tool_call("slow", seconds=30.0)
         return f"You said: {text}"
-    return "The tool said: " + " | ".join(r.content for r in trailing_results(messages))
+    # (the first line of each result: for a denial, the reason; the lines after it tell the model not to retry)
+    return "The tool said: " + " | ".join(r.content.split("\n")[0] for r in trailing_results(messages))
 
 
 refund_calls: list[tuple[int, float]] = []
