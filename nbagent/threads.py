@@ -18,6 +18,7 @@ for info in threads.list_sync():
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -190,11 +191,11 @@ class Threads:
         if loaded is None:
             raise UserError(f"thread {thread!r} is not in the store ({self.store!r})")
         refuse_live(loaded)
-        meta = loaded.meta
-        kept = sorted(set(meta.always_allowed) - set(tools)) if tools else []
-        if kept == sorted(meta.always_allowed):
+        kept = sorted(set(loaded.meta.always_allowed) - set(tools)) if tools else []
+        if kept == sorted(loaded.meta.always_allowed):
             return kept
-        meta.always_allowed = kept
+        # A new record: a store may hand out the very object it keeps (`MemoryStore`).
+        meta = dataclasses.replace(loaded.meta, always_allowed=kept)
         await self.store.append(thread, version=loaded.version, step=loaded.step, meta=meta)
         publish(thread, None, ThreadChangedNotice(thread))
         return kept
