@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..messages import IMAGE_TYPES, call_results
 from ..usage import usd
 from . import theme
-from .reveal import hidden_characters, reveal, reveal_json
+from .reveal import hidden_characters, reveal, reveal_json, revealed_json
 from .sanitize import escape, markdown_html
 from .sanitize import rich_html as clean_rich_html
 from .theme import Token, css, tint
@@ -332,21 +332,15 @@ HIDDEN_TITLE = ("these arguments hold characters a reader cannot see, or that re
                 "(Trojan Source); each is shown escaped, as \\u…: {}")
 
 
-def hidden_badge(args: Any) -> str:
-    """A warning label when `args` hold invisible or reordering characters (`reveal`), naming
-    them on hover; "" when they hold none."""
-    names = [n for text in _raw_texts(args) for n in hidden_characters(text)]
+def hidden_badge(*texts: str, names: Sequence[str] = ()) -> str:
+    """A warning label when `texts` (a call's arguments as written, before `reveal`) hold
+    invisible or reordering characters (or `names` names some), naming them on hover; "" when
+    there is none."""
+    names = [*names, *(n for text in texts for n in hidden_characters(text))]
     if not names:
         return ""
     return badge("hidden characters", theme.ERROR, title=HIDDEN_TITLE.format(", ".join(dict.fromkeys(names))),
                  cls="nbagent-hidden-chars") + "<br>"
-
-
-def _raw_texts(args: Any) -> list[str]:
-    with_code = _with_code(args)
-    if with_code is None:
-        return [_json_text(args)]
-    return [with_code["code"], _json_text({k: v for k, v in with_code.items() if k != "code"})]
 
 
 def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED, cut: int = MAX_CHARS) -> str:
@@ -358,10 +352,11 @@ def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED, 
     label (`hidden_badge`)."""
     with_code = _with_code(args)
     if with_code is not None:
-        shown = _code_args_html(with_code, full, cut)
+        rest = _json_text({k: v for k, v in with_code.items() if k != "code"})
+        shown = hidden_badge(with_code["code"], rest) + _code_args_html(with_code, full, cut)
     else:
-        shown = expandable(pretty_args(args), full=full, cut=cut)
-    shown = hidden_badge(args) + shown
+        text, names = revealed_json(_json_text(args))
+        shown = hidden_badge(names=names) + expandable(text, full=full, cut=cut)
     if edited_from is _NOT_EDITED:
         return shown
     original = pretty_args(edited_from)

@@ -27,7 +27,7 @@ import json
 import re
 import unicodedata
 
-__all__ = ["INVISIBLE", "hidden_characters", "reveal", "reveal_json"]
+__all__ = ["INVISIBLE", "hidden_characters", "reveal", "reveal_json", "revealed_json"]
 
 _RANGES = (
     (0x00, 0x08), (0x0B, 0x1F), (0x7F, 0x9F),  # control characters (tab and newline stay)
@@ -58,6 +58,8 @@ def hidden_characters(text: str) -> list[str]:
     >>> hidden_characters("abc\\u202edef\\u200b\\u202e")
     ['U+202E RIGHT-TO-LEFT OVERRIDE', 'U+200B ZERO WIDTH SPACE']
     """
+    if INVISIBLE.search(text) is None:  # the common case: one scan
+        return []
     found = dict.fromkeys(INVISIBLE.findall(text))
     return [f"U+{ord(ch):04X} {unicodedata.name(ch, 'CONTROL CHARACTER')}" for ch in found]
 
@@ -69,6 +71,8 @@ def reveal(text: str) -> str:
     >>> reveal("if access != 'user\\u202e \\u2066// admin\\u2069 \\u2066':")
     "if access != 'user\\\\u202e \\\\u2066// admin\\\\u2069 \\\\u2066':"
     """
+    if INVISIBLE.search(text) is None:
+        return text
     return INVISIBLE.sub(lambda m: _escape(m.group()), text)
 
 
@@ -80,4 +84,11 @@ def reveal_json(text: str) -> str:
     >>> shown, json.loads(shown) == {"to": "bob\\u200b@example.com"}
     ('{"to": "bob\\\\u200b@example.com"}', True)
     """
-    return INVISIBLE.sub(lambda m: _json_escape(m.group()), text)
+    return revealed_json(text)[0]
+
+
+def revealed_json(text: str) -> tuple[str, list[str]]:
+    """`reveal_json` and `hidden_characters` of `text` together (one scan when it has none)."""
+    if INVISIBLE.search(text) is None:
+        return text, []
+    return INVISIBLE.sub(lambda m: _json_escape(m.group()), text), hidden_characters(text)

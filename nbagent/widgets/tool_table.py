@@ -272,7 +272,7 @@ class ToolRow(widgets.VBox):
 
         def changed(_: Any) -> None:
             diff.value = "" if not area.value or area.value.strip() == shown.strip() else diff_html(
-                shown, _normalized(area.value))
+                shown, _normalized(area.value, pending.args, shown))
             self._guard_edit()
 
         area.observe(changed, "value")
@@ -360,14 +360,16 @@ class ToolRow(widgets.VBox):
         self._render()
 
 
-def _normalized(text: str) -> str:
-    """The editor's text as `pretty_args` writes it when it is a JSON object (so re-indenting
-    is no change), else as typed."""
+def _normalized(text: str, args: Any, shown: str) -> str:
+    """The editor's text as `pretty_args` writes it when it is a JSON object, and `shown` when
+    it is the same value as `args` (re-indenting or reordering keys is no change); else as typed."""
     try:
         value = json.loads(text)
     except ValueError:
         return text
-    return pretty_args(value) if isinstance(value, dict) else text
+    if not isinstance(value, dict):
+        return text
+    return shown if value == args else pretty_args(value)
 
 
 class ToolTable(widgets.VBox):

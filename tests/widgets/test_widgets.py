@@ -479,6 +479,22 @@ async def test_an_open_changed_edit_keeps_the_plain_approve_from_dropping_it() -
         '[The user changed the arguments before approving; the tool ran with: {"order": 42, "amount": 1.25}]')
 
 
+async def test_approve_edited_with_nothing_changed_approves_the_call_as_asked() -> None:
+    """Opening Edit and approving without a change (re-indented JSON included) is an approval:
+    the result says "approved", not "edited" with the same arguments; the diff says nothing
+    changed only once the text differs."""
+    view = make_agent().chat(thread="t-edit-same")
+    await ask(view, "refund")
+    [row] = waiting_rows(view)
+    await click(row.buttons["Edit"])
+    row.edit_area.value = '{"amount": 9.5,   "order": 42}'
+    assert "no change" in row.edit_diff.value
+    await click(row.buttons["Approve edited"])
+    result = await view.wait()
+    [ran] = [m for m in result.messages if m.kind == "tool-result"]
+    assert refund_calls == [(42, 9.5)] and (ran.decision, ran.edited_args) == ("approved", None)
+
+
 async def test_always_allow_approves_this_and_later_calls_of_the_tool() -> None:
     view = make_agent().chat(thread="t-always")
     await ask(view, "two refunds")
