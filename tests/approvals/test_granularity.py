@@ -16,9 +16,8 @@ import pytest
 
 from nbagent import ConflictError
 from nbagent.display.html import render_result_html
-from nbagent.store import MemoryStore
-
 from nbagent.models import FunctionModel
+from nbagent.store import MemoryStore
 
 from .kit import Ledger, click, once, tool_call
 

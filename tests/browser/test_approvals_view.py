@@ -105,7 +105,8 @@ def test_long_arguments_are_shown_whole_or_approve_waits_for_edit(jupyter_lab, m
     row = _waiting(page, 1)
     assert "not shown" not in row and "left out" not in row
     box = page.eval(CODE_BOX_JS)
-    assert box is not None and box["text"].rstrip().endswith("print('THE-TAIL-LINE')"), (box or {}).get("text", "")[-200:]
+    assert box is not None, "no code block in the waiting row"
+    assert box["text"].rstrip().endswith("print('THE-TAIL-LINE')"), box["text"][-200:]
     assert box["scrolls"] and box["overflow"] == "auto", box
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.page.locator(".nbagent-chat").first.screenshot(path=str(ARTIFACTS / "approvals_long_arguments.png"))
