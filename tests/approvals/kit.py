@@ -111,4 +111,14 @@ async def click(button: widgets.Button) -> None:
     await settle()
 
 
-__all__ += ["once", "tool_call"]
+async def deny_in_view(view: Any, reason: str) -> Any:
+    """Deny the one call waiting in `view` with `reason`, as a person does (Deny, the reason,
+    Confirm deny); the result of the run that carried it out."""
+    [row] = [r for r in view.rows.values() if r.status == "needs approval"]
+    await click(row.buttons["Deny"])
+    row.deny_reason.value = reason
+    await click(row.buttons["Confirm deny"])
+    return await view.wait()
+
+
+__all__ += ["deny_in_view", "once", "tool_call"]

@@ -23,7 +23,7 @@ from nbagent.models import FunctionModel, record, replay
 from nbagent.notebook import python_tool
 from nbagent.store import MemoryStore, SQLiteStore
 
-from .kit import Ledger, click, once, results, settle, tool_call
+from .kit import Ledger, deny_in_view, once, results, settle, tool_call
 
 REFUND = tool_call("refund", order_id="42", amount=10.0)
 KITCHEN = Path(__file__).resolve().parents[1] / "mcp_servers" / "kitchen.py"
@@ -71,11 +71,7 @@ async def _view(ledger: Ledger, tmp_path: Path) -> list[Any]:
     view = ledger.agent(once(REFUND), store=MemoryStore()).chat(thread="t")
     view.ask("refund 42")
     await view.wait()
-    [row] = view.rows.values()
-    await click(row.buttons["Deny"])
-    row.deny_reason.value = "not this one"
-    await click(row.buttons["Confirm deny"])
-    done = await view.wait()
+    done = await deny_in_view(view, "not this one")
     await settle()
     assert done is not None
     return results(done)

@@ -16,7 +16,7 @@ from nbagent import tool_calls_frame
 from nbagent.display.html import render_result_html
 from nbagent.store import MemoryStore
 
-from .kit import Ledger, click, results, stubborn, tool_call
+from .kit import Ledger, deny_in_view, results, stubborn, tool_call
 
 REFUND = tool_call("refund", order_id="42", amount=10.0)
 
@@ -75,11 +75,7 @@ async def test_deepagents_2946_the_view_shows_a_repeat_as_denied_repeat(tmp_path
     view = ledger.agent(stubborn(REFUND, times=2), store=MemoryStore()).chat(thread="t")
     view.ask("refund 42")
     await view.wait()
-    [row] = view.rows.values()
-    await click(row.buttons["Deny"])
-    row.deny_reason.value = "no refunds on Sundays"
-    await click(row.buttons["Confirm deny"])
-    done = await view.wait()
+    done = await deny_in_view(view, "no refunds on Sundays")
     assert done is not None and done.status == "completed" and ledger.runs == []
     first, repeat = view.rows.values()
     assert (first.status, repeat.status) == ("denied", "denied (repeat)")
