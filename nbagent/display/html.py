@@ -373,7 +373,8 @@ def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED, 
 def diff_html(before: str, after: str, *, cut: int = MAX_CHARS) -> str:
     """What an edit changes, line by line: removed lines on a red tint (``-``), added ones on a
     green tint (``+``), two lines of context around each change; "no change" when the texts are
-    the same. Escaped text in a scroll box (at most `cut` characters of each side are compared).
+    the same. Escaped text in a scroll box: the whole texts are compared, and the first `cut`
+    characters of the diff are shown (then how many lines more).
 
     >>> html = diff_html('{"path": "a.txt"}', '{"path": "b.txt"}')
     >>> ["-" in html, '+{&quot;path&quot;: &quot;b.txt&quot;}' in html.replace("</span>", "")]
@@ -381,19 +382,43 @@ def diff_html(before: str, after: str, *, cut: int = MAX_CHARS) -> str:
     """
     import difflib  # here: only an edit needs it
 
-    lines = list(difflib.unified_diff(before[:cut].splitlines(), after[:cut].splitlines(), lineterm="", n=2))[2:]
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2))[2:]
     if not lines:
         return f'<div class="nbagent-diff" style="{SMALL};{MUTED}">no change: the arguments are the model\'s</div>'
-    rows = []
-    for line in lines:
+    rows, size = [], 0
+    for i, line in enumerate(lines):
         if line.startswith("@@"):
             rows.append(f'<div style="{MUTED}">⋯</div>')
             continue
+        pair = lines[i + 1] if line[:1] == "-" and i + 1 < len(lines) else lines[i - 1] if line[:1] == "+" else ""
+        line = _excerpt(line, pair if pair[:1] in "-+" and pair[:1] != line[:1] else "")
+        size += len(line)
+        if size > cut:
+            rows.append(f'<div style="{MUTED}">… ({len(lines) - i:,} more lines of the diff not shown)</div>')
+            break
         colour = {"+": theme.SUCCESS, "-": theme.ERROR}.get(line[:1])
         tinted = f"{css('background', tint(colour))};" if colour is not None else ""
         rows.append(f'<div style="{tinted}white-space:pre-wrap;overflow-wrap:anywhere">{escape(line) or " "}</div>')
     return (f'<div class="nbagent-diff" style="{SMALL};margin:4px 0"><span style="{MUTED}">what the edit changes</span>'
             f'<div style="{MONO};{FRAME};border-radius:4px;padding:2px 4px;{SCROLL}">{"".join(rows)}</div></div>')
+
+
+_EXCERPT = 400
+"""A diff line longer than this (a long JSON string, e.g. a ``code`` argument) is shown around
+its first difference from the line it replaces."""
+
+
+def _excerpt(line: str, other: str) -> str:
+    """`line` (``-`` or ``+`` then the text), cut around where it first differs from `other`
+    (the line it pairs with; "" for none) when it is longer than `_EXCERPT`."""
+    if len(line) <= _EXCERPT:
+        return line
+    at = next((i for i, (a, b) in enumerate(zip(line[1:], other[1:], strict=False)) if a != b),
+              min(len(line), len(other)) - 1) if other else 0
+    start = max(1, at - _EXCERPT // 4)
+    end = start + _EXCERPT
+    return (line[0] + ("…" if start > 1 else "") + line[start:end]
+            + (f"… ({len(line) - end:,} more characters)" if end < len(line) else ""))
 
 
 def rich_result_html(display: Mapping[str, str] | None, images: Sequence[Any] = ()) -> str:

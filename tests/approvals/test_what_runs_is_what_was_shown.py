@@ -175,3 +175,16 @@ def test_the_limit_is_the_one_the_row_uses(chars: int) -> None:
 
     args = {"code": "x" * (WHOLE_CHARS + chars)}
     assert unshown_chars(args) == chars
+
+
+def test_langgraph_8026_an_edit_deep_in_a_long_argument_shows_in_the_diff() -> None:
+    """The diff compares the whole arguments: a change at the end of 180,000 characters of code
+    (one JSON line) is shown, around where it is, never "no change".
+
+    Catches: a diff of the first characters only (checked by hand with `diff_html` comparing the
+    first 20,000 characters: it says "no change")."""
+    from nbagent.display.html import diff_html, pretty_args
+
+    code = "x = 1\n" * 30_000
+    shown = text_of(diff_html(pretty_args({"code": code}), pretty_args({"code": code + "import os"})))
+    assert "import os" in shown and "no change" not in shown
