@@ -108,7 +108,7 @@ class Agent(Generic[OutputT]):
     and the DataFrame functions given an agent read only them, so agents of other notebooks
     sharing the store (``./.nbagent/threads.db``) do not mix in. Every stored thread:
     ``await agent.store.threads()``, ``nbagent.usage_frame(agent.store)``. The thread methods
-    (`threads`, `checkpoints`, `pending`, `thread_usage`, `fork`, `delete_thread`) are those of
+    (`threads`, `checkpoints`, `pending`, `thread_usage`, `fork`, `delete_thread`, `revoke`) are those of
     ``agent.threads_api``, a `Threads` over the agent's store and threads.
 
     Args:
@@ -447,8 +447,8 @@ class Agent(Generic[OutputT]):
     @property
     def threads_api(self) -> Threads:
         """This agent's stored threads as a `Threads`: its store, scoped to its threads (see the
-        class docstring). `threads`, `checkpoints`, `pending`, `thread_usage`, `fork` and
-        `delete_thread` (and their ``_sync`` twins) are this object's methods."""
+        class docstring). `threads`, `checkpoints`, `pending`, `thread_usage`, `fork`,
+        `delete_thread` and `revoke` (and their ``_sync`` twins) are this object's methods."""
         return Threads(self.store, scope=self._own_threads)
 
     def _touch(self, thread: str) -> None:
@@ -480,6 +480,8 @@ class Agent(Generic[OutputT]):
         calls and its recorded model calls (`nbagent.models.record`); True if it existed. It no
         longer counts among this agent's threads.""")
     delete_thread_sync = twin(delete_thread)
+    revoke = _from_threads(Threads.revoke)
+    revoke_sync = twin(revoke)
 
     # ------------------------------------------------------------------ edges
     def chat(self, thread: str | None = None, **kwargs: Any) -> Any:

@@ -48,8 +48,10 @@ DecisionAction = Literal["approve", "edit", "deny", "result", "always"]
 """``approve`` (run as asked), ``edit`` (run with changed arguments), ``deny`` (the model gets an
 error result with the reason), ``result`` (a client tool's answer), ``always`` (run because the
 tool was always-allowed)."""
-DecisionLabel = Literal["approved", "edited", "denied", "client", "always-allowed"]
-"""How a decision is recorded on the tool result (`ToolResultMessage.decision`)."""
+DecisionLabel = Literal["approved", "edited", "denied", "client", "always-allowed", "repeat-denied"]
+"""How a decision is recorded on the tool result (`ToolResultMessage.decision`). ``repeat-denied``:
+the same call (tool and arguments) as one a person denied earlier in the turn, denied again
+without asking; it carries that denial's reason, time and person."""
 
 _LABELS: dict[str, DecisionLabel] = {
     "approve": "approved",

@@ -266,7 +266,8 @@ class ToolResultMessage:
     duration_s: float | None = None
     decision: str | None = None
     """How a person decided this call: ``approved``, ``edited``, ``denied``, ``client`` (they gave
-    the result), ``always-allowed``; None when no decision was needed."""
+    the result), ``always-allowed``, ``repeat-denied`` (the same call as one a person denied
+    earlier in the turn, denied again without asking); None when no decision was needed."""
     decided_by: str | None = None
     """Who decided (``resume(decided_by=...)``; the view records the OS user), when known."""
     decided_at: float | None = None

@@ -7,12 +7,15 @@ summary (built by `nbagent.display.html`, imported only when a notebook asks for
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from .approvals import PendingCall
 from .context import ContextUsage
 from .messages import Message
 from .usage import Usage
+
+if TYPE_CHECKING:
+    from .store.base import LedgerEntry
 
 __all__ = ["RunResult", "RunStatus"]
 
@@ -66,6 +69,12 @@ class RunResult(Generic[OutputT]):
     context: ContextUsage | None = None
     """How full the model's context window was for the last request this run sent: tokens, window,
     fraction and tokens by part (see docs/context.md); None when the run sent none."""
+    always_allowed: list[str] = field(default_factory=list)
+    """The tools approved for the rest of the thread ("always allow"), as the run left them;
+    ``agent.revoke(thread, *tools)`` takes them back."""
+    ledger: dict[str, LedgerEntry] = field(default_factory=dict, repr=False)
+    """What is known of the execution of each call this run answered, by call id (`LedgerEntry`:
+    status and when it was recorded): the ``time`` of `nbagent.tool_calls_frame`."""
 
     @property
     def duration_s(self) -> float | None:

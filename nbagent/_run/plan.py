@@ -2,7 +2,8 @@
 answer's tool calls, and the verdict on a text answer.
 
 Owns `plan` (each open call: an error result, a pause for a person, or run; with the ledger
-entries to commit before anything runs), `plan_final` (the ``final_result`` calls of an agent
+entries to commit before anything runs; a repeat of a call a person denied in this turn is denied
+again without asking, `denied_in_turn`), `plan_final` (the ``final_result`` calls of an agent
 with an ``output_type``), `judge_text` (a text answer where a structured one was asked for),
 `unusable_answer` (an answer that fails the run instead of joining the thread), `refused_rows`
 (the usage rows of refusals a `FallbackModel` moved on from) and `error_result`. Pure functions
@@ -30,8 +31,8 @@ from .execute import tool_output
 from .state import RunState, StoredThread
 
 __all__ = [
-    "CUT_OFF", "Plan", "TextVerdict", "ToRun", "error_result", "judge_text", "plan", "plan_final",
-    "refused_rows", "unusable_answer",
+    "CUT_OFF", "REPEAT_PREFIX", "Plan", "TextVerdict", "ToRun", "denial_text", "denied_in_turn", "error_result",
+    "judge_text", "plan", "plan_final", "refused_rows", "unusable_answer",
 ]
 
 CUT_OFF = {"length": "the output token limit", "context_window": "the model's context window"}
@@ -45,6 +46,35 @@ _NO_ANSWER: Any = object()
 def error_result(call: ToolCall, content: str, status: ToolCallStatus = "failed") -> ToolResultMessage:
     """An error result for a call that did not run (or failed)."""
     return ToolResultMessage(call.id, call.name, content, True, status)
+
+
+def denial_text(name: str, reason: str | None) -> str:
+    """What the model reads for a call a person denied: the reason, that the tool did not run,
+    and not to ask for the same call again (a model that only reads "denied" tends to retry)."""
+    head = f"denied by the user: {reason}" if reason else "denied by the user (no reason given)"
+    return (f"{head}\n{name} was not run. Do not call it again with the same arguments: that call is denied "
+            "without asking. Take the reason into account, or ask the user what to do instead.")
+
+
+REPEAT_PREFIX = "denied again without asking (the user denied this same call earlier in this turn): "
+"""How the result of a repeated denied call starts; the first denial's text follows."""
+
+
+def denied_in_turn(messages: list[Any]) -> dict[tuple[str, str], ToolResultMessage]:
+    """The calls a person denied since the last user message, by ``(tool, args_hash)``: the
+    result of the first denial of each. A turn is the prompt's run and every resume of it."""
+    results: dict[str, ToolResultMessage] = {}
+    out: dict[tuple[str, str], ToolResultMessage] = {}
+    for m in reversed(messages):
+        if m.kind == "user":
+            break
+        if m.kind == "tool-result" and m.decision == "denied":
+            results[m.call_id] = m
+        elif m.kind == "assistant" and results:
+            for c in m.tool_calls:
+                if c.id in results:
+                    out[(c.name, args_hash(c.args))] = results.pop(c.id)  # earlier answers overwrite: the first wins
+    return out
 
 
 class ToRun(NamedTuple):
@@ -168,16 +198,21 @@ def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall]) -> Plan
         return rest
     out = Plan(calls)
     waited = {p.id: p for p in thread.pending}
+    # Only a tool that can wait for a person can have been denied: the look back over the turn is
+    # skipped for the others (the common step of a run).
+    askable = any((t := config.tools.get(c.name)) is not None and (t.requires_approval is not False or t.is_client)
+                  for c in calls)
+    denied = denied_in_turn(thread.messages) if askable else {}
     for call in calls:
-        _plan_call(config, thread, call, waited.get(call.id), out)
+        _plan_call(config, thread, call, waited.get(call.id), out, denied)
     # Calls about to run are recorded "started" in the same commit as the decisions above.
     out.ledger.extend(LedgerEntry(r.call.id, r.call.name, args_hash(r.call.args), "started") for r in out.to_run)
     return out
 
 
 def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: PendingCall | None,
-               out: Plan) -> None:
-    """Add one call's fate to `out`."""
+               out: Plan, denied: dict[tuple[str, str], ToolResultMessage]) -> None:
+    """Add one call's fate to `out` (`denied`: the calls a person denied in this turn)."""
     tool = config.tools.get(call.name)
     entry = thread.ledger.get(call.id)
     if entry is not None and entry.status == "started" and not (tool is not None and tool.idempotent):
@@ -192,9 +227,15 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
     decision = thread.decisions.get(call.id)
     if decision is not None and decision.action == "deny":  # a denial needs no tool (it may be gone)
         out.used.append(call.id)
-        reason = f": {decision.reason}" if decision.reason else ""
-        out.results.append(decision.stamp(error_result(call, f"denied by the user{reason}", "denied")))
+        out.results.append(decision.stamp(error_result(call, denial_text(call.name, decision.reason), "denied")))
         out.ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "denied"))
+        return
+    first = denied.get((call.name, args_hash(call.args))) if decision is None and denied else None
+    if first is not None:  # the same call again: denied as before, without asking (a reject loop)
+        result = error_result(call, REPEAT_PREFIX + first.content, "denied")
+        result.decision, result.decided_by, result.decided_at = "repeat-denied", first.decided_by, first.decided_at
+        out.results.append(result)
+        out.ledger.append(LedgerEntry(call.id, call.name, args_hash(call.args), "denied"))
         return
     if tool is None:
         if decision is None and waited is not None:

@@ -24,7 +24,7 @@ from ..store.meta import live_runs
 from .config import RunConfig
 from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
-__all__ = ["RunStart", "prepare_resume", "prepare_run", "run_state"]
+__all__ = ["RunStart", "prepare_resume", "prepare_run", "refuse_live", "run_state"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +73,13 @@ def run_state(
     return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages))
 
 
-def _refuse_live(loaded: ThreadState) -> None:
-    """A thread another process (or task) is running now must not be continued here: this run
-    would record its tool as "interrupted" and that run's real result would be lost."""
+def refuse_live(loaded: ThreadState) -> None:
+    """A thread another process (or task) is running now must not be continued (or changed) here:
+    this run would record its tool as "interrupted" and that run's real result would be lost.
+
+    Raises:
+        ConflictError: a run goes on on the thread.
+    """
     meta = loaded.meta
     if meta.status == "running" and owner_alive(meta.owner, meta.run_id, loaded.leased):
         owner = meta.owner or {}
@@ -123,7 +127,7 @@ async def _prepare_run(
     thread = thread or "thread_" + os.urandom(8).hex()
     run = run_state(config, thread, loaded, state, run_id)
     if loaded is not None:
-        _refuse_live(loaded)
+        refuse_live(loaded)
     open_calls = loaded.open_calls() if loaded is not None else []
     if open_calls:
         ids = ", ".join(c.id for c in open_calls)
@@ -164,7 +168,7 @@ async def prepare_resume(
     loaded = await config.store.load(thread)
     if loaded is None:
         raise NotResumableError(f"thread {thread!r} is not in the store ({config.store!r})")
-    _refuse_live(loaded)
+    refuse_live(loaded)
     run = run_state(config, thread, loaded, state if state is not None else (result.state if result else None))
     stored = run.stored
     last = stored.messages[-1] if stored.messages else None

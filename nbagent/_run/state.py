@@ -190,7 +190,15 @@ class RunState:
             started_at=self.started_at,
             ended_at=outcome.ended_at,
             context=self.context,
+            always_allowed=sorted(stored.always_allowed),
+            ledger=self._answered_ledger(),
         )
+
+    def _answered_ledger(self) -> dict[str, LedgerEntry]:
+        """The ledger entries of the calls this run answered (not the whole thread's)."""
+        ledger = self.stored.ledger
+        return {m.call_id: ledger[m.call_id] for m in self.stored.messages[self.new_message_index:]
+                if m.kind == "tool-result" and m.call_id in ledger}
 
 
 _owner: dict[str, Any] | None = None

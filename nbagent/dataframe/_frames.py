@@ -7,8 +7,8 @@ the sibling `_columns` / `_sources` modules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -172,6 +172,8 @@ TOOL_CALL_SCHEMA: dict[str, str] = {
     "is_error": "boolean",
     "duration_s": "float64",
     "args_chars": "int64",
+    "args": "object",
+    "original_args": "object",
     "result_chars": "Int64",
     "decision": "category",
     "decided_at": "datetime64[ns, UTC]",
@@ -197,6 +199,8 @@ class _ThreadView:
     """Only calls answered (or waiting) at or after this message index are rows."""
     run_id: str | None = None
     """For a RunResult: its run id, used for every row."""
+    answered_at: dict[int, float] = field(default_factory=dict)
+    """When the model's answer of each step arrived (its usage row: start + latency)."""
 
 
 def _view_of_result(result: RunResult) -> _ThreadView:
@@ -222,11 +226,16 @@ def _view_of_result(result: RunResult) -> _ThreadView:
         messages,
         steps,
         {c.step: c.run_id for c in result.usage.calls},
-        {},
+        dict(result.ledger),
         {p.id for p in result.pending},
         first_index=result.new_message_index,
         run_id=result.run_id,
+        answered_at=_answered_at(result.usage.calls),
     )
+
+
+def _answered_at(rows: Sequence[ModelCallUsage]) -> dict[int, float]:
+    return {r.step: r.time + (r.latency_s or 0.0) for r in rows}
 
 
 def _view_of_thread(state: ThreadState) -> _ThreadView:
@@ -240,6 +249,7 @@ def _view_of_thread(state: ThreadState) -> _ThreadView:
         {u.step: u.run_id for u in state.usage},
         dict(state.ledger),
         {p.id for p in state.meta.pending},
+        answered_at=_answered_at(state.usage),
     )
 
 
@@ -282,6 +292,9 @@ def _tool_rows(view: _ThreadView, out: dict[str, list[Any]]) -> None:
             out["is_error"].append(result.is_error if result is not None else None)
             out["duration_s"].append(result.duration_s if result is not None else None)
             out["args_chars"].append(len(call.args_json))
+            edited = result.edited_args if result is not None else None
+            out["args"].append(dict(edited) if edited is not None else _args_dict(call.args))
+            out["original_args"].append(_args_dict(call.args) if edited is not None else None)
             out["result_chars"].append(len(result.content) if result is not None else None)
             out["decision"].append(_decision(result))
             decided_at = result.decided_at if result is not None else None
@@ -289,7 +302,15 @@ def _tool_rows(view: _ThreadView, out: dict[str, list[Any]]) -> None:
                 decided_at = entry.time  # older threads: when the resumed run applied the denial
             out["decided_at"].append(decided_at)
             out["decided_by"].append(result.decided_by if result is not None else None)
-            out["time"].append(entry.time if entry is not None else None)
+            # When the call's state was recorded: its outcome (the ledger), else the answer that
+            # asked for it (results known without running are committed with it; or it waits).
+            out["time"].append(entry.time if entry is not None else view.answered_at.get(step) if step is not None
+                               else None)
+
+
+def _args_dict(args: Any) -> dict[str, Any] | None:
+    """A copy of a call's arguments (None when the model's JSON was not an object)."""
+    return dict(args) if isinstance(args, Mapping) else None
 
 
 def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
@@ -307,6 +328,10 @@ def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
             data[name] = times(np.array(values, dtype=np.float64))
         elif kind == "string":
             data[name] = strings(values)
+        elif kind == "object":
+            column = np.empty(len(values), dtype=object)
+            column[:] = values  # dicts kept as they are (not spread into rows)
+            data[name] = column
         else:
             data[name] = pd.array(values, dtype=kind)  # type: ignore[call-overload]
     df = pd.DataFrame(data)
@@ -327,13 +352,17 @@ def tool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) 
     asked for the call), ``thread``, ``step`` (the model call that asked), ``call_id``, ``tool``,
     ``status`` (done, failed, denied, cancelled, interrupted, pending), ``is_error``,
     ``duration_s`` (NaN when it never ran), ``args_chars`` (length of the arguments JSON),
-    ``result_chars``, ``decision``, ``decided_at``, ``decided_by``, ``time`` (when the stored
-    outcome was recorded; stores only).
+    ``args`` (a dict: the arguments the call ran with, a person's edit included; None when the
+    model's JSON was not an object), ``original_args`` (for an edited call only: the model's own
+    arguments, as a dict; else None), ``result_chars``, ``decision``, ``decided_at``,
+    ``decided_by``, ``time`` (when the call's state was recorded: its outcome; for a call that
+    waits, or was answered without running, when the model's answer that asked for it arrived).
 
     ``decision`` is ``auto`` (ran without asking), ``approved`` (a person approved it),
-    ``edited`` (approved with changed arguments), ``denied``, ``client`` (a client supplied the
-    result), ``always-allowed`` (approved by an earlier "always allow"), or missing when it
-    cannot be known. The run loop records the decision, its time and who made it
+    ``edited`` (approved with changed arguments), ``denied``, ``repeat-denied`` (the same call as
+    one a person denied earlier in the turn, denied again without asking), ``client`` (a client
+    supplied the result), ``always-allowed`` (approved by an earlier "always allow"), or missing
+    when it cannot be known. The run loop records the decision, its time and who made it
     (``resume(decided_by=...)``; the view records the OS user) on each tool result;
     ``decided_at`` / ``decided_by`` are missing for calls that needed no decision. For threads
     written before decisions were recorded, the decision is inferred (an `Agent` source

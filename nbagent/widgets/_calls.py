@@ -10,7 +10,8 @@ A call can be decided elsewhere (in code, another view, another process): when i
 on without this view, the board forgets its buttons and any decision made here but not sent yet
 (`CallBoard.overtaken`), and `decided_text` says plainly who decided what.
 
-Pure Python: imports only the core's approvals (no ipywidgets, no asyncio).
+Pure Python: imports the core's approvals and `nbagent.display.html`'s pure helpers (no
+ipywidgets, no asyncio).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..approvals import Decisions, PendingCall
+from ..display.html import shown_status, unshown_chars
 
 __all__ = ["CALL_EVENTS", "STILL_RUNNING", "TICKING", "WAITING", "CallBoard", "CallRows", "CallState",
            "DecisionBatch", "call_args", "decided_text", "validate_args"]
@@ -33,7 +35,8 @@ its row changes again when the function really ends (``done after stop`` / ``fai
 TICKING = ("running", STILL_RUNNING)
 """The statuses whose time counts up while shown."""
 _HOW = {"approved": "approved", "edited": "approved with edited arguments", "denied": "denied",
-        "client": "answered", "always-allowed": "approved (always allowed)"}
+        "client": "answered", "always-allowed": "approved (always allowed)",
+        "repeat-denied": "denied again (the same call as one denied earlier)"}
 CALL_EVENTS = ("tool-call-started", "tool-call-finished", "approval-requested", "client-call-requested")
 """The run events `CallBoard.on_event` takes."""
 
@@ -191,6 +194,12 @@ class CallBoard:
         return [c for c in self.calls.values()
                 if c.status == "needs approval" and not c.decided and c.pending is not None and not c.unavailable]
 
+    @property
+    def unreadable(self) -> list[CallState]:
+        """The calls waiting for approval whose arguments are too long for their row to show whole
+        (`unshown_chars`): Approve all leaves them to their own row's Approve, after Edit."""
+        return [c for c in self.approvals if c.pending is not None and unshown_chars(c.pending.args)]
+
     def track(self, call_id: str, name: str, args: Any, group: object = None) -> CallState:
         """The call's state; its row is made on first sight (in `group`'s table)."""
         call = self.calls.get(call_id)
@@ -242,8 +251,8 @@ class CallBoard:
     def ended(self, call: CallState, result: Any) -> None:
         """`call` ended with `result` (a `ToolResultMessage`)."""
         call.outcome = result
-        self.set_status(call, result.status, result.whole_text, is_error=result.is_error, duration_s=result.duration_s,
-                        message=result)
+        self.set_status(call, shown_status(result), result.whole_text, is_error=result.is_error,
+                        duration_s=result.duration_s, message=result)
 
     def reload(self, pending: list[PendingCall]) -> None:
         """The calls waiting as the store has them (a resume failed before it applied the

@@ -107,6 +107,9 @@ class ChatLayout(Protocol):
     def show_bulk(self, show: bool) -> None:
         """Two or more calls wait for approval (Approve all / Deny all show) or not."""
 
+    def show_always_allowed(self, tools: Sequence[str]) -> None:
+        """The thread's always-allowed tools (each with a way to revoke it: `ChatController.revoke`)."""
+
     def show_queue(self, messages: Sequence[UserMessage]) -> None:
         """The queued messages now, oldest first (each marked "queued")."""
 
@@ -422,12 +425,37 @@ class ChatController:
         self.tally.run_ended(truncated=result.truncated)
         self.render_usage()
         self.log.finish_streams()
+        self.show_allowed(result.always_allowed)
         results = {m.call_id: m for m in result.messages if m.kind == "tool-result"}
         self.board.run_ended(results, {p.id for p in result.pending}, cancelled=kind == "run-cancelled")
         still = [c.name for c in self.board.still_running]
         text, error = _ended_text(kind, result, self.board.waiting_text(), still)
         self.say(text, error=error)
         self.layout.show_conversation(result.messages)
+
+    # ------------------------------------------------------------------ always allow
+    def show_allowed(self, tools: Sequence[str]) -> None:
+        """The thread's always-allowed tools are `tools` now (as stored)."""
+        self.board.decisions.always_allowed = set(tools)
+        self.layout.show_always_allowed(sorted(tools))
+
+    def revoke(self, tool: str) -> None:
+        """Take back "always allow" of `tool` on the thread (`Agent.revoke`): its next call waits
+        for a person again. Refused while a run goes on (it would keep its own copy)."""
+        if self.handle is not None or self.follower.foreign is not None:
+            self.say(f"{tool} is still always allowed: a run is going on; stop it (or let it pause), then revoke",
+                     error=True)
+            return
+        self.follower.read_later(self._revoke(tool))
+
+    async def _revoke(self, tool: str) -> None:
+        try:
+            left = await self.agent.revoke(self.thread, tool)
+        except Exception as exc:  # a run started meanwhile, the store failed: say so
+            self.say(f"could not revoke always allow of {tool}: {type(exc).__name__}: {exc}", error=True)
+            return
+        self.show_allowed(left)
+        self.say(f"{tool} is no longer always allowed on this thread: its next call waits for you", keep=True)
 
     # ------------------------------------------------------------------ decisions
     def decide(self, call_id: str, action: str, payload: Any = None, *, kick: bool = True) -> None:
@@ -445,10 +473,17 @@ class ChatController:
 
     def decide_all(self, action: str, payload: Any = None) -> None:
         """The same decision on every call waiting for approval (``Approve all`` / ``Deny all``),
-        sent in one resume."""
+        sent in one resume. ``Approve all`` leaves out the calls whose arguments are too long for
+        their row to show whole (the status line says so): each needs its own Approve, after Edit."""
+        left = {c.id for c in self.board.unreadable} if action == "approve" else set()
         for call in self.board.approvals:
-            self.decide(call.id, action, payload, kick=False)
+            if call.id not in left:
+                self.decide(call.id, action, payload, kick=False)
         self.kick()
+        if left:
+            n = len(left)
+            self.say(f"Approve all left out {n} call{'s' if n != 1 else ''} whose arguments are too long to show "
+                     "whole: open Edit on each to read them, then approve it there", keep=True)
 
     def kick(self) -> None:
         """Start a resume with the decisions made, unless a run goes on (here or elsewhere: then

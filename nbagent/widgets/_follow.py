@@ -142,7 +142,7 @@ class ThreadFollower:
         pending = loaded.open_pending()
         c.layout.show_history(loaded.messages, [p.id for p in pending],
                               replayed=replayed_answers(loaded.messages, loaded.message_steps, loaded.usage))
-        c.board.decisions.always_allowed = set(loaded.meta.always_allowed)
+        c.show_allowed(loaded.meta.always_allowed)
         c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps),
                        truncated=loaded.meta.truncated)
         c.render_usage()
@@ -168,6 +168,7 @@ class ThreadFollower:
         if loaded is not None:
             c.board.reload(loaded.open_pending())
             c.layout.show_conversation(loaded.messages)
+            c.show_allowed(loaded.meta.always_allowed)
         c.kick()
 
     def _heard(self, run_id: str | None, item: Any) -> None:

@@ -3,7 +3,8 @@
 Owns the widgets and what they show. The conversation so far (from the store), then per run: the
 model's reasoning (`ThinkingText`, a collapsed "Thinking" section above the step's answer), the
 streaming answer (`StreamText`), a live tool table per answer with tool calls (`ToolTable`), the
-queued messages, a status line, a footer with the run's tokens and cost, and at the bottom
+queued messages, a status line, the thread's always-allowed tools (each with a ✕ that revokes
+it, `AllowedTools`), a footer with the run's tokens and cost, and at the bottom
 ``Stop``, ``Approve all`` / ``Deny all`` (with a reason box), ``Clear queue`` and the message box
 with ``Send`` (the last text box of the view).
 
@@ -51,6 +52,7 @@ from ..display.html import (
 )
 from ..display.sanitize import escape
 from ..messages import Prompt, UserMessage
+from ._allowed import AllowedTools
 from ._attach import Attachments, kernel_namespace
 from ._calls import validate_args
 from ._controller import ChatController
@@ -249,6 +251,8 @@ class ChatView(widgets.VBox):
         header: the identity line at the top: the agent's name (``Agent(name=...)``), its model
             and the thread id, so two views of one notebook can be told apart.
         attachments: the ``@`` completion and chips of the message box (`Attachments`).
+        always_allowed: the thread's always-allowed tools, each with a ✕ that revokes it
+            (`AllowedTools`: ``buttons`` by tool name).
         message_box: the message box (Enter sends); deny_all_reason and deny_all_box: the reason
             box of ``Deny all`` and the line that holds it; history: the stored conversation;
             run_log: this view's runs (messages, reasoning, answers, tool tables); queue_box:
@@ -279,6 +283,8 @@ class ChatView(widgets.VBox):
                                        redact=lambda: getattr(self.agent, "context_redact", None))
         self._sent: dict[int, widgets.HTML] = {}
         """The bubbles of the messages sent, by message (id)."""
+        self._allowed = AllowedTools(lambda fn, *args: self.controller.schedule(fn, *args),
+                                     lambda tool: self.controller.revoke(tool))
         self.controller = ChatController(agent, thread or "thread_" + uuid.uuid4().hex[:16], self)
         self._frame = ViewFrame(self.controller.thread)
         self._copy = SavedCopy(self.controller.thread)
@@ -293,6 +299,7 @@ class ChatView(widgets.VBox):
                 self._log,
                 self._queue_box,
                 self._status,
+                self._allowed,
                 self._footer,
                 widgets.HBox([b["Stop"], b["Approve all"], b["Deny all"], b["Clear queue"]]),
                 self._deny_all_box,
@@ -359,6 +366,8 @@ class ChatView(widgets.VBox):
     queue_box = property(lambda self: self._queue_box, doc="The queued messages' bubbles, oldest first.")
     deny_all_box = property(lambda self: self._deny_all_box, doc="The reason line of Deny all.")
     deny_all_reason = property(lambda self: self._deny_all_reason, doc="The reason box of Deny all.")
+    always_allowed = property(lambda self: self._allowed,
+                              doc="The thread's always-allowed tools, each with a ✕ that revokes it (`AllowedTools`).")
 
     # ------------------------------------------------------------------ in the notebook file
     def _repr_mimebundle_(self, **kwargs: Any) -> dict[str, Any] | None:
@@ -506,6 +515,10 @@ class ChatView(widgets.VBox):
 
     def show_running(self, running: bool) -> None:
         self._buttons["Stop"].layout.display = "" if running else "none"
+        self._allowed.running(running)
+
+    def show_always_allowed(self, tools: Sequence[str]) -> None:
+        self._allowed.show(tools)
 
     def show_bulk(self, show: bool) -> None:
         display = "" if show else "none"
