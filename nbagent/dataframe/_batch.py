@@ -98,7 +98,8 @@ def batch(
         ``status`` (completed, paused, stopped, failed, cancelled), ``error``, ``input_tokens``,
         ``output_tokens``, ``cost`` (USD, NaN when unknown), ``duration_s``, ``steps`` (model
         calls), ``thread``, ``run_id``, ``skipped``. Tokens and cost count every model call of
-        the row's thread.
+        the row's thread but a judge's (``purpose="eval"``: `nbagent.evals` counts those in its
+        ``eval_cost``).
 
     One row failing never stops the others: its ``status`` is ``failed`` and ``error`` says why.
 

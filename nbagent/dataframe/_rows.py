@@ -31,8 +31,8 @@ from ..store.meta import ThreadMeta
 from ..usage import ModelCallUsage, Usage
 from ._columns import categorical, strings
 
-__all__ = ["BATCH_COLUMNS", "batch_frame", "batch_inputs", "batch_thread_ids", "checked_inputs", "one_row",
-           "Progress", "progress_bar", "rows_of"]
+__all__ = ["BATCH_COLUMNS", "Progress", "batch_frame", "batch_inputs", "batch_thread_ids", "checked_inputs",
+           "one_row", "progress_bar", "rows_of"]
 
 BATCH_COLUMNS = (
     "input",
@@ -131,6 +131,12 @@ def _prompt(value: Any) -> str | None:
     return value if isinstance(value, str) else str(value)
 
 
+def _own(rows: list[ModelCallUsage]) -> list[ModelCallUsage]:
+    """The thread's usage rows but a judge's (``purpose="eval"``, appended by `nbagent.evals`
+    after the run): the evaluation's cost, not the row's, which would count it again."""
+    return [r for r in rows if r.purpose != "eval"]
+
+
 def _skipped(
     row: dict[str, Any], before: list[ModelCallUsage], meta: ThreadMeta, **fields: Any
 ) -> dict[str, Any]:
@@ -161,7 +167,7 @@ async def one_row(agent: Agent, prompt: str | None, thread: str) -> dict[str, An
     clock = time.perf_counter()
     try:
         previous = await agent.store.load(thread)
-        before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
+        before: list[ModelCallUsage] = _own(previous.usage) if previous is not None else []
         meta = previous.meta if previous is not None else ThreadMeta()
         if previous is not None and meta.status == "completed":
             output = meta.output
