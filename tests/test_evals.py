@@ -476,8 +476,11 @@ def test_the_forecast_shows_the_rows_still_to_run_beside_the_total() -> None:
     assert left.wall_s == pytest.approx(forecast.wall_s * 4 / 6)
     assert left.cost[1] == pytest.approx(forecast.cost[1] * 4 / 6)
     assert left.output_tokens == 4 * forecast.output_tokens // 6
-    assert "<th>all 6 rows</th><th>4 still to run</th>" in forecast._repr_html_()
-    assert "the batch skips the 2 of them that are done" in forecast._repr_html_()
+    shown = forecast._repr_html_()
+    assert "<th></th><th>all</th><th>still to run</th>" in shown
+    assert "<th style='text-align:left'>rows</th><td>6 (sample 2)</td><td>4</td>" in shown
+    assert f"<th style='text-align:left'>wall time</th><td>{forecast._wall()}</td><td>{left._wall()}</td>" in shown
+    assert "the batch skips the 2 sampled rows that are done" in shown
     assert repr(forecast).endswith(f"; 4 still to run: {nbagent.usage.usd(left.cost[1])}, ~{left.wall_s:.1f}s)")
     assert "still to run" not in repr(left) and "still to run" not in left._repr_html_()
     answers = agent.map(rows, progress=False)

@@ -66,21 +66,23 @@ class Forecast:
 
     def _cells(self) -> list[str]:
         low, mid, high = self.cost
-        return [f"~{self.input_tokens:,}", f"~{self.output_tokens:,}",
+        return [f"{self.rows:,}", f"~{self.input_tokens:,}", f"~{self.output_tokens:,}",
                 f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>", self._wall()]
 
     def _repr_html_(self) -> str:
-        columns = [(f"all {self.rows:,} rows", self._cells())]
+        cells = self._cells()
+        cells[0] += f" (sample {len(self.sample)})"
+        columns = [("all", cells)]
         if self.settled:  # the wall time the user waits next is the rows still to run, not all
-            left = self.remaining
-            columns.append((f"{left.rows:,} still to run", left._cells()))
-        head = "".join(f"<th>{html.escape(name)}</th>" for name, _ in columns)
-        labels = ("input tokens", "output tokens", "cost", "wall time")
+            columns.append(("still to run", self.remaining._cells()))
+        head = "".join(f"<th>{name}</th>" for name, _ in columns)
+        labels = ("rows", "input tokens", "output tokens", "cost", "wall time")
         body = "".join(f"<tr><th style='text-align:left'>{label}</th>"
                        + "".join(f"<td>{cells[k]}</td>" for _, cells in columns) + "</tr>"
                        for k, label in enumerate(labels))
-        note = (f"from a sample of {len(self.sample)} rows at concurrency {self.concurrency}; "
-                f"the batch skips the {self.settled} of them that are done")
+        note = f"at concurrency {self.concurrency}"
+        if self.settled:
+            note += f"; the batch skips the {self.settled} sampled rows that are done"
         # mathjax_ignore: JupyterLab typesets the text between two "$" of an HTML output as math
         return (f"<table class='nbagent-forecast mathjax_ignore'><caption>Forecast</caption><tr><th></th>{head}</tr>"
                 f"{body}<tr><td colspan='{len(columns) + 1}'><small>{html.escape(note)}</small></td></tr></table>")
