@@ -268,21 +268,20 @@ class Progress:
     def settled(self, position: int, row: dict[str, Any] | None = None, *, failed: bool = False) -> None:
         """Row `position` is settled: `row` is its frame row when known (None: a cluster's early
         report, which only says it ended); `failed` marks a row lost with no frame row."""
-        failed = failed or (row is not None and row["status"] == "failed")
-        skipped = row is not None and bool(row["skipped"])
         bar = self.bar
         if position not in self._seen:
             self._seen.add(position)
             if bar is not None:
                 bar.update(1)
-        changed = (failed and position not in self._failed) or (skipped and position not in self._skipped)
+        failed = (failed or (row is not None and row["status"] == "failed")) and position not in self._failed
+        skipped = row is not None and bool(row["skipped"]) and position not in self._skipped
         if failed:
             self._failed.add(position)
-        if skipped and position not in self._skipped:
+        if skipped:
             self._skipped.add(position)
             if bar is not None:
                 bar.initial += 1
-        if changed and bar is not None:
+        if (failed or skipped) and bar is not None:
             counts = {"failed": len(self._failed), "skipped": len(self._skipped)}
             bar.set_postfix(refresh=False, **{k: v for k, v in counts.items() if v})
 

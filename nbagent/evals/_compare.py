@@ -110,8 +110,7 @@ class _SideBySide:
 
     def _head(self, name: str) -> str:
         reused = _reused(self._frame).get(name, 0)
-        note = (f"<br><small style='opacity:.7;font-weight:normal'>reused {reused} stored "
-                f"answer{'s' * (reused != 1)}</small>") if reused else ""
+        note = f"<br><small style='opacity:.7;font-weight:normal'>{_reused_note(reused)}</small>" if reused else ""
         return f"<th>{html.escape(str(name))}{note}</th>"
 
     def _repr_html_(self) -> str:
@@ -126,7 +125,7 @@ class _SideBySide:
 
     def __repr__(self) -> str:
         f = self._frame
-        lines = [f"{name}: reused {n} stored answers" for name, n in _reused(f).items() if n]
+        lines = [f"{name}: {_reused_note(n)}" for name, n in _reused(f).items() if n]
         for label in f.index:
             lines.append(f"[{label}] {f.inputs.loc[label]}")
             for name in f.agents:
@@ -141,6 +140,10 @@ def _reused(frame: ComparisonFrame) -> dict[str, int]:
     """Per agent, the answers an earlier run had stored (`compare` sets it; a frame made
     otherwise has none)."""
     return getattr(frame, "reused", None) or {}
+
+
+def _reused_note(count: int) -> str:
+    return f"reused {count} stored answer{'s' * (count != 1)}"
 
 
 def _score(value: Any) -> str:
