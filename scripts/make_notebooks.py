@@ -539,11 +539,21 @@ def brief(output, expected, row):
 agent = Agent(model, system="Answer in one short sentence.", settings={"max_tokens": 40})
 report = agent.evaluate(cases, evaluators=[evals.contains(), brief], concurrency=1)
 print(report.frame[["input", "output", "contains", "brief"]].to_string(max_colwidth=60))'''),
-    ("code", '''print(report.summary()[["mean", "pass_rate", "errors"]])'''),
+    ("md", """A row per evaluator: the mean and pass rate over the scored cases, how many were scored,
+how often the evaluator itself failed (`errors`), and `not_run`, the cases whose run did not
+complete (failed, stopped, paused): those are not scored, since a model that was down did not
+answer wrongly. `report.totals()` is the runs' side: cases, cost, latency."""),
+    ("code", '''print(report.summary())
+print(report.totals().to_string())'''),
     ("md", """## Compare two models
 
 The same cases through the model and a stand-in that always answers "Paris": one wide frame,
-one column group per model. `frame.view()` shows the answers side by side."""),
+one column group per model. `frame.view()` shows the answers side by side.
+
+The model's copy is the agent that `evaluate` ran above, on the same cases, so `compare` does
+not ask it again: its column holds the answers `evaluate` stored, with their stored cost and
+latency, and the view says "reused 3 stored answers" under its name (pass `thread_prefix="..."`
+for fresh runs). The stand-in's answers are new."""),
     ("code", '''from nbagent.models import FunctionModel
 
 stand_in = FunctionModel(lambda messages, info: "Paris.", model_name="always-paris")
@@ -555,15 +565,22 @@ frame.view(width=120)'''),
 
 `agent.estimate` runs a sample of the rows and forecasts the whole batch: tokens, cost (low, mid,
 high) and time at the batch's concurrency. The sampled rows are the batch's own, so the real run
-skips them."""),
+skips them: the table shows all the rows, and beside them the rows still to run, whose time is
+what the next cell waits for (its progress bar counts the skipped rows apart)."""),
     ("code", '''colours = ["red", "yellow", "green", "orange", "purple", "brown"]
 rows = [f"Name a fruit that is {colour}." for colour in colours]
 forecast = agent.estimate(rows, sample=2, concurrency=1)
 forecast'''),
-    ("code", '''answers = agent.map(rows, concurrency=1)
+    ("code", '''import time
+
+started = time.perf_counter()
+answers = agent.map(rows, concurrency=1)
+took = time.perf_counter() - started
 print("forecast tokens:", forecast.input_tokens, "+", forecast.output_tokens)
 print("real tokens:    ", answers["input_tokens"].sum(), "+", answers["output_tokens"].sum())
-print("sampled rows skipped:", int(answers["skipped"].sum()))'''),
+print("sampled rows skipped:", int(answers["skipped"].sum()))
+left = forecast.remaining
+print(f"the {left.rows} rows still to run: forecast ~{left.wall_s:.1f}s, took {took:.1f}s")'''),
 ]
 
 NOTEBOOKS["10_long_sessions.ipynb"] = [

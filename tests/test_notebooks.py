@@ -92,6 +92,10 @@ class Ran:
                 stream = False
         return "\n".join(p for p in parts if p)
 
+    def html(self, index: int) -> str:
+        """The HTML a reader sees under code cell `index` (a frame's view, a forecast's table)."""
+        return "\n".join(str(o.get("data", {}).get("text/html", "")) for o in self.nb.cells[index].get("outputs", []))
+
     def index(self, needle: str) -> int:
         """The index of the only code cell whose source contains `needle`."""
         found = [i for i, c in enumerate(self.nb.cells) if c.cell_type == "code" and needle in c.source]
@@ -334,15 +338,25 @@ def check_evals_and_forecasts(ran: Ran) -> None:
     # One row per case with a score per evaluator, and a summary indexed by evaluator.
     scored = ran.after("report = agent.evaluate(cases")
     assert "contains" in scored and "brief" in scored and "capital of Japan" in scored, scored
-    summary = ran.after("report.summary()")
-    assert summary.split()[:3] == ["mean", "pass_rate", "errors"] and "total" in summary, summary
-    # Two models side by side: the stand-in names Paris every time, so 1/3 of the cases.
+    # A row per evaluator and no NaN row that reads as a failure; the runs' totals apart.
+    summary = ran.after("print(report.summary())")
+    assert summary.split()[:5] == ["mean", "pass_rate", "scored", "errors", "not_run"], summary
+    assert "total" not in summary and "NaN" not in summary, summary
+    assert re.search(r"^cases +3$", summary, re.M) and re.search(r"^latency_p50_s +\d", summary, re.M), summary
+    # Two models side by side: the stand-in names Paris every time, so 1/3 of the cases. The
+    # model's answers are the ones evaluate stored: the view says so, with their stored latency.
     compared = ran.after("nbagent.compare(cases")
     assert "'always-paris': 0.33" in compared, compared
-    # The forecast, then the batch that skips its sampled rows.
-    assert ran.after("forecast = agent.estimate(").startswith("Forecast(6 rows from a sample of 2")
+    view = ran.html(ran.index("nbagent.compare(cases"))
+    assert view.count("reused 3 stored answers") == 1, view
+    assert " · n/a contains" not in view, view
+    # The forecast, for all the rows and for the ones still to run; then the batch that skips its
+    # sampled rows, its time beside the forecast's for the rows it ran.
+    forecast = ran.after("forecast = agent.estimate(")
+    assert forecast.startswith("Forecast(6 rows from a sample of 2") and "; 4 still to run: " in forecast
     real = ran.after("answers = agent.map(rows")
     assert "sampled rows skipped: 2" in real, real
+    assert re.search(r"^the 4 rows still to run: forecast ~\d+\.\ds, took \d+\.\ds$", real, re.M), real
     assert [t.startswith("batch-") for t in ran.threads].count(True) >= 6
 
 

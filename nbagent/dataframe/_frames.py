@@ -427,18 +427,23 @@ def _runs_from_usage(
     out: dict[str, list[Any]] = {name: [] for name in RUN_SCHEMA}
     if len(usage):
         end = usage["time"] + pd.to_timedelta(usage["latency_s"].fillna(0.0), unit="s")
+        # A judge's call (purpose "eval") is made after the run, maybe days later: not its time.
+        timed = usage["purpose"] != "eval"
         # A step is one of the run's own model calls: a compaction summary or a judge call is
         # not one (its tokens and cost still count).
-        frame = usage.assign(_end=end, _own=(usage["purpose"] == "run").astype("int64"))
+        frame = usage.assign(_start=usage["time"].where(timed), _end=end.where(timed),
+                             _own=(usage["purpose"] == "run").astype("int64"))
         # by thread too: a fork holds copies of its source's runs (same ids, rows of their own)
         grouped = frame.groupby(["thread", "run_id"], observed=True, sort=False)
         agg = grouped.agg(
             steps=("_own", "sum"),
-            started=("time", "min"),
+            started=("_start", "min"),
             ended=("_end", "max"),
+            first=("time", "min"),
             cost_total=("cost_total", lambda s: s.sum(min_count=1)),
             **{name: (name, "sum") for name in _SUMS},
         )
+        agg["started"] = agg["started"].fillna(agg["first"])  # only judges' rows (no time of its own)
         agg = agg.sort_values("started", kind="stable")
         for (thread_name, run_id), row in agg.iterrows():
             thread = str(thread_name)
@@ -454,7 +459,7 @@ def _runs_from_usage(
             out["total_tokens"].append(int(row["input_tokens"]) + int(row["output_tokens"]))
             out["cost_total"].append(row["cost_total"])
             out["started"].append(row["started"].timestamp())
-            out["wall_s"].append((row["ended"] - row["started"]).total_seconds())
+            out["wall_s"].append(np.nan if pd.isna(row["ended"]) else (row["ended"] - row["started"]).total_seconds())
             out["error"].append(error)
     for row in extra:
         for name in RUN_SCHEMA:
@@ -526,7 +531,8 @@ def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.
     (``input_tokens`` ... ``total_tokens``), ``tool_calls`` (asked for), ``cost_total``
     (USD, NaN when no call had a price), ``started`` (first model call), ``wall_s`` (from the
     start of the first model call to the end of the last one: time spent in tools after the last
-    call and before the first is not counted), ``error``.
+    call and before the first is not counted, nor a judge's call, ``purpose="eval"``, made
+    after the run), ``error``.
     From a store, each run's ``status`` / ``stop_reason`` / ``error`` come from the last
     checkpoint it wrote (`Store.last_checkpoints`; the error's first 500 characters), the
     latest run's from its thread's meta record (also while it goes on); they are missing for a

@@ -26,11 +26,12 @@ __all__ = ["Forecast", "estimate"]
 class Forecast:
     """What a batch will take, forecast from a sample of its rows.
 
-    Tokens and cost are for all `rows` (the sampled ones included); `cost` is ``(low, mid,
-    high)`` in USD: the sample's mean cost per row times the rows, plus or minus two standard
-    errors of that mean (NaN when the model has no price). `wall_s` is the sample's mean row
-    time times the rounds of `concurrency` rows the batch takes (a sampled row an earlier run
-    answered counts the wall time stored with its run).
+    Tokens, cost and wall time are for all `rows` (the sampled ones included); `remaining` is
+    the same forecast for the rows the batch will still run, the sampled ones it skips left out.
+    `cost` is ``(low, mid, high)`` in USD: the sample's mean cost per row times the rows, plus or
+    minus two standard errors of that mean (NaN when the model has no price). `wall_s` is the
+    sample's mean row time times the rounds of `concurrency` rows the batch takes (a sampled row
+    an earlier run answered counts the wall time stored with its run).
     """
 
     rows: int
@@ -41,25 +42,50 @@ class Forecast:
     concurrency: int
     sample: pd.DataFrame
     """The sampled rows' frame (``agent.map``'s columns)."""
+    settled: int = 0
+    """The sampled rows that settled (completed, or paused for a decision): ``agent.map`` of the
+    same rows skips them, so their tokens, cost and time are spent already."""
+
+    @property
+    def remaining(self) -> Forecast:
+        """The forecast for the rows still to run: `rows` less the `settled` sampled ones."""
+        return forecast_of(self.sample, self.rows - self.settled, self.concurrency, settled=0)
 
     def __repr__(self) -> str:
         low, mid, high = self.cost
-        return (f"Forecast({self.rows} rows from a sample of {len(self.sample)}: "
+        text = (f"Forecast({self.rows} rows from a sample of {len(self.sample)}: "
                 f"~{self.input_tokens:,} input + {self.output_tokens:,} output tokens, "
-                f"cost {usd(mid)} ({usd(low)} to {usd(high)}), {self._wall()} at concurrency {self.concurrency})")
+                f"cost {usd(mid)} ({usd(low)} to {usd(high)}), {self._wall()} at concurrency {self.concurrency}")
+        if self.settled:
+            left = self.remaining
+            text += f"; {left.rows:,} still to run: {usd(left.cost[1])}, {left._wall()}"
+        return text + ")"
 
     def _wall(self) -> str:
         return "wall time unknown" if math.isnan(self.wall_s) else f"~{self.wall_s:.1f}s"
 
-    def _repr_html_(self) -> str:
+    def _cells(self) -> list[str]:
         low, mid, high = self.cost
-        cells = [("rows", f"{self.rows:,} (sample {len(self.sample)})"),
-                 ("input tokens", f"~{self.input_tokens:,}"), ("output tokens", f"~{self.output_tokens:,}"),
-                 ("cost", f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>"),
-                 ("wall time", f"{self._wall()} at concurrency {self.concurrency}")]
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in cells)
+        return [f"{self.rows:,}", f"~{self.input_tokens:,}", f"~{self.output_tokens:,}",
+                f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>", self._wall()]
+
+    def _repr_html_(self) -> str:
+        cells = self._cells()
+        cells[0] += f" (sample {len(self.sample)})"
+        columns = [("all", cells)]
+        if self.settled:  # the wall time the user waits next is the rows still to run, not all
+            columns.append(("still to run", self.remaining._cells()))
+        head = "".join(f"<th>{name}</th>" for name, _ in columns)
+        labels = ("rows", "input tokens", "output tokens", "cost", "wall time")
+        body = "".join(f"<tr><th style='text-align:left'>{label}</th>"
+                       + "".join(f"<td>{cells[k]}</td>" for _, cells in columns) + "</tr>"
+                       for k, label in enumerate(labels))
+        note = f"at concurrency {self.concurrency}"
+        if self.settled:
+            note += f"; the batch skips the {self.settled} sampled rows that are done"
         # mathjax_ignore: JupyterLab typesets the text between two "$" of an HTML output as math
-        return f"<table class='nbagent-forecast mathjax_ignore'><caption>Forecast</caption>{body}</table>"
+        return (f"<table class='nbagent-forecast mathjax_ignore'><caption>Forecast</caption><tr><th></th>{head}</tr>"
+                f"{body}<tr><td colspan='{len(columns) + 1}'><small>{html.escape(note)}</small></td></tr></table>")
 
 
 def _positions(count: int, sample: int, seed: int | None) -> list[int]:
@@ -68,10 +94,11 @@ def _positions(count: int, sample: int, seed: int | None) -> list[int]:
     return sorted(int(i) for i in np.random.default_rng(seed).choice(count, sample, replace=False))
 
 
-def forecast_of(frame: pd.DataFrame, rows: int, concurrency: int) -> Forecast:
-    """A `Forecast` for `rows` rows from `frame`, the sampled rows' ``agent.map`` frame."""
-    n = len(frame)
-    if n == 0:
+def forecast_of(frame: pd.DataFrame, rows: int, concurrency: int, settled: int | None = None) -> Forecast:
+    """A `Forecast` for `rows` rows from `frame`, the sampled rows' ``agent.map`` frame;
+    `settled`: of them, the rows the batch will skip (default: those of `frame` that completed
+    or paused)."""
+    if len(frame) == 0:
         raise UserError("estimate() needs at least one row to sample")
     costs = frame["cost"].dropna()
     if len(costs):
@@ -90,6 +117,7 @@ def forecast_of(frame: pd.DataFrame, rows: int, concurrency: int) -> Forecast:
         wall_s=per_row * math.ceil(rows / concurrency),
         concurrency=concurrency,
         sample=frame,
+        settled=int(frame["status"].isin(["completed", "paused"]).sum()) if settled is None else settled,
     )
 
 
@@ -107,13 +135,14 @@ def estimate(
     subset = rows.iloc[picked]
     frame = batch(agent, subset, concurrency=min(concurrency, len(picked)) or 1, thread_prefix=thread_prefix,
                   progress=progress, desc="estimate", **options)
-    return forecast_of(_with_stored_times(agent, frame), len(rows), concurrency)
+    return forecast_of(with_stored_times(agent, frame), len(rows), concurrency)
 
 
-def _with_stored_times(agent: Any, frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with the stored wall time of rows an earlier run answered (the batch skips them
-    and gives no ``duration_s``): a second forecast of the same rows, in this kernel or after a
-    restart, times them as the first did."""
+def with_stored_times(agent: Any, frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (a batch's) with the stored wall time of rows an earlier run answered (the batch
+    skips them and gives no ``duration_s``): a second forecast of the same rows, in this kernel
+    or after a restart, times them as the first did, and `evaluate` keeps the latency of the
+    answers it reuses."""
     missing = frame["skipped"].astype(bool) & frame["duration_s"].isna() & frame["thread"].notna()
     if not missing.any():
         return frame
