@@ -32,7 +32,6 @@ from __future__ import annotations
 import inspect
 import json
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -93,12 +92,11 @@ def retry(message: str) -> Verdict:
     return Verdict("retry", str(message))
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class GuardContext:
-    """What a check gets beside the value (its second parameter, when it takes two)."""
+    """What a check gets beside the value (its second parameter, when it takes two): where in
+    which run the value is. One context serves every guard asked at that point."""
 
-    guard: str
-    """The guard's name."""
     stage: GuardStage
     run_id: str
     thread: str
@@ -171,14 +169,15 @@ class Guard:
         timeout_s: seconds before the check counts as a block.
     """
 
-    __slots__ = ("_judge", "_takes_ctx", "check", "name", "parallel", "stage", "timeout_s", "tools")
+    __slots__ = ("check", "judge", "name", "parallel", "stage", "takes_ctx", "timeout_s", "tools")
 
     def __init__(self, check: Any, stage: GuardStage, *, name: str | None = None, tools: Iterable[str] | None = None,
                  parallel: bool = False, timeout_s: float = DEFAULT_TIMEOUT_S) -> None:
         if stage not in STAGES:
             raise UserError(f"a guard's stage is one of {', '.join(STAGES)}; got {stage!r}")
-        self._judge = _is_judge(check)
-        if not self._judge and not callable(check):
+        self.judge = _is_judge(check)
+        """The check is an `Agent` (an LLM judge)."""
+        if not self.judge and not callable(check):
             raise UserError(f"a guard's check must be a function (value, ctx) -> verdict or an Agent; got {check!r}")
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not timeout_s > 0:
             raise UserError(f"timeout_s must be a positive number of seconds, got {timeout_s!r}")
@@ -192,7 +191,8 @@ class Guard:
         self.tools = None if tools is None else frozenset(tools)
         self.parallel = bool(parallel)
         self.timeout_s = float(timeout_s)
-        self._takes_ctx = self._judge or _takes_ctx(check)
+        self.takes_ctx = self.judge or _takes_ctx(check)
+        """Whether the check takes a `GuardContext` (its second parameter)."""
 
     @classmethod
     def input(cls, check: Any, *, name: str | None = None, parallel: bool = False,
@@ -229,33 +229,95 @@ class Guard:
         """Whether this tool guard checks calls of `tool`."""
         return self.tools is None or tool in self.tools
 
-    async def ask(self, value: Any, ctx: GuardContext, rows: list[ModelCallUsage]) -> Verdict | None:
-        """The check's verdict on `value` (a judge's usage rows are added to `rows`).
+    def call(self, value: Any, ctx: GuardContext | None, rows: list[ModelCallUsage]) -> Any:
+        """The check called on `value`: its verdict, or what `verdict` makes one of (an async
+        check's awaitable; a judge's run, whose usage rows go to `rows`). A sync check's verdict
+        comes back with no await at all (most guards: they cost a function call).
 
         Raises:
-            Exception: whatever the check raised; TimeoutError past `timeout_s` (the caller
-                turns both into a block).
+            Exception: whatever the check raised (the run turns it into a block).
         """
-        if self._judge:
-            return await _bounded(_judge(self.check, value, ctx, rows), self.timeout_s)
-        clock = time.perf_counter()
-        out = self.check(value, ctx) if self._takes_ctx else self.check(value)
-        if inspect.isawaitable(out):
-            out = await _bounded(out, self.timeout_s)
-        elif time.perf_counter() - clock > self.timeout_s:
-            raise TimeoutError
+        if self.judge:
+            return _judge(self.check, value, ctx, rows)
+        return self.check(value, ctx) if self.takes_ctx else self.check(value)
+
+    async def verdict(self, out: Any) -> Verdict | None:
+        """What `call` returned that is not yet a verdict, as one: awaited within `timeout_s`.
+
+        Raises:
+            TimeoutError: past `timeout_s`. TypeError: it is not None or a verdict. Exception:
+                whatever an async check raised (the run turns each into a block).
+        """
+        if isinstance(out, _Started) or inspect.isawaitable(out):
+            try:
+                out = await _bounded(out, self.timeout_s)
+            except TimeoutError:
+                raise
+            except Exception as exc:
+                if type(exc).__name__ == "TimeoutError":  # asyncio's own, on Python 3.10
+                    raise TimeoutError from exc
+                raise
         if out is not None and not isinstance(out, Verdict):
             raise TypeError(f"it returned {type(out).__name__}, not None or a verdict (block, rewrite, retry)")
         return out
 
 
+def finished(coro: Any) -> Any:
+    """`coro` run at once up to its end, when it waits for nothing (most async checks): its result;
+    else the coroutine as started (`Guard.verdict` awaits the rest, within the timeout)."""
+    try:
+        first = coro.send(None)
+    except StopIteration as done:
+        return done.value
+    return _Started(coro, first)
+
+
 async def _bounded(awaitable: Any, timeout: float) -> Any:
+    """`awaitable`'s result, cancelled at `timeout` seconds. A coroutine that finishes without
+    waiting for anything (most guards) is run at once, with no timer at all."""
     import asyncio  # here: importing nbagent loads no asyncio
 
-    if sys.version_info >= (3, 11):  # a timer, no task: a quick guard stays quick
+    if inspect.iscoroutine(awaitable):
+        awaitable = finished(awaitable)
+        if not isinstance(awaitable, _Started):
+            return awaitable
+    if sys.version_info >= (3, 11):  # a timer, no task
         async with asyncio.timeout(timeout):
             return await awaitable
-    return await asyncio.wait_for(awaitable, timeout)  # pragma: no cover - Python 3.10
+    return await asyncio.wait_for(_resumed(awaitable), timeout)  # pragma: no cover - Python 3.10
+
+
+async def _resumed(awaitable: Any) -> Any:  # pragma: no cover - Python 3.10 (wait_for wants a coroutine)
+    return await awaitable
+
+
+class _Started:
+    """A coroutine already run up to its first wait (`first`: what it waits on), awaited to its end:
+    each value and exception the awaiting task gets is passed on to it, as ``await`` would."""
+
+    __slots__ = ("coro", "first")
+
+    def __init__(self, coro: Any, first: Any) -> None:
+        self.coro, self.first = coro, first
+
+    def __await__(self) -> Any:
+        coro, out = self.coro, self.first
+        while True:
+            try:
+                sent = yield out
+            except GeneratorExit:
+                coro.close()
+                raise
+            except BaseException as exc:  # a cancellation (the timeout's): into the coroutine
+                try:
+                    out = coro.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    out = coro.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 def _is_judge(check: Any) -> bool:
@@ -279,8 +341,9 @@ def _takes_ctx(check: Callable[..., Any]) -> bool:
     return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in params)
 
 
-def judge_prompt(value: Any, ctx: GuardContext) -> str:
+def judge_prompt(value: Any, ctx: GuardContext | None) -> str:
     """What an LLM judge is asked: the text, or a JSON form after what it is."""
+    assert ctx is not None  # a judge takes its context
     if isinstance(value, str) and ctx.stage in ("input", "output"):
         return value
     text = value if isinstance(value, str) else _json(value)
@@ -298,7 +361,7 @@ def _json(value: Any) -> str:
         return to_json(value, fallback=str).decode()
 
 
-async def _judge(agent: Any, value: Any, ctx: GuardContext, rows: list[ModelCallUsage]) -> Verdict | None:
+async def _judge(agent: Any, value: Any, ctx: GuardContext | None, rows: list[ModelCallUsage]) -> Verdict | None:
     result = await agent.run(judge_prompt(value, ctx))
     rows.extend(replace(row, purpose="guard") for row in result.usage.calls)
     if result.status != "completed":

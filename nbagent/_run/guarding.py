@@ -72,16 +72,22 @@ class RunGuards:
     def __init__(self, guards: GuardSet, run: RunState) -> None:
         self.guards = guards
         self.run = run
-        prompt = next((m for m in run.work.unsaved if isinstance(m, UserMessage) and m.blocked is None),
-                      None) if guards.parallel else None
-        self.race = None if prompt is None else Race(guards.parallel, run, prompt, self.keep)
+        self.race: Race | None = None
         """The parallel input guards racing the first model call (`race`)."""
+        if guards.parallel:
+            prompt = next((m for m in run.work.unsaved if isinstance(m, UserMessage) and m.blocked is None), None)
+            self.race = None if prompt is None else Race(guards.parallel, run, prompt, self.keep)
         self.early: list[Event] = []
         """Held text released (deltas: the loop yields them without telling the thread's observers)."""
         self.late: list[Event] = []
         """Trips and guard usage rows."""
+        self.results: dict[str, Any] = {}
+        """`result_check` by tool name."""
+        self.rows: list[ModelCallUsage] = []
+        """An LLM judge's usage rows, collected while the guards are asked (`ask_all`)."""
+        if run.work.unsaved_usage:  # an input judge's rows (`guardset.screen_prompt`)
+            self.usage(run.work.unsaved_usage)
         trip = run.outcome.guard_trip
-        self.usage(run.work.unsaved_usage)
         if trip is not None:
             self.late.append(GuardTrippedEvent(trip, True, run.stored.step + 1))
 
@@ -100,6 +106,12 @@ class RunGuards:
         """A streamed answer is held back now: for the output guards, or the first one while the
         parallel input guards have not spoken."""
         return bool(self.guards.output) or self.racing
+
+    def asks(self, held: bool) -> bool:
+        """Whether an answer meets the guards before it is committed (output or tool-argument
+        guards, a race to settle, or its text held)."""
+        guards = self.guards
+        return bool(guards.output or guards.tool_args or held) or self.racing
 
     async def race_tripped(self) -> bool:
         """Wait for the parallel input guards' word on the prompt (once); True when they blocked
@@ -131,29 +143,40 @@ class RunGuards:
     def drain(self) -> tuple[list[Event], list[Event]]:
         """The events waiting: the held text released, and the rest (`early`, `late`)."""
         early, late = self.early, self.late
-        self.early, self.late = [], []
+        if early or late:
+            self.early, self.late = [], []
         return early, late
 
     def told(self) -> list[Event]:
         """The trips and usage rows waiting (`late`)."""
-        late, self.late = self.late, []
+        late = self.late
+        if late:
+            self.late = []
         return late
 
     def usage(self, rows: Sequence[ModelCallUsage]) -> None:
         for row in rows:
             self.late.append(UsageEvent(row, _snapshot(self.run)))
 
-    def ctx(self, stage: GuardStage, step: int, **kw: Any) -> GuardContext:
+    def ask_all(self, guards: tuple[Guard, ...], value: Any, stage: GuardStage, step: int,
+                fits: Callable[[Any], Any], call: ToolCall | None = None,
+                args: Any = None) -> Awaitable[tuple[Any, Stop | None]]:
+        """`chain` at one point of the run (its context made only if a guard takes one), with the
+        checks and an LLM judge's rows kept in the run."""
         run = self.run
-        return GuardContext("", stage, run.run_id, run.stored.id, step, run.stored.messages, run.stored.state, **kw)
+        tool, call_id = (call.name, call.id) if call is not None else (None, None)
+        ctx = GuardContext(stage, run.run_id, run.stored.id, step, run.stored.messages, run.stored.state, tool,
+                           call_id, args) if self.guards.needs_context(guards) else None
+        asked = chain(guards, value, ctx, (step, tool, call_id), run.guard_checks, self.rows, fits)
+        return self._kept(asked, step) if self.guards.judges(guards) else asked
 
-    async def ask_all(self, guards: Sequence[Guard], value: Any, ctx: GuardContext,
-                      fits: Callable[[Any], Any] | None = None) -> tuple[Any, Stop | None]:
-        """`chain`, with the checks and judge rows kept in the run."""
-        rows: list[ModelCallUsage] = []
-        value, stop = await chain(guards, value, ctx, self.run.guard_checks, rows, fits)
-        self.keep(rows, ctx.step)
-        return value, stop
+    async def _kept(self, asked: Awaitable[tuple[Any, Stop | None]], step: int) -> tuple[Any, Stop | None]:
+        """`asked`, then the judges' usage rows it collected, kept."""
+        try:
+            return await asked
+        finally:
+            rows, self.rows = self.rows, []
+            self.keep(rows, step)
 
     def keep(self, rows: list[ModelCallUsage], step: int) -> None:
         """A judge's usage rows join the run's (told now, written with the next commit)."""
@@ -193,17 +216,23 @@ class RunGuards:
         """The output guards on the answer (its text; a structured answer), then the tool-argument
         guards on its calls, before anything of it is committed or shown. `held`: its text was
         held back from the stream (released here, as the guards left it)."""
-        if self.guards.output:
-            refused = await self._output(config, message, step)
-            if isinstance(refused, Answered):
-                return refused
-        else:
-            refused = {}
+        refused: dict[str, tuple[str, ToolCallStatus]] = {}
+        if self.guards.output and (message.text or config.output is not None):
+            got = await self._output(config, message, step) if config.output is None else \
+                await self._structured(config, message, step)
+            if isinstance(got, Answered):
+                return got
+            refused = got
         if self.guards.tool_args and message.tool_calls:
-            await self._tool_args(config, message, step, refused)
+            todo = self._tool_args(config, message, refused)
+            if len(todo) == 1:
+                call, guards = todo[0]
+                await self._call_args(call, guards, step, refused)
+            elif todo:  # (a judge per call: they ask at once)
+                await asyncio.gather(*(self._call_args(c, g, step, refused) for c, g in todo))
         if held:
             self._release(message, step)
-        return Answered(message, refused=refused or None)
+        return Answered(message, False, None, refused or None)
 
     def _release(self, message: AssistantMessage, step: int) -> None:
         if message.reasoning:
@@ -213,40 +242,46 @@ class RunGuards:
             acc.parts.append(message.text)
             self.early.append(TextDeltaEvent(message.text, step, acc, 1))
 
-    async def _output(self, config: RunConfig, message: AssistantMessage,
-                      step: int) -> Answered | dict[str, tuple[str, ToolCallStatus]]:
-        """The output guards on `message`: a refusal (`Answered` with a stand-in), or the calls
-        refused so far (a structured answer asked again)."""
-        spec = config.output
-        refused: dict[str, tuple[str, ToolCallStatus]] = {}
-        final = next((c for c in message.tool_calls if spec is not None and c.name == spec.name), None)
-        if spec is not None and final is not None:
-            value = _structured(spec, final.args)
-            if value is not _NOT_VALID:
-                got, stop = await self.ask_all(self.guards.output, value, self.ctx("output", step), spec.load)
-                if stop is None:
-                    if got is not value:
-                        _set_args(final, {"result": spec.dump(got)} if spec.wrapped else spec.dump(got))
-                elif stop.verdict.action == "retry" and self._retry_left(config):
-                    self.run.output_retries += 1
-                    refused[final.id] = (f"refused by guard {stop.check.guard!r}: {stop.verdict.reason}; "
-                                         f"fix the answer and call {spec.name} again", "failed")
-                else:
-                    return self._refuse(config, message, step, stop)
+    async def _output(self, config: RunConfig, message: AssistantMessage, step: int) -> Answered | dict[str, Any]:
+        """The output guards on an answer's text: a refusal (`Answered` with a stand-in), or none
+        (the text as they left it)."""
         if message.text:
-            structured = spec is not None and not message.tool_calls
-            value = _structured_text(spec, message.text) if structured and spec is not None else _NOT_VALID
-            if value is _NOT_VALID:
-                got, stop = await self.ask_all(self.guards.output, message.text, self.ctx("output", step), as_text)
-                if stop is None:
-                    message.text = got
-            else:
-                assert spec is not None
-                got, stop = await self.ask_all(self.guards.output, value, self.ctx("output", step), spec.load)
-                if stop is None and got is not value:
-                    message.text = got if isinstance(got, str) else json.dumps(spec.dump(got), ensure_ascii=False)
+            got, stop = await self.ask_all(self.guards.output, message.text, "output", step, as_text)
             if stop is not None:
                 return self._refuse(config, message, step, stop)
+            message.text = got
+        return {}
+
+    async def _structured(self, config: RunConfig, message: AssistantMessage,
+                          step: int) -> Answered | dict[str, tuple[str, ToolCallStatus]]:
+        """The output guards on an ``output_type`` agent's answer: its structured answer (a
+        ``final_result`` call's, or text that is one), else its text: a refusal, or the calls they
+        refused (a structured answer asked again)."""
+        spec = config.output
+        assert spec is not None
+        refused: dict[str, tuple[str, ToolCallStatus]] = {}
+        final = next((c for c in message.tool_calls if c.name == spec.name), None)
+        value = _NOT_VALID if final is None else _structured(spec, final.args)
+        if final is not None and value is not _NOT_VALID:
+            got, stop = await self.ask_all(self.guards.output, value, "output", step, spec.load)
+            if stop is None:
+                if got is not value:
+                    _set_args(final, {"result": spec.dump(got)} if spec.wrapped else spec.dump(got))
+            elif stop.verdict.action == "retry" and self._retry_left(config):
+                self.run.output_retries += 1
+                refused[final.id] = (f"refused by guard {stop.check.guard!r}: {stop.verdict.reason}; "
+                                     f"fix the answer and call {spec.name} again", "failed")
+            else:
+                return self._refuse(config, message, step, stop)
+        value = _structured_text(spec, message.text) if message.text and not message.tool_calls else _NOT_VALID
+        if value is _NOT_VALID:  # text that comes with calls, or is not the answer: checked as text
+            got = await self._output(config, message, step)
+            return got if isinstance(got, Answered) else refused
+        got, stop = await self.ask_all(self.guards.output, value, "output", step, spec.load)
+        if stop is not None:
+            return self._refuse(config, message, step, stop)
+        if got is not value:
+            message.text = got if isinstance(got, str) else json.dumps(spec.dump(got), ensure_ascii=False)
         return refused
 
     def _retry_left(self, config: RunConfig) -> bool:
@@ -271,44 +306,48 @@ class RunGuards:
         self.tripped(check, True, step)
         return Answered(stand_in, True)
 
-    async def _tool_args(self, config: RunConfig, message: AssistantMessage, step: int,
-                         refused: dict[str, tuple[str, ToolCallStatus]]) -> None:
-        """The tool-argument guards on each call (a rewrite changes the call itself, so approval,
-        the ledger and the run all see the arguments that will run); blocked calls go in `refused`."""
+    def _tool_args(self, config: RunConfig, message: AssistantMessage,
+                   refused: dict[str, tuple[str, ToolCallStatus]]) -> list[tuple[ToolCall, tuple[Guard, ...]]]:
+        """The calls the tool-argument guards check, with their guards: each call of a known tool
+        whose arguments are an object (the plan answers the others with their error)."""
         todo = []
         for call in message.tool_calls:
-            tool = config.tools.get(call.name)
-            guards = self.guards.for_tool(self.guards.tool_args, call.name) if tool is not None else []
-            if guards and call.id not in refused and isinstance(call.args, dict):
+            guards = self.guards.for_tool(self.guards.tool_args, call.name)
+            if guards and call.name in config.tools and call.id not in refused and type(call.args) is dict:
                 todo.append((call, guards))
+        return todo
 
-        async def check(call: ToolCall, guards: list[Guard]) -> None:
-            ctx = self.ctx("tool_args", step, tool=call.name, call_id=call.id)
-            args, stop = await self.ask_all(guards, call.args, ctx, as_args)
-            if stop is None:
-                if args is not call.args:
-                    _set_args(call, args)
-                return
-            self.tripped(stop.check, False, step)
-            refused[call.id] = (f"blocked by guard {stop.check.guard!r}: {stop.verdict.reason}; the call did not "
-                                "run and must not be made again as it is", "denied")
-
-        if len(todo) == 1:
-            await check(*todo[0])
-        elif todo:
-            await asyncio.gather(*(check(c, g) for c, g in todo))
+    async def _call_args(self, call: ToolCall, guards: tuple[Guard, ...], step: int,
+                         refused: dict[str, tuple[str, ToolCallStatus]]) -> None:
+        """The tool-argument guards on one call: a rewrite changes the call itself (so approval,
+        the ledger and the run all see the arguments that will run); a block goes in `refused`."""
+        args, stop = await self.ask_all(guards, call.args, "tool_args", step, as_args, call)
+        if stop is None:
+            if args is not call.args:
+                _set_args(call, args)
+            return
+        self.tripped(stop.check, False, step)
+        refused[call.id] = (f"blocked by guard {stop.check.guard!r}: {stop.verdict.reason}; the call did not "
+                            "run and must not be made again as it is", "denied")
 
     # ------------------------------------------------------------------ a result
     def result_check(self, tool: str) -> Callable[[ToolCall, str, Any], Awaitable[tuple[str, str | None]]] | None:
         """The check `execute` runs on a result of `tool` before anyone reads it (None: no guard
         applies)."""
-        guards = self.guards.for_tool(self.guards.tool_result, tool)
+        if not self.guards.tool_result:
+            return None
+        if tool not in self.results:
+            self.results[tool] = self._result_check(self.guards.for_tool(self.guards.tool_result, tool))
+        return self.results[tool]  # type: ignore[no-any-return]
+
+    def _result_check(self, guards: tuple[Guard, ...]) -> Callable[[ToolCall, str, Any],
+                                                             Awaitable[tuple[str, str | None]]] | None:
         if not guards:
             return None
 
         async def check(call: ToolCall, content: str, args: Any) -> tuple[str, str | None]:
-            ctx = self.ctx("tool_result", self.run.stored.step, tool=call.name, call_id=call.id, args=args)
-            got, stop = await self.ask_all(guards, content, ctx, _result_text)
+            got, stop = await self.ask_all(guards, content, "tool_result", self.run.stored.step, _result_text,
+                                           call, args)
             if stop is not None:
                 self.tripped(stop.check, False, self.run.stored.step)
                 return f"result withheld by guard {stop.check.guard!r}: {stop.verdict.reason}", "block"

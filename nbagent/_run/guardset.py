@@ -5,32 +5,32 @@ write (`screen_prompt`).
 `GuardSet` is ``RunConfig.guards``: the one hook the run asks at its four points (the prompt;
 an answer and its calls' arguments, before anything of it is committed, shown or approved; a
 tool's result, before the model or the store read it). The run's side of it is
-`guarding.RunGuards` (and `race.Race` for parallel input guards). Imports asyncio, the guards,
-messages and usage.
+`guarding.RunGuards` (and `race.Race` for parallel input guards). Imports the guards, messages
+and usage (no asyncio: `prepare` imports it, and ``import nbagent`` loads no asyncio).
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..guards import STAGES, Guard, GuardCheck, GuardContext, Verdict, block
+from ..guards import STAGES, Guard, GuardCheck, GuardContext, Verdict, block, finished
 from ..messages import UserMessage
 from ..usage import ModelCallUsage
 
 if TYPE_CHECKING:
     from .state import RunState
 
-__all__ = ["GuardSet", "Screened", "Stop", "as_args", "as_text", "ask", "blocked_text", "chain", "screen_prompt"]
+__all__ = ["GuardSet", "Screened", "Stop", "Where", "as_args", "as_text", "blocked_text", "chain", "screen_prompt"]
 
 
 class GuardSet:
     """An agent's guards by stage, frozen with the run's config (``RunConfig.guards``)."""
 
-    __slots__ = ("input", "output", "parallel", "tool_args", "tool_result")
+    __slots__ = ("_needs", "_tools", "input", "output", "parallel", "tool_args", "tool_result")
 
     def __init__(self, guards: Iterable[Guard]) -> None:
         by: dict[str, list[Guard]] = {stage: [] for stage in STAGES}
@@ -41,13 +41,33 @@ class GuardSet:
         self.tool_args = tuple(by["tool_args"])
         self.tool_result = tuple(by["tool_result"])
         self.output = tuple(by["output"])
+        self._tools: dict[int, dict[str, tuple[Guard, ...]]] = {}
+        self._needs: dict[int, bool] = {}
 
     @property
     def screens_input(self) -> bool:
         return bool(self.input or self.parallel)
 
-    def for_tool(self, guards: tuple[Guard, ...], tool: str) -> list[Guard]:
-        return [g for g in guards if g.applies_to(tool)]
+    def needs_context(self, guards: tuple[Guard, ...]) -> bool:
+        """Whether one of `guards` takes a `GuardContext` (else none is made)."""
+        found = self._needs.get(id(guards))
+        if found is None:
+            found = self._needs[id(guards)] = any(g.takes_ctx for g in guards)
+        return found
+
+    def judges(self, guards: tuple[Guard, ...]) -> bool:
+        """Whether one of `guards` is an LLM judge (its usage rows are then kept)."""
+        return self.needs_context(guards) and any(g.judge for g in guards)  # a judge takes a context
+
+    def for_tool(self, guards: tuple[Guard, ...], tool: str) -> tuple[Guard, ...]:
+        """The guards of `guards` (`tool_args` or `tool_result`) that apply to `tool`, made once
+        per tool."""
+        by_tool = self._tools.setdefault(id(guards), {})
+        found = by_tool.get(tool)
+        if found is None:
+            found = by_tool[tool] = tuple(g for g in guards if g.applies_to(tool))
+            self._needs[id(found)] = any(g.takes_ctx for g in found)  # (the tuple lives in the cache)
+        return found
 
 
 # ---------------------------------------------------------------------- asking one guard
@@ -58,40 +78,51 @@ class Stop(NamedTuple):
     check: GuardCheck
 
 
-async def ask(guard: Guard, value: Any, ctx: GuardContext, checks: list[GuardCheck],
-              rows: list[ModelCallUsage]) -> tuple[Verdict | None, GuardCheck]:
-    """`guard`'s verdict on `value`, failing closed: a check that raises, times out, returns
-    something else or a verdict its stage cannot take is a block naming why. The check is
-    recorded in `checks`, an LLM judge's usage rows in `rows` (``purpose="guard"``)."""
-    clock = time.perf_counter()
-    try:
-        verdict = await guard.ask(value, ctx, rows)
-    except (TimeoutError, asyncio.TimeoutError):
-        verdict = block(f"no verdict within its timeout_s of {guard.timeout_s:g} s (blocked)")
-    except Exception as exc:
-        verdict = block(f"the check failed (blocked): {type(exc).__name__}: {exc}")
-    if verdict is not None and verdict.action == "retry" and guard.stage != "output":
-        verdict = block(f"retry is for output guards only (blocked): {verdict.reason}")
-    check = GuardCheck(guard.name, guard.stage, "allow" if verdict is None else verdict.action,
-                       "" if verdict is None else verdict.reason, time.perf_counter() - clock,
-                       ctx.step, ctx.tool, ctx.call_id)
-    checks.append(check)
-    return verdict, check
+Where = tuple[int, "str | None", "str | None"]
+"""Where guards are asked, as their `GuardCheck` records it: the step, the tool and the call id."""
 
 
-async def chain(guards: Sequence[Guard], value: Any, ctx: GuardContext, checks: list[GuardCheck],
-                rows: list[ModelCallUsage], fits: Callable[[Any], Any] | None = None) -> tuple[Any, Stop | None]:
+def _late(guard: Guard) -> Verdict:
+    return block(f"no verdict within its timeout_s of {guard.timeout_s:g} s (blocked)")
+
+
+async def chain(guards: Sequence[Guard], value: Any, ctx: GuardContext | None, where: Where,
+                checks: list[GuardCheck], rows: list[ModelCallUsage],
+                fits: Callable[[Any], Any] | None = None) -> tuple[Any, Stop | None]:
     """`value` through `guards` in order, each seeing the one before's rewrite: the value to go
-    on with, and what stopped the chain (a block or a retry). `fits` checks a rewrite's value (it
-    returns the value to use, or raises: a block)."""
+    on with, and what stopped the chain (a block or a retry; with `fits` None, a rewrite too).
+    Each guard fails closed: a check that raises, runs past its timeout (a sync one that took
+    longer, too), returns something else or a verdict its stage cannot take is a block naming
+    why. Every check is recorded in `checks`, an LLM judge's usage rows in `rows`
+    (``purpose="guard"``). `ctx`: one context for every guard of the point (None when none takes
+    one: `GuardSet.needs_context`). `fits` checks a rewrite's value (it returns the value to use,
+    or raises: a block). A sync check costs a call: no await, no timer."""
     for g in guards:
-        verdict, check = await ask(g, value, replace(ctx, guard=g.name), checks, rows)
+        clock = time.perf_counter()
+        try:
+            out = g.call(value, ctx, rows)
+            if type(out) is CoroutineType:  # an async check that needs no wait (most) ends here, with no timer
+                out = finished(out)
+            verdict = out if out is None or type(out) is Verdict else await g.verdict(out)
+        except TimeoutError:
+            verdict = _late(g)
+        except Exception as exc:
+            verdict = block(f"the check failed (blocked): {type(exc).__name__}: {exc}")
+        latency = time.perf_counter() - clock
+        if verdict is not None:
+            if verdict.action == "retry" and g.stage != "output":
+                verdict = block(f"retry is for output guards only (blocked): {verdict.reason}")
+        elif latency > g.timeout_s:  # a sync check that took too long
+            verdict = _late(g)
+        check = GuardCheck(g.name, g.stage, "allow" if verdict is None else verdict.action,
+                           "" if verdict is None else verdict.reason, latency, *where)
+        checks.append(check)
         if verdict is None:
             continue
-        if verdict.action != "rewrite":
+        if verdict.action != "rewrite" or fits is None:
             return value, Stop(verdict, check)
         try:
-            value = verdict.value if fits is None else fits(verdict.value)
+            value = fits(verdict.value)
         except Exception as exc:
             check.verdict, check.reason = "block", f"its rewrite does not fit (blocked): {exc}"
             return value, Stop(block(check.reason), check)
@@ -116,20 +147,22 @@ def as_args(value: Any) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- input, before any write
-@dataclass(slots=True)
 class Screened:
     """What the blocking input guards made of a prompt (`screen_prompt`), applied to the run's
     state once it exists (`apply`)."""
 
-    message: UserMessage
-    checks: list[GuardCheck] = field(default_factory=list)
-    rows: list[ModelCallUsage] = field(default_factory=list)
-    trip: GuardCheck | None = None
-    deferred: bool = False
-    """The prompt waits for the parallel input guards before it is written (`RunWork.unsaved`)."""
+    __slots__ = ("checks", "deferred", "message", "rows", "trip")
+
+    def __init__(self, message: UserMessage, deferred: bool) -> None:
+        self.message = message
+        self.checks: list[GuardCheck] = []
+        self.rows: list[ModelCallUsage] = []
+        self.trip: GuardCheck | None = None
+        self.deferred = deferred
+        """The prompt waits for the parallel input guards before it is written (`RunWork.unsaved`)."""
 
     def apply(self, run: RunState) -> None:
-        run.guard_checks.extend(self.checks)
+        run.guard_checks += self.checks
         for row in self.rows:
             row = replace(row, run_id=run.run_id, thread=run.stored.id, step=run.stored.step + 1)
             run.usage.add(row)
@@ -141,11 +174,11 @@ class Screened:
 async def screen_prompt(guards: GuardSet, message: UserMessage, run_id: str, thread: str, state: Any) -> Screened:
     """The blocking input guards on `message`, before the run reads or writes anything: a
     rewrite gives a new message (the store keeps only it), a block marks it `blocked`."""
-    out = Screened(message, deferred=bool(guards.parallel))
+    out = Screened(message, bool(guards.parallel))
     if not guards.input:
         return out
-    ctx = GuardContext("", "input", run_id, thread, 0, (), state)
-    text, stop = await chain(guards.input, message.content, ctx, out.checks, out.rows, as_text)
+    ctx = GuardContext("input", run_id, thread, 0, (), state) if guards.needs_context(guards.input) else None
+    text, stop = await chain(guards.input, message.content, ctx, (0, None, None), out.checks, out.rows, as_text)
     if text != message.content:
         out.message = replace(message, content=text)  # never the caller's object: it may be theirs
     if stop is not None:

@@ -231,9 +231,12 @@ class _Loop:
         """`told` for the thread's observers, with what the guards have to tell (`RunGuards.drain`):
         an answer's held text first (deltas: not told), then `told`, then trips and the guards'
         usage rows (before `told` when it is the run's `last` event)."""
-        early, late = self.guards.drain() if self.guards is not None else ((), ())
-        yield from early
-        for event in (*late, *told) if last else (*told, *late):
+        guards = self.guards
+        if guards is not None and (guards.early or guards.late):
+            early, late = guards.drain()
+            yield from early
+            told = (*late, *told) if last else (*told, *late)
+        for event in told:
             yield self.tell(event)
 
     def prompt(self) -> UserMessage | None:
@@ -538,10 +541,11 @@ class _Loop:
         run.steps += 1
         usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context)
         rows, refused = [row], None
-        if self.guards is not None:  # the row is kept whatever the guards decide (and if the run is stopped meanwhile)
+        guards = self.guards if self.guards is not None and self.guards.asks(reply.held) else None
+        if guards is not None:  # the row is kept whatever the guards decide (and if the run is stopped meanwhile)
             run.work.unsaved_usage.append(row)
             rows = []
-            if await self.guards.race_tripped():  # a parallel input guard blocked the prompt: nothing of this is kept
+            if guards.racing and await guards.race_tripped():  # the prompt was blocked: none of it is kept
                 await self.save(meta=True)
                 return None, [usage_event]
         problem = reply.response.error or unusable_answer(message, config.model.provider)
@@ -551,8 +555,8 @@ class _Loop:
             outcome.fail(problem)
             await self.save(usage=rows)
             return None, [usage_event]
-        if self.guards is not None:
-            checked = await self.guards.answer(config, message, reply.step, reply.held)
+        if guards is not None:
+            checked = await guards.answer(config, message, reply.step, reply.held)
             if checked.stand_in:
                 return await self.refused(checked, reply.step, usage_event)
             refused = checked.refused
@@ -647,7 +651,7 @@ class _Loop:
         await self.save(messages=[r for r, _, _ in ready], ledger=entries,
                         meta=any(tool.takes_ctx for _, _, tool in ready))
         finished: list[Event] = [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
-        return finished if self.guards is None else [*finished, *self.guards.told()]  # a result a guard withheld
+        return finished if self.guards is None or not self.guards.late else [*finished, *self.guards.told()]
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)

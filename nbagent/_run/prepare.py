@@ -7,7 +7,7 @@ person's `Decisions` checked against what waits). Both read the thread once from
 input fails before any write. A prompt meets the agent's input guards (`guarding.screen_prompt`)
 before the store is read or written, so the store only ever holds what they let through (or the
 prompt marked blocked). Imports the run config and state, approvals, exceptions, messages,
-result and store shapes (`guarding` when the agent has input guards).
+result and store shapes, and `guardset` (the input guards).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ..result import RunResult
 from ..store.base import ThreadState
 from ..store.meta import live_runs
 from .config import RunConfig
+from .guardset import screen_prompt
 from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
 __all__ = ["RunStart", "prepare_resume", "prepare_run", "run_state"]
@@ -101,11 +102,9 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
         guards = config.guards
         if message is None or guards is None or not guards.screens_input:
             return await _prepare_run(config, message, thread, state, run_id)
-        from .guardset import screen_prompt
-
-        thread = thread or _new_thread()
+        fresh, thread = thread is None, thread or _new_thread()  # its guards are told the thread
         screened = await screen_prompt(guards, message, run_id, thread, state)
-        run = await _prepare_run(config, screened.message, thread, state, run_id, screened.deferred)
+        run = await _prepare_run(config, screened.message, thread, state, run_id, screened.deferred, fresh)
         screened.apply(run)
         return run
     except BaseException:
@@ -119,13 +118,13 @@ def _new_thread() -> str:
 
 async def _prepare_run(
     config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str,
-    deferred: bool = False,
+    deferred: bool = False, fresh: bool = False,
 ) -> RunState:
     # `deferred`: the prompt waits in memory for the parallel input guards (`RunWork.unsaved`); the
-    # run's start is written without it.
+    # run's start is written without it. `fresh`: `thread` was made for this run (it is not stored).
     written = [] if deferred or message is None else [message]
     # (a state that cannot be stored fails in run_state, before any write)
-    if thread and message is not None:
+    if thread and message is not None and not fresh:
         # The run as it starts on a new thread; the store writes it only if the thread is new
         # (one round trip either way), else hands back the thread as stored.
         run = run_state(config, thread, None, state, run_id)
@@ -140,7 +139,7 @@ async def _prepare_run(
         loaded: ThreadState | None = got
     else:
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
-        loaded = await config.store.load(thread) if thread else None
+        loaded = await config.store.load(thread) if thread and not fresh else None
     thread = thread or _new_thread()
     run = run_state(config, thread, loaded, state, run_id)
     if loaded is not None:

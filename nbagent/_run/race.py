@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ..guards import Guard, GuardCheck, GuardContext, Verdict
+from ..guards import Guard, GuardCheck, GuardContext
 from ..messages import UserMessage
 from ..usage import ModelCallUsage
-from .guardset import ask, blocked_text
+from .guardset import Stop, blocked_text, chain
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -59,28 +58,29 @@ class Race:
         None once it is settled."""
         if self.task is None and self.prompt is not None:
             run = self.run
-            ctx = GuardContext("", "input", run.run_id, run.stored.id, run.stored.step + 1, (), run.stored.state)
+            ctx = GuardContext("input", run.run_id, run.stored.id, run.stored.step + 1, (), run.stored.state)
             self.task = asyncio.ensure_future(self._race(self.prompt, ctx))
         return self.task
 
     async def _race(self, prompt: UserMessage, ctx: GuardContext) -> GuardCheck | None:
         """The parallel guards, together: the first check that does not allow (a rewrite counts
         as a block: the model already has the prompt), or None when all allow."""
-        async def one(g: Guard) -> tuple[Verdict | None, GuardCheck]:
+        async def one(g: Guard) -> Stop | None:  # no `fits`: a rewrite stops it, as a block would
             rows: list[ModelCallUsage] = []
-            got = await ask(g, prompt.content, replace(ctx, guard=g.name), self.run.guard_checks, rows)
+            _, stop = await chain((g,), prompt.content, ctx, (ctx.step, None, None), self.run.guard_checks, rows)
             self.keep(rows, ctx.step)
-            return got
+            return stop
 
         tasks = [asyncio.ensure_future(one(g)) for g in self.guards]
         try:
             for done in asyncio.as_completed(tasks):
-                verdict, check = await done
-                if verdict is not None:
-                    if verdict.action == "rewrite":
-                        check.verdict, check.reason = "block", ("a parallel guard cannot rewrite: the model already "
-                                                                "has the prompt; give it parallel=False (blocked)")
-                    return check
+                stop = await done
+                if stop is not None:
+                    if stop.verdict.action == "rewrite":
+                        stop.check.verdict, stop.check.reason = "block", (
+                            "a parallel guard cannot rewrite: the model already has the prompt; give it "
+                            "parallel=False (blocked)")
+                    return stop.check
             return None
         finally:
             for t in tasks:
