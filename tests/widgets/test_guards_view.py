@@ -82,6 +82,9 @@ async def test_a_blocked_answer_never_shows_and_its_label_says_why() -> None:
     assert "blocked by keys" in shown and "answer withheld: an API key in the answer" in shown
     assert "stopped by guard &#x27;keys&#x27;" in shown or "stopped by guard 'keys'" in shown
     assert not [w for w in all_widgets(view) if isinstance(w, StreamText) and w.text]
+    saved = view.saved_copy()  # what the saved notebook shows
+    assert "answer withheld: blocked by keys" in saved["text/plain"] and SECRET not in saved["text/plain"]
+    assert "blocked by keys" in saved["text/html"] and SECRET not in saved["text/html"]
     # Opened again (a new view of the stored thread): the same label, still no text.
     again = agent.chat(thread="t-blocked")
     await again.wait_loaded()
