@@ -26,7 +26,6 @@ from ..context import (
     clear_candidates,
     counter_for,
     cut_point,
-    is_blocked,
     message_tokens,
     parts_json,
     request_parts,
@@ -122,13 +121,16 @@ class Window:
         """(id of the messages list, how many were looked at, whether one of them is blocked)."""
 
     def any_blocked(self, messages: Sequence[Message]) -> bool:
-        """Whether `messages` hold a message a guard blocked (`is_blocked`): looks only at the
+        """Whether `messages` hold a message a guard blocked (`context.is_blocked`): looks only at the
         messages appended since the last question (a run's thread only grows)."""
         ident, seen, found = self._blocked
         if ident != id(messages) or seen > len(messages):
             seen, found = 0, False
         if not found:
-            found = any(is_blocked(messages[i]) for i in range(seen, len(messages)))
+            for i in range(seen, len(messages)):
+                if getattr(messages[i], "blocked", None) is not None:  # (`is_blocked`, without a call each)
+                    found = True
+                    break
         self._blocked = (id(messages), len(messages), found)
         return found
 
