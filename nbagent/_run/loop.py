@@ -32,11 +32,10 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 from .._watch import ThreadChangedNotice, publish
-from ..context import is_blocked
 from ..events import (
     ApprovalRequestedEvent,
     ClientCallRequestedEvent,
@@ -227,17 +226,15 @@ class _Loop:
             if not self.told_end:  # an error escaped the run: its observers read the thread again
                 publish(stored.id, run.run_id, ThreadChangedNotice(stored.id))
 
-    def announce(self, told: Sequence[Event], last: bool = False) -> Iterator[Event]:
-        """`told` for the thread's observers, with what the guards have to tell (`RunGuards.drain`):
-        an answer's held text first (deltas: not told), then `told`, then trips and the guards'
-        usage rows (before `told` when it is the run's `last` event)."""
+    def announce(self, told: Sequence[Event], last: bool = False) -> list[Event]:
+        """`told`, told to the thread's observers, with what the guards have to tell
+        (`RunGuards.drain`): an answer's held text first (deltas: not told), then `told`, then
+        trips and the guards' usage rows (before `told` when it is the run's `last` event)."""
         guards = self.guards
         if guards is not None and (guards.early or guards.late):
             early, late = guards.drain()
-            yield from early
-            told = (*late, *told) if last else (*told, *late)
-        for event in told:
-            yield self.tell(event)
+            return [*early, *map(self.tell, (*late, *told) if last else (*told, *late))]
+        return list(map(self.tell, told))
 
     def prompt(self) -> UserMessage | None:
         """The message that started the run (None for a resume)."""
@@ -264,7 +261,7 @@ class _Loop:
         config, run = self.config, self.run
         messages, outcome = run.stored.messages, run.outcome
         last = messages[-1] if messages else None
-        if last is not None and is_blocked(last):  # the thread's last turn ended at a guard
+        if getattr(last, "blocked", None) is not None:  # the thread's last turn ended at a guard
             outcome.status, outcome.stop_reason = "stopped", "guard"
             return True
         if isinstance(last, AssistantMessage):

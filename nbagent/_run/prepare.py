@@ -140,7 +140,7 @@ async def _prepare_run(
     else:
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
         loaded = await config.store.load(thread) if thread and not fresh else None
-    thread = thread or _new_thread()
+    thread = thread or "thread_" + os.urandom(8).hex()
     run = run_state(config, thread, loaded, state, run_id)
     if loaded is not None:
         _refuse_live(loaded)
