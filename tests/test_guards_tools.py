@@ -10,7 +10,6 @@ the model reads it, whichever kind of tool made it.
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,17 +21,17 @@ from nbagent.guards import Guard, block, pii, rewrite
 from nbagent.mcp import MCPTools
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import MemoryStore
-
-SERVER = Path(__file__).parent / "mcp_servers" / "kitchen.py"
+from tests.test_mcp import stdio
 
 
 @pytest.fixture(scope="module")
 def kitchen(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MCPTools]:
+    """The kitchen server over stdio (tests/test_mcp.py's), its destructive calls logged."""
     log = tmp_path_factory.mktemp("kitchen") / "log.txt"
-    tools = MCPTools.stdio(sys.executable, [str(SERVER)], env={"KITCHEN_LOG": str(log)})
-    tools.log = log  # type: ignore[attr-defined]
-    yield tools
-    tools.close_sync()
+    server = stdio(env={"KITCHEN_LOG": str(log)})
+    server.log = log  # type: ignore[attr-defined]
+    yield server
+    server.close_sync()
 
 
 def logged(kitchen: MCPTools) -> str:
