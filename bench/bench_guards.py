@@ -181,7 +181,7 @@ def main() -> None:
     args = ap.parse_args()
     out = asyncio.run(measure(args.runs, args.streams))
     med, ratio = out["round_trip_median_us"], out["round_trip_ratio"]
-    print(f"| S1 round trip, MemoryStore, median CPU of {args.runs} | µs | × no guards |")
+    print(f"| S1 round trip, MemoryStore, median CPU of {args.runs} | µs | x no guards |")
     print("|---|---:|---:|")
     for name in KINDS:
         print(f"| {name} | {med[name]:,.0f} | {ratio[name]:.3f} |")
