@@ -585,3 +585,56 @@ async def test_three_allow_all_guards_cost_nothing_visible() -> None:
     result = await Agent(model, tools=[send_email], guards=allow, store=MemoryStore()).run("go")
     assert result.status == "completed" and SENT == ["x"]
     assert [c.stage for c in result.guard_checks] == ["input", "tool_args", "output"]
+
+
+async def test_continuing_a_thread_whose_last_turn_a_guard_stopped_asks_no_model() -> None:
+    store = MemoryStore()
+    model = ScriptedModel([f"the key is sk-proj-{'z' * 30}"])
+    agent = Agent(model, guards=[Guard.output(lambda t: block("a key") if "sk-" in t else None)], store=store)
+    await agent.run("key?", thread="t")
+    again = await Agent(ScriptedModel([]), store=store).run(thread="t")  # continue, no prompt, no guards
+    assert (again.status, again.stop_reason, again.steps) == ("stopped", "guard", 0)
+
+
+async def test_a_parallel_guard_is_waited_for_before_a_summary_call_would_read_the_prompt() -> None:
+    from nbagent import Compaction
+
+    summaries: list[str] = []
+
+    def answer(messages: list[Any], request: Any) -> Any:
+        if not request.tools:  # the summary call
+            summaries.append(messages[-1].content)
+            return "summary"
+        return "answer " + "x " * 200
+
+    model = FunctionModel(answer, context_window=400)
+    agent = Agent(model, compaction=Compaction(at=0.5, keep_last=1), store=MemoryStore())
+    for i in range(3):
+        await agent.run(f"question {i} " + "y " * 60, thread="t")
+    guarded = Agent(model, compaction=Compaction(at=0.5, keep_last=1), store=agent.store,
+                    guards=[Guard.input(slow_block(0.05, "secret"), parallel=True)])
+    before, calls = len(summaries), len(model.requests)
+    assert before > 0  # the thread is long enough that a compaction comes before each call
+    result = await guarded.run("the secret is C-99 " + "y " * 60, thread="t")
+    assert result.status == "stopped" and result.guard_trip is not None
+    assert len(summaries) == before and len(model.requests) == calls  # no summary, no call: nothing read it
+    assert result.usage.requests == 0
+
+
+async def test_a_retried_model_call_holds_its_new_attempt_too() -> None:
+    from nbagent.exceptions import RateLimitError
+
+    attempts = [0]
+
+    async def stream(messages: list[Any], request: Any) -> Any:
+        attempts[0] += 1
+        yield "partial "
+        if attempts[0] == 1:
+            raise RateLimitError("slow down", status_code=429, retry_after=0)
+        yield "whole answer"
+
+    agent = Agent(FunctionModel(stream_function=stream), guards=[Guard.output(lambda t: None)], store=MemoryStore())
+    events = [e async for e in agent.stream("hi")]
+    kinds = [e.kind for e in events]
+    assert kinds.count("text-held") == 2 and kinds.count("text-delta") == 1
+    assert [e.delta for e in events if e.kind == "text-delta"] == ["partial whole answer"]  # type: ignore[union-attr]
