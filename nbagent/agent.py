@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 
     from ._run.handle import EventCallback, RunBox, RunHandle
     from ._run.state import RunState
+    from .guards import Guard
 
     class _Options(TypedDict, total=False):
         tools: Iterable[Tool | Callable[..., Any] | ToolSource]
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
         compaction: Compaction | None
         max_result_fraction: float | None
         context_redact: Callable[[str, str], str] | None
+        guards: Iterable[Guard]
 
 __all__ = ["Agent"]
 
@@ -147,6 +149,10 @@ class Agent(Generic[OutputT]):
         context_redact: ``(name, text) -> text``, called with each notebook variable's summary
             before it is sent (``{df}`` in ``%%agent``, ``@df`` in the chat view) to edit what
             the model sees, e.g. to mask a column. See docs/notebook.md.
+        guards: `nbagent.guards.Guard` rules checked on the prompt (before any model call), a
+            tool call's arguments (before approval), a tool's result (before the model or the
+            store see it) and an answer (before it is shown: a streamed answer's text is held
+            until they pass). See docs/guards.md.
     """
 
     _config: RunConfig | None
@@ -189,6 +195,7 @@ class Agent(Generic[OutputT]):
         compaction: Compaction | None = None,
         max_result_fraction: float | None = 0.1,
         context_redact: Callable[[str, str], str] | None = None,
+        guards: Iterable[Guard] = (),
     ) -> None:
         self.model = infer_model(model)
         self.tools, self.tool_sources = _tools_by_name(tools)  # Python tools by name; the sources apart
@@ -222,6 +229,7 @@ class Agent(Generic[OutputT]):
         self.output_retries = output_retries
         self.compaction, self.max_result_fraction, self.context_redact = _context_options(
             compaction, max_result_fraction, context_redact, self.model)
+        self.guards = _checked_guards(guards)
         self._seen = None
 
     @property
@@ -279,7 +287,7 @@ class Agent(Generic[OutputT]):
             output=self.output, output_retries=self.output_retries, prices=self.prices,
             state_type=self.state_type, sources=sources, compaction=self.compaction,
             summarizer=_summarizer(self.compaction), max_result_fraction=self.max_result_fraction,
-            name=self.name,
+            name=self.name, guards=_guard_set(self.guards),
         )
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_seen", (settings, tools))
@@ -563,6 +571,30 @@ def _context_options(compaction: Any, max_result_fraction: Any, context_redact: 
     if context_redact is not None and not callable(context_redact):
         raise UserError(f"context_redact must be a function (name, text) -> text, got {context_redact!r}")
     return compaction, max_result_fraction, context_redact
+
+
+def _checked_guards(guards: Iterable[Guard]) -> tuple[Guard, ...]:
+    """`Agent`'s ``guards``, as a tuple of `Guard` (anything else fails now, not in a run)."""
+    if guards is None:
+        return ()
+    out = tuple(g for item in guards for g in (item if isinstance(item, (tuple, list)) else (item,)))  # pii() as is
+    if out:
+        from .guards import Guard
+
+        wrong = [g for g in out if not isinstance(g, Guard)]
+        if wrong:
+            raise UserError(f"guards= takes nbagent.guards.Guard objects (Guard.input(check), pii(), ...); "
+                            f"got {wrong[0]!r}")
+    return out
+
+
+def _guard_set(guards: tuple[Guard, ...]) -> Any:
+    """The run's view of the guards (`GuardSet`), or None without any."""
+    if not guards:
+        return None
+    from ._run.guardset import GuardSet
+
+    return GuardSet(guards)
 
 
 def _summarizer(compaction: Compaction | None) -> Model | None:

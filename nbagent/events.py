@@ -1,7 +1,8 @@
 """Stream events: what `Agent.stream` yields, each with a plain lowercase `kind`.
 
-Owns the event shapes; imports approvals (`PendingCall`), messages and usage only. Text events carry the
-`delta` and the accumulated `snapshot`, so a view can re-render idempotently.
+Owns the event shapes; imports approvals (`PendingCall`), guards (`GuardCheck`), messages and
+usage only. Text events carry the `delta` and the accumulated `snapshot`, so a view can re-render
+idempotently.
 
 | kind                   | class                    | fields                                       |
 |------------------------|--------------------------|----------------------------------------------|
@@ -17,6 +18,8 @@ Owns the event shapes; imports approvals (`PendingCall`), messages and usage onl
 | model-fallback         | ModelFallbackEvent       | failed, error, model (who answered), step    |
 | usage                  | UsageEvent               | call (ModelCallUsage), total (Usage), context|
 | compaction             | CompactionEvent          | record (CompactionMessage), usage, step      |
+| text-held              | TextHeldEvent            | step (output guards hold the answer's text)  |
+| guard-tripped          | GuardTrippedEvent        | check (GuardCheck), stops, step              |
 | run-paused / run-completed / run-stopped / run-failed / run-cancelled | RunEndedEvent | result |
 
 Naming: every event class ends in ``Event`` and its `kind` is the class name before ``Event``
@@ -30,6 +33,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .approvals import PendingCall, args_hash
 from .context import ContextUsage
+from .guards import GuardCheck
 from .messages import AssistantMessage, CompactionMessage, ToolCall, ToolResultMessage, UserMessage
 from .usage import ModelCallUsage, Usage
 
@@ -41,6 +45,7 @@ __all__ = [
     "ClientCallRequestedEvent",
     "CompactionEvent",
     "Event",
+    "GuardTrippedEvent",
     "ModelFallbackEvent",
     "ModelResponseEvent",
     "ModelRetryEvent",
@@ -49,6 +54,7 @@ __all__ = [
     "RunEndedEvent",
     "RunStartedEvent",
     "TextDeltaEvent",
+    "TextHeldEvent",
     "ToolCallFinishedEvent",
     "ToolCallStartedEvent",
     "UsageEvent",
@@ -195,6 +201,28 @@ class CompactionEvent:
         return self.record.describe()
 
 
+@dataclass(slots=True)
+class TextHeldEvent:
+    """The answer of `step` is being written and its text is held back until the agent's output
+    guards pass (`nbagent.guards`): a view shows "checking…". Its text comes afterwards as one
+    ``text-delta`` (what the guards let through), or never (a block)."""
+
+    step: int
+    kind: Literal["text-held"] = "text-held"
+
+
+@dataclass(slots=True)
+class GuardTrippedEvent:
+    """A guard blocked something (`check`: which guard, at which stage, why). `stops`: the run
+    ends ``stopped`` because of it (a blocked prompt or answer); a blocked tool call or result
+    does not stop the run (the model reads why)."""
+
+    check: GuardCheck
+    stops: bool
+    step: int
+    kind: Literal["guard-tripped"] = "guard-tripped"
+
+
 RunEndKind = Literal["run-paused", "run-completed", "run-stopped", "run-failed", "run-cancelled"]
 
 
@@ -219,6 +247,8 @@ Event = (
     | ModelFallbackEvent
     | UsageEvent
     | CompactionEvent
+    | TextHeldEvent
+    | GuardTrippedEvent
     | RunEndedEvent
 )
 

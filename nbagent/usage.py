@@ -60,7 +60,8 @@ class ModelCallUsage:
 
     `purpose` tells what the call was for, so cost frames can tell the kinds apart: ``"run"``
     (the default) for an agent's own model calls, ``"compaction"`` for a context-compaction
-    summary, ``"eval"`` for an evaluator's judge call; other strings are allowed.
+    summary, ``"eval"`` for an evaluator's judge call, ``"guard"`` for an LLM judge a guard asked
+    (`nbagent.guards`); other strings are allowed.
     """
 
     run_id: str
@@ -85,11 +86,13 @@ class ModelCallUsage:
     cost_total: float | None = None
     currency: str = "USD"
     usage_reported: bool = True
-    """False when the provider reported no usage (counts are 0, not measured)."""
+    """False when the provider reported no usage: counts are 0, not measured; or, for a call a
+    parallel input guard cancelled (``finish_reason="cancelled"``), nbagent's estimate of what the
+    call had spent (the provider reports usage at the end of a stream)."""
     purpose: str = "run"
     """What the call was for: ``"run"`` (an agent's own step), ``"compaction"`` (a context
-    summary), ``"eval"`` (a judge call), or another string; rows stored without it read as
-    ``"run"``."""
+    summary), ``"eval"`` (a judge call), ``"guard"`` (a guard's LLM judge), or another string;
+    rows stored without it read as ``"run"``."""
     context: str | None = None
     """The request's size by part, as compact JSON: the tokens of each part (``system``,
     ``tools``, ``history``, ``tool_results``, ``latest``; they add up to `input_tokens`) and the

@@ -829,6 +829,119 @@ print(refused.status, "|", refused.output)'''),
 ]
 
 
+NOTEBOOKS["12_guardrails.ipynb"] = [
+    ("md", """# Guardrails: rules that hold whatever the model does
+
+Guards (`nbagent.guards`) check the **prompt** before any model call, a tool call's **arguments**
+before anyone is asked to approve it, a tool's **result** before the model or the store read it, and
+an **answer** before a word of it is shown. Each returns allow, `block(reason)`, `rewrite(value)` or
+(answers only) `retry(message)`; a guard that fails blocks (docs/guards.md).
+
+The support desk below runs on a stand-in model (`FunctionModel`) so that every guard trips on
+cue; the last cell puts `pii()` in front of the model `auto()` picks (the bundled local model
+without a key; Claude or OpenAI with one)."""),
+    ("code", SETUP),
+    ("code", '''import asyncio
+
+from nbagent.guards import Guard, block, pii
+from nbagent.models import FunctionModel, tool_call
+
+SENT = []
+
+
+@tool
+def send_email(to: list[str], body: str) -> str:
+    """Send an email."""
+    SENT.append((to, body))
+    return f"sent to {len(to)} people"
+
+
+@tool
+def lookup_customer(name: str) -> str:
+    """A customer's record."""
+    return f"{name}: premium since 2021, jane.doe@example.com, card 4111 1111 1111 1111"
+
+
+async def desk(messages, request):
+    """A stand-in for a model: what each request asks for, on cue."""
+    last = messages[-1]
+    if last.kind == "tool-result":
+        yield f"Done: {last.content}"
+        return
+    if "newsletter" in last.content:
+        yield tool_call("send_email", to=[f"customer{i}@example.com" for i in range(250)], body="Spring sale!")
+    elif "look up" in last.content:
+        yield tool_call("lookup_customer", name="Jane Doe")
+    else:
+        for word in "Sure: the production key is sk-live-0a1b2c3d4e5f6g7h8i9j0k1l2m".split(" "):
+            await asyncio.sleep(0.2)  # a slow answer, so the view shows it held
+            yield word + " "
+
+
+def no_internal_ids(text):
+    return block("an internal ticket id") if "INT-" in text else None
+
+
+def at_most_ten(args):
+    return block(f"{len(args['to'])} recipients; at most 10 at once") if len(args["to"]) > 10 else None
+
+
+support = Agent(FunctionModel(stream_function=desk), name="support", tools=[send_email, lookup_customer],
+                guards=[Guard.input(no_internal_ids, name="ids"),
+                        Guard.tool_args(at_most_ten, tools=["send_email"], name="mass-mail"),
+                        *pii(stages=["tool_result"]),
+                        *pii(stages=["output"], action="block", name="leaks")])'''),
+    ("md", """## A prompt that never reaches a model
+
+The input guard runs before anything else: no model call, no tool, no cost. The run stops, and the
+prompt stays in the thread marked blocked: it is never sent, in this turn or a later one."""),
+    ("code", '''result = await support.run("Close INT-4471 and tell the customer", thread="ids")
+print(result.status, "|", result.guard_trip.describe())
+print("model calls:", result.usage.requests)'''),
+    ("md", """## A call blocked before approval
+
+The model asks to email 250 customers. The tool-argument guard refuses before the call runs (and
+before anyone would be asked to approve it); the model reads why, and the run goes on."""),
+    ("code", '''result = await support.run("Send the newsletter", thread="newsletter")
+[refused] = [m for m in result.messages if m.kind == "tool-result"]
+print(refused.status, "|", refused.content)
+print("emails sent:", len(SENT), "|", result.output)'''),
+    ("md", """## A result redacted before the model reads it
+
+`pii()` on tool results: the customer's email and card number are redacted before the model, the
+store or the view see them."""),
+    ("code", '''result = await support.run("Please look up Jane Doe", thread="lookup")
+[record] = [m for m in result.messages if m.kind == "tool-result"]
+print(record.content)'''),
+    ("md", """## An answer held until its guards pass
+
+With an output guard, a streamed answer is held back: the view shows **checking…** while the model
+writes, then the text, or, as here, a red **blocked by leaks** label: not one word of the blocked
+answer was ever shown or stored."""),
+    ("code", '''view = support.chat(thread="key")
+view'''),
+    ("code", '''handle = view.ask("What is our API key?")
+result = await handle
+print(result.status, "|", result.guard_trip.describe())
+print("stored:", [m.blocked for m in result.messages if m.kind == "assistant"])'''),
+    ("md", """## The audit
+
+Every check of a run, passed or not, is in `result.guard_checks` (also when a guard tripped):
+guard, stage, verdict, reason, latency."""),
+    ("code", '''import pandas as pd
+
+pd.DataFrame([{"guard": c.guard, "stage": c.stage, "verdict": c.verdict, "reason": c.reason,
+               "latency_ms": round(c.latency_s * 1000, 3)} for c in result.guard_checks])'''),
+    ("md", """## With your model
+
+`pii()` in front of the model `auto()` picked: the provider never reads the email address in the
+prompt (it reads the redacted text), and the answer is checked before it is shown."""),
+    ("code", '''guarded = Agent(model, guards=[*pii()], settings={"max_tokens": 60})
+result = await guarded.run("Write one short welcome line for our new customer jane.doe@example.com")
+print("the model read:", result.messages[0].content)
+print([(c.guard, c.stage, c.verdict) for c in result.guard_checks])'''),
+]
+
 def build(name: str) -> nbformat.NotebookNode:
     """The notebook `name` from its cell sources, without outputs (stable cell ids)."""
     nb = nbformat.v4.new_notebook()

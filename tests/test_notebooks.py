@@ -379,6 +379,34 @@ def check_long_sessions(ran: Ran) -> None:
     assert re.fullmatch(r"completed context \d+ % of 4.1k", real), real  # the local model's window
 
 
+def check_guardrails(ran: Ran) -> None:
+    # The blocked prompt reached no model; it is in its thread, marked.
+    assert ran.after('thread="ids")').splitlines() == [
+        "stopped | guard 'ids' blocked the prompt: an internal ticket id", "model calls: 0"]
+    [prompt] = ran.threads["ids"].messages
+    assert prompt.blocked == "ids: an internal ticket id" and ran.threads["ids"].usage == []
+    # The mass mail never ran; the model read why.
+    mail = ran.after('thread="newsletter")')
+    assert mail.startswith("denied | blocked by guard 'mass-mail': 250 recipients; at most 10 at once"), mail
+    assert "emails sent: 0 |" in mail
+    assert [(c.name, c.status) for c in ran.calls("newsletter")] == [("send_email", "denied")]
+    # The record was redacted before the model and the store read it.
+    assert ran.after('thread="lookup")').strip() == (
+        "Jane Doe: premium since 2021, [redacted email address], card [redacted card number]")
+    assert "4111" not in json.dumps([m.to_dict() for m in ran.threads["lookup"].messages])
+    # The leaked key was held, blocked, never shown or stored; the view's saved copy says so.
+    key = ran.after('view.ask("What is our API key?")').splitlines()
+    assert key == ["stopped | guard 'leaks' blocked the answer: found 1 API key", "stored: ['leaks: found 1 API key']"]
+    assert "sk-live" not in json.dumps([m.to_dict() for m in ran.threads["key"].messages])
+    assert "answer withheld: blocked by leaks" in ran.after('support.chat(thread="key")')
+    audit = ran.after("pd.DataFrame([")
+    assert "leaks  output   block  found 1 API key" in audit, audit
+    # The real model read the prompt with the address redacted.
+    real = ran.after("guarded = Agent(model").splitlines()
+    assert real[0] == "the model read: Write one short welcome line for our new customer [redacted email address]"
+    assert real[1].startswith("[('pii', 'input', 'rewrite'), ('pii', 'output', "), real
+
+
 def check_notebook_as_context(ran: Ran) -> None:
     # %%agent sent df's capped summary, not the frame: shape, dtypes, head(5), describe, nulls;
     # the thread recorded it as the user message, and interpolate() gives the same text.
@@ -435,6 +463,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "08_notebook_as_context.ipynb": check_notebook_as_context,
     "09_evals_and_forecasts.ipynb": check_evals_and_forecasts,
     "10_long_sessions.ipynb": check_long_sessions,
+    "12_guardrails.ipynb": check_guardrails,
 }
 
 

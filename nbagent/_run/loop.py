@@ -15,6 +15,16 @@ with tool calls is committed in one append together with its usage row, the resu
 without running anything (invalid arguments, unknown tools, denials) and the ``started`` entries
 of the calls about to run (`plan.plan`), so a tool step costs two commits: that one, and the
 results.
+
+The agent's guards (`guarding.RunGuards`) are asked at four points, each before anything of what
+they check happens: the prompt before its write (`prepare`), parallel input guards while the
+first call runs (settled before its answer is committed), an answer and its calls' arguments
+before the commit (`take_answer`: a held stream is released only then), a tool's result inside
+`execute`. Their verdicts come back as data the loop applies in its own places.
+
+Size: one run's loop is one class whose steps share the run's state and its one `save`; the
+decisions live in `plan`, the guards in `guarding`, the context window in `window`, a tool call
+in `execute`. What is left here is the order of things, which reads best in one place.
 """
 
 from __future__ import annotations
@@ -22,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any
 
 from .._watch import ThreadChangedNotice, publish
@@ -63,6 +73,7 @@ from ..usage import ModelCallUsage, Usage
 from . import hooks
 from .config import RunConfig
 from .execute import execute
+from .guarding import Answered, RaceTripped, RunGuards, stand_in_messages
 from .late import answer_open_calls
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, refused_rows, unusable_answer
 from .plan import plan as plan_calls
@@ -103,6 +114,13 @@ def _stop_reason(config: RunConfig, run: RunState) -> StopReason | None:
     return None
 
 
+def _whole(answer: ModelResponse | None, provider: str) -> ModelResponse:
+    """A streamed answer's last item, which a stream must end with."""
+    if answer is None:
+        raise ModelResponseError("the model's stream ended without a complete answer", provider=provider)
+    return answer
+
+
 @dataclasses.dataclass(slots=True)
 class _Reply:
     """One model call's answer as it arrives (`_Loop.call_model` fills it)."""
@@ -111,6 +129,10 @@ class _Reply:
     response: ModelResponse | None = None
     started: float = 0.0
     latency: float = 0.0
+    held: bool = False
+    """Its text was held back from the stream for the guards (`guarding`)."""
+    parts: list[str] | None = None
+    """The text deltas received so far."""
 
 
 class _Loop:
@@ -126,6 +148,7 @@ class _Loop:
         self.store = config.store
         self.final_saved = False  # the completing answer's save carried the final meta
         self.told_end = False  # the thread's observers heard how the run ended
+        self.guards = RunGuards(config.guards, run) if config.guards is not None else None
 
     def tell(self, event: Event) -> Event:
         """Tell the thread's observers (`_watch`: the views of this process) about `event`;
@@ -143,7 +166,12 @@ class _Loop:
         ledger: Sequence[LedgerEntry] = (),
         meta: bool = False,
     ) -> None:
-        run, stored = self.run, self.run.stored
+        run, stored, work = self.run, self.run.stored, self.run.work
+        if work.unsaved or work.unsaved_usage:  # a held prompt, a judge's rows: written first
+            if work.unsaved and self.guards is not None:
+                await self.guards.race_tripped()  # the prompt is written only once its guards have spoken
+            messages, usage = [*work.unsaved, *messages], [*work.unsaved_usage, *usage]
+            work.unsaved, work.unsaved_usage = [], []
         record = None
         if meta or run.work.dirty:
             record = run.meta()
@@ -182,20 +210,31 @@ class _Loop:
                     reply = _Reply(stored.step + 1)
                     async for event in self.call_model(reply):
                         yield event
-                    if reply.response is None:  # failed
+                    if reply.response is None:  # failed (or a guard stopped the call)
                         break
                     plan, told = await self.take_answer(reply)
-                    for event in told:
-                        yield self.tell(event)
+                    for event in self.announce(told):
+                        yield event
             except (asyncio.CancelledError, GeneratorExit):
                 await self.closed_early()
                 raise
             result = await self.finish()
-            yield self.tell(RunEndedEvent(END_KINDS[outcome.status], result))
+            for event in self.announce([RunEndedEvent(END_KINDS[outcome.status], result)], last=True):
+                yield event
         finally:
             live_runs.discard(run.run_id)
             if not self.told_end:  # an error escaped the run: its observers read the thread again
                 publish(stored.id, run.run_id, ThreadChangedNotice(stored.id))
+
+    def announce(self, told: Sequence[Event], last: bool = False) -> list[Event]:
+        """`told`, told to the thread's observers, with what the guards have to tell
+        (`RunGuards.drain`): an answer's held text first (deltas: not told), then `told`, then
+        trips and the guards' usage rows (before `told` when it is the run's `last` event)."""
+        guards = self.guards
+        if guards is not None and (guards.early or guards.late):
+            early, late = guards.drain()
+            return [*early, *map(self.tell, (*late, *told) if last else (*told, *late))]
+        return list(map(self.tell, told))
 
     def prompt(self) -> UserMessage | None:
         """The message that started the run (None for a resume)."""
@@ -222,6 +261,9 @@ class _Loop:
         config, run = self.config, self.run
         messages, outcome = run.stored.messages, run.outcome
         last = messages[-1] if messages else None
+        if getattr(last, "blocked", None) is not None:  # the thread's last turn ended at a guard
+            outcome.status, outcome.stop_reason = "stopped", "guard"
+            return True
         if isinstance(last, AssistantMessage):
             if config.output is None:
                 outcome.status, outcome.output = "completed", last.text or ""
@@ -249,6 +291,8 @@ class _Loop:
     async def closed_early(self) -> None:
         """The run's generator was cancelled or closed before the end."""
         run, outcome = self.run, self.run.outcome
+        if self.guards is not None:
+            self.guards.abandon()
         if outcome.status == "paused":
             # Closed while announcing the pause (a view stops at approval-requested): nothing
             # runs any more, so the pause stands and can be resumed.
@@ -306,6 +350,8 @@ class _Loop:
         """Compact the conversation before the model call of `step` (see `Window.compact`):
         the record and the summary's usage row in one commit, then their events."""
         run = self.run
+        if self.guards is not None and await self.guards.race_blocks():
+            return  # a summarizer is a model too: a prompt its parallel guards blocked never reaches one
         found = await self.window.compact(self.config, run.run_id, run.stored.id, run.stored.messages, step,
                                           trigger, tokens, limit)
         if found is None:
@@ -343,7 +389,7 @@ class _Loop:
         except ModelError as exc:
             threshold_failed(exc)
 
-    async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:
+    async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:  # noqa: C901  # the per-delta loop stays inline
         """Ask the model (streamed when someone consumes the events), retrying as `Retry` says
         and compacting when the provider refuses the request as too long; fills `reply`, or
         fails the run."""
@@ -362,21 +408,24 @@ class _Loop:
                         if self.stream:
                             answer = None
                             acc = TextAccumulator()
-                            parts = acc.parts
-                            async for item in model.request_stream(request):
-                                if type(item) is str:
-                                    parts.append(item)
-                                    yield TextDeltaEvent(item, step, acc, len(parts))
-                                elif isinstance(item, ModelResponse):
-                                    answer = item
-                                elif isinstance(item, ReasoningText):
-                                    yield ReasoningDeltaEvent(str(item), step)
-                            if answer is None:
-                                raise ModelResponseError("the model's stream ended without a complete answer",
-                                                         provider=model.provider)
-                            response = answer
+                            parts = reply.parts = acc.parts
+                            holder = self.holder()
+                            if holder is not None:
+                                async for event in holder.held(holder.raced(model.request_stream(request)), reply):
+                                    yield event
+                                answer = reply.response
+                            else:
+                                async for item in model.request_stream(request):
+                                    if type(item) is str:
+                                        parts.append(item)
+                                        yield TextDeltaEvent(item, step, acc, len(parts))
+                                    elif isinstance(item, ModelResponse):
+                                        answer = item
+                                    elif isinstance(item, ReasoningText):
+                                        yield ReasoningDeltaEvent(str(item), step)
+                            response = _whole(answer, model.provider)
                         else:
-                            response = await model.request(request)
+                            response = await self.asked(request)
                         break
                     yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step))
                     await attempt.wait()
@@ -389,12 +438,46 @@ class _Loop:
                 request = self.request(step)
                 continue
             except Exception as exc:
-                self.run.outcome.fail(exc)
+                await self.call_failed(reply, exc)
                 return
             reply.latency = time.perf_counter() - clock
             async for event in self.answered(reply, response):
                 yield event
             return
+
+    def holder(self) -> RunGuards | None:
+        """The guards, when they hold a streamed answer back now (`RunGuards.holding`)."""
+        guards = self.guards
+        return guards if guards is not None and guards.holding else None
+
+    def asked(self, request: ModelRequest) -> Awaitable[ModelResponse]:
+        """The model's answer to `request`, not streamed (the first call races the parallel input
+        guards, `RunGuards.raced_call`)."""
+        call = self.config.model.request(request)
+        return call if self.guards is None else self.guards.raced_call(call)
+
+    async def call_failed(self, reply: _Reply, error: Exception) -> None:
+        """The model call failed with `error` (retries done): the run fails; or a parallel input
+        guard blocked the prompt and stopped the call (`call_stopped`)."""
+        if isinstance(error, RaceTripped):
+            await self.call_stopped(reply, error.started)
+        else:
+            self.run.outcome.fail(error)
+
+    async def call_stopped(self, reply: _Reply, started: bool) -> None:
+        """The first model call was cancelled: a parallel input guard blocked the prompt (marked
+        blocked now, and written with the call's usage row; no answer is kept)."""
+        run, guards = self.run, self.guards
+        assert guards is not None
+        await guards.race_tripped()
+        rows = []
+        if started:  # asked, so billed: nbagent's estimate (`RunGuards.cancelled_row`)
+            row = guards.cancelled_row(self.config, reply.step, reply.started, time.time() - reply.started,
+                                       self.window.tokens(), "".join(reply.parts or ()), self.window.count)
+            run.usage.add(row)
+            run.stored.step, rows = reply.step, [row]
+            run.steps += 1
+        await self.save(usage=rows, meta=True)
 
     async def answered(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
         """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
@@ -468,20 +551,33 @@ class _Loop:
         stored.step = reply.step
         run.steps += 1
         usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context)
+        rows, refused = [row], None
+        guards = self.guards if self.guards is not None and self.guards.asks(reply.held) else None
+        if guards is not None:  # the row is kept whatever the guards decide (and if the run is stopped meanwhile)
+            run.work.unsaved_usage.append(row)
+            rows = []
+            if guards.racing and await guards.race_tripped():  # the prompt was blocked: none of it is kept
+                await self.save(meta=True)
+                return None, [usage_event]
         problem = reply.response.error or unusable_answer(message, config.model.provider)
         if problem is not None:
             # Billed but unusable (a call cut off mid-arguments can never be answered validly; a
             # refused turn must not be sent again): its usage row is kept, the answer is not.
             outcome.fail(problem)
-            await self.save(usage=[row])
+            await self.save(usage=rows)
             return None, [usage_event]
+        if guards is not None:
+            checked = await guards.answer(config, message, reply.step, reply.held)
+            if checked.stand_in:
+                return await self.refused(checked, reply.step, usage_event)
+            refused = checked.refused
         stored.messages.append(message)
         if message.finish_reason in CUT_OFF:
             outcome.truncated = True
         plan = None
         written: list[Message] = [message]
         if message.tool_calls:
-            plan = plan_calls(config, stored, message.tool_calls)
+            plan = plan_calls(config, stored, message.tool_calls, refused)
             self.apply_plan(plan)
             written.extend(plan.results)
         elif config.output is None:  # a text answer completes the run: one save for it and the end
@@ -491,8 +587,16 @@ class _Loop:
         if outcome.status == "completed":
             outcome.ended_at = time.time()
             self.final_saved = True
-        await self.save(messages=written, usage=[row], ledger=plan.ledger if plan else (), meta=True)
+        await self.save(messages=written, usage=rows, ledger=plan.ledger if plan else (), meta=True)
         return plan, [ModelResponseEvent(message, reply.step), usage_event]
+
+    async def refused(self, checked: Answered, step: int, usage_event: UsageEvent) -> tuple[None, list[Event]]:
+        """An answer the output guards refused: the thread keeps its stand-in (and the message that
+        asks the model again, for a retry), never the answer."""
+        written = stand_in_messages(checked)
+        self.run.stored.messages.extend(written)
+        await self.save(messages=written, meta=True)
+        return None, [ModelResponseEvent(checked.message, step), usage_event]
 
     # ------------------------------------------------------------------ tools
     async def tool_phase(self, plan: Plan) -> AsyncIterator[Event]:
@@ -557,7 +661,8 @@ class _Loop:
             entries.append(entry)
         await self.save(messages=[r for r, _, _ in ready], ledger=entries,
                         meta=any(tool.takes_ctx for _, _, tool in ready))
-        return [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
+        finished: list[Event] = [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
+        return finished if self.guards is None or not self.guards.late else [*finished, *self.guards.told()]
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)
@@ -568,7 +673,8 @@ class _Loop:
             return result
         tool = item.tool
         cap = None if tool.name == READ_RESULT else self.config.result_cap(tool)  # it pages by itself
-        return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count)
+        check = None if self.guards is None else self.guards.result_check(tool.name)
+        return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count, check)
 
     async def cancel_cleanup(self) -> None:
         """Leave a valid conversation: stop running tools, answer every open call."""

@@ -16,7 +16,7 @@ return value does).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -184,10 +184,25 @@ def judge_text(config: RunConfig, retries: int, message: AssistantMessage) -> Te
     ))
 
 
-def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall]) -> Plan:
+def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall],
+         refused: Mapping[str, tuple[str, ToolCallStatus]] | None = None) -> Plan:
     """Decide each open call of `thread`'s last answer (error result, pause, or run) without
     running or changing anything: the `Plan` holds every write, which the caller applies and
-    commits in one append before any of the calls runs."""
+    commits in one append before any of the calls runs. `refused`: calls a guard refused
+    (`guarding`: call id -> the text the model reads, the call's status), answered with that
+    error and never run or asked about."""
+    if refused:
+        out = plan(config, thread, [c for c in calls if c.id not in refused])
+        for call in calls:
+            if call.id in refused:
+                text, status = refused[call.id]
+                out.results.append(error_result(call, text, status))
+                out.ledger.insert(0, LedgerEntry(call.id, call.name, args_hash(call.args),
+                                                 "denied" if status == "denied" else "failed"))
+        order = {c.id: i for i, c in enumerate(calls)}
+        out.results.sort(key=lambda r: order[r.call_id])
+        out.calls = calls
+        return out
     spec = config.output
     if spec is not None and any(c.name == spec.name for c in calls):
         final = plan_final(config, calls)

@@ -4,8 +4,10 @@ Owns `RunStart` (how a run starts, as one value: what `Agent.run`, `stream`, `re
 `resume_stream` and `start` each make from their arguments), `prepare_run` (a prompt on a new or
 continued thread) and `prepare_resume` (a paused, stopped, failed or cancelled thread, with the
 person's `Decisions` checked against what waits). Both read the thread once from the store; bad
-input fails before any write. Imports the run config and state, approvals, exceptions, messages,
-result and store shapes.
+input fails before any write. A prompt meets the agent's input guards (`guarding.screen_prompt`)
+before the store is read or written, so the store only ever holds what they let through (or the
+prompt marked blocked). Imports the run config and state, approvals, exceptions, messages,
+result and store shapes, and `guardset` (the input guards).
 """
 
 from __future__ import annotations
@@ -15,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..approvals import Decisions
-from ..context import last_sent
+from ..context import is_blocked, last_sent
 from ..exceptions import ConflictError, NotResumableError, PendingCallsError, UserError
 from ..messages import Prompt, UserMessage, user_message
 from ..result import RunResult
 from ..store.base import ThreadState
 from ..store.meta import live_runs
 from .config import RunConfig
+from .guardset import screen_prompt
 from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
 __all__ = ["RunStart", "prepare_resume", "prepare_run", "refuse_live", "run_state"]
@@ -100,30 +103,47 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
     run_id = new_run_id()
     live_runs.add(run_id)
     try:
-        return await _prepare_run(config, message, thread, state, run_id)
+        guards = config.guards
+        if message is None or guards is None or not guards.screens_input:
+            return await _prepare_run(config, message, thread, state, run_id)
+        fresh, thread = thread is None, thread or _new_thread()  # its guards are told the thread
+        screened = await screen_prompt(guards, message, run_id, thread, state)
+        run = await _prepare_run(config, screened.message, thread, state, run_id, screened.deferred, fresh)
+        screened.apply(run)
+        return run
     except BaseException:
         live_runs.discard(run_id)
         raise
 
 
+def _new_thread() -> str:
+    return "thread_" + os.urandom(8).hex()
+
+
 async def _prepare_run(
-    config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str
+    config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str,
+    deferred: bool = False, fresh: bool = False,
 ) -> RunState:
+    # `deferred`: the prompt waits in memory for the parallel input guards (`RunWork.unsaved`); the
+    # run's start is written without it. `fresh`: `thread` was made for this run (it is not stored).
+    written = [] if deferred or message is None else [message]
     # (a state that cannot be stored fails in run_state, before any write)
-    if thread and message is not None:
+    if thread and message is not None and not fresh:
         # The run as it starts on a new thread; the store writes it only if the thread is new
         # (one round trip either way), else hands back the thread as stored.
         run = run_state(config, thread, None, state, run_id)
         run.stored.messages.append(message)
-        got = await config.store.create_or_load(thread, step=0, messages=[message], meta=run.meta())
+        got = await config.store.create_or_load(thread, step=0, messages=written, meta=run.meta())
         if isinstance(got, int):
             run.stored.version = got
             run.work.dirty = False
+            if deferred:
+                run.work.unsaved.append(message)
             return run
         loaded: ThreadState | None = got
     else:
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
-        loaded = await config.store.load(thread) if thread else None
+        loaded = await config.store.load(thread) if thread and not fresh else None
     thread = thread or "thread_" + os.urandom(8).hex()
     run = run_state(config, thread, loaded, state, run_id)
     if loaded is not None:
@@ -144,9 +164,11 @@ async def _prepare_run(
     else:
         stored.messages.append(message)
         stored.version = await config.store.append(
-            thread, version=stored.version, step=stored.step, messages=[message], meta=run.meta(),
+            thread, version=stored.version, step=stored.step, messages=written, meta=run.meta(),
         )
         run.work.dirty = False
+        if deferred:
+            run.work.unsaved.append(message)
     return run
 
 
@@ -172,6 +194,11 @@ async def prepare_resume(
     run = run_state(config, thread, loaded, state if state is not None else (result.state if result else None))
     stored = run.stored
     last = stored.messages[-1] if stored.messages else None
+    if not loaded.open_calls() and last is not None and is_blocked(last):
+        raise NotResumableError(
+            f"the last turn on thread {thread!r} was stopped by a guard ({getattr(last, 'blocked', '')}); "
+            f"nothing is left to continue: send a new prompt with agent.run(prompt, thread={thread!r})"
+        )
     if not loaded.open_calls() and (last is None or last.kind == "assistant"):
         raise NotResumableError(
             f"the run on thread {thread!r} is completed; continue the conversation with "

@@ -117,6 +117,22 @@ class Window:
         messages are appended, never changed)."""
         self._tools: tuple[Any, int] = ((), 0)
         """The tool definitions last counted and their tokens (they change only with the sources)."""
+        self._blocked: tuple[int, int, bool] = (0, 0, False)
+        """(id of the messages list, how many were looked at, whether one of them is blocked)."""
+
+    def any_blocked(self, messages: Sequence[Message]) -> bool:
+        """Whether `messages` hold a message a guard blocked (`context.is_blocked`): looks only at the
+        messages appended since the last question (a run's thread only grows)."""
+        ident, seen, found = self._blocked
+        if ident != id(messages) or seen > len(messages):
+            seen, found = 0, False
+        if not found:
+            for i in range(seen, len(messages)):
+                if getattr(messages[i], "blocked", None) is not None:  # (`is_blocked`, without a call each)
+                    found = True
+                    break
+        self._blocked = (id(messages), len(messages), found)
+        return found
 
     def sized(self, message: Message) -> int:
         """`message_tokens` of `message`, counted once."""
@@ -137,7 +153,7 @@ class Window:
     def request(self, config: RunConfig, messages: Sequence[Message], step: int) -> ModelRequest:
         """The request for the thread's `messages`: compaction records applied, the summary after
         the system prompt, ``read_result`` offered when a result sent was cut or cleared."""
-        view = visible(messages)
+        view = visible(messages, self.any_blocked(messages))
         system = config.system
         if view.summary:
             system = (system + "\n\n" if system else "") + SUMMARY_HEADER + view.summary

@@ -48,12 +48,14 @@ __all__ = [
     "args_html",
     "assistant_html",
     "badge",
+    "blocked_html",
     "budget_texts",
     "calls_text",
     "code_html",
     "cost_text",
     "diff_html",
     "expandable",
+    "guard_badge",
     "header_html",
     "hidden_badge",
     "image_html",
@@ -246,6 +248,21 @@ REPLAYED_TITLE = "answered from a recording (nbagent.models.replay): no model wa
 def replayed_badge() -> str:
     """The small "replayed" label of an answer taken from a recording (`nbagent.models.replay`)."""
     return badge("replayed", theme.INFO, title=REPLAYED_TITLE, cls="nbagent-replayed")
+
+
+def guard_badge(guard: str, reason: str = "") -> str:
+    """The red "blocked by <guard>" label of a guard's trip (`nbagent.guards`), its reason on hover."""
+    return badge(f"blocked by {guard}", theme.ERROR, title=reason or None, cls="nbagent-guard")
+
+
+def blocked_html(blocked: str, what: str) -> str:
+    """The line that stands where a guard blocked something: its label and ``what · reason``.
+    `blocked`: ``UserMessage.blocked`` / ``AssistantMessage.blocked`` (the guard's name and its
+    reason); `what`: what became of it ("not sent to the model", "answer withheld")."""
+    guard, _, reason = blocked.partition(": ")
+    text = f"{what}: {reason}" if reason else what
+    return (f'<div class="nbagent-blocked" style="{SMALL};margin:4px 0">{guard_badge(guard, reason)} '
+            f'<span style="{MUTED}">{escape(text)}</span></div>')
 
 
 def replayed_answers(messages: Sequence[Message], steps: Sequence[int], rows: Iterable[Any]) -> list[int]:
@@ -734,9 +751,14 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
             continue
         flush()
         if m.kind == "user":
-            out.append(user_html(m.content, images=m.images))  # type: ignore[union-attr]
+            blocked = m.blocked  # type: ignore[union-attr]
+            out.append(user_html(m.content, "blocked" if blocked else None, images=m.images))  # type: ignore[union-attr]
+            if blocked:
+                out.append(blocked_html(blocked, "not sent to the model"))
         elif m.kind == "compaction":
             out.append(compaction_html(m))
+        elif m.kind == "assistant" and m.blocked is not None:  # type: ignore[union-attr]
+            out.append(blocked_html(m.blocked, "answer withheld"))  # type: ignore[union-attr]
         elif m.kind == "assistant":
             answer = index
             if index in from_recording:
@@ -849,7 +871,11 @@ def render_result_html(result: RunResult) -> str:
     replayed = sum(1 for row in result.usage.calls if getattr(row, "replayed", False))
     if replayed:
         head += f'<span style="{MUTED}"> · {replayed} of {calls_text(result.usage.requests)} </span>{replayed_badge()}'
-    if result.stop_reason:
+    trip = getattr(result, "guard_trip", None)
+    if trip is not None:
+        head += f'<span style="{MUTED}"> · </span>{guard_badge(trip.guard, trip.reason)}'
+        head += f'<span style="{MUTED}"> {escape(trip.reason)}</span>'
+    elif result.stop_reason:
         head += f'<span style="{MUTED}"> · stopped: {escape(result.stop_reason)}</span>'
     if result.truncated:
         head += f'<span style="{ERROR}"> · answer cut off at the output token limit</span>'

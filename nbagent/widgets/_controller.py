@@ -73,6 +73,14 @@ class RunLayout(CallRows, Protocol):
         """The answer of `step` was taken from a recording (`nbagent.models.replay`): a small
         "replayed" badge says so."""
 
+    def hold(self, step: int) -> None:
+        """The answer of `step` is being written and held back for the output guards: "checking…"
+        where it will show (its text replaces it, or the line of a block)."""
+
+    def show_trip(self, check: Any, step: int) -> None:
+        """A guard stopped the run (`GuardCheck`; a blocked prompt, or an answer): its label and
+        reason, where the answer of `step` would have been."""
+
 
 class ChatLayout(Protocol):
     """What the controller shows: the runs (`run_log`) and the rest of the view. `ChatView`
@@ -139,6 +147,9 @@ def _ended_text(kind: str, result: RunResult, waiting: str, still_running: Seque
     if kind == "run-paused":
         return waiting, False
     if kind == "run-stopped":
+        trip = getattr(result, "guard_trip", None)
+        if trip is not None:
+            return f"stopped by guard {trip.guard!r}: {trip.reason}", False
         return f"stopped: {result.stop_reason}", False
     if kind == "run-failed":
         return f"failed: {result.error}", True
@@ -403,6 +414,10 @@ class ChatController:
                 self.log.mark_replayed(event.call.step)
         elif kind == "compaction":
             self.log.show_compaction(event.record)
+        elif kind == "text-held":
+            self.log.hold(event.step)
+        elif kind == "guard-tripped" and event.stops:
+            self.log.show_trip(event.check, event.step)
         elif kind == "run-started":
             self.follower.own.add(event.run_id)
         elif kind in ENDED:

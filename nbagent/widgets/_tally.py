@@ -52,7 +52,7 @@ class UsageTally:
         """How full the window was for the thread's last request (the footer's gauge)."""
         self.truncated = False
         """The last run's answer was cut off at the output token limit (`RunResult.truncated`)."""
-        self._seen: set[tuple[str, int, str]] = set()
+        self._seen: set[tuple[str, int, str, float]] = set()
 
     def loaded(self, rows: Sequence[ModelCallUsage], turn_from_step: int, *, truncated: bool = False) -> None:
         """The thread as stored: every row counts for the thread; those after step
@@ -61,7 +61,7 @@ class UsageTally:
         self.truncated = truncated
         self.thread = Usage.of(list(rows))
         self.turn = Usage.of([r for r in rows if r.step > turn_from_step])
-        self._seen = {(r.run_id, r.step, _purpose(r)) for r in rows}
+        self._seen = {_key(r) for r in rows}
         last = rows[-1].run_id if rows else None
         self.run = Usage.of([r for r in rows if r.run_id == last])
 
@@ -78,7 +78,7 @@ class UsageTally:
         `context`: the gauge of its request, when known."""
         if context is not None:
             self.context = context
-        key = (row.run_id, row.step, _purpose(row))
+        key = _key(row)
         if key in self._seen:
             return
         self._seen.add(key)
@@ -95,6 +95,12 @@ class UsageTally:
 
 def _purpose(row: ModelCallUsage) -> str:
     return getattr(row, "purpose", "run")
+
+
+def _key(row: ModelCallUsage) -> tuple[str, int, str, float]:
+    """A model call, however often it is reported (a step may have several guard rows: their
+    start times tell them apart)."""
+    return row.run_id, row.step, _purpose(row), row.time
 
 
 def gauge_html(context: ContextUsage | None) -> str:

@@ -43,8 +43,13 @@ def transcript_text(thread: str, messages: Sequence[Message], waiting: Sequence[
     if len(messages) > len(shown):
         lines.append(f"… {len(messages) - len(shown)} earlier messages")
     for m in shown:
+        blocked = getattr(m, "blocked", None)
         if m.kind == "user":
             lines.append(f"you: {_clip(m.content)}")  # type: ignore[union-attr]
+            if blocked:
+                lines.append(f"  [not sent to the model: blocked by {blocked}]")
+        elif blocked:  # an answer a guard refused: its text was never kept
+            lines.append(f"assistant: [answer withheld: blocked by {blocked}]")
         elif m.kind == "assistant":
             if m.text:  # type: ignore[union-attr]
                 lines.append(f"assistant: {_clip(m.text)}")  # type: ignore[union-attr]

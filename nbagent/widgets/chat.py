@@ -43,6 +43,7 @@ from ..display.html import (
     MUTED,
     NO_MATH,
     assistant_html,
+    blocked_html,
     compaction_html,
     header_html,
     messages_html,
@@ -95,6 +96,9 @@ class RunLog(widgets.VBox):
         self._thinking: dict[int, ThinkingText] = {}
         self._answers: dict[int, widgets.HTML] = {}  # a step's answer that was not streamed
         self._tables: dict[object, ToolTable] = {}
+        self._held: dict[int, widgets.HTML] = {}
+        """By step: the "checking…" line of an answer held for the output guards, or the line of
+        its block."""
         self._schedule, self._decide, self._validate = schedule, decide, validate
         super().__init__(layout=widgets.Layout(width="100%"))
 
@@ -104,17 +108,47 @@ class RunLog(widgets.VBox):
 
     # RunLayout: what the controller shows of the runs
     def run_started(self) -> None:
-        self._streams, self._thinking, self._tables, self._answers = {}, {}, {}, {}
+        self._streams, self._thinking, self._tables, self._answers, self._held = {}, {}, {}, {}, {}
 
     def stream(self, step: int, delta: str, *, reasoning: bool = False) -> None:
+        if self._held:  # a held answer's text: it takes the place of its "checking…"
+            self._unhold(step)
         (self._thinking_for(step) if reasoning else self._stream(step)).append(delta)
 
+    def hold(self, step: int) -> None:
+        if step not in self._held:
+            self._held[step] = line = widgets.HTML(
+                f'<div class="nbagent-checking" style="{FONT};{MUTED};margin:4px 0">checking…</div>')
+            self.add(line)
+
+    def _unhold(self, step: int) -> None:
+        line = self._held.pop(step, None)
+        if line is not None:
+            self.children = tuple(c for c in self.children if c is not line)
+
+    def show_trip(self, check: Any, step: int) -> None:
+        line = self._held.get(step)
+        if line is not None and "nbagent-blocked" in line.value:
+            return  # its answer's stand-in shows it already
+        what = "not sent to the model" if check.stage == "input" else "answer withheld"
+        html = blocked_html(f"{check.guard}: {check.reason}", what)
+        if line is None:
+            self._held[step] = widgets.HTML(html)
+            self.add(self._held[step])
+        else:
+            line.value = html
+
     def reset_step(self, step: int) -> None:
+        self._unhold(step)
         for partial in (self._streams.get(step), self._thinking.get(step)):
             if partial is not None:
                 partial.reset()
 
     def show_answer(self, step: int, message: AssistantMessage) -> None:
+        if message.blocked is not None:  # an answer a guard refused: its stand-in's line, no text
+            self.show_trip(_Refused(message.blocked), step)
+            return
+        self._unhold(step)
         th = self._thinking.get(step)
         if message.reasoning:
             self._thinking_for(step).finish(message.reasoning)
@@ -145,6 +179,9 @@ class RunLog(widgets.VBox):
         self.children = tuple(children)
 
     def finish_streams(self) -> None:
+        for step, line in list(self._held.items()):
+            if "nbagent-checking" in line.value:  # held, and never let through (the run stopped)
+                self._unhold(step)
         for st in (*self._thinking.values(), *self._streams.values()):
             if not st.finished:
                 st.finish()
@@ -548,6 +585,15 @@ class ChatView(widgets.VBox):
             bubble.value = _bubble(message)
         self._sent[id(message)] = bubble
         self._log.add(bubble)
+
+
+class _Refused:
+    """A refused answer's stand-in (``AssistantMessage.blocked``), shown as `show_trip` shows a trip."""
+
+    stage = "output"
+
+    def __init__(self, blocked: str) -> None:
+        self.guard, _, self.reason = blocked.partition(": ")
 
 
 def _summary_cap(model: Any) -> int:

@@ -161,7 +161,7 @@ def _run_all(page: NotebookPage) -> None:
 
 NOTEBOOK_NAMES = ["01_quickstart", "02_approve_tools", "03_token_costs", "04_state_and_history",
                   "05_structured_output", "06_mcp_tools", "07_batch_on_a_cluster", "08_notebook_as_context",
-                  "09_evals_and_forecasts", "10_long_sessions"]
+                  "09_evals_and_forecasts", "10_long_sessions", "12_guardrails"]
 
 
 @pytest.mark.parametrize("stem", NOTEBOOK_NAMES)
