@@ -21,6 +21,13 @@ Owns the event shapes; imports approvals (`PendingCall`), messages and usage onl
 
 Naming: every event class ends in ``Event`` and its `kind` is the class name before ``Event``
 in kebab case.
+
+Every event has `path`: the agents from the run's top agent to the one the event is about, top
+first (``("boss",)`` for the top agent's own events, ``("boss", "researcher")`` for those of its
+sub-agent ``researcher``; see `Agent.as_tool`). A sub-agent's events come up its parent's stream
+with its tool calls' ids made unique in the tree (``"<parent call id>/<own id>"``), like its
+`PendingCall`s; its own ``run-started`` and run-ended events stay in its thread (the agent call's
+``tool-call-started`` and ``tool-call-finished`` are its start and end in the tree).
 """
 
 from __future__ import annotations
@@ -83,6 +90,7 @@ class RunStartedEvent:
     prompt: UserMessage | None = None
     """The message that started the run (None when it continues the thread: a resume)."""
     kind: Literal["run-started"] = "run-started"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -94,6 +102,7 @@ class TextDeltaEvent:
     _acc: TextAccumulator = field(repr=False)
     _n: int = field(repr=False)
     kind: Literal["text-delta"] = "text-delta"
+    path: tuple[str, ...] = ()
 
     @property
     def snapshot(self) -> str:
@@ -105,6 +114,7 @@ class ReasoningDeltaEvent:
     delta: str
     step: int
     kind: Literal["reasoning-delta"] = "reasoning-delta"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -114,6 +124,7 @@ class ModelResponseEvent:
     message: AssistantMessage
     step: int
     kind: Literal["model-response"] = "model-response"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -121,6 +132,7 @@ class ToolCallStartedEvent:
     call: ToolCall
     step: int
     kind: Literal["tool-call-started"] = "tool-call-started"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -131,18 +143,21 @@ class ToolCallFinishedEvent:
     result: ToolResultMessage
     step: int
     kind: Literal["tool-call-finished"] = "tool-call-finished"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
 class ApprovalRequestedEvent:
     pending: PendingCall
     kind: Literal["approval-requested"] = "approval-requested"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
 class ClientCallRequestedEvent:
     pending: PendingCall
     kind: Literal["client-call-requested"] = "client-call-requested"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -154,6 +169,7 @@ class ModelRetryEvent:
     delay_s: float
     step: int
     kind: Literal["model-retry"] = "model-retry"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -166,6 +182,7 @@ class ModelFallbackEvent:
     model: str
     step: int
     kind: Literal["model-fallback"] = "model-fallback"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -177,6 +194,7 @@ class UsageEvent:
     total: Usage
     context: ContextUsage | None = None
     kind: Literal["usage"] = "usage"
+    path: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -189,6 +207,7 @@ class CompactionEvent:
     usage: ModelCallUsage | None
     step: int
     kind: Literal["compaction"] = "compaction"
+    path: tuple[str, ...] = ()
 
     def describe(self) -> str:
         """One line for a view (`CompactionMessage.describe`)."""
@@ -204,6 +223,7 @@ class RunEndedEvent:
 
     kind: RunEndKind
     result: RunResult
+    path: tuple[str, ...] = ()
 
 
 Event = (

@@ -15,6 +15,11 @@ with tool calls is committed in one append together with its usage row, the resu
 without running anything (invalid arguments, unknown tools, denials) and the ``started`` entries
 of the calls about to run (`plan.plan`), so a tool step costs two commits: that one, and the
 results.
+
+Sub-agents (`nested`, `subagent`): an agent call runs in the concurrent runner's task, whose queue
+also carries its sub-agent's events (passed on as they come, with the sub-agent's `path`); it ends
+with a result like any tool's, or `nested.Waiting` (its calls join the run's pending ones and the
+run pauses). Its usage rows count in this run's usage and budgets as they come (`nested.count_usage`).
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ from ..usage import ModelCallUsage, Usage
 from . import hooks
 from .config import RunConfig
 from .execute import execute
-from .late import answer_open_calls
+from .late import stop_tools
+from .nested import Waiting, agent_call_ended, budget_spent, count_usage, parent_call, run_agent_call
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
@@ -87,20 +93,14 @@ def _usage_snapshot(usage: Usage) -> Usage:
 
 
 def _stop_reason(config: RunConfig, run: RunState) -> StopReason | None:
-    """Why the run must stop before its next model call (a limit of `config`), or None."""
+    """Why the run must stop before its next model call (a limit of `config`, or a budget of the
+    tree it is part of), or None."""
     if run.steps >= config.max_steps:
         return "max_steps"
-    if config.token_budget is not None and run.usage.total_tokens >= config.token_budget:
-        return "token_budget"
-    if (
-        config.cost_budget is not None
-        and run.usage.cost_total is not None
-        and run.usage.cost_total >= config.cost_budget
-    ):
-        return "cost_budget"
-    if config.stop_when is not None and config.stop_when(run.to_result()):
+    spent = budget_spent(config, run)
+    if spent is None and config.stop_when is not None and config.stop_when(run.to_result()):
         return "stop_when"
-    return None
+    return spent
 
 
 @dataclasses.dataclass(slots=True)
@@ -122,6 +122,7 @@ class _Loop:
         self.prepared: ModelRequest | None = None
         """The next request, when `before_call` built it to size it."""
         self.run = run
+        self.path = run.path
         self.stream = stream
         self.store = config.store
         self.final_saved = False  # the completing answer's save carried the final meta
@@ -158,7 +159,7 @@ class _Loop:
         run, stored, outcome = self.run, self.run.stored, self.run.outcome
         live_runs.add(run.run_id)  # so that this process refuses to resume the thread meanwhile
         try:
-            yield self.tell(RunStartedEvent(run.run_id, stored.id, self.prompt()))
+            yield self.tell(RunStartedEvent(run.run_id, stored.id, self.prompt(), path=self.path))
             try:
                 plan = None
                 while True:
@@ -172,9 +173,9 @@ class _Loop:
                             break
                         if stored.pending:
                             outcome.status = "paused"
-                            for p in stored.pending:
-                                client = p.reason == "client"
-                                yield self.tell(ClientCallRequestedEvent(p) if client else ApprovalRequestedEvent(p))
+                            for p in stored.pending:  # (a sub-agent's too: `path` says whose)
+                                event = ClientCallRequestedEvent if p.reason == "client" else ApprovalRequestedEvent
+                                yield self.tell(event(p, path=p.path))
                             break
                         continue
                     if outcome.status != "running" or await self.settled():
@@ -191,7 +192,7 @@ class _Loop:
                 await self.closed_early()
                 raise
             result = await self.finish()
-            yield self.tell(RunEndedEvent(END_KINDS[outcome.status], result))
+            yield self.tell(RunEndedEvent(END_KINDS[outcome.status], result, self.path))
         finally:
             live_runs.discard(run.run_id)
             if not self.told_end:  # an error escaped the run: its observers read the thread again
@@ -259,7 +260,7 @@ class _Loop:
         else:
             await self.cancel_cleanup()
         outcome.result = run.to_result()
-        self.tell(RunEndedEvent(END_KINDS[outcome.status], outcome.result))
+        self.tell(RunEndedEvent(END_KINDS[outcome.status], outcome.result, self.path))
 
     # ------------------------------------------------------------------ applying decisions
     def apply_plan(self, plan: Plan) -> None:
@@ -271,7 +272,7 @@ class _Loop:
         stored.messages.extend(plan.results)
         for call_id in plan.used:
             stored.decisions.pop(call_id, None)
-        stored.pending = plan.pending
+        stored.pending = [p if p.path else dataclasses.replace(p, path=self.path) for p in plan.pending]
         work.decided.update(plan.decided)
         if plan.completes:
             self.complete(plan.answer)
@@ -313,11 +314,11 @@ class _Loop:
         record, row = found
         run.stored.messages.append(record)
         if row is not None:
-            run.usage.add(row)
+            count_usage(self.config, run, row)
         await self.save(messages=[record], usage=[row] if row is not None else ())
-        yield self.tell(CompactionEvent(record, row, step))
+        yield self.tell(CompactionEvent(record, row, step, path=self.path))
         if row is not None:
-            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
+            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage), path=self.path))
 
     async def before_call(self, step: int) -> AsyncIterator[Event]:
         """Before a model call: take the tool sources' current lists, and compact first when the
@@ -345,7 +346,7 @@ class _Loop:
         fails the run."""
         async for event in self.before_call(reply.step):
             yield event
-        config, step = self.config, reply.step
+        config, step, path = self.config, reply.step, self.path
         model = config.model
         request, self.prepared = self.prepared or self.request(step), None
         overflows = 0
@@ -362,11 +363,11 @@ class _Loop:
                             async for item in model.request_stream(request):
                                 if type(item) is str:
                                     parts.append(item)
-                                    yield TextDeltaEvent(item, step, acc, len(parts))
+                                    yield TextDeltaEvent(item, step, acc, len(parts), path=path)
                                 elif isinstance(item, ModelResponse):
                                     answer = item
                                 elif isinstance(item, ReasoningText):
-                                    yield ReasoningDeltaEvent(str(item), step)
+                                    yield ReasoningDeltaEvent(str(item), step, path=path)
                             if answer is None:
                                 raise ModelResponseError("the model's stream ended without a complete answer",
                                                          provider=model.provider)
@@ -374,7 +375,7 @@ class _Loop:
                         else:
                             response = await model.request(request)
                         break
-                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step))
+                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step, path=path))
                     await attempt.wait()
             except ContextOverflowError as exc:
                 overflows += 1
@@ -399,7 +400,8 @@ class _Loop:
         config, step = self.config, reply.step
         reply.response = response
         for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
-            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
+            answered = response.model or moved.next
+            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, answered, step, path=self.path))
         await config.model.keep_recording(self.store, self.run.stored.id, response)
         self.run.context = self.window.observe(config, response, step)
 
@@ -450,10 +452,10 @@ class _Loop:
         if message.tool_calls:
             _fix_call_ids(run, message)
         row = self.usage_row(reply, message)
-        run.usage.add(row)
+        count_usage(config, run, row)
         stored.step = reply.step
         run.steps += 1
-        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context)
+        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context, path=self.path)
         problem = reply.response.error or unusable_answer(message, config.model.provider)
         if problem is not None:
             # Billed but unusable (a call cut off mid-arguments can never be answered validly; a
@@ -478,22 +480,22 @@ class _Loop:
             outcome.ended_at = time.time()
             self.final_saved = True
         await self.save(messages=written, usage=[row], ledger=plan.ledger if plan else (), meta=True)
-        return plan, [ModelResponseEvent(message, reply.step), usage_event]
+        return plan, [ModelResponseEvent(message, reply.step, path=self.path), usage_event]
 
     # ------------------------------------------------------------------ tools
     async def tool_phase(self, plan: Plan) -> AsyncIterator[Event]:
         """Tell the plan's immediate results, then run its calls and record each result."""
-        step = self.run.stored.step
+        step, path = self.run.stored.step, self.path
         if plan.results:
             by_id = {c.id: c for c in plan.calls}
             for result in plan.results:
-                yield ToolCallFinishedEvent(by_id[result.call_id], result, step)
+                yield ToolCallFinishedEvent(by_id[result.call_id], result, step, path=path)
         to_run = plan.to_run
         if not to_run:
             return
         for item in to_run:
-            yield ToolCallStartedEvent(item.call, step)
-        if len(to_run) == 1:
+            yield ToolCallStartedEvent(item.call, step, path=path)
+        if len(to_run) == 1 and not to_run[0].tool.continues:  # (a sub-agent's events need the queue)
             item = to_run[0]
             for event in await self.record([(await self.execute(item), item.call, item.tool)], step):
                 yield event
@@ -504,13 +506,17 @@ class _Loop:
     async def run_concurrently(self, to_run: list[ToRun], step: int) -> AsyncIterator[Event]:
         """Run several calls as concurrent groups (sequential tools, or all with
         ``tools_in_order``, one after the other in a group of their own), recording results as
-        they come in; results that come in together share one checkpoint."""
+        they come in (together: one checkpoint), and passing on a sub-agent's events as they come."""
         work = self.run.work
-        queue: asyncio.Queue[tuple[ToolResultMessage, ToolCall, Tool]] = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        emit = queue.put_nowait
 
         async def worker(items: list[ToRun]) -> None:
             for item in items:
-                queue.put_nowait((await self.execute(item), item.call, item.tool))
+                done = self.execute(item)
+                if item.tool.continues:  # an agent call: its sub-agent's events come through `queue`
+                    done = run_agent_call(done, parent_call(self.config, self.run, item.call.id, self.stream, emit))
+                queue.put_nowait((await done, item.call, item.tool))
 
         if self.config.tools_in_order:
             groups = [to_run]
@@ -525,25 +531,39 @@ class _Loop:
             task.add_done_callback(work.tasks.discard)
         left = len(to_run)
         while left:
-            ready = [await queue.get()]
+            came = [await queue.get()]
             while not queue.empty():
-                ready.append(queue.get_nowait())
+                came.append(queue.get_nowait())
+            ready = []
+            for item in came:
+                if type(item) is tuple:
+                    ready.append(item)
+                else:  # a sub-agent's event (deltas are not told to the thread's observers)
+                    yield item if item.kind == "text-delta" or item.kind == "reasoning-delta" else self.tell(item)
+            if not ready:
+                continue
             left -= len(ready)
             for event in await self.record(ready, step):
                 yield event
 
-    async def record(self, ready: list[tuple[ToolResultMessage, ToolCall, Tool]], step: int) -> list[Event]:
+    async def record(self, ready: list[tuple[ToolResultMessage | Waiting, ToolCall, Tool]], step: int) -> list[Event]:
+        """Record results that came in together, in one checkpoint (a paused agent call has none)."""
         stored = self.run.stored
-        entries = []
-        for result, call, _ in ready:
+        entries, results, told = [], [], []
+        for result, call, tool in ready:
+            if tool.continues and agent_call_ended(stored, call.id, result):
+                self.run.work.dirty = True  # the meta record changed (decisions, pending calls)
+            if isinstance(result, Waiting):
+                continue
             entry = LedgerEntry(call.id, call.name, stored.ledger[call.id].args_hash,
                                 "failed" if result.is_error else "finished")
             stored.ledger[call.id] = entry
             stored.messages.append(result)
             entries.append(entry)
-        await self.save(messages=[r for r, _, _ in ready], ledger=entries,
-                        meta=any(tool.takes_ctx for _, _, tool in ready))
-        return [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
+            results.append(result)
+            told.append(ToolCallFinishedEvent(call, result, step, path=self.path))
+        await self.save(messages=results, ledger=entries, meta=any(tool.takes_ctx for _, _, tool in ready))
+        return told
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)
@@ -556,20 +576,11 @@ class _Loop:
         cap = None if tool.name == READ_RESULT else self.config.result_cap(tool)  # it pages by itself
         return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count)
 
+
     async def cancel_cleanup(self) -> None:
-        """Leave a valid conversation: stop running tools, answer every open call."""
-        run, stored, work = self.run, self.run.stored, self.run.work
-        for task in list(work.tasks):
-            task.cancel()
-        if work.tasks:
-            await asyncio.gather(*work.tasks, return_exceptions=True)
-        results, ledger = answer_open_calls(run, self.store)
-        for entry in ledger:
-            stored.ledger[entry.call_id] = entry
-        stored.messages.extend(results)
-        stored.pending = []
-        run.outcome.status = "cancelled"
-        run.outcome.ended_at = time.time()
+        """Leave a valid conversation: stop running tools (a sub-agent's run with them), answer
+        every open call (`late.stop_tools`), and record it."""
+        results, ledger = await stop_tools(self.run, self.store)
         try:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation

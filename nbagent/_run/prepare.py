@@ -22,6 +22,7 @@ from ..result import RunResult
 from ..store.base import ThreadState
 from ..store.meta import live_runs
 from .config import RunConfig
+from .nested import owner_tools
 from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
 __all__ = ["RunStart", "prepare_resume", "prepare_run", "run_state"]
@@ -51,10 +52,12 @@ class RunStart:
 
 
 def run_state(
-    config: RunConfig, thread: str, loaded: ThreadState | None, state: Any, run_id: str | None = None
+    config: RunConfig, thread: str, loaded: ThreadState | None, state: Any, run_id: str | None = None,
+    parent: dict[str, Any] | None = None,
 ) -> RunState:
-    """A new run's state on `thread` as stored (`loaded`, None for a new thread)."""
-    stored = StoredThread(thread, list(loaded.messages) if loaded else [])
+    """A new run's state on `thread` as stored (`loaded`, None for a new thread); `parent`: a new
+    sub-agent thread's place in the tree (`ThreadMeta.parent`)."""
+    stored = StoredThread(thread, list(loaded.messages) if loaded else [], parent=parent)
     if state is not None:
         stored.stored_state = state_to_json(state)  # refused now, not silently stored as null
     stored.state = state
@@ -68,9 +71,11 @@ def run_state(
         stored.pending = list(meta.pending)
         stored.last_sent = last_sent(loaded.usage)
         stored.trace = meta.trace
+        stored.parent = meta.parent or parent
         if state is None:
             stored.state, stored.stored_state = config.restore_state(meta.state), meta.state
-    return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages))
+    return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages),
+                    path=(config.name or "agent",))
 
 
 def _refuse_live(loaded: ThreadState) -> None:
@@ -85,8 +90,10 @@ def _refuse_live(loaded: ThreadState) -> None:
         )
 
 
-async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
-    """The state of a run that sends `prompt` (None: continue a thread whose last run stopped).
+async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any, *,
+                      parent: dict[str, Any] | None = None) -> RunState:
+    """The state of a run that sends `prompt` (None: continue a thread whose last run stopped);
+    `parent`: the place in the tree of a sub-agent's new thread (`ThreadMeta.parent`).
 
     The run counts as live in this process (`live_runs`) from before its first write, which marks
     the thread running: a run that starts on the same thread meanwhile, here or from another
@@ -96,20 +103,21 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
     run_id = new_run_id()
     live_runs.add(run_id)
     try:
-        return await _prepare_run(config, message, thread, state, run_id)
+        return await _prepare_run(config, message, thread, state, run_id, parent)
     except BaseException:
         live_runs.discard(run_id)
         raise
 
 
 async def _prepare_run(
-    config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str
+    config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str,
+    parent: dict[str, Any] | None,
 ) -> RunState:
     # (a state that cannot be stored fails in run_state, before any write)
     if thread and message is not None:
         # The run as it starts on a new thread; the store writes it only if the thread is new
         # (one round trip either way), else hands back the thread as stored.
-        run = run_state(config, thread, None, state, run_id)
+        run = run_state(config, thread, None, state, run_id, parent)
         run.stored.messages.append(message)
         got = await config.store.create_or_load(thread, step=0, messages=[message], meta=run.meta())
         if isinstance(got, int):
@@ -121,7 +129,7 @@ async def _prepare_run(
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
         loaded = await config.store.load(thread) if thread else None
     thread = thread or "thread_" + os.urandom(8).hex()
-    run = run_state(config, thread, loaded, state, run_id)
+    run = run_state(config, thread, loaded, state, run_id, parent)
     if loaded is not None:
         _refuse_live(loaded)
     open_calls = loaded.open_calls() if loaded is not None else []
@@ -174,7 +182,8 @@ async def prepare_resume(
             f"agent.run(prompt, thread={thread!r})"
         )
     resolved = decisions.resolve(stored.pending, config.tools, thread=thread,
-                                 shown=result.pending if result is not None else ())
+                                 shown=result.pending if result is not None else (),
+                                 tools_of=lambda pending: owner_tools(config, pending))
     stored.decisions.update(resolved)
     stored.always_allowed.update(decisions.always_allowed)
     run.work.dirty = True

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     import concurrent.futures
     from collections.abc import Callable
 
+    from .nested import ParentCall
+
 __all__ = ["END_KINDS", "RunOutcome", "RunState", "RunWork", "StoredThread", "new_run_id", "state_to_json"]
 
 END_KINDS: dict[str, RunEndKind] = {
@@ -72,6 +74,8 @@ class StoredThread:
     trace: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the run that last wrote the
     thread while traced (`ThreadMeta.trace`), so a resume elsewhere continues its trace."""
+    parent: dict[str, Any] | None = None
+    """For a sub-agent's thread: where it hangs in the tree of agents (`ThreadMeta.parent`)."""
 
 
 @dataclass(slots=True)
@@ -92,6 +96,9 @@ class RunWork:
     """Set by a run hook (`hooks`, tracing): ``wrap_tool(call, fn, is_async)`` returns what runs
     instead of the bound tool function `fn` (for an async tool, a function returning an awaitable;
     for a sync tool, one that runs in a worker thread). None: `fn` runs as it is."""
+    touch: Callable[[str], None] | None = None
+    """Counts a thread among the agent's own (`Agent.threads`): set by `Agent` for the threads
+    of the sub-agents its run starts."""
 
 
 @dataclass(slots=True)
@@ -132,6 +139,10 @@ class RunState:
     started_at: float = field(default_factory=time.time)
     context: ContextUsage | None = None
     """The gauge of the last request this run sent (`RunResult.context`)."""
+    path: tuple[str, ...] = ("agent",)
+    """The agents from the top of the tree to this run's, top first (`Event.path`)."""
+    parent: ParentCall | None = None
+    """For a sub-agent's run: the agent call that runs it (`nested.ParentCall`)."""
 
     @property
     def thread(self) -> str:
@@ -168,6 +179,7 @@ class RunState:
             ended_at=outcome.ended_at,
             owner=process_owner() if outcome.status == "running" else None,
             trace=stored.trace,
+            parent=stored.parent,
         )
 
     def to_result(self) -> RunResult:
