@@ -33,7 +33,8 @@ class RunResult(Generic[OutputT]):
             structured answer); None unless completed.
         pending: calls waiting for a decision (approve / deny / edit) or a client result.
         messages: the whole conversation of the thread, this run included.
-        usage: this run's model calls and their sums (``usage.rows()`` for plain dicts).
+        usage: this run's model calls and their sums (``usage.rows()`` for plain dicts), its
+            sub-agents' included (each row's ``agent`` and ``depth`` say whose).
         thread: the thread id; pass it to `Agent.run` / `Agent.resume` to continue.
     """
 
@@ -66,6 +67,9 @@ class RunResult(Generic[OutputT]):
     context: ContextUsage | None = None
     """How full the model's context window was for the last request this run sent: tokens, window,
     fraction and tokens by part (see docs/context.md); None when the run sent none."""
+    subagents: dict[str, RunResult[Any]] = field(default_factory=dict)
+    """The runs of its sub-agents (`Agent.as_tool`) this run made, by the id of the agent call
+    that ran each (its own `subagents` hold the next level). Its `usage` holds theirs too."""
 
     @property
     def duration_s(self) -> float | None:

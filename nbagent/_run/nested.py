@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from ..approvals import Decision, PendingCall
 from ..events import Event
 from ..messages import ToolResultMessage
-from ..result import StopReason
+from ..result import RunResult, StopReason
 from ..store.base import Store
 from ..tools import Tool
 from ..usage import ModelCallUsage
@@ -122,7 +122,8 @@ def parent_call(config: RunConfig, run: RunState, call_id: str, stream: bool,
             run.parent.add_usage(row)
 
     return ParentCall(config.store, run.stored.id, call_id, run.path, stream, emit, add_usage,
-                      lambda: budget_spent(config, run), routed(run.stored.decisions, call_id), run.work.touch)
+                      lambda: budget_spent(config, run), routed(run.stored.decisions, call_id), run.work.touch,
+                      run.subagents)
 
 
 async def run_agent_call(execute: Awaitable[ToolResultMessage], parent: ParentCall) -> ToolResultMessage | Waiting:
@@ -206,6 +207,8 @@ class ParentCall:
     """The person's decisions on the sub-agent's waiting calls, by its own ids (`routed`)."""
     touch: Callable[[str], None] | None = None
     """Counts the sub-agent's thread among the top agent's threads (`Agent.threads`)."""
+    results: dict[str, RunResult[Any]] | None = None
+    """Where the sub-agent's `RunResult` goes, by `call_id` (the parent's `RunResult.subagents`)."""
 
     @property
     def depth(self) -> int:

@@ -143,6 +143,8 @@ class RunState:
     """The agents from the top of the tree to this run's, top first (`Event.path`)."""
     parent: ParentCall | None = None
     """For a sub-agent's run: the agent call that runs it (`nested.ParentCall`)."""
+    subagents: dict[str, RunResult] = field(default_factory=dict)
+    """The results of the sub-agent runs this run made, by agent call id (`RunResult.subagents`)."""
 
     @property
     def thread(self) -> str:
@@ -202,6 +204,7 @@ class RunState:
             started_at=self.started_at,
             ended_at=outcome.ended_at,
             context=self.context,
+            subagents=self.subagents,
         )
 
 

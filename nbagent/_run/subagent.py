@@ -103,6 +103,8 @@ async def _run_nested(agent: _Runs, own: str, parent: ParentCall, task: str) -> 
             emit(lifted(event, call_id))
     result = run.outcome.result
     assert result is not None
+    if parent.results is not None:
+        parent.results[call_id] = result
     if result.status == "completed" and run.outcome.output_data is not None:
         return json.dumps(run.outcome.output_data, ensure_ascii=False)
     return _answer(own, result, call_id)

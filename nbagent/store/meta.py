@@ -138,11 +138,14 @@ class ThreadMeta:
         )
 
     def open_pending(self, messages: Sequence[Message]) -> list[PendingCall]:
-        """The waiting calls that still have no result in `messages` (what a person can decide)."""
+        """The waiting calls that still have no result in `messages` (what a person can decide):
+        the thread's own, and its sub-agents' under an agent call that has none
+        (``"<call id>/..."``, `PendingCall.path`)."""
         if not self.pending:
             return []
         open_ids = {c.id for c in unanswered_calls(messages)}
-        return [p for p in self.pending if p.id in open_ids]
+        return [p for p in self.pending
+                if p.id in open_ids or (p.nested and any(p.id.startswith(i + "/") for i in open_ids))]
 
 
 def meta_record(meta: ThreadMeta | Mapping[str, Any] | None) -> dict[str, Any] | None:
