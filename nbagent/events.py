@@ -24,8 +24,10 @@ in kebab case.
 
 Every event has `path`: the agents from the run's top agent to the one the event is about, top
 first (``("boss",)`` for the top agent's own events, ``("boss", "researcher")`` for those of its
-sub-agent ``researcher``; see `Agent.as_tool`). A sub-agent's events come up its parent's stream
-with its tool calls' ids made unique in the tree (``"<parent call id>/<own id>"``), like its
+sub-agent ``researcher``; see `Agent.as_tool`), and a sub-agent's event has `agent_call`: the id of
+the agent call that runs the sub-agent (None for the top agent's own events), so two calls of one
+sub-agent running at once are told apart. A sub-agent's events come up its parent's stream with
+its tool calls' ids made unique in the tree (``"<parent call id>/<own id>"``), like its
 `PendingCall`s; its own ``run-started`` and run-ended events stay in its thread (the agent call's
 ``tool-call-started`` and ``tool-call-finished`` are its start and end in the tree).
 """
@@ -91,6 +93,7 @@ class RunStartedEvent:
     """The message that started the run (None when it continues the thread: a resume)."""
     kind: Literal["run-started"] = "run-started"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -103,6 +106,7 @@ class TextDeltaEvent:
     _n: int = field(repr=False)
     kind: Literal["text-delta"] = "text-delta"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
     @property
     def snapshot(self) -> str:
@@ -115,6 +119,7 @@ class ReasoningDeltaEvent:
     step: int
     kind: Literal["reasoning-delta"] = "reasoning-delta"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -125,6 +130,7 @@ class ModelResponseEvent:
     step: int
     kind: Literal["model-response"] = "model-response"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -133,6 +139,7 @@ class ToolCallStartedEvent:
     step: int
     kind: Literal["tool-call-started"] = "tool-call-started"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -144,6 +151,7 @@ class ToolCallFinishedEvent:
     step: int
     kind: Literal["tool-call-finished"] = "tool-call-finished"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -151,6 +159,7 @@ class ApprovalRequestedEvent:
     pending: PendingCall
     kind: Literal["approval-requested"] = "approval-requested"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -158,6 +167,7 @@ class ClientCallRequestedEvent:
     pending: PendingCall
     kind: Literal["client-call-requested"] = "client-call-requested"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -170,6 +180,7 @@ class ModelRetryEvent:
     step: int
     kind: Literal["model-retry"] = "model-retry"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -183,6 +194,7 @@ class ModelFallbackEvent:
     step: int
     kind: Literal["model-fallback"] = "model-fallback"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -195,6 +207,7 @@ class UsageEvent:
     context: ContextUsage | None = None
     kind: Literal["usage"] = "usage"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -208,6 +221,7 @@ class CompactionEvent:
     step: int
     kind: Literal["compaction"] = "compaction"
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
     def describe(self) -> str:
         """One line for a view (`CompactionMessage.describe`)."""
@@ -224,6 +238,7 @@ class RunEndedEvent:
     kind: RunEndKind
     result: RunResult
     path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 Event = (

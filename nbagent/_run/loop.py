@@ -69,7 +69,7 @@ from . import hooks
 from .config import RunConfig
 from .execute import execute
 from .late import stop_tools
-from .nested import Waiting, agent_call_ended, budget_spent, count_usage, parent_call, run_agent_call
+from .nested import Waiting, agent_call_ended, budget_spent, caller_of, count_usage, parent_call, run_agent_call
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
@@ -175,7 +175,7 @@ class _Loop:
                             outcome.status = "paused"
                             for p in stored.pending:  # (a sub-agent's too: `path` says whose)
                                 event = ClientCallRequestedEvent if p.reason == "client" else ApprovalRequestedEvent
-                                yield self.tell(event(p, path=p.path))
+                                yield self.tell(event(p, path=p.path, agent_call=caller_of(p.id) if p.nested else None))
                             break
                         continue
                     if outcome.status != "running" or await self.settled():

@@ -233,21 +233,31 @@ class Waiting(BaseException):
 
 
 def lifted(event: Event, call_id: str) -> Event:
-    """A sub-agent's event as its parent's stream carries it: its tool calls' ids made unique in
-    the parent's tree (`nested_id`); its `path` says whose it is."""
+    """A sub-agent's event as its parent's stream carries it: a copy whose `agent_call` is the
+    agent call `call_id` (a deeper one's, under it: ``"<call_id>/..."``) and whose tool calls'
+    ids are made unique in the parent's tree (`nested_id`); its `path` says whose it is."""
     kind = event.kind
+    via = call_id if event.agent_call is None else nested_id(call_id, event.agent_call)
     if kind == "tool-call-started" or kind == "tool-call-finished":
         call = event.call  # type: ignore[union-attr]
         moved = dataclasses.replace(call, id=nested_id(call_id, call.id))
         if kind == "tool-call-started":
-            return dataclasses.replace(event, call=moved)  # type: ignore[type-var]
+            return dataclasses.replace(event, call=moved, agent_call=via)  # type: ignore[type-var]
         result = dataclasses.replace(event.result, call_id=moved.id)  # type: ignore[union-attr]
-        return dataclasses.replace(event, call=moved, result=result)  # type: ignore[type-var]
+        return dataclasses.replace(event, call=moved, result=result, agent_call=via)  # type: ignore[type-var]
     if kind == "model-response" and event.message.tool_calls:  # type: ignore[union-attr]
         message = event.message  # type: ignore[union-attr]
         calls = [dataclasses.replace(c, id=nested_id(call_id, c.id)) for c in message.tool_calls]
-        return dataclasses.replace(event, message=dataclasses.replace(message, tool_calls=calls))  # type: ignore[type-var]
-    return event
+        moved_message = dataclasses.replace(message, tool_calls=calls)
+        return dataclasses.replace(event, message=moved_message, agent_call=via)  # type: ignore[type-var]
+    return dataclasses.replace(event, agent_call=via)  # type: ignore[type-var]
+
+
+def caller_of(call_id: str) -> str | None:
+    """The agent call a nested call (its id in the tree) waits in: its id without the last part
+    (None for a call of the top agent's own)."""
+    head, sep, _ = call_id.rpartition(SEP)
+    return head if sep else None
 
 
 def owner_tools(config: RunConfig, pending: PendingCall) -> Mapping[str, Tool] | None:
