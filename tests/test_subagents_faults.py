@@ -87,7 +87,7 @@ def _tree(db: str, kill: str, markers: Path, gated: bool) -> Agent:
         last = messages[-1]
         if last.kind == "user":
             calls = [tool_call("send", to="ann", id="s1")]
-            return calls + [tool_call("delete_file", path="/tmp/x", id="d1")] if gated else calls
+            return [*calls, tool_call("delete_file", path="/tmp/x", id="d1")] if gated else calls
         if kill == "after-tool":
             _die()
         return "researched: " + "; ".join(m.content for m in messages if m.kind == "tool-result")

@@ -174,8 +174,8 @@ class _Loop:
                         if stored.pending:
                             outcome.status = "paused"
                             for p in stored.pending:  # (a sub-agent's too: `path` says whose)
-                                event = ClientCallRequestedEvent if p.reason == "client" else ApprovalRequestedEvent
-                                yield self.tell(event(p, path=p.path, agent_call=caller_of(p.id) if p.nested else None))
+                                asked = ClientCallRequestedEvent if p.reason == "client" else ApprovalRequestedEvent
+                                yield self.tell(asked(p, path=p.path, agent_call=caller_of(p.id) if p.nested else None))
                             break
                         continue
                     if outcome.status != "running" or await self.settled():
@@ -513,10 +513,10 @@ class _Loop:
 
         async def worker(items: list[ToRun]) -> None:
             for item in items:
-                done = self.execute(item)
-                if item.tool.continues:  # an agent call: its sub-agent's events come through `queue`
-                    done = run_agent_call(done, parent_call(self.config, self.run, item.call.id, self.stream, emit))
-                queue.put_nowait((await done, item.call, item.tool))
+                own = self.execute(item)  # an agent call: its sub-agent's events come through `queue`
+                done = await (run_agent_call(own, parent_call(self.config, self.run, item.call.id, self.stream, emit))
+                              if item.tool.continues else own)
+                queue.put_nowait((done, item.call, item.tool))
 
         if self.config.tools_in_order:
             groups = [to_run]
@@ -549,7 +549,8 @@ class _Loop:
     async def record(self, ready: list[tuple[ToolResultMessage | Waiting, ToolCall, Tool]], step: int) -> list[Event]:
         """Record results that came in together, in one checkpoint (a paused agent call has none)."""
         stored = self.run.stored
-        entries, results, told = [], [], []
+        entries, results = [], []
+        told: list[Event] = []
         for result, call, tool in ready:
             if tool.continues and agent_call_ended(stored, call.id, result):
                 self.run.work.dirty = True  # the meta record changed (decisions, pending calls)

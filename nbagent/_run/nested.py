@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import Decision, PendingCall
-from ..events import Event
+from ..events import Event, ModelResponseEvent, ToolCallFinishedEvent, ToolCallStartedEvent
 from ..messages import ToolResultMessage
 from ..result import RunResult, StopReason
 from ..store.base import Store
@@ -236,20 +236,17 @@ def lifted(event: Event, call_id: str) -> Event:
     """A sub-agent's event as its parent's stream carries it: a copy whose `agent_call` is the
     agent call `call_id` (a deeper one's, under it: ``"<call_id>/..."``) and whose tool calls'
     ids are made unique in the parent's tree (`nested_id`); its `path` says whose it is."""
-    kind = event.kind
     via = call_id if event.agent_call is None else nested_id(call_id, event.agent_call)
-    if kind == "tool-call-started" or kind == "tool-call-finished":
-        call = event.call  # type: ignore[union-attr]
-        moved = dataclasses.replace(call, id=nested_id(call_id, call.id))
-        if kind == "tool-call-started":
-            return dataclasses.replace(event, call=moved, agent_call=via)  # type: ignore[type-var]
-        result = dataclasses.replace(event.result, call_id=moved.id)  # type: ignore[union-attr]
-        return dataclasses.replace(event, call=moved, result=result, agent_call=via)  # type: ignore[type-var]
-    if kind == "model-response" and event.message.tool_calls:  # type: ignore[union-attr]
-        message = event.message  # type: ignore[union-attr]
+    if isinstance(event, (ToolCallStartedEvent, ToolCallFinishedEvent)):
+        moved = dataclasses.replace(event.call, id=nested_id(call_id, event.call.id))
+        if isinstance(event, ToolCallStartedEvent):
+            return dataclasses.replace(event, call=moved, agent_call=via)
+        result = dataclasses.replace(event.result, call_id=moved.id)
+        return dataclasses.replace(event, call=moved, result=result, agent_call=via)
+    if isinstance(event, ModelResponseEvent) and event.message.tool_calls:
+        message = event.message
         calls = [dataclasses.replace(c, id=nested_id(call_id, c.id)) for c in message.tool_calls]
-        moved_message = dataclasses.replace(message, tool_calls=calls)
-        return dataclasses.replace(event, message=moved_message, agent_call=via)  # type: ignore[type-var]
+        return dataclasses.replace(event, message=dataclasses.replace(message, tool_calls=calls), agent_call=via)
     return dataclasses.replace(event, agent_call=via)  # type: ignore[type-var]
 
 
@@ -260,10 +257,10 @@ def caller_of(call_id: str) -> str | None:
     return head if sep else None
 
 
-def owner_tools(config: RunConfig, pending: PendingCall) -> Mapping[str, Tool] | None:
+def owner_tools(tools: Mapping[str, Tool], pending: PendingCall) -> Mapping[str, Tool] | None:
     """The tools of the sub-agent a nested pending call belongs to, found by walking its path
-    down the agent tools from `config`'s (None when an agent on the way is not one of them)."""
-    tools: Mapping[str, Tool] = config.tools
+    down the agent tools from the top agent's `tools` (None when an agent on the way is not one
+    of them)."""
     for name in pending.path[1:]:
         found = next((t for t in tools.values() if isinstance(t, AgentTool) and t.agent.name == name), None)
         if found is None:

@@ -183,7 +183,7 @@ async def prepare_resume(
         )
     resolved = decisions.resolve(stored.pending, config.tools, thread=thread,
                                  shown=result.pending if result is not None else (),
-                                 tools_of=lambda pending: owner_tools(config, pending))
+                                 tools_of=lambda pending: owner_tools(config.tools, pending))
     stored.decisions.update(resolved)
     stored.always_allowed.update(decisions.always_allowed)
     run.work.dirty = True

@@ -20,20 +20,25 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..approvals import Decisions
+from ..approvals import Decisions, PendingCall
 from ..exceptions import NotResumableError, SubAgentError, UserError
+from ..messages import Message
 from ..result import RunResult
+from ..store.base import Store, ThreadState
 from ..store.meta import ThreadMeta
+from ..tools import Tool
+from ..usage import ModelCallUsage, Usage
 from .config import RunConfig
 from .loop import drive
 from .nested import MAX_DEPTH, PARENT, PASSED_UP, AgentTool, ParentCall, Waiting, child_thread, lifted, nested_id
 from .prepare import prepare_resume, prepare_run
 from .state import RunState
 
-__all__ = ["agent_tool"]
+__all__ = ["SubThread", "agent_tool", "load_subthreads"]
 
 
 class _Runs(Protocol):
@@ -162,3 +167,59 @@ def _failure(own: str, status: str, stop_reason: str | None, error: str | None, 
     else:
         why = status
     return SubAgentError(f"{own} {why}", agent=own, thread=thread)
+
+
+@dataclass(slots=True)
+class SubThread:
+    """A sub-agent's stored thread under an agent call, read like a `RunResult` by the static
+    HTML (`nbagent.display.html.subrun_html`): what a view shows of it after a reload."""
+
+    call_id: str
+    """The agent call's id in the tree (``"c1"``, ``"c1/c5"``)."""
+    agent: str
+    step: int
+    """The step of the parent's thread whose answer made the agent call."""
+    state: ThreadState
+    subagents: dict[str, SubThread] = field(default_factory=dict)
+    """Its own sub-agents' threads, by its call ids."""
+
+    @property
+    def messages(self) -> list[Message]:
+        return self.state.messages
+
+    @property
+    def status(self) -> str:
+        return self.state.meta.status or "running"
+
+    @property
+    def pending(self) -> list[PendingCall]:
+        return self.state.open_pending()
+
+    def rows(self) -> list[ModelCallUsage]:
+        """Its usage rows and its own sub-agents', all the way down."""
+        return [*self.state.usage, *(r for sub in self.subagents.values() for r in sub.rows())]
+
+    @property
+    def usage(self) -> Usage:
+        return Usage.of(self.rows())
+
+
+async def load_subthreads(store: Store, loaded: ThreadState, tools: Mapping[str, Tool],
+                          prefix: str = "") -> dict[str, SubThread]:
+    """The stored threads of the sub-agents that `loaded`'s agent calls ran (the calls of a
+    tool of `tools` that is an agent's), each with its own, by call id; read from `store`."""
+    out: dict[str, SubThread] = {}
+    for message, step in zip(loaded.messages, loaded.message_steps, strict=False):
+        if message.kind != "assistant":
+            continue
+        for call in message.tool_calls:  # type: ignore[union-attr]
+            tool = tools.get(call.name)
+            if not isinstance(tool, AgentTool):
+                continue
+            child = await store.load(child_thread(loaded.thread, call.id))
+            if child is None:
+                continue
+            tree_id = nested_id(prefix, call.id) if prefix else call.id
+            below = await load_subthreads(store, child, tool.agent.tools, tree_id)
+            out[call.id] = SubThread(tree_id, tool.agent.name or call.name, step, child, below)
+    return out

@@ -94,11 +94,15 @@ def _server(model: Model) -> dict[str, Any]:
 class RunTrace:
     """One run's spans (see the module)."""
 
+    own: tuple[str, ...] = ()
+    """The run's `path`: the events it reads are those of its own agent."""
+
     def __init__(self, settings: Settings, config: RunConfig, run: RunState) -> None:
         self.tracer = settings.tracer
         self.content = settings.include_content
         self.config = config
         self.run = run
+        self.own = run.path
         self.span: Span | None = None
         self.ctx: otel_context.Context | None = None
         self.tools: dict[str, Span] = {}
@@ -166,8 +170,9 @@ class RunTrace:
         reported once and never reaches the run. A sub-agent's events, passed up this run's stream
         (another `path`), are its own run's spans' business."""
         handler = _HANDLERS.get(event.kind)
-        own = self.run.path
-        if handler is not None and (event.path is own or event.path == own):
+        own = self.own
+        path = getattr(event, "path", own)
+        if handler is not None and (path is own or path == own):
             try:
                 handler(self, event)
             except Exception as exc:
