@@ -482,3 +482,34 @@ async def test_max_steps_retry_and_output_type_are_each_childs_own() -> None:
     [res] = [m for m in result.messages if m.kind == "tool-result"]
     assert "looping stopped before its answer (max_steps)" in res.content
     assert len([r for r in result.usage.calls if r.agent == "looping"]) == 2
+
+
+# ----------------------------------------------------------------------------------- record, replay
+async def test_record_and_replay_a_whole_tree(tmp_path: Path) -> None:
+    """Each agent's model recorded (the child's calls kept with the child's thread, in the
+    parent's store); replayed by new agents, the tree runs again from the recording alone."""
+    from nbagent.models import record, replay
+
+    def build(model_for: Any, store: Store) -> Agent:
+        @tool
+        def search(q: str) -> str:
+            """Search."""
+            return f"found {q}"
+
+        def research(messages: list[Any], info: Any) -> Any:
+            return tool_call("search", q="tea") if messages[-1].kind == "user" else f"notes: {messages[-1].content}"
+
+        researcher = Agent(model_for(FunctionModel(research, model_name="r-model")), tools=[search],
+                           name="researcher")
+        return Agent(model_for(FunctionModel(delegate("researcher"), model_name="b-model")), agents=[researcher],
+                     name="boss", store=store)
+
+    recorded = await build(record, SQLiteStore(tmp_path / "rec.db")).run("tea?", thread="t")
+    assert recorded.output == "researcher said: notes: found tea"
+    source = SQLiteStore(tmp_path / "rec.db")
+    assert {r["thread"] for r in await source.recordings()} == {"t", f"t/{next(iter(recorded.subagents))}"}
+    replayed = await build(lambda model: replay(source), MemoryStore()).run("tea?", thread="t")
+    assert replayed.output == recorded.output
+    assert [r.replayed for r in replayed.usage.calls] == [True] * 4
+    assert [(r.agent, r.depth) for r in replayed.usage.calls] == [(r.agent, r.depth) for r in recorded.usage.calls]
+    await source.close()
