@@ -66,14 +66,30 @@ __all__ = [
 
 
 class TextAccumulator:
-    """Collects text deltas; builds snapshots lazily and incrementally (cheap per delta)."""
+    """Collects text deltas; builds snapshots lazily and incrementally (cheap per delta). It also
+    carries the `path` and `agent_call` of its model call's `TextDeltaEvent`s, which read them
+    from here (one object per model call, not two more fields per delta)."""
 
-    __slots__ = ("_joined", "_joined_n", "parts")
+    __slots__ = ("_joined", "_joined_n", "_views", "agent_call", "parts", "path")
 
-    def __init__(self) -> None:
+    def __init__(self, path: tuple[str, ...] = (), agent_call: str | None = None) -> None:
         self.parts: list[str] = []
         self._joined = ""
         self._joined_n = 0
+        self.path = path
+        self.agent_call = agent_call
+        self._views: dict[str, TextAccumulator] | None = None
+
+    def via(self, agent_call: str) -> TextAccumulator:
+        """The same text, seen through the agent call `agent_call` (a sub-agent's deltas passed
+        up its parent's stream): its parts, another `agent_call`; one per call, made once."""
+        views = self._views if self._views is not None else {}
+        self._views = views
+        view = views.get(agent_call)
+        if view is None:
+            view = views[agent_call] = TextAccumulator(self.path, agent_call)
+            view.parts = self.parts
+        return view
 
     def snapshot(self, n: int | None = None) -> str:
         n = len(self.parts) if n is None else n
@@ -105,12 +121,20 @@ class TextDeltaEvent:
     _acc: TextAccumulator = field(repr=False)
     _n: int = field(repr=False)
     kind: Literal["text-delta"] = "text-delta"
-    path: tuple[str, ...] = ()
-    agent_call: str | None = None
 
     @property
     def snapshot(self) -> str:
         return self._acc.snapshot(self._n)
+
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The agents from the top to the one that streams this text (see the module)."""
+        return self._acc.path
+
+    @property
+    def agent_call(self) -> str | None:
+        """For a sub-agent's text: the agent call that runs it (see the module)."""
+        return self._acc.agent_call
 
 
 @dataclass(slots=True)

@@ -358,12 +358,12 @@ class _Loop:
                         clock = time.perf_counter()
                         if self.stream:
                             answer = None
-                            acc = TextAccumulator()
+                            acc = TextAccumulator(path)
                             parts = acc.parts
                             async for item in model.request_stream(request):
                                 if type(item) is str:
                                     parts.append(item)
-                                    yield TextDeltaEvent(item, step, acc, len(parts), path=path)
+                                    yield TextDeltaEvent(item, step, acc, len(parts))
                                 elif isinstance(item, ModelResponse):
                                     answer = item
                                 elif isinstance(item, ReasoningText):
@@ -514,8 +514,8 @@ class _Loop:
         async def worker(items: list[ToRun]) -> None:
             for item in items:
                 own = self.execute(item)  # an agent call: its sub-agent's events come through `queue`
-                done = await (run_agent_call(own, parent_call(self.config, self.run, item.call.id, self.stream, emit))
-                              if item.tool.continues else own)
+                done = await (run_agent_call(own, parent_call(self.config, self.run, item.call.id, self.stream, emit,
+                                                              item.again)) if item.tool.continues else own)
                 queue.put_nowait((done, item.call, item.tool))
 
         if self.config.tools_in_order:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..approvals import Decision, PendingCall
-from ..events import Event, ModelResponseEvent, ToolCallFinishedEvent, ToolCallStartedEvent
+from ..events import Event, ModelResponseEvent, TextDeltaEvent, ToolCallFinishedEvent, ToolCallStartedEvent
 from ..messages import ToolResultMessage
 from ..result import RunResult, StopReason
 from ..store.base import Store
@@ -112,7 +112,7 @@ def budget_spent(config: RunConfig, run: RunState) -> StopReason | None:
 
 
 def parent_call(config: RunConfig, run: RunState, call_id: str, stream: bool,
-                emit: Callable[[Event], None]) -> ParentCall:
+                emit: Callable[[Event], None], again: bool = True) -> ParentCall:
     """What the agent call `call_id` of `run` hands its sub-agent: the sub-agent's usage counts
     in `run` and up the tree, the tree's budgets are `run`'s and those above, and the decisions
     waiting for it are the ones `run`'s thread holds under the call's id."""
@@ -123,7 +123,7 @@ def parent_call(config: RunConfig, run: RunState, call_id: str, stream: bool,
 
     return ParentCall(config.store, run.stored.id, call_id, run.path, stream, emit, add_usage,
                       lambda: budget_spent(config, run), routed(run.stored.decisions, call_id), run.work.touch,
-                      run.subagents)
+                      run.subagents, again)
 
 
 async def run_agent_call(execute: Awaitable[ToolResultMessage], parent: ParentCall) -> ToolResultMessage | Waiting:
@@ -209,6 +209,9 @@ class ParentCall:
     """Counts the sub-agent's thread among the top agent's threads (`Agent.threads`)."""
     results: dict[str, RunResult[Any]] | None = None
     """Where the sub-agent's `RunResult` goes, by `call_id` (the parent's `RunResult.subagents`)."""
+    again: bool = True
+    """The call started before (its sub-agent's thread may be stored); False for a new call,
+    whose sub-agent's thread is written without a read first."""
 
     @property
     def depth(self) -> int:
@@ -237,6 +240,8 @@ def lifted(event: Event, call_id: str) -> Event:
     agent call `call_id` (a deeper one's, under it: ``"<call_id>/..."``) and whose tool calls'
     ids are made unique in the parent's tree (`nested_id`); its `path` says whose it is."""
     via = call_id if event.agent_call is None else nested_id(call_id, event.agent_call)
+    if isinstance(event, TextDeltaEvent):  # (its path and agent_call are its accumulator's)
+        return TextDeltaEvent(event.delta, event.step, event._acc.via(via), event._n)
     if isinstance(event, (ToolCallStartedEvent, ToolCallFinishedEvent)):
         moved = dataclasses.replace(event.call, id=nested_id(call_id, event.call.id))
         if isinstance(event, ToolCallStartedEvent):

@@ -53,6 +53,8 @@ class ToRun(NamedTuple):
     """The validated arguments."""
     edited: dict[str, Any] | None
     """The arguments a person edited (None: as the model asked)."""
+    again: bool = False
+    """A call the ledger says started before, run again to continue (`Tool.continues`)."""
 
 
 @dataclass(slots=True)
@@ -173,7 +175,7 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
         # exactly-once. Not asked about again; the decisions routed to it travel with it.
         validated = _validated(call, tool, call.args, out)
         if validated is not _INVALID and call.args is not None and not (out.pending and config.tools_in_order):
-            out.to_run.append(ToRun(call, tool, validated, None))
+            out.to_run.append(ToRun(call, tool, validated, None, again=True))
         return
     if entry is not None and entry.status == "started" and not (tool is not None and tool.idempotent):
         out.results.append(error_result(

@@ -91,9 +91,11 @@ def _refuse_live(loaded: ThreadState) -> None:
 
 
 async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any, *,
-                      parent: dict[str, Any] | None = None) -> RunState:
+                      parent: dict[str, Any] | None = None, new: bool = False) -> RunState:
     """The state of a run that sends `prompt` (None: continue a thread whose last run stopped);
-    `parent`: the place in the tree of a sub-agent's new thread (`ThreadMeta.parent`).
+    `parent`: the place in the tree of a sub-agent's new thread (`ThreadMeta.parent`); `new`: the
+    thread cannot be stored yet (a sub-agent's, for an agent call that never started), so it is
+    written without a read first (read after all if it was there).
 
     The run counts as live in this process (`live_runs`) from before its first write, which marks
     the thread running: a run that starts on the same thread meanwhile, here or from another
@@ -103,7 +105,7 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
     run_id = new_run_id()
     live_runs.add(run_id)
     try:
-        return await _prepare_run(config, message, thread, state, run_id, parent)
+        return await _prepare_run(config, message, thread, state, run_id, parent, new)
     except BaseException:
         live_runs.discard(run_id)
         raise
@@ -111,7 +113,7 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
 
 async def _prepare_run(
     config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str,
-    parent: dict[str, Any] | None,
+    parent: dict[str, Any] | None, new: bool = False,
 ) -> RunState:
     # (a state that cannot be stored fails in run_state, before any write)
     if thread and message is not None:
@@ -119,6 +121,14 @@ async def _prepare_run(
         # (one round trip either way), else hands back the thread as stored.
         run = run_state(config, thread, None, state, run_id, parent)
         run.stored.messages.append(message)
+        if new:
+            try:
+                run.stored.version = await config.store.append(thread, version=0, step=0, messages=[message],
+                                                               meta=run.meta())
+                run.work.dirty = False
+                return run
+            except ConflictError:
+                pass  # it was there after all: read it below
         got = await config.store.create_or_load(thread, step=0, messages=[message], meta=run.meta())
         if isinstance(got, int):
             run.stored.version = got

@@ -120,9 +120,11 @@ async def _start(config: RunConfig, parent: ParentCall, thread: str, path: tuple
     """The sub-agent's run: a new thread with the task, or its thread continued with the
     decisions routed to it (those that still match a call waiting there: a decision already
     carried out, or for other arguments, is not applied twice); or `_Ended` when its run ended."""
+    link = {"thread": parent.thread, "call_id": parent.call_id, "path": list(path)}
+    if not parent.again:  # a new call: its thread cannot be stored yet (no read)
+        return await prepare_run(config, task, thread, None, parent=link, new=True)
     loaded = await config.store.load(thread)
     if loaded is None:
-        link = {"thread": parent.thread, "call_id": parent.call_id, "path": list(path)}
         return await prepare_run(config, task, thread, None, parent=link)
     meta = loaded.meta
     if not loaded.open_calls() and meta.status in ("completed", "stopped", "failed"):
