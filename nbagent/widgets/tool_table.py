@@ -301,13 +301,12 @@ class ToolRow(widgets.VBox):
         collapsed, with a toggle that says whose they are."""
         self.steps = steps
         toggle = widgets.Button(description=f"▸ {label}", tooltip=f"show or hide the steps of {label}",
-                                layout=widgets.Layout(width="auto", margin="0 0 2px 0"))
+                                layout=widgets.Layout(width="auto", margin="0 0 2px 0", align_self="flex-start"))
         toggle.add_class("nbagent-steps-toggle")
         toggle.on_click(lambda _: self._schedule(self.expand, not self._expanded()))
         self.steps_toggle = toggle
         steps.layout.display = _HIDDEN
-        steps.layout.margin = "0 0 4px 18px"
-        steps.add_class("nbagent-subrun")
+        steps.add_class("nbagent-subrun")  # indented, with a rule down its left (view.css)
         self.children = (*self.children, toggle, steps)  # type: ignore[has-type]
 
     def _expanded(self) -> bool:
