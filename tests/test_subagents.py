@@ -513,3 +513,21 @@ async def test_record_and_replay_a_whole_tree(tmp_path: Path) -> None:
     assert [r.replayed for r in replayed.usage.calls] == [True] * 4
     assert [(r.agent, r.depth) for r in replayed.usage.calls] == [(r.agent, r.depth) for r in recorded.usage.calls]
     await source.close()
+
+
+async def test_a_client_tools_question_inside_a_child_is_answered_through_the_top() -> None:
+    from nbagent import Tool
+
+    ask = Tool.client("ask_user", "Ask the person a question.", {"type": "object", "properties": {
+        "question": {"type": "string"}}, "required": ["question"]})
+    child = Agent(FunctionModel(lambda m, i: tool_call("ask_user", question="Which colour?", id="q1")
+                                if m[-1].kind == "user" else f"they like {m[-1].content}"),
+                  tools=[ask], name="stylist")
+    boss = Agent(FunctionModel(delegate("stylist")), agents=[child], name="boss", store=MemoryStore())
+    paused = await boss.run("paint it", thread="t")
+    [p] = paused.pending
+    assert (p.reason, p.path, p.label) == ("client", ("boss", "stylist"), "stylist → ask_user")
+    with pytest.raises(UserError, match="client tool"):
+        await boss.resume(paused, approve=[p])
+    done = await boss.resume(paused, results={p.id: "blue"})
+    assert done.output == "stylist said: they like blue"
