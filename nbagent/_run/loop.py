@@ -16,10 +16,8 @@ without running anything (invalid arguments, unknown tools, denials) and the ``s
 of the calls about to run (`plan.plan`), so a tool step costs two commits: that one, and the
 results.
 
-Sub-agents (`nested`, `subagent`): an agent call runs in the concurrent runner's task, whose queue
-also carries its sub-agent's events (passed on as they come, with the sub-agent's `path`); it ends
-with a result like any tool's, or `nested.Waiting` (its calls join the run's pending ones and the
-run pauses). Its usage rows count in this run's usage and budgets as they come (`nested.count_usage`).
+An agent call (`nested`) runs in the concurrent runner, whose queue also carries its sub-agent's
+events; it ends with a result, or `nested.Waiting` (its sub-agent's calls join the pending ones).
 """
 
 from __future__ import annotations
@@ -69,7 +67,7 @@ from . import hooks
 from .config import RunConfig
 from .execute import execute
 from .late import stop_tools
-from .nested import Waiting, agent_call_ended, budget_spent, caller_of, count_usage, parent_call, run_agent_call
+from .nested import Waiting, agent_call_ended, budget_spent, caller_of, count_usage, run_call
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
@@ -121,8 +119,7 @@ class _Loop:
         self.window = Window(config, run.stored.last_sent)
         self.prepared: ModelRequest | None = None
         """The next request, when `before_call` built it to size it."""
-        self.run = run
-        self.path = run.path
+        self.run, self.path = run, run.path
         self.stream = stream
         self.store = config.store
         self.final_saved = False  # the completing answer's save carried the final meta
@@ -397,11 +394,11 @@ class _Loop:
         """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
         (`Model.keep_recording`: `nbagent.models.record`) with the thread, and measure the
         request's context."""
-        config, step = self.config, reply.step
+        config, step, path = self.config, reply.step, self.path
         reply.response = response
         for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
-            answered = response.model or moved.next
-            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, answered, step, path=self.path))
+            model = response.model or moved.next
+            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, model, step, path=path))
         await config.model.keep_recording(self.store, self.run.stored.id, response)
         self.run.context = self.window.observe(config, response, step)
 
@@ -509,13 +506,10 @@ class _Loop:
         they come in (together: one checkpoint), and passing on a sub-agent's events as they come."""
         work = self.run.work
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        emit = queue.put_nowait
 
         async def worker(items: list[ToRun]) -> None:
             for item in items:
-                own = self.execute(item)  # an agent call: its sub-agent's events come through `queue`
-                done = await (run_agent_call(own, parent_call(self.config, self.run, item.call.id, self.stream, emit,
-                                                              item.again)) if item.tool.continues else own)
+                done = await run_call(self.execute(item), item, self.config, self.run, self.stream, queue.put_nowait)
                 queue.put_nowait((done, item.call, item.tool))
 
         if self.config.tools_in_order:
@@ -534,37 +528,31 @@ class _Loop:
             came = [await queue.get()]
             while not queue.empty():
                 came.append(queue.get_nowait())
-            ready = []
-            for item in came:
-                if type(item) is tuple:
-                    ready.append(item)
-                else:  # a sub-agent's event (deltas are not told to the thread's observers)
-                    yield item if item.kind == "text-delta" or item.kind == "reasoning-delta" else self.tell(item)
-            if not ready:
-                continue
-            left -= len(ready)
-            for event in await self.record(ready, step):
-                yield event
+            ready = [item for item in came if type(item) is tuple]
+            for event in came:  # a sub-agent's events, as they came (deltas are not told to observers)
+                if type(event) is not tuple:
+                    yield event if event.kind == "text-delta" or event.kind == "reasoning-delta" else self.tell(event)
+            if ready:
+                left -= len(ready)
+                for event in await self.record(ready, step):
+                    yield event
 
     async def record(self, ready: list[tuple[ToolResultMessage | Waiting, ToolCall, Tool]], step: int) -> list[Event]:
         """Record results that came in together, in one checkpoint (a paused agent call has none)."""
         stored = self.run.stored
-        entries, results = [], []
-        told: list[Event] = []
         for result, call, tool in ready:
             if tool.continues and agent_call_ended(stored, call.id, result):
                 self.run.work.dirty = True  # the meta record changed (decisions, pending calls)
-            if isinstance(result, Waiting):
-                continue
+        done = [(r, c, t) for r, c, t in ready if not isinstance(r, Waiting)]
+        entries = []
+        for result, call, _ in done:
             entry = LedgerEntry(call.id, call.name, stored.ledger[call.id].args_hash,
                                 "failed" if result.is_error else "finished")
             stored.ledger[call.id] = entry
             stored.messages.append(result)
             entries.append(entry)
-            results.append(result)
-            told.append(ToolCallFinishedEvent(call, result, step, path=self.path))
-        await self.save(messages=results, ledger=entries, meta=any(tool.takes_ctx for _, _, tool in ready))
-        return told
+        await self.save(messages=[r for r, _, _ in done], ledger=entries, meta=any(t.takes_ctx for _, _, t in done))
+        return [ToolCallFinishedEvent(call, result, step, path=self.path) for result, call, _ in done]
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)

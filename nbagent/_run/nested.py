@@ -32,6 +32,7 @@ from ..usage import ModelCallUsage
 from .config import RunConfig
 
 if TYPE_CHECKING:
+    from .plan import ToRun
     from .state import RunState, StoredThread
 
 __all__ = [
@@ -50,7 +51,7 @@ __all__ = [
     "owner_tools",
     "parent_call",
     "routed",
-    "run_agent_call",
+    "run_call",
 ]
 
 MAX_DEPTH = 5
@@ -126,10 +127,14 @@ def parent_call(config: RunConfig, run: RunState, call_id: str, stream: bool,
                       run.subagents, again)
 
 
-async def run_agent_call(execute: Awaitable[ToolResultMessage], parent: ParentCall) -> ToolResultMessage | Waiting:
-    """Run an agent call (`execute`, the loop's own tool execution) in this task, its sub-agent
-    handed `parent` through `PARENT`: its result, as any tool's, or `Waiting` (it paused)."""
-    PARENT.set(parent)
+async def run_call(execute: Awaitable[ToolResultMessage], item: ToRun, config: RunConfig, run: RunState,
+                   stream: bool, emit: Callable[[Event], None]) -> ToolResultMessage | Waiting:
+    """Run a call of `run` (`execute`: the loop's own execution of `item`) in this task. An agent
+    call's sub-agent gets its `ParentCall` through `PARENT` (`parent_call`: its events go to
+    `emit`), and the call ends with its result, as any tool's, or `Waiting` (the sub-agent paused)."""
+    if not item.tool.continues:
+        return await execute
+    PARENT.set(parent_call(config, run, item.call.id, stream, emit, item.again))
     try:
         return await execute
     except Waiting as waiting:
