@@ -1,17 +1,22 @@
 """Sub-agents as a run sees them: what passes between an agent call of a run and the run of the
-sub-agent it starts (`Agent.as_tool`).
+sub-agent it starts (`Agent.as_tool`), kept out of the loop, which calls it at a few points.
 
 Owns `AgentTool` (the `Tool` an agent becomes; its body is made by `subagent`), `ParentCall`
 (what a running agent call hands its sub-agent: the store its thread goes in, the path of the
 tree, the parent's event stream, the decisions routed down to it, and the tree's usage and
-budgets), `PARENT` (the context variable the loop hands it over in: set in the task that runs
-the call, so it never leaks to another call), `Waiting` (how the body says the sub-agent paused),
-`owner_tools` (the tools a nested pending call is decided against) and the tree's id arithmetic:
-a sub-agent's call has the id ``"<parent call id>/<own id>"`` in its parent's tree, and its
-thread is ``"<parent thread>/<parent call id>"`` in the parent's store.
+budgets) and `PARENT` (the context variable the loop hands it over in: set in the task that runs
+the call, so it never leaks to another call); for the loop: `run_call` (how a call of the
+concurrent runner runs), `Waiting` (how the body says the sub-agent paused), `agent_call_ended`
+(its pending calls join the run's; its routed decisions are dropped), `lifted` (a sub-agent's
+event as its parent's stream carries it), `count_usage` and `budget_spent` (usage and budgets
+over the tree); `owner_tools` (the tools a nested pending call is decided against); and the
+tree's id arithmetic: a sub-agent's call has the id ``"<parent call id>/<own id>"`` in its
+parent's tree (`nested_id`, `caller_of`, `routed`), and its thread is ``"<parent thread>/<parent
+call id>"`` in the parent's store (`child_thread`).
 
 Imports the base (approvals, events, messages, tools, usage), the result's stop reasons, the store
-protocol and the run config; the loop, `prepare` and `subagent` import it (it imports none of them).
+protocol and the run config; the loop, `prepare` and `subagent` import it (it imports none of
+them: `plan` and `state` for types only).
 """
 
 from __future__ import annotations

@@ -13,6 +13,10 @@ the theme's text colour (``view.css``), so they read in light, dark and high-con
 While a call runs (or, stopped, still runs in its thread) its time counts up in the browser
 (``frame.js``); the row's HTML only carries the seconds elapsed when it was drawn.
 
+An agent call's row (`Agent.as_tool`) holds its sub-agent's steps under it (`ToolRow.attach_steps`:
+collapsed, with a toggle); a sub-agent's call that waits is labelled with its path ("researcher →
+delete_file") and offers Approve, Deny and Edit (no "Always allow": not the view's thread).
+
 Button handlers may run on a thread other than the kernel loop's (ipykernel subshells), so every
 handler only hands its work to the `schedule` callable (``loop.call_soon_threadsafe``) and
 returns; reading text boxes, validating and deciding happen on the loop.
