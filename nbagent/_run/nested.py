@@ -274,11 +274,13 @@ def caller_of(call_id: str) -> str | None:
 
 def owner_tools(tools: Mapping[str, Tool], pending: PendingCall) -> Mapping[str, Tool] | None:
     """The tools of the sub-agent a nested pending call belongs to, found by walking its path
-    down the agent tools from the top agent's `tools` (None when an agent on the way is not one
-    of them)."""
+    down the agent tools from the top agent's `tools`: its Python tools and the tools its tool
+    sources (MCP servers) listed so far (None when an agent on the way is not one of them)."""
     for name in pending.path[1:]:
         found = next((t for t in tools.values() if isinstance(t, AgentTool) and t.agent.name == name), None)
         if found is None:
             return None
-        tools = found.agent.tools
+        tools = dict(found.agent.tools)
+        for source in getattr(found.agent, "tool_sources", ()):
+            tools.update({t.name: t for t in source.cached_tools() or ()})
     return tools
