@@ -37,7 +37,8 @@ class RunResult(Generic[OutputT]):
             structured answer); None unless completed.
         pending: calls waiting for a decision (approve / deny / edit) or a client result.
         messages: the whole conversation of the thread, this run included.
-        usage: this run's model calls and their sums (``usage.rows()`` for plain dicts).
+        usage: this run's model calls and their sums (``usage.rows()`` for plain dicts), its
+            sub-agents' included (each row's ``agent`` and ``depth`` say whose).
         thread: the thread id; pass it to `Agent.run` / `Agent.resume` to continue.
     """
 
@@ -82,6 +83,9 @@ class RunResult(Generic[OutputT]):
     finished: guard, stage, verdict, reason, latency (see `nbagent.guards`)."""
     guard_trip: GuardCheck | None = None
     """The check that stopped the run (a blocked prompt or answer), else None."""
+    subagents: dict[str, RunResult[Any]] = field(default_factory=dict)
+    """The runs of its sub-agents (`Agent.as_tool`) this run made, by the id of the agent call
+    that ran each (its own `subagents` hold the next level). Its `usage` holds theirs too."""
 
     @property
     def duration_s(self) -> float | None:

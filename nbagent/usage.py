@@ -58,6 +58,10 @@ class TokenCounts:
 class ModelCallUsage:
     """One model call: what it cost in tokens, time and money. Persisted with the messages.
 
+    A sub-agent's calls (`Agent.as_tool`) are rows of its own thread, with `agent`, `depth`
+    and `parent_call_id` saying where in the tree of agents they were made; the top run's
+    `RunResult.usage` holds the rows of the whole tree.
+
     `purpose` tells what the call was for, so cost frames can tell the kinds apart: ``"run"``
     (the default) for an agent's own model calls, ``"compaction"`` for a context-compaction
     summary, ``"eval"`` for an evaluator's judge call, ``"guard"`` for an LLM judge a guard asked
@@ -103,6 +107,15 @@ class ModelCallUsage:
     0 (nothing was spent), and `recorded_cost` holds what the recorded call cost."""
     recorded_cost: float | None = None
     """For a replayed call: the recorded call's price (USD; None when unknown or not replayed)."""
+    agent: str | None = None
+    """The name of the agent that made the call (`Agent(name=...)`; None for an agent with
+    none, and in rows stored before sub-agents)."""
+    depth: int = 0
+    """How deep in a tree of agents the call was made: 0 for the agent that was run, 1 for its
+    sub-agent (`Agent.as_tool`), 2 for that one's, ..."""
+    parent_call_id: str | None = None
+    """For a sub-agent's call: the id of the tool call of its parent agent that ran it (a call
+    of the parent's thread; the row's `thread` is the sub-agent's own). None at depth 0."""
 
     @property
     def total_tokens(self) -> int:

@@ -829,6 +829,126 @@ print(refused.status, "|", refused.output)'''),
 ]
 
 
+NOTEBOOKS["11_sub_agents.ipynb"] = [
+    ("md", """# Sub-agents: an agent as a tool of another
+
+A boss agent hands a question to a researcher agent, which reads the notes and wants to delete a
+stale copy. The researcher is a **sub-agent** (`Agent(agents=[researcher])`, the same as
+`tools=[researcher.as_tool()]`): its steps show under the boss's call, its approval waits in
+**this** cell, and its cost counts in the boss's run (docs/subagents.md).
+
+The two agents' models are stand-ins (`FunctionModel`) that do what each prompt asks, so the tree
+runs the same way every time; the last cells give a sub-agent the model `auto()` picks (the bundled
+local model without a key; Claude or OpenAI with one)."""),
+    ("code", SETUP),
+    ("code", '''from nbagent.models import FunctionModel, tool_call
+
+NOTES = {"tides": "Tides follow the moon.", "fog": "Fog lifts by noon."}
+
+
+@tool
+def read_note(topic: str) -> str:
+    """The note about a topic."""
+    return NOTES.get(topic, "no note")
+
+
+@tool(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+def research(messages, request):
+    """The researcher's stand-in: read the topic's note, ask to delete its stale copy, report."""
+    last = messages[-1]
+    if last.kind == "user":
+        topic = last.content.split()[-1]
+        return [tool_call("read_note", topic=topic), tool_call("delete_file", path=f"/tmp/{topic}.old")]
+    return " ".join(m.content for m in messages if m.kind == "tool-result")
+
+
+def lead(messages, request):
+    """The boss's stand-in: hand the question to the researcher, then answer with its report."""
+    last = messages[-1]
+    if last.kind == "user":
+        return tool_call("researcher", task=last.content)
+    return f"My researcher reports: {last.content}"
+
+
+researcher = Agent(FunctionModel(research), tools=[read_note, delete_file], name="researcher")
+boss = Agent(FunctionModel(lead), agents=[researcher], name="boss")
+print(boss.tools)'''),
+    ("md", """## The tree in the view
+
+The boss's call of `researcher` is one row of its tool table. Under it, collapsed (**▸ steps of
+researcher**), are the researcher's own steps: its tool rows and its answer. Its `delete_file`
+waits for you here, in the top cell, labelled **researcher → delete_file**, with Approve, Deny and
+Edit, and the steps it waits in opened down to it. The footer counts both agents."""),
+    ("code", '''view = boss.chat()
+view'''),
+    ("code", '''paused = await view.ask("Research tides")
+print(paused.status, [(p.label, p.args) for p in paused.pending])'''),
+    ("md", """Run All leaves that call waiting for you: Approve runs `delete_file` once, the researcher
+answers, then the boss does. The researcher's thread is stored with the boss's (its id is the
+boss's thread and the call's id), so after a kernel restart a new view of the boss's thread shows
+the same tree and the same buttons.
+
+## The same approval in code
+
+For CI and scripts: a conversation of its own, approved in code. The waiting call has an id that is
+unique in the tree (the boss's call id, `/`, the researcher's) and its `path`."""),
+    ("code", '''paused = await boss.run("Research fog", thread="fog-in-code")
+[p] = paused.pending
+print(p.id.count("/"), p.path, p.label)
+done = await boss.resume(paused, approve=[p])
+print(done.status, "|", done.output)'''),
+    ("md", "Denied, the file stays, and the reason reaches the researcher's model (here its report)."),
+    ("code", '''paused = await boss.run("Research tides", thread="tides-denied")
+refused = await boss.resume(paused, deny={paused.pending[0].id: "keep the old copy"})
+print(refused.output)'''),
+    ("md", """## Cost per agent
+
+The boss's `result.usage` holds the whole tree's model calls; each usage row says whose it is
+(`agent`, `depth`) and which call of its parent ran it (`parent_call_id`), and carries its own
+thread. The frame's sums and `result.usage` agree to the token, and so do the budgets
+(`token_budget`, `cost_budget` count the tree)."""),
+    ("code", '''frame = nbagent.usage_frame(done)
+frame[["agent", "depth", "parent_call_id", "thread", "input_tokens", "output_tokens"]]'''),
+    ("code", '''print(frame.groupby("agent", observed=True)[["input_tokens", "output_tokens"]].sum())
+print("frame:", int(frame.input_tokens.sum() + frame.output_tokens.sum()), "tokens | result.usage:",
+      done.usage.total_tokens, "tokens")'''),
+    ("md", """## The summary
+
+`display(result)` shows the researcher's run as a closed section under the boss's call (open it to
+see its steps), also on GitHub and nbviewer."""),
+    ("code", "done"),
+    ("md", """## With your model
+
+A sub-agent on the model `auto()` picked: a forecaster with a weather tool, asked by a planner
+stand-in. Its steps, tokens and cost join the planner's run the same way."""),
+    ("code", '''@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny, 22 °C in {city}"
+
+
+forecaster = Agent(model, tools=[get_weather], name="forecaster", settings={"max_tokens": 120})
+
+
+def ask_forecaster(messages, request):
+    last = messages[-1]
+    if last.kind == "user":
+        return tool_call("forecaster", task="Use the get_weather tool for Paris.")
+    return f"The forecaster says: {last.content}"
+
+
+planner = Agent(FunctionModel(ask_forecaster), agents=[forecaster], name="planner")
+trip = await planner.run("What is the weather for my trip?")
+print(trip.status, "|", sorted({(row.agent, row.depth) for row in trip.usage.calls}))
+print(trip.output)'''),
+]
+
+
 NOTEBOOKS["12_guardrails.ipynb"] = [
     ("md", """# Guardrails: rules that hold whatever the model does
 

@@ -452,6 +452,41 @@ def check_notebook_as_context(ran: Ran) -> None:
         "completed | You denied the code, so nothing ran and I have no answer: approve it, or ask another way.")
 
 
+def check_sub_agents(ran: Ran) -> None:
+    # The view's run paused on the researcher's call, in the top cell; Run All leaves it waiting.
+    assert ran.after('paused = await view.ask("Research tides")').strip() == (
+        "paused [('researcher → delete_file', {'path': '/tmp/tides.old'})]")
+    [top] = [name for name, t in ran.threads.items() if "/" not in name and t.messages
+             and t.messages[0].content == "Research tides" and t.meta.status == "paused"]
+    [child] = [t for name, t in ran.threads.items() if name.startswith(top + "/")]
+    assert child.meta.parent["thread"] == top and child.meta.parent["path"] == ["boss", "researcher"]
+    assert [(c.name, c.status) for c in ran.calls(child.thread)] == [("read_note", "done"), ("delete_file", None)]
+    # Approved in code: the researcher's call ran once, in its own thread of the store.
+    assert ran.after('paused = await boss.run("Research fog"').strip() == (
+        "1 ('boss', 'researcher') researcher → delete_file\n"
+        "completed | My researcher reports: Fog lifts by noon. deleted /tmp/fog.old")
+    [fog] = [t for name, t in ran.threads.items() if name.startswith("fog-in-code/")]
+    assert [(c.name, c.status) for c in ran.calls(fog.thread)] == [("read_note", "done"), ("delete_file", "done")]
+    assert sorted(e.status for e in fog.ledger.values()) == ["finished", "finished"]
+    # Denied: the reason reached the researcher's model, nothing was deleted.
+    assert ran.after("refused = await boss.resume(").strip() == (
+        "My researcher reports: Tides follow the moon. denied by the user: keep the old copy")
+    # Cost per agent: the frame's sums are the run's usage.
+    sums = ran.after('print(frame.groupby("agent"').strip().splitlines()
+    assert sums[-1].startswith("frame: ") and sums[-1].split()[1] == sums[-1].split()[-2], sums
+    table = "\n".join(sums)
+    assert re.search(r"^boss\s+\d+\s+\d+$", table, re.M) and re.search(r"^researcher\s+\d+", table, re.M)
+    # The summary holds the researcher's run under its call.
+    [cell] = [c for c in ran.nb.cells if c.cell_type == "code" and c.source == "done"]
+    summary = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+    assert summary and "researcher · completed" in summary[0]["data"]["text/html"]
+    # A sub-agent on auto()'s model: its rows joined the planner's run.
+    trip = ran.after("trip = await planner.run(").strip().splitlines()
+    assert trip[0] == "completed | [('forecaster', 1), ('planner', 0)]", trip
+    assert "Sunny, 22 °C in Paris" in trip[-1], trip
+    assert not any(leak in ran.all_text() for leak in LEAKS)
+
+
 CHECKS: dict[str, Callable[[Ran], None]] = {
     "01_quickstart.ipynb": check_quickstart,
     "02_approve_tools.ipynb": check_approve_tools,
@@ -463,6 +498,7 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "08_notebook_as_context.ipynb": check_notebook_as_context,
     "09_evals_and_forecasts.ipynb": check_evals_and_forecasts,
     "10_long_sessions.ipynb": check_long_sessions,
+    "11_sub_agents.ipynb": check_sub_agents,
     "12_guardrails.ipynb": check_guardrails,
 }
 

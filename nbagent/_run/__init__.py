@@ -21,4 +21,6 @@ background task.
 | handle    | `RunHandle`, `consume`                                                          |
 | hooks     | `run_hook`: the one place an edge (tracing) plugs into every run; None: off     |
 | fork      | copying a thread up to a step (`Threads.fork`)                                  |
+| nested    | what passes between an agent call and its sub-agent's run (`AgentTool`, `ParentCall`) |
+| subagent  | `agent_tool`: an agent as a tool (`Agent.as_tool`), its run on a child thread     |
 """

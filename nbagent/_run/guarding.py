@@ -41,6 +41,7 @@ from ..messages import AssistantMessage, Message, ToolCall, ToolCallStatus, User
 from ..models.base import ModelResponse
 from ..usage import ModelCallUsage
 from .guardset import GuardSet, Stop, as_args, as_text, blocked_text, chain
+from .nested import count_usage
 from .race import Race, RaceTripped
 
 if TYPE_CHECKING:
@@ -69,9 +70,11 @@ class RunGuards:
     """The guards' side of one run (see the module): the race, the answer's checks, the result
     checks, and the events they have to tell (`drain`)."""
 
-    def __init__(self, guards: GuardSet, run: RunState) -> None:
+    def __init__(self, guards: GuardSet, run: RunState, agent: str | None = None) -> None:
         self.guards = guards
         self.run = run
+        self.agent = agent
+        """The agent whose guards these are (``RunConfig.name``): a judge's rows are counted as its."""
         self.race: Race | None = None
         """The parallel input guards racing the first model call (`race`)."""
         if guards.parallel:
@@ -89,7 +92,7 @@ class RunGuards:
             self.usage(run.work.unsaved_usage)
         trip = run.outcome.guard_trip
         if trip is not None:
-            self.late.append(GuardTrippedEvent(trip, True, run.stored.step + 1))
+            self.late.append(GuardTrippedEvent(trip, True, run.stored.step + 1, path=run.path))
 
     @property
     def holds(self) -> bool:
@@ -156,7 +159,7 @@ class RunGuards:
 
     def usage(self, rows: Sequence[ModelCallUsage]) -> None:
         for row in rows:
-            self.late.append(UsageEvent(row, _snapshot(self.run)))
+            self.late.append(UsageEvent(row, _snapshot(self.run), path=self.run.path))
 
     def ask_all(self, guards: tuple[Guard, ...], value: Any, stage: GuardStage, step: int,
                 fits: Callable[[Any], Any], call: ToolCall | None = None,
@@ -185,12 +188,12 @@ class RunGuards:
         run = self.run
         rows = [replace(r, run_id=run.run_id, thread=run.stored.id, step=step) for r in rows]
         for row in rows:
-            run.usage.add(row)
+            count_usage(self.agent, run, row)
         run.work.unsaved_usage.extend(rows)
         self.usage(rows)
 
     def tripped(self, check: GuardCheck, stops: bool, step: int) -> None:
-        self.late.append(GuardTrippedEvent(check, stops, step))
+        self.late.append(GuardTrippedEvent(check, stops, step, path=self.run.path))
         if stops:
             self.run.outcome.trip(check)
 
@@ -209,7 +212,7 @@ class RunGuards:
                 continue
             if not told:  # text or reasoning (the reasoning comes again with the answer)
                 told = True
-                yield TextHeldEvent(reply.step)
+                yield TextHeldEvent(reply.step, path=self.run.path)
 
     # ------------------------------------------------------------------ an answer
     async def answer(self, config: RunConfig, message: AssistantMessage, step: int, held: bool) -> Answered:
@@ -236,9 +239,9 @@ class RunGuards:
 
     def _release(self, message: AssistantMessage, step: int) -> None:
         if message.reasoning:
-            self.early.append(ReasoningDeltaEvent(message.reasoning, step))
+            self.early.append(ReasoningDeltaEvent(message.reasoning, step, path=self.run.path))
         if message.text:
-            acc = TextAccumulator()
+            acc = TextAccumulator(self.run.path)
             acc.parts.append(message.text)
             self.early.append(TextDeltaEvent(message.text, step, acc, 1))
 
@@ -366,7 +369,7 @@ class RunGuards:
                              estimate, 0, 0, count(text) if text else 0, 0, latency, "cancelled", 0,
                              usage_reported=False)
         config.price(row)
-        self.late.append(UsageEvent(row, _snapshot(run)))
+        self.late.append(UsageEvent(row, _snapshot(run), path=run.path))
         return row
 
 

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..guards import STAGES, Guard, GuardCheck, GuardContext, Verdict, block, finished
 from ..messages import UserMessage
 from ..usage import ModelCallUsage
+from .nested import count_usage
 
 if TYPE_CHECKING:
     from .state import RunState
@@ -161,11 +162,12 @@ class Screened:
         self.deferred = deferred
         """The prompt waits for the parallel input guards before it is written (`RunWork.unsaved`)."""
 
-    def apply(self, run: RunState) -> None:
+    def apply(self, run: RunState, agent: str | None) -> None:
+        """Keep the screening's checks, its trip and its judges' rows (counted as `agent`'s) in `run`."""
         run.guard_checks += self.checks
         for row in self.rows:
             row = replace(row, run_id=run.run_id, thread=run.stored.id, step=run.stored.step + 1)
-            run.usage.add(row)
+            count_usage(agent, run, row)
             run.work.unsaved_usage.append(row)
         if self.trip is not None:
             run.outcome.trip(self.trip)

@@ -16,6 +16,9 @@ without running anything (invalid arguments, unknown tools, denials) and the ``s
 of the calls about to run (`plan.plan`), so a tool step costs two commits: that one, and the
 results.
 
+An agent call (`nested`) runs in the concurrent runner, whose queue also carries its sub-agent's
+events; it ends with a result, or `nested.Waiting` (its sub-agent's calls join the pending ones).
+
 The agent's guards (`guarding.RunGuards`) are asked at four points, each before anything of what
 they check happens: the prompt before its write (`prepare`), parallel input guards while the
 first call runs (settled before its answer is committed), an answer and its calls' arguments
@@ -74,7 +77,8 @@ from . import hooks
 from .config import RunConfig
 from .execute import execute
 from .guarding import Answered, RaceTripped, RunGuards, stand_in_messages
-from .late import answer_open_calls
+from .late import stop_tools
+from .nested import Waiting, agent_call_ended, budget_spent, caller_of, count_usage, run_call
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, refused_rows, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
@@ -98,20 +102,14 @@ def _usage_snapshot(usage: Usage) -> Usage:
 
 
 def _stop_reason(config: RunConfig, run: RunState) -> StopReason | None:
-    """Why the run must stop before its next model call (a limit of `config`), or None."""
+    """Why the run must stop before its next model call (a limit of `config`, or a budget of the
+    tree it is part of), or None."""
     if run.steps >= config.max_steps:
         return "max_steps"
-    if config.token_budget is not None and run.usage.total_tokens >= config.token_budget:
-        return "token_budget"
-    if (
-        config.cost_budget is not None
-        and run.usage.cost_total is not None
-        and run.usage.cost_total >= config.cost_budget
-    ):
-        return "cost_budget"
-    if config.stop_when is not None and config.stop_when(run.to_result()):
+    spent = budget_spent(config, run)
+    if spent is None and config.stop_when is not None and config.stop_when(run.to_result()):
         return "stop_when"
-    return None
+    return spent
 
 
 def _whole(answer: ModelResponse | None, provider: str) -> ModelResponse:
@@ -143,12 +141,12 @@ class _Loop:
         self.window = Window(config, run.stored.last_sent)
         self.prepared: ModelRequest | None = None
         """The next request, when `before_call` built it to size it."""
-        self.run = run
+        self.run, self.path = run, run.path
         self.stream = stream
         self.store = config.store
         self.final_saved = False  # the completing answer's save carried the final meta
         self.told_end = False  # the thread's observers heard how the run ended
-        self.guards = RunGuards(config.guards, run) if config.guards is not None else None
+        self.guards = RunGuards(config.guards, run, config.name) if config.guards is not None else None
 
     def tell(self, event: Event) -> Event:
         """Tell the thread's observers (`_watch`: the views of this process) about `event`;
@@ -186,7 +184,7 @@ class _Loop:
         run, stored, outcome = self.run, self.run.stored, self.run.outcome
         live_runs.add(run.run_id)  # so that this process refuses to resume the thread meanwhile
         try:
-            yield self.tell(RunStartedEvent(run.run_id, stored.id, self.prompt()))
+            yield self.tell(RunStartedEvent(run.run_id, stored.id, self.prompt(), path=self.path))
             try:
                 plan = None
                 while True:
@@ -200,9 +198,9 @@ class _Loop:
                             break
                         if stored.pending:
                             outcome.status = "paused"
-                            for p in stored.pending:
-                                client = p.reason == "client"
-                                yield self.tell(ClientCallRequestedEvent(p) if client else ApprovalRequestedEvent(p))
+                            for p in stored.pending:  # (a sub-agent's too: `path` says whose)
+                                asked = ClientCallRequestedEvent if p.reason == "client" else ApprovalRequestedEvent
+                                yield self.tell(asked(p, path=p.path, agent_call=caller_of(p.id) if p.nested else None))
                             break
                         continue
                     if outcome.status != "running" or await self.settled():
@@ -219,7 +217,7 @@ class _Loop:
                 await self.closed_early()
                 raise
             result = await self.finish()
-            for event in self.announce([RunEndedEvent(END_KINDS[outcome.status], result)], last=True):
+            for event in self.announce([RunEndedEvent(END_KINDS[outcome.status], result, self.path)], last=True):
                 yield event
         finally:
             live_runs.discard(run.run_id)
@@ -303,7 +301,7 @@ class _Loop:
         else:
             await self.cancel_cleanup()
         outcome.result = run.to_result()
-        self.tell(RunEndedEvent(END_KINDS[outcome.status], outcome.result))
+        self.tell(RunEndedEvent(END_KINDS[outcome.status], outcome.result, self.path))
 
     # ------------------------------------------------------------------ applying decisions
     def apply_plan(self, plan: Plan) -> None:
@@ -315,7 +313,7 @@ class _Loop:
         stored.messages.extend(plan.results)
         for call_id in plan.used:
             stored.decisions.pop(call_id, None)
-        stored.pending = plan.pending
+        stored.pending = [p if p.path else dataclasses.replace(p, path=self.path) for p in plan.pending]
         work.decided.update(plan.decided)
         if plan.completes:
             self.complete(plan.answer)
@@ -363,11 +361,11 @@ class _Loop:
         record, row = found
         run.stored.messages.append(record)
         if row is not None:
-            run.usage.add(row)
+            count_usage(self.config.name, run, row)
         await self.save(messages=[record], usage=[row] if row is not None else ())
-        yield self.tell(CompactionEvent(record, row, step))
+        yield self.tell(CompactionEvent(record, row, step, path=self.path))
         if row is not None:
-            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
+            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage), path=self.path))
 
     async def before_call(self, step: int) -> AsyncIterator[Event]:
         """Before a model call: take the tool sources' current lists, and compact first when the
@@ -395,7 +393,7 @@ class _Loop:
         fails the run."""
         async for event in self.before_call(reply.step):
             yield event
-        config, step = self.config, reply.step
+        config, step, path = self.config, reply.step, self.path
         model = config.model
         request, self.prepared = self.prepared or self.request(step), None
         overflows = 0
@@ -407,7 +405,7 @@ class _Loop:
                         clock = time.perf_counter()
                         if self.stream:
                             answer = None
-                            acc = TextAccumulator()
+                            acc = TextAccumulator(path)
                             parts = reply.parts = acc.parts
                             holder = self.holder()
                             if holder is not None:
@@ -422,12 +420,12 @@ class _Loop:
                                     elif isinstance(item, ModelResponse):
                                         answer = item
                                     elif isinstance(item, ReasoningText):
-                                        yield ReasoningDeltaEvent(str(item), step)
+                                        yield ReasoningDeltaEvent(str(item), step, path=path)
                             response = _whole(answer, model.provider)
                         else:
                             response = await self.asked(request)
                         break
-                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step))
+                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step, path=path))
                     await attempt.wait()
             except ContextOverflowError as exc:
                 overflows += 1
@@ -474,7 +472,7 @@ class _Loop:
         if started:  # asked, so billed: nbagent's estimate (`RunGuards.cancelled_row`)
             row = guards.cancelled_row(self.config, reply.step, reply.started, time.time() - reply.started,
                                        self.window.tokens(), "".join(reply.parts or ()), self.window.count)
-            run.usage.add(row)
+            count_usage(self.config.name, run, row)
             run.stored.step, rows = reply.step, [row]
             run.steps += 1
         await self.save(usage=rows, meta=True)
@@ -483,10 +481,11 @@ class _Loop:
         """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
         (`Model.keep_recording`: `nbagent.models.record`) with the thread, and measure the
         request's context."""
-        config, step = self.config, reply.step
+        config, step, path = self.config, reply.step, self.path
         reply.response = response
         for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
-            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
+            model = response.model or moved.next
+            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, model, step, path=path))
         async for event in self.keep_billed(refused_rows(config, self.run, step, reply.started, response.fallbacks)):
             yield event
         await config.model.keep_recording(self.store, self.run.stored.id, response)
@@ -496,9 +495,9 @@ class _Loop:
         """Commit and tell usage rows billed for answers that are not kept (an empty summary, a
         refusal a `FallbackModel` moved on from: `plan.refused_rows`): a billed call is a row."""
         for row in rows:
-            self.run.usage.add(row)
+            count_usage(self.config.name, self.run, row)
             await self.save(usage=[row])
-            yield self.tell(UsageEvent(row, _usage_snapshot(self.run.usage)))
+            yield self.tell(UsageEvent(row, _usage_snapshot(self.run.usage), path=self.path))
 
     async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
         """The provider refused the request as too long: compact and let the caller retry (up to
@@ -547,10 +546,10 @@ class _Loop:
         if message.tool_calls:
             _fix_call_ids(run, message)
         row = self.usage_row(reply, message)
-        run.usage.add(row)
+        count_usage(config.name, run, row)
         stored.step = reply.step
         run.steps += 1
-        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context)
+        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context, path=self.path)
         rows, refused = [row], None
         guards = self.guards if self.guards is not None and self.guards.asks(reply.held) else None
         if guards is not None:  # the row is kept whatever the guards decide (and if the run is stopped meanwhile)
@@ -588,7 +587,7 @@ class _Loop:
             outcome.ended_at = time.time()
             self.final_saved = True
         await self.save(messages=written, usage=rows, ledger=plan.ledger if plan else (), meta=True)
-        return plan, [ModelResponseEvent(message, reply.step), usage_event]
+        return plan, [ModelResponseEvent(message, reply.step, path=self.path), usage_event]
 
     async def refused(self, checked: Answered, step: int, usage_event: UsageEvent) -> tuple[None, list[Event]]:
         """An answer the output guards refused: the thread keeps its stand-in (and the message that
@@ -601,17 +600,17 @@ class _Loop:
     # ------------------------------------------------------------------ tools
     async def tool_phase(self, plan: Plan) -> AsyncIterator[Event]:
         """Tell the plan's immediate results, then run its calls and record each result."""
-        step = self.run.stored.step
+        step, path = self.run.stored.step, self.path
         if plan.results:
             by_id = {c.id: c for c in plan.calls}
             for result in plan.results:
-                yield ToolCallFinishedEvent(by_id[result.call_id], result, step)
+                yield ToolCallFinishedEvent(by_id[result.call_id], result, step, path=path)
         to_run = plan.to_run
         if not to_run:
             return
         for item in to_run:
-            yield ToolCallStartedEvent(item.call, step)
-        if len(to_run) == 1:
+            yield ToolCallStartedEvent(item.call, step, path=path)
+        if len(to_run) == 1 and not to_run[0].tool.continues:  # (a sub-agent's events need the queue)
             item = to_run[0]
             for event in await self.record([(await self.execute(item), item.call, item.tool)], step):
                 yield event
@@ -622,13 +621,14 @@ class _Loop:
     async def run_concurrently(self, to_run: list[ToRun], step: int) -> AsyncIterator[Event]:
         """Run several calls as concurrent groups (sequential tools, or all with
         ``tools_in_order``, one after the other in a group of their own), recording results as
-        they come in; results that come in together share one checkpoint."""
+        they come in (together: one checkpoint), and passing on a sub-agent's events as they come."""
         work = self.run.work
-        queue: asyncio.Queue[tuple[ToolResultMessage, ToolCall, Tool]] = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
 
         async def worker(items: list[ToRun]) -> None:
             for item in items:
-                queue.put_nowait((await self.execute(item), item.call, item.tool))
+                done = await run_call(self.execute(item), item, self.config, self.run, self.stream, queue.put_nowait)
+                queue.put_nowait((done, item.call, item.tool))
 
         if self.config.tools_in_order:
             groups = [to_run]
@@ -643,25 +643,34 @@ class _Loop:
             task.add_done_callback(work.tasks.discard)
         left = len(to_run)
         while left:
-            ready = [await queue.get()]
+            came = [await queue.get()]
             while not queue.empty():
-                ready.append(queue.get_nowait())
-            left -= len(ready)
-            for event in await self.record(ready, step):
-                yield event
+                came.append(queue.get_nowait())
+            ready = [item for item in came if type(item) is tuple]
+            for event in came:  # a sub-agent's events, as they came (deltas are not told to observers)
+                if type(event) is not tuple:
+                    yield event if event.kind == "text-delta" or event.kind == "reasoning-delta" else self.tell(event)
+            if ready:
+                left -= len(ready)
+                for event in await self.record(ready, step):
+                    yield event
 
-    async def record(self, ready: list[tuple[ToolResultMessage, ToolCall, Tool]], step: int) -> list[Event]:
+    async def record(self, ready: list[tuple[ToolResultMessage | Waiting, ToolCall, Tool]], step: int) -> list[Event]:
+        """Record results that came in together, in one checkpoint (a paused agent call has none)."""
         stored = self.run.stored
+        for result, call, tool in ready:
+            if tool.continues and agent_call_ended(stored, call.id, result):
+                self.run.work.dirty = True  # the meta record changed (decisions, pending calls)
+        done = [(r, c, t) for r, c, t in ready if not isinstance(r, Waiting)]
         entries = []
-        for result, call, _ in ready:
+        for result, call, _ in done:
             entry = LedgerEntry(call.id, call.name, stored.ledger[call.id].args_hash,
                                 "failed" if result.is_error else "finished")
             stored.ledger[call.id] = entry
             stored.messages.append(result)
             entries.append(entry)
-        await self.save(messages=[r for r, _, _ in ready], ledger=entries,
-                        meta=any(tool.takes_ctx for _, _, tool in ready))
-        finished: list[Event] = [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
+        await self.save(messages=[r for r, _, _ in done], ledger=entries, meta=any(t.takes_ctx for _, _, t in done))
+        finished: list[Event] = [ToolCallFinishedEvent(call, result, step, path=self.path) for result, call, _ in done]
         return finished if self.guards is None or not self.guards.late else [*finished, *self.guards.told()]
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
@@ -676,20 +685,11 @@ class _Loop:
         check = None if self.guards is None else self.guards.result_check(tool.name)
         return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count, check)
 
+
     async def cancel_cleanup(self) -> None:
-        """Leave a valid conversation: stop running tools, answer every open call."""
-        run, stored, work = self.run, self.run.stored, self.run.work
-        for task in list(work.tasks):
-            task.cancel()
-        if work.tasks:
-            await asyncio.gather(*work.tasks, return_exceptions=True)
-        results, ledger = answer_open_calls(run, self.store)
-        for entry in ledger:
-            stored.ledger[entry.call_id] = entry
-        stored.messages.extend(results)
-        stored.pending = []
-        run.outcome.status = "cancelled"
-        run.outcome.ended_at = time.time()
+        """Leave a valid conversation: stop running tools (a sub-agent's run with them), answer
+        every open call (`late.stop_tools`), and record it."""
+        results, ledger = await stop_tools(self.run, self.store)
         try:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation

@@ -86,6 +86,8 @@ class ToRun(NamedTuple):
     """The validated arguments."""
     edited: dict[str, Any] | None
     """The arguments a person edited (None: as the model asked)."""
+    again: bool = False
+    """A call the ledger says started before, run again to continue (`Tool.continues`)."""
 
 
 @dataclass(slots=True)
@@ -230,6 +232,14 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
     """Add one call's fate to `out` (`denied`: the calls a person denied in this turn)."""
     tool = config.tools.get(call.name)
     entry = thread.ledger.get(call.id)
+    if entry is not None and entry.status == "started" and tool is not None and tool.continues:
+        # An agent call that started (approved then, if it needed it) and paused or was cut off:
+        # it runs again and continues its sub-agent's thread, whose own ledger keeps its tools
+        # exactly-once. Not asked about again; the decisions routed to it travel with it.
+        validated = _validated(call, tool, call.args, out)
+        if validated is not _INVALID and call.args is not None and not (out.pending and config.tools_in_order):
+            out.to_run.append(ToRun(call, tool, validated, None, again=True))
+        return
     if entry is not None and entry.status == "started" and not (tool is not None and tool.idempotent):
         out.results.append(error_result(
             call,

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     import concurrent.futures
     from collections.abc import Callable
 
+    from .nested import ParentCall
+
 __all__ = ["END_KINDS", "RunOutcome", "RunState", "RunWork", "StoredThread", "new_run_id", "state_to_json"]
 
 END_KINDS: dict[str, RunEndKind] = {
@@ -74,6 +76,8 @@ class StoredThread:
     trace: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the run that last wrote the
     thread while traced (`ThreadMeta.trace`), so a resume elsewhere continues its trace."""
+    parent: dict[str, Any] | None = None
+    """For a sub-agent's thread: where it hangs in the tree of agents (`ThreadMeta.parent`)."""
 
 
 @dataclass(slots=True)
@@ -99,6 +103,9 @@ class RunWork:
     writes first: a prompt whose parallel input guards have not answered yet (`guarding`)."""
     unsaved_usage: list[ModelCallUsage] = field(default_factory=list)
     """Usage rows not written yet (an LLM judge's, ``purpose="guard"``): the next commit writes them."""
+    touch: Callable[[str], None] | None = None
+    """Counts a thread among the agent's own (`Agent.threads`): set by `Agent` for the threads
+    of the sub-agents its run starts."""
 
 
 @dataclass(slots=True)
@@ -147,6 +154,12 @@ class RunState:
     """The gauge of the last request this run sent (`RunResult.context`)."""
     guard_checks: list[GuardCheck] = field(default_factory=list)
     """Every check the agent's guards made in this run (`RunResult.guard_checks`)."""
+    path: tuple[str, ...] = ("agent",)
+    """The agents from the top of the tree to this run's, top first (`Event.path`)."""
+    parent: ParentCall | None = None
+    """For a sub-agent's run: the agent call that runs it (`nested.ParentCall`)."""
+    subagents: dict[str, RunResult] = field(default_factory=dict)
+    """The results of the sub-agent runs this run made, by agent call id (`RunResult.subagents`)."""
 
     @property
     def thread(self) -> str:
@@ -183,6 +196,7 @@ class RunState:
             ended_at=outcome.ended_at,
             owner=process_owner() if outcome.status == "running" else None,
             trace=stored.trace,
+            parent=stored.parent,
         )
 
     def to_result(self) -> RunResult:
@@ -209,6 +223,7 @@ class RunState:
             ledger=self._answered_ledger(),
             guard_checks=list(self.guard_checks),
             guard_trip=outcome.guard_trip,
+            subagents=self.subagents,
         )
 
     def _answered_ledger(self) -> dict[str, LedgerEntry]:

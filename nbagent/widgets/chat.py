@@ -61,10 +61,10 @@ from ._tally import UsageTally, footer_html
 from ._transcript import SavedCopy
 from .frame import ViewFrame
 from .stream import StreamText, ThinkingText
-from .tool_table import Decide, Schedule, ToolRow, ToolTable, on_enter, themed_button
+from .tool_table import Decide, Schedule, ToolRow, ToolTable, Validate, on_enter, themed_button
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from ..agent import Agent, RunHandle
     from ..approvals import PendingCall
@@ -83,15 +83,22 @@ class RunLog(widgets.VBox):
     section (`ThinkingText`, just above the step's answer) and streaming answer (`StreamText`),
     and a `ToolTable` per answer with tool calls. `rows`: the `ToolRow`s by call id.
 
+    An agent call's row holds its sub-agent's steps (`nested`): a `RunLog` of their own, under
+    the row, collapsed, the same way down; every row of the tree is in `rows`, by its id in the
+    tree.
+
     Args:
         interval: seconds between streaming updates.
         schedule, decide, validate: what the tool rows hand their clicks to (see `ToolTable`).
     """
 
-    def __init__(self, *, interval: float, schedule: Schedule, decide: Decide,
-                 validate: Callable[[str, dict[str, Any]], Any]) -> None:
+    def __init__(self, *, interval: float, schedule: Schedule, decide: Decide, validate: Validate,
+                 tree: tuple[dict[str, ToolRow], dict[str, RunLog]] | None = None) -> None:
         self.interval = interval
-        self.rows: dict[str, ToolRow] = {}
+        self.rows: dict[str, ToolRow]
+        self._nested: dict[str, RunLog]
+        """The sub-agent step logs of the tree, by agent call id (shared by the whole tree)."""
+        self.rows, self._nested = tree if tree is not None else ({}, {})
         self._streams: dict[int, StreamText] = {}
         self._thinking: dict[int, ThinkingText] = {}
         self._answers: dict[int, widgets.HTML] = {}  # a step's answer that was not streamed
@@ -186,7 +193,28 @@ class RunLog(widgets.VBox):
             if not st.finished:
                 st.finish()
 
+    def nested(self, agent_call: str, agent: str = "") -> RunLog:
+        """The steps of the sub-agent `agent` that the agent call `agent_call` runs, made on first
+        use under the call's row (collapsed), or at the end of the log when the row is not shown."""
+        log = self._nested.get(agent_call)
+        if log is None:
+            log = RunLog(interval=self.interval, schedule=self._schedule, decide=self._decide,
+                         validate=self._validate, tree=(self.rows, self._nested))
+            self._nested[agent_call] = log
+            row = self.rows.get(agent_call)
+            label = f"steps of {agent or (row.name if row is not None else agent_call)}"
+            if row is not None:
+                row.attach_steps(log, label)
+            else:
+                log.children = (widgets.HTML(f'<div style="{FONT};{MUTED};font-size:12px">{escape(label)}</div>'),)
+                self.add(log)
+        return log
+
     def add_call(self, call_id: str, name: str, args: Any, group: object) -> None:
+        if isinstance(group, tuple):  # a sub-agent's call: in its agent call's steps
+            agent_call, step = group
+            self.nested(agent_call).add_call(call_id, name, args, step)
+            return
         table = self._tables.get(group) if group is not None else None
         if table is None:
             table = ToolTable(schedule=self._schedule, decide=self._decide, validate=self._validate)
@@ -201,9 +229,10 @@ class RunLog(widgets.VBox):
         self._settle(call_id)
 
     def _settle(self, call_id: str) -> None:
-        for table in self._tables.values():
-            if call_id in table.rows:
-                table.settle()
+        for log in (self, *self._nested.values()):
+            for table in log._tables.values():
+                if call_id in table.rows:
+                    table.settle()
 
     def set_call_args(self, call_id: str, args: Any) -> None:
         self.rows[call_id].args = args
@@ -211,6 +240,10 @@ class RunLog(widgets.VBox):
     def show_pending(self, pending: PendingCall, unavailable: str | None = None) -> None:
         self.rows[pending.id].show_pending(pending, unavailable)
         self._settle(pending.id)
+        if pending.nested:  # a sub-agent's call: open the steps it waits in, down to it
+            for agent_call in self._nested:
+                if pending.id.startswith(agent_call + "/") and agent_call in self.rows:
+                    self.rows[agent_call].expand()
 
     def lock_call(self, call_id: str) -> None:
         self.rows[call_id].lock("queued")
@@ -304,7 +337,7 @@ class ChatView(widgets.VBox):
         # it shows its runs in this log).
         self._log = RunLog(interval=interval, schedule=lambda fn, *args: self.controller.schedule(fn, *args),
                            decide=lambda call_id, action, payload: self.controller.decide(call_id, action, payload),
-                           validate=lambda name, args: validate_args(self.agent.tools, name, args))
+                           validate=lambda name, args, pending: validate_args(self.agent.tools, name, args, pending))
         self._queued: list[tuple[UserMessage, widgets.HTML]] = []
         """The queued messages and their bubbles, oldest first."""
         self._history = widgets.HTML()
@@ -525,8 +558,9 @@ class ChatView(widgets.VBox):
 
     # ------------------------------------------------------------------ ChatLayout: what the controller shows
     def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
-                     replayed: Sequence[int] = ()) -> None:
-        self._history.value = messages_html(messages, skip_call_ids=skip_call_ids, replayed=replayed)
+                     replayed: Sequence[int] = (), subruns: Mapping[str, Any] | None = None) -> None:
+        self._history.value = messages_html(messages, skip_call_ids=skip_call_ids, replayed=replayed,
+                                            subruns=subruns)
 
     def show_usage(self, tally: UsageTally, *, token_budget: int | None = None,
                    cost_budget: float | None = None) -> None:
@@ -534,8 +568,8 @@ class ChatView(widgets.VBox):
         if self._footer.value != html:
             self._footer.value = html
 
-    def show_conversation(self, messages: Sequence[Message]) -> None:
-        self._copy.update(messages)  # the saved notebook's copy follows
+    def show_conversation(self, messages: Sequence[Message], subruns: Mapping[str, Any] | None = None) -> None:
+        self._copy.update(messages, subruns)  # the saved notebook's copy follows
 
     def unsend(self, message: UserMessage) -> None:
         bubble = self._sent.pop(id(message), None)
