@@ -232,22 +232,7 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
     """Add one call's fate to `out` (`denied`: the calls a person denied in this turn)."""
     tool = config.tools.get(call.name)
     entry = thread.ledger.get(call.id)
-    if entry is not None and entry.status == "started" and tool is not None and tool.continues:
-        # An agent call that started (approved then, if it needed it) and paused or was cut off:
-        # it runs again and continues its sub-agent's thread, whose own ledger keeps its tools
-        # exactly-once. Not asked about again; the decisions routed to it travel with it.
-        validated = _validated(call, tool, call.args, out)
-        if validated is not _INVALID and call.args is not None and not (out.pending and config.tools_in_order):
-            out.to_run.append(ToRun(call, tool, validated, None, again=True))
-        return
-    if entry is not None and entry.status == "started" and not (tool is not None and tool.idempotent):
-        out.results.append(error_result(
-            call,
-            "interrupted: this call started before the run was interrupted and it is not "
-            "known whether it completed; check before calling it again",
-            "interrupted",
-        ))
-        out.ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
+    if entry is not None and entry.status == "started" and _plan_started(config, call, tool, entry, out):
         return
     decision = thread.decisions.get(call.id)
     if decision is not None and decision.action == "deny":  # a denial needs no tool (it may be gone)
@@ -289,6 +274,30 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
         out.used.append(call.id)
         out.decided[call.id] = decision
     out.to_run.append(ToRun(call, tool, validated, edited))
+
+
+def _plan_started(config: RunConfig, call: ToolCall, tool: Tool | None, entry: LedgerEntry, out: Plan) -> bool:
+    """A call the ledger says started before this run (a crash, a stop, a pause inside an agent
+    call): add its fate to `out` and return True, or False when it is planned as any call (an
+    idempotent tool runs again)."""
+    if tool is not None and tool.continues:
+        # An agent call that started (approved then, if it needed it) and paused or was cut off:
+        # it runs again and continues its sub-agent's thread, whose own ledger keeps its tools
+        # exactly-once. Not asked about again; the decisions routed to it travel with it.
+        validated = _validated(call, tool, call.args, out)
+        if validated is not _INVALID and call.args is not None and not (out.pending and config.tools_in_order):
+            out.to_run.append(ToRun(call, tool, validated, None, again=True))
+        return True
+    if tool is not None and tool.idempotent:
+        return False
+    out.results.append(error_result(
+        call,
+        "interrupted: this call started before the run was interrupted and it is not "
+        "known whether it completed; check before calling it again",
+        "interrupted",
+    ))
+    out.ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
+    return True
 
 
 _INVALID: Any = object()
