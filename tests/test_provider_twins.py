@@ -168,6 +168,49 @@ async def test_an_error_object_sent_with_status_200_is_the_error_it_names(provid
     _shows_no_key(error)
 
 
+_BUSY_200 = json.dumps({"error": {"type": "server_error", "message": "busy; try again"}}).encode()
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("provider", PROVIDERS)
+async def test_an_error_object_as_the_whole_answer_speaks_of_no_stream(provider: str, stream: bool) -> None:
+    """An error object sent as the whole body (JSON, status 200) was named "the server ended the
+    stream with an error" or "the streamed answer broke off", although no stream came (issue #43,
+    item 14), for every provider and whether or not a stream was asked for. A refusal says the
+    server answered with an error; an error that is not one (a server error) is a retried
+    `ResponseBodyError`, the class of every other 2xx body that is no answer."""
+    with answering(("application/json", _ERROR_200)) as url:
+        refused = await _failure(PROVIDERS[provider](url), stream)
+    with answering(("application/json", _BUSY_200)) as url:
+        busy = await _failure(PROVIDERS[provider](url), stream)
+    assert isinstance(refused, BadRequestError) and not refused.retryable
+    assert str(refused).startswith("the server answered with an error: bad thing; key ***"), str(refused)
+    assert isinstance(busy, ResponseBodyError) and busy.retryable, repr(busy)
+    assert str(busy).startswith("the server answered with an error: busy; try again"), str(busy)
+    for error in (refused, busy):
+        assert "stream" not in str(error)
+
+
+async def test_an_error_event_inside_a_stream_still_says_so() -> None:
+    """The same objects inside a started event stream keep their words (the stream ended, or broke off)."""
+    refused = _sse({"type": "error", "error": {"type": "invalid_request_error", "message": "bad thing"}})
+    busy = _sse({"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
+    with answering(("text/event-stream", refused)) as url:
+        error = await _failure(PROVIDERS["anthropic"](url), stream=True)
+    assert isinstance(error, BadRequestError) and str(error).startswith("the server ended the stream with an error: ")
+    with answering(("text/event-stream", busy)) as url:
+        error = await _failure(PROVIDERS["anthropic"](url), stream=True)
+    assert isinstance(error, StreamInterruptedError) and str(error).startswith("the streamed answer broke off: busy")
+
+
+def test_a_failed_whole_response_speaks_of_no_stream() -> None:
+    model = OpenAIResponsesModel("m", api_key=KEY)
+    with pytest.raises(BadRequestError) as info:
+        model.map_completion({"object": "response", "status": "failed", "output": [],
+                              "error": {"code": "invalid_prompt", "message": "flagged"}})
+    assert str(info.value).startswith("the server answered with an error: flagged")
+
+
 @pytest.mark.parametrize("provider", PROVIDERS)
 async def test_a_streamed_request_answered_whole_is_read_as_the_answer(provider: str) -> None:
     """A server or proxy that ignores ``stream``: its whole answer is the answer, its text one delta."""

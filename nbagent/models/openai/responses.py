@@ -24,6 +24,7 @@ this package's `_sdk_model`, `_responses_wire`, `_responses_stream`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -152,7 +153,7 @@ class OpenAIResponsesModel(OpenAISDKModel):
     def map_completion(self, raw: Any) -> ModelResponse:
         """Map a whole response (its JSON dict, or the SDK's ``Response``) to a `ModelResponse`."""
         data = raw if isinstance(raw, dict) else raw.to_dict()
-        return response_answer(data, self.stream_error, self.provider)
+        return response_answer(data, functools.partial(self.stream_error, in_stream=False), self.provider)
 
     # ------------------------------------------------------------------ native compaction
     async def compact(self, request: ModelRequest) -> ModelResponse:
