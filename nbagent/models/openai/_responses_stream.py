@@ -21,6 +21,7 @@ Not the SDK client, `_errors` or the model.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any
 
@@ -77,6 +78,16 @@ def _finish(status: Any, incomplete: Any, calls: list[ToolCall]) -> str | None:
     return status if isinstance(status, str) else None
 
 
+def _arguments(value: Any) -> str:
+    """A function call's ``arguments`` as the JSON text a `ToolCall` keeps: the string the API
+    sends, or any other JSON value serialised as it came (an object from a server that sends
+    one; an array or a number, which the tool layer then refuses as invalid arguments); "{}"
+    only when there are none."""
+    if isinstance(value, str):
+        return value
+    return "{}" if value is None else json.dumps(value)
+
+
 def answer_from_items(items: list[dict[str, Any]], response: dict[str, Any]) -> ModelResponse:
     """The `ModelResponse` of a response's output `items` (kept whole, in order, on the message)
     and its status, usage, model and id (`response`)."""
@@ -89,9 +100,8 @@ def answer_from_items(items: list[dict[str, Any]], response: dict[str, Any]) -> 
         if kind == "message":
             _message_parts(item, texts, refusals)
         elif kind == "function_call":
-            args = item.get("arguments")
             calls.append(ToolCall(str(item.get("call_id") or item.get("id") or ""), str(item.get("name") or ""),
-                                  args if isinstance(args, str) else "{}"))
+                                  _arguments(item.get("arguments"))))
         elif kind == "reasoning":
             summary = _summary_text(item)
             if summary:
@@ -140,20 +150,38 @@ class _Streamed:
 
     def answer(self) -> ModelResponse:
         response = self.response or {}
-        if self.done:
-            items = [self.done[i] for i in sorted(self.done)]
-        else:
-            items = [dict(i) for i in response.get("output") or () if isinstance(i, dict)]
-        answer = answer_from_items(items, response)
+        answer = answer_from_items(reconciled(self.done, response.get("output")), response)
         answer.request_id = self.request_id or answer.request_id
         return answer
+
+
+def reconciled(done: dict[int, dict[str, Any]], output: Any) -> list[dict[str, Any]]:
+    """The answer's items, in order: each output index's item as its ``response.output_item.done``
+    event carried it, else as the final response's ``output`` carries it at that index (a done
+    event that never came loses no item the server says it sent); an ``output`` item already
+    among the done ones (same id) is not taken twice."""
+    final = [dict(i) if isinstance(i, dict) else None for i in output] if isinstance(output, list) else []
+    if not done:
+        return [i for i in final if i is not None]
+    ids = {i.get("id") for i in done.values() if i.get("id")}
+    items = []
+    for index in range(max(max(done) + 1, len(final))):
+        item = done.get(index)
+        if item is None and index < len(final):
+            item = final[index]
+            if item is not None and item.get("id") in ids:
+                item = None
+        if item is not None:
+            items.append(item)
+    return items
 
 
 def _as_dict(obj: Any) -> dict[str, Any]:
     if isinstance(obj, dict):
         return obj
     to_dict = getattr(obj, "to_dict", None)
-    return to_dict() if to_dict is not None else dict(obj)  # type: ignore[no-any-return]
+    # warnings off: a field of another type than the SDK's model says (arguments as an object) is kept as it came
+    return to_dict(warnings=False) if to_dict is not None else dict(obj)  # type: ignore[no-any-return]
 
 
 async def response_stream_items(  # Size: the per-event loop, kept in one function
