@@ -15,8 +15,6 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -26,6 +24,7 @@ from nbagent.messages import UserMessage
 from nbagent.models.base import ModelRequest, ModelResponse
 from nbagent.models.openai import OpenAIResponsesModel
 from nbagent.models.openai import responses as responses_module
+from tests.loopback import streaming
 from tests.wire.replay_server import RESPONSES_CASES_DIR, ReplayServer, all_cases, split_sse_events
 
 KEY = "sk-responses-reader-0123456789abcdef"
@@ -82,42 +81,9 @@ async def test_both_readers_fail_alike_on_a_broken_stream(server: Any, sdk_strea
 
 
 # ----------------------------------------------------------------------------- bytes as a server sends them
-def serve_chunks(chunks: list[bytes], headers: dict[str, str] | None = None) -> ThreadingHTTPServer:
-    """A server on 127.0.0.1 answering every POST with `chunks`, each written and flushed on its own."""
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            for key, value in (headers or {}).items():
-                self.send_header(key, value)
-            self.send_header("Transfer-Encoding", "chunked")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for chunk in chunks:
-                if chunk:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    return srv
-
-
 async def items_from(chunks: list[bytes], headers: dict[str, str] | None = None, sdk_stream: bool = False) -> list[Any]:
-    srv = serve_chunks(chunks, headers)
-    try:
-        return await items_of(f"http://127.0.0.1:{srv.server_address[1]}/v1", sdk_stream)
-    finally:
-        srv.shutdown()
-        srv.server_close()
+    with streaming(chunks, headers) as url:
+        return await items_of(url + "/v1", sdk_stream)
 
 
 def _split(data: bytes, sizes: list[int]) -> list[bytes]:
