@@ -5,10 +5,6 @@
 as ``(content_type, body, headers)``, the status of one given as ``(content_type, body, headers,
 status)``); after the last one it keeps giving the last. ``url`` is ``http://127.0.0.1:<port>``.
 ``seen``, when given, gets each request's path, in order.
-
-``with streaming(chunks, headers) as url:`` answers each POST with an event stream sent in
-`chunks` (``Transfer-Encoding: chunked``), each written and flushed on its own, as a server or
-proxy may cut it anywhere.
 """
 
 from __future__ import annotations
@@ -47,6 +43,9 @@ def answering(*replies: tuple[Any, ...], seen: list[str] | None = None) -> Itera
 
 @contextlib.contextmanager
 def streaming(chunks: list[bytes], headers: dict[str, str] | None = None) -> Iterator[str]:
+    """``with streaming(chunks, headers) as url:`` answers each POST with an event stream sent in
+    `chunks` (``Transfer-Encoding: chunked``, and `headers`), each written and flushed on its own,
+    as a server or proxy may cut it anywhere."""
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 

@@ -25,7 +25,7 @@ __all__ = ["json_events"]
 
 
 def _data(block: bytes) -> bytes | None:
-    """The data of one event (its ``data:`` lines joined by ``\n``), or None when it has none."""
+    """The data of one event (its ``data:`` lines joined by ``\\n``), or None when it has none."""
     if block.startswith(b"data:"):
         at = 5
     else:
@@ -57,7 +57,7 @@ async def json_events(chunks: AsyncIterator[bytes], provider: str | None = None)
     """
     loads = json.loads
     pending: list[bytes] = []  # the pieces of an event not ended yet
-    held = False  # the last chunk ended with "\r": maybe the first half of a "\r\n"
+    held = False  # the last chunk ended with a CR: maybe the first half of a CRLF
     async for chunk in chunks:
         if held:
             chunk = b"\r" + chunk

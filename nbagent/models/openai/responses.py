@@ -78,7 +78,7 @@ class OpenAIResponsesModel(OpenAISDKModel):
         sdk_stream: read a streamed answer as the ``openai`` SDK's parsed events
             (``responses.create(stream=True)``) instead of nbagent's own reader of the stream's
             bytes (`models._sse.json_events`, the default). The same answer either way; the SDK's
-            events cost about thirty times as much kernel CPU per delta (bench/README.md, "Fast
+            events cost five to six times as much kernel CPU per delta (bench/README.md, "Fast
             paths"). For a server whose stream nbagent's reader does not read right.
         provider, settings, timeout, max_retries, client, http_client, deadline, context_window:
             as for `OpenAIModel` (both are `OpenAISDKModel`s); `settings` are ``responses.create``'s
