@@ -3,8 +3,9 @@
 Owns `Deadline` (one timer per call, which the call marks around its awaits of the server),
 `within` (one awaited request under a deadline, the SDK's failure mapped to nbagent's error) and
 `read_within` (a started stream's items under a deadline, the stream closed however the reading
-ends, the event loop given its turn at least every `YIELD_AFTER`). `HTTPModel` makes one `Deadline` per request (``OpenAIModel(deadline=...)``,
-``AnthropicModel(deadline=...)``) and passes its error mapping in.
+ends, the event loop given its turn at least every `YIELD_AFTER`). `HTTPModel` makes one
+`Deadline` per request (``OpenAIModel(deadline=...)``, ``AnthropicModel(deadline=...)``) and
+passes its error mapping in.
 
 Every error leaves these functions from outside an ``except`` block, so neither ``__cause__`` nor
 ``__context__`` holds the SDK exception, whose request carries the API key's header.

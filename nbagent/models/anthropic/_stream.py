@@ -257,15 +257,15 @@ class _StreamAssembler:
         return self.response()
 
     def handle(self, event: Any) -> str | None:
-        """Take one event; returns the text or `ReasoningText` delta it carries, if any."""
-        if not _is_object(event):
-            raise malformed("stream", "event", event, "an object")
+        """Take one event; returns the text or `ReasoningText` delta it carries, if any. (The
+        shape checks of a delta event cost nothing until one fails: a delta that is no object has
+        no known ``type``, an event that is no object no ``type`` at all.)"""
         kind = field(event, "type")
         if kind == "content_block_delta":
-            delta = field(event, "delta")
-            if not _is_object(delta):
-                raise malformed(kind, "delta", delta, "an object")
-            return self._delta(_index(event, kind), delta)
+            index = field(event, "index")
+            if type(index) is not int:  # a bool is no index either
+                raise malformed(kind, "index", index, "an integer")
+            return self._delta(index, field(event, "delta"))
         if kind == "content_block_start":
             block = field(event, "content_block")
             if not _is_object(block) or not isinstance(field(block, "type"), str):
@@ -288,7 +288,9 @@ class _StreamAssembler:
             self.merge_usage(field(event, "usage"))
         elif kind == "message_stop":
             self.stopped = True
-        # ping, content_block_stop: nothing to do
+        elif kind is None and not _is_object(event):
+            raise malformed("stream", "event", event, "an object")
+        # ping, content_block_stop, an event type not known yet: nothing to do
         return None
 
     def _delta(self, index: int, delta: Any) -> str | None:
@@ -314,6 +316,8 @@ class _StreamAssembler:
             block.signature.append(_text(delta, "signature", "content_block_delta", "delta"))
         elif dkind == "citations_delta":
             block.citations.append(field(delta, "citation"))  # kept only to send a paused turn back
+        elif not _is_object(delta):
+            raise malformed("content_block_delta", "delta", delta, "an object")
         # other deltas carry nothing nbagent keeps
         return None
 
