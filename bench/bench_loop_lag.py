@@ -174,24 +174,26 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--deltas", type=int, default=4000)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("-r", "--recordings", default=",".join(RECORDINGS), help="which, comma-separated")
     ap.add_argument("--json", action="store_true", help="also print the numbers as one JSON line")
     a = ap.parse_args(argv)
+    chosen = a.recordings.split(",")
     from jupyter_client.manager import KernelManager
 
-    servers = {name: serve(delta_stream(name, a.deltas)) for name in RECORDINGS}
+    servers = {name: serve(delta_stream(name, a.deltas)) for name in chosen}
     manager = KernelManager(kernel_name="python3", transport="ipc")  # a local socket file, no TCP port
     manager.start_kernel(cwd=str(ROOT))
     client = manager.client()
     client.start_channels()
     client.wait_for_ready(timeout=120)
-    results: dict[str, list[dict[str, Any]]] = {name: [] for name in RECORDINGS}
+    results: dict[str, list[dict[str, Any]]] = {name: [] for name in chosen}
     try:
         run_in_kernel(client, "import nbagent.widgets, nbagent.models.openai, nbagent.models.anthropic\nmodels = {}")
-        for name in RECORDINGS:  # the models, and a warm-up run each: imports, the client, the connection
+        for name in chosen:  # the models, and a warm-up run each: imports, the client, the connection
             run_in_kernel(client, SETUP.format(url=servers[name][1], key=KEY, model=RECORDINGS[name][3], name=name))
             run_in_kernel(client, CELL.format(name=name))
         for _ in range(a.runs):
-            for name in RECORDINGS:
+            for name in chosen:
                 found = run_in_kernel(client, CELL.format(name=name))
                 assert found["status"] == "completed" and found["deltas"] == a.deltas, (name, found)
                 results[name].append(found)
