@@ -100,6 +100,9 @@ class ModelCallUsage:
     0 (nothing was spent), and `recorded_cost` holds what the recorded call cost."""
     recorded_cost: float | None = None
     """For a replayed call: the recorded call's price (USD; None when unknown or not replayed)."""
+    batch: bool = False
+    """True for a call answered through a provider's batch API (``agent.map(..., batch_api=True)``,
+    docs/batch_api.md): its cost columns are at the batch price (`nbagent.pricing.price_row`)."""
 
     @property
     def total_tokens(self) -> int:

@@ -54,6 +54,7 @@ USAGE_SCHEMA: dict[str, str] = {
     "purpose": "category",
     "replayed": "bool",
     "recorded_cost": "float64",
+    "batch": "bool",
 }
 """Column -> dtype of the usage frame, in column order. Repeated strings are categoricals
 (small, fast to group by, and they round-trip through parquet)."""
@@ -68,6 +69,7 @@ _DEFAULTS: dict[str, Any] = {
     "purpose": "run",
     "replayed": False,
     "recorded_cost": np.nan,
+    "batch": False,
     "latency_s": np.nan,
     "cost_input": np.nan,
     "cost_output": np.nan,

@@ -72,6 +72,9 @@ class ModelResponse:
     replayed: bool = False
     """True for an answer taken from a recording (`nbagent.models.replay`): its usage row is
     marked ``replayed`` and costs 0."""
+    batch: bool = False
+    """True for an answer read from a provider's batch (``agent.map(..., batch_api=True)``): its
+    usage row is marked ``batch`` and priced at the batch price."""
 
 
 class ReasoningText(str):

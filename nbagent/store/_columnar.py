@@ -57,6 +57,7 @@ USAGE_KINDS: dict[str, str] = {
     "reasoning_tokens": "q", "latency_s": "d", "finish_reason": "s", "tool_calls": "q",
     "cost_input": "d", "cost_output": "d", "cost_total": "d", "currency": "s", "usage_reported": "B",
     "purpose": "s", "context": "s", "replayed": "B", "recorded_cost": "d",
+    "batch": "B",
 }
 """Column -> how it is held: ``"q"`` int64, ``"d"`` float64 (None is NaN: a missing cost and a
 NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (one byte),

@@ -22,11 +22,11 @@ USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
     "cache_write_tokens", "output_tokens", "reasoning_tokens", "latency_s", "finish_reason",
     "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported", "purpose",
-    "context", "replayed", "recorded_cost",
+    "context", "replayed", "recorded_cost", "batch",
 )
 """The usage table's data columns, in `ModelCallUsage` field order (format 1's, ``purpose``,
-which a format 1 or 2 file gets when it is opened, and ``context``, which a format 1 to 3 file
-gets: `_migrate`)."""
+which a format 1 or 2 file gets when it is opened, ``context``, which a format 1 to 3 file
+gets: `_migrate`, and ``batch``, which any file without it gets: `_add_batch_now`)."""
 
 _USAGE_TYPES = {
     "run_id": "TEXT", "thread": "TEXT", "step": "INTEGER", "time": "REAL", "provider": "TEXT",
@@ -35,6 +35,7 @@ _USAGE_TYPES = {
     "latency_s": "REAL", "finish_reason": "TEXT", "tool_calls": "INTEGER", "cost_input": "REAL",
     "cost_output": "REAL", "cost_total": "REAL", "currency": "TEXT", "usage_reported": "INTEGER",
     "purpose": "TEXT DEFAULT 'run'", "context": "TEXT", "replayed": "INTEGER DEFAULT 0", "recorded_cost": "REAL",
+    "batch": "INTEGER DEFAULT 0",
 }
 
 _SCHEMA = f"""
@@ -279,6 +280,8 @@ def check_schema(conn: sqlite3.Connection, path: Path) -> None:
         _migrate(conn)
     elif "recordings" not in tables:
         _add_replay_now(conn)
+    if "batch" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:
+        _add_batch_now(conn)
 
 
 def _schema_names(conn: sqlite3.Connection) -> set[str]:
@@ -386,6 +389,23 @@ def _add_replay_now(conn: sqlite3.Connection) -> None:
     conn.execute("BEGIN IMMEDIATE")
     try:
         _add_replay(conn)
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+
+
+def _add_batch_now(conn: sqlite3.Connection) -> None:
+    """The usage table gets ``batch`` (`ModelCallUsage.batch`; 0 in the rows already there), in a
+    transaction of its own. No format change: an older nbagent writes its rows with their columns
+    named (``batch`` takes its default) and reads the columns it knows. Its chunks, and the
+    chunks packed before the column existed, lack it and are read from the usage rows instead
+    (`_columnar.decode_chunk`): an older nbagent may pack rows a newer one marked."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if "batch" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:  # another process?
+            conn.execute(f"ALTER TABLE usage ADD COLUMN batch {_USAGE_TYPES['batch']}")
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:

@@ -1,0 +1,99 @@
+"""The ``batch`` usage column: a model call answered through a provider's batch API is marked and
+priced at the batch price, in every store and every frame (docs/batch_api.md)."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import nbagent
+from nbagent.pricing import BATCH_DISCOUNT, price_row
+from nbagent.store import MemoryStore, PostgresStore, SQLiteStore, Store
+from nbagent.store._columnar import USAGE_FIELDS
+from nbagent.usage import ModelCallUsage
+
+NOW = time.time()
+
+
+def call(step: int, model: str = "gpt-4o-mini", provider: str = "openai", batch: bool = False,
+         prices: Any = None) -> ModelCallUsage:
+    row = ModelCallUsage("run_1", "t", step, NOW, provider, model, input_tokens=1_000_000,
+                         output_tokens=200_000, batch=batch)
+    price_row(row, prices)
+    return row
+
+
+# ------------------------------------------------------------------------------------ prices
+@pytest.mark.parametrize(("model", "provider"), [("gpt-4o-mini", "openai"), ("claude-sonnet-4-5", "anthropic")])
+def test_a_batch_row_costs_half_at_genai_prices_batch_price(model: str, provider: str) -> None:
+    live, batch = call(1, model, provider), call(1, model, provider, batch=True)
+    assert live.cost_total and batch.batch and not live.batch
+    assert batch.cost_total == pytest.approx(live.cost_total / 2)
+    assert (batch.cost_input, batch.cost_output) == pytest.approx((live.cost_input / 2, live.cost_output / 2))
+
+
+def test_a_model_without_a_batch_price_and_your_own_prices_pay_the_documented_half() -> None:
+    live, batch = call(1, "deepseek-chat", "deepseek"), call(1, "deepseek-chat", "deepseek", batch=True)
+    assert live.cost_total and batch.cost_total == pytest.approx(live.cost_total * BATCH_DISCOUNT)
+    mine = {"mine": {"input": 1.0, "output": 2.0}}
+    assert call(1, "mine", "x", prices=mine).cost_total == pytest.approx(1.4)
+    assert call(1, "mine", "x", batch=True, prices=mine).cost_total == pytest.approx(0.7)
+    assert call(1, "m", "local", batch=True).cost_total == 0.0
+
+
+def test_batch_is_the_last_usage_field_and_old_dicts_read_false() -> None:
+    assert USAGE_FIELDS[-1] == "batch"
+    data = call(1, batch=True).to_dict()
+    assert ModelCallUsage.from_dict(data).batch is True
+    del data["batch"]
+    assert ModelCallUsage.from_dict(data).batch is False
+
+
+# ------------------------------------------------------------------------------------ stores
+KINDS = ["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+
+
+@pytest.fixture(params=KINDS)
+async def store(request: pytest.FixtureRequest, tmp_path: Path):  # type: ignore[no-untyped-def]
+    made: Store
+    if request.param == "memory":
+        made = MemoryStore()
+    elif request.param == "sqlite":
+        made = SQLiteStore(tmp_path / "threads.db")
+    else:
+        made = PostgresStore(request.getfixturevalue("postgres_url"), schema=request.getfixturevalue("pg_schema"))
+    yield made
+    await made.close()
+
+
+async def test_every_store_keeps_the_batch_flag(store: Store) -> None:
+    rows = [call(1), call(2, batch=True)]
+    await store.append("t", version=0, step=2, usage=rows, meta={"status": "completed"})
+    loaded = await store.load("t")
+    assert loaded is not None and [r.batch for r in loaded.usage] == [False, True]
+    assert (await store.usage_columns("t"))["batch"] == [False, True]
+    frame = nbagent.usage_frame(store)
+    assert frame["batch"].dtype == bool and frame["batch"].tolist() == [False, True]
+    assert frame.groupby("batch")["cost_total"].sum()[True] == pytest.approx(frame["cost_total"][0] / 2)
+
+
+async def test_a_sqlite_file_from_before_the_column_gains_it(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    store = SQLiteStore(path)
+    await store.append("t", version=0, step=1, usage=[call(1)], meta={"status": "completed"})
+    await store.usage_columns()  # packs nothing yet (few rows), but the read path is warm
+    await store.close()
+    with sqlite3.connect(path) as conn:  # as an nbagent before the column wrote it
+        conn.execute("ALTER TABLE usage DROP COLUMN batch")
+    store = SQLiteStore(path)
+    loaded = await store.load("t")
+    assert loaded is not None and [r.batch for r in loaded.usage] == [False]
+    await store.append("t", version=loaded.version, step=2, usage=[call(2, batch=True)])
+    assert (await store.usage_columns("t"))["batch"] == [False, True]
+    await store.close()
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT batch FROM usage ORDER BY id").fetchall() == [(0,), (1,)]
