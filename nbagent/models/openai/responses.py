@@ -138,6 +138,12 @@ class OpenAIResponsesModel(OpenAISDKModel):
     def _resource(self, client: AsyncOpenAI) -> Any:
         return client.responses
 
+    def batch_wire(self) -> Any:
+        """OpenAI's Batch API for the Responses API (``agent.map(..., batch_api=True)``)."""
+        from ._batch import OpenAIBatchWire
+
+        return OpenAIBatchWire(self, "/v1/responses")
+
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
         """`_responses_stream.response_stream_items` over the SDK's events."""
