@@ -537,7 +537,9 @@ class Agent(Generic[OutputT]):
         """Run `sample` of the rows and forecast the whole batch: an `nbagent.evals.Forecast` of
         its tokens, cost (low, mid, high) and wall time at the batch's concurrency. The sampled
         rows are the batch's own threads, so the real `map` afterwards skips them. The same as
-        ``agent.map(inputs, dry_run=True)``. See docs/evals.md.
+        ``agent.map(inputs, dry_run=True)``. With ``batch_api=True`` the sample runs live and the
+        forecast also gives the cost at the batch price and the rounds (``Forecast.batch_cost``,
+        ``Forecast.rounds``; docs/batch_api.md). See docs/evals.md.
         """
         from .evals import estimate
 

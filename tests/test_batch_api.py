@@ -25,11 +25,11 @@ import pytest
 import nbagent
 from nbagent import Agent, Decisions, tool
 from nbagent.exceptions import UserError
-from nbagent.models import FallbackModel, FunctionModel
+from nbagent.models import FallbackModel, FunctionModel, WrappedModel, record
 from nbagent.models.anthropic import AnthropicModel
 from nbagent.models.openai import OpenAIModel, OpenAIResponsesModel
 from nbagent.pricing import price_row
-from nbagent.store import PostgresStore, SQLiteStore
+from nbagent.store import MemoryStore, PostgresStore, SQLiteStore
 from tests.wire.batch_server import (
     BatchServer,
     RequestError,
@@ -402,3 +402,52 @@ def test_errors_of_other_kinds_from_a_scripted_responder() -> None:
     with BatchServer(script(RequestExpired()), polls=0) as server:
         frame = run_map(agent_for("responses", server)[0], ["x"])
     assert frame["status"][0] == "expired"
+
+
+# ------------------------------------------------------------------------------------ wrappers, forecast
+class Counting(WrappedModel):
+    """A user's wrapper: counts the requests, overrides nothing else."""
+
+    def __init__(self, inner: Any) -> None:
+        super().__init__(inner)
+        self.asked: list[int] = []
+
+    async def request(self, request: Any) -> Any:
+        self.asked.append(request.step)
+        return await self.inner.request(request)
+
+
+def test_a_users_wrapper_and_record_run_in_front_of_the_batch() -> None:
+    with BatchServer(polls=0) as server:
+        wrapper = Counting(record(model_for("chat", server)))
+        agent, weather = agent_for("chat", server, store=MemoryStore())
+        agent.model = wrapper
+        frame = run_map(agent, CITIES)
+        assert frame["status"].tolist() == ["completed"] * 3 and steps_of(server) == [[0, 0, 0], [1, 1, 1]]
+        assert sorted(wrapper.asked) == [1, 1, 1, 2, 2, 2]  # the wrapper's own request ran, then the batch
+        recorded = asyncio.run(agent.store.recordings())
+        assert len(recorded) == 6 and {r["thread"] for r in recorded} == set(frame["thread"])
+
+
+def test_estimate_with_batch_api_gives_the_batch_price_and_rounds_beside_the_live_forecast() -> None:
+    from tests.wire.scripted_server import ScriptedServer
+
+    @tool
+    def lookup(row: str) -> str:
+        """Look the row up.
+
+        Args:
+            row: the row.
+        """
+        return f"found {row}"
+
+    with ScriptedServer() as live:
+        agent = Agent(OpenAIModel("gpt-4o-mini", base_url=live.base_url, api_key=KEY), tools=[lookup],
+                      store="memory")
+        forecast = agent.estimate([f"question {i}" for i in range(10)], sample=3, batch_api=True)
+    assert forecast.batch_cost is not None and forecast.rounds == 2
+    assert forecast.batch_cost == pytest.approx(tuple(c / 2 for c in forecast.cost))
+    assert "; batch API: $" in repr(forecast) and "2 rounds of up to 24 h" in repr(forecast)
+    assert "cost, batch API" in forecast._repr_html_()
+    plain = agent.estimate([f"question {i}" for i in range(10)], sample=3)
+    assert plain.batch_cost is None and "batch API" not in repr(plain)

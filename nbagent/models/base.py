@@ -255,8 +255,10 @@ class WrappedModel(Model):
         return self.inner.recorded_result(call, edited)
 
     def batched(self, rounds: BatchRounds) -> Model | None:
-        """A copy of this wrapper around `inner` batched (so the wrapper's own `request` still
-        runs, in front of the batch), or None when `inner` has no batch API."""
+        """A shallow copy of this wrapper around `inner` batched (so the wrapper's own `request`
+        still runs, in front of the batch), or None when `inner` has no batch API. The copy shares
+        the wrapper's attributes: a list it appends to is the wrapper's, a number it rebinds is
+        the copy's own."""
         inner = self.inner.batched(rounds)
         if inner is None:
             return None
