@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import math
 import os
@@ -184,7 +185,7 @@ def main() -> int:
         print(f"| {r['rounds']} | {r['peak_bytes'] / 1e6:.1f} | {r['peak_kb_per_row']:.1f} | "
               f"{r['peak_kb_per_row_round']:.1f} | {r['frame_bytes']} |")
     growth = [(b["peak_bytes"] - a["peak_bytes"]) / max(1, b["rounds"] - a["rounds"]) / args.memory_rows / 1024
-              for a, b in zip(mem, mem[1:], strict=False)]
+              for a, b in itertools.pairwise(mem)]
     if growth:
         print(f"\nPeak growth per extra round: {', '.join(f'{g:.1f}' for g in growth)} KB per row "
               "(the conversation's own growth: each round adds a tool call, its result and an answer)")

@@ -420,7 +420,7 @@ class Counting(WrappedModel):
 def test_a_users_wrapper_and_record_run_in_front_of_the_batch() -> None:
     with BatchServer(polls=0) as server:
         wrapper = Counting(record(model_for("chat", server)))
-        agent, weather = agent_for("chat", server, store=MemoryStore())
+        agent, _ = agent_for("chat", server, store=MemoryStore())
         agent.model = wrapper
         frame = run_map(agent, CITIES)
         assert frame["status"].tolist() == ["completed"] * 3 and steps_of(server) == [[0, 0, 0], [1, 1, 1]]

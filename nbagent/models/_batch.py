@@ -14,8 +14,8 @@ long its batch takes. The run loop does not learn about batches: a model call si
 long, and the answer carries ``batch=True`` (its usage row is priced at the batch price).
 
 May import: nbagent's exceptions and model base, the models' `_http_errors` (`where`) and
-`_keys` (scrubbing); `_http` imports this module (``HTTPModel.batched``), not the other way. Never an SDK: each provider's wire lives with its SDK
-(``openai/_batch.py``, ``anthropic/_batch.py``).
+`_keys` (scrubbing); `_http` imports this module (``HTTPModel.batched``), not the other way.
+Never an SDK: each provider's wire lives with its SDK (``openai/_batch.py``, ``anthropic/_batch.py``).
 """
 
 from __future__ import annotations
