@@ -209,6 +209,7 @@ class Rounds:
             mine = group.entry.id in self.batches  # submitted by this call, else by an earlier one
             for seat in group.seats:
                 self.status[seat.thread] = "submitted" if mine else "in_progress"
+                seat.line = b""  # sent (now or before): the round keeps no request bodies while it waits
         return list(groups.values())
 
     async def _found(self, group: _Group) -> bool:
