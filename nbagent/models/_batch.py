@@ -32,9 +32,12 @@ from .base import Model, ModelRequest, ModelResponse, WrappedModel
 if TYPE_CHECKING:
     from ._http import HTTPModel
 
-__all__ = ["BatchResult", "BatchRounds", "BatchState", "BatchWire", "BatchedModel", "jsonl_lines", "timestamp"]
+__all__ = ["JSON_OBJECT", "BatchResult", "BatchRounds", "BatchState", "BatchWire", "BatchedModel", "jsonl_lines",
+           "timestamp"]
 
 Outcome = Literal["succeeded", "errored", "expired", "canceled"]
+JSON_OBJECT: Any = dict[str, Any]
+"""What the SDKs' generic ``get`` / ``post`` parse an answer as, to hand it over as plain JSON."""
 
 
 @dataclass(slots=True)
@@ -87,6 +90,10 @@ class BatchWire:
 
     api: str = ""
     """Which API the batch lines go to: ``openai-chat``, ``openai-responses``, ``anthropic-messages``."""
+    batches_path: str = ""
+    """The API's batches, relative to the client's base URL (``/batches``, ``/v1/messages/batches``)."""
+    shown_path: str = ""
+    """The same, as messages name it (``/v1/batches``)."""
     max_requests: int = 50_000
     """Requests one batch may hold (a round with more is split)."""
     max_bytes: int = 190_000_000
@@ -115,6 +122,10 @@ class BatchWire:
         or the provider's error."""
         raise NotImplementedError
 
+    def state(self, raw: dict[str, Any]) -> BatchState:
+        """A batch object the API sent, read."""
+        raise NotImplementedError
+
     async def probe(self) -> None:
         """Check that the server serves this batch API (one cheap listing).
 
@@ -122,14 +133,17 @@ class BatchWire:
             UserError: it does not (the server answered 404 or 405 to the API's path).
             ModelError: it could not be asked (a wrong key, no connection).
         """
-        raise NotImplementedError
+        try:
+            await self._json("get", self.batches_path, options={"params": {"limit": 1}})
+        except ModelError as exc:
+            raise self._refused(exc, f"GET {self.shown_path}") from None
 
     async def submit(self, lines: list[bytes], label: str) -> BatchState:
         """Create one batch of `lines` (each made by `line`), labelled `label` where the API keeps labels."""
         raise NotImplementedError
 
     async def retrieve(self, batch_id: str) -> BatchState:
-        raise NotImplementedError
+        return self.state(await self._json("get", f"{self.batches_path}/{batch_id}"))
 
     async def results(self, state: BatchState) -> list[BatchResult]:
         """The outcome of each request of the ended batch `state` (blank lines, lines out of
@@ -138,7 +152,7 @@ class BatchWire:
         raise NotImplementedError
 
     async def cancel(self, batch_id: str) -> BatchState:
-        raise NotImplementedError
+        return self.state(await self._json("post", f"{self.batches_path}/{batch_id}/cancel"))
 
     async def find(self, label: str, since: float, count: int) -> BatchState | None:
         """The batch nbagent created with `label` at or after `since` (seconds since the epoch)
@@ -147,6 +161,15 @@ class BatchWire:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ shared helpers
+    async def _json(self, method: Literal["get", "post"], path: str, **options: Any) -> Any:
+        """One call of the API through the model's SDK client (its generic ``get`` / ``post``),
+        its JSON answer as it came; a failure raised as the model's error (`_fail`)."""
+        client = await self.model.client()
+        try:
+            return await getattr(client, method)(path, cast_to=JSON_OBJECT, **options)
+        except Exception as exc:
+            raise self._fail(exc) from None
+
     def _fail(self, exc: BaseException) -> BaseException:
         """The error to raise for an exception of a batch call: the model's mapping of it, or itself."""
         mapped = self.model.map_error(exc)

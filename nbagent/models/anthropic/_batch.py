@@ -25,7 +25,6 @@ from ..base import ModelRequest
 
 __all__ = ["AnthropicBatchWire"]
 
-_DICT: Any = dict[str, Any]  # what the SDK's generic get/post parse a JSON object as
 _STATUS = {"invalid_request_error": 400, "authentication_error": 401, "billing_error": 402,
            "permission_error": 403, "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
            "api_error": 500, "timeout_error": 504, "overloaded_error": 529}
@@ -38,6 +37,7 @@ class AnthropicBatchWire(BatchWire):
     api = "anthropic-messages"
     max_requests = 100_000
     max_bytes = 240_000_000  # the API takes 256 MB
+    batches_path = shown_path = "/v1/messages/batches"
 
     def __init__(self, model: Any) -> None:
         super().__init__(model)
@@ -89,40 +89,13 @@ class AnthropicBatchWire(BatchWire):
             status, {"type": "error", "error": inner}, f"the batch could not run {custom_id}"))
 
     # ------------------------------------------------------------------ batch calls
-    async def probe(self) -> None:
-        client = await self.model.client()
-        try:
-            await client.get("/v1/messages/batches", cast_to=_DICT, options={"params": {"limit": 1}})
-        except Exception as exc:
-            raise self._refused(exc, "GET /v1/messages/batches") from None
-
     async def submit(self, lines: list[bytes], label: str) -> BatchState:
         del label  # the API keeps none
-        client = await self.model.client()
         headers = {"content-type": "application/json"}
         if self.betas:
             headers["anthropic-beta"] = ",".join(sorted(self.betas))
         body = b'{"requests":[' + b",".join(lines) + b"]}"
-        try:
-            created = await client.post("/v1/messages/batches", cast_to=_DICT, content=body,
-                                        options={"headers": headers})
-        except Exception as exc:
-            raise self._fail(exc) from None
-        return self.state(created)
-
-    async def retrieve(self, batch_id: str) -> BatchState:
-        client = await self.model.client()
-        try:
-            return self.state(await client.get(f"/v1/messages/batches/{batch_id}", cast_to=_DICT))
-        except Exception as exc:
-            raise self._fail(exc) from None
-
-    async def cancel(self, batch_id: str) -> BatchState:
-        client = await self.model.client()
-        try:
-            return self.state(await client.post(f"/v1/messages/batches/{batch_id}/cancel", cast_to=_DICT))
-        except Exception as exc:
-            raise self._fail(exc) from None
+        return self.state(await self._json("post", self.batches_path, content=body, options={"headers": headers}))
 
     async def results(self, state: BatchState) -> list[BatchResult]:
         url = state.raw.get("results_url") or f"/v1/messages/batches/{state.id}/results"
@@ -135,30 +108,25 @@ class AnthropicBatchWire(BatchWire):
 
     async def find(self, label: str, since: float, count: int) -> BatchState | None:
         del label  # the API keeps none: the batch created then with that many requests, if only one was
-        client = await self.model.client()
         found: list[BatchState] = []
         after: str | None = None
-        try:
-            for _ in range(20):  # newest first: 2,000 batches back at most
-                params: dict[str, Any] = {"limit": 100, **({"after_id": after} if after else {})}
-                page = await client.get("/v1/messages/batches", cast_to=_DICT, options={"params": params})
-                older = False
-                for item in page.get("data") or ():
-                    state = self.state(item)
-                    if state.created_at is not None and state.created_at < since - 5:
-                        older = True
-                        break
-                    if state.total == count:
-                        found.append(state)
-                if older or not page.get("has_more") or not page.get("last_id"):
+        for _ in range(20):  # newest first: 2,000 batches back at most
+            params: dict[str, Any] = {"limit": 100, **({"after_id": after} if after else {})}
+            page = await self._json("get", self.batches_path, options={"params": params})
+            older = False
+            for item in page.get("data") or ():
+                state = self.state(item)
+                if state.created_at is not None and state.created_at < since - 5:
+                    older = True
                     break
-                after = page["last_id"]
-        except Exception as exc:
-            raise self._fail(exc) from None
+                if state.total == count:
+                    found.append(state)
+            if older or not page.get("has_more") or not page.get("last_id"):
+                break
+            after = page["last_id"]
         return found[0] if len(found) == 1 else None
 
     def state(self, raw: dict[str, Any]) -> BatchState:
-        """A batch object read."""
         status = str(raw.get("processing_status") or "")
         counts = {k: int(v or 0) for k, v in (raw.get("request_counts") or {}).items()}
         return BatchState(str(raw.get("id") or ""), status, status == "ended", counts,

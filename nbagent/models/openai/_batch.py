@@ -25,7 +25,6 @@ from ..base import ModelRequest
 __all__ = ["OpenAIBatchWire"]
 
 _ENDED = ("completed", "failed", "expired", "cancelled")
-_DICT: Any = dict[str, Any]  # what the SDK's generic get/post parse a JSON object as
 _LABEL = "nbagent_label"
 """The metadata key of nbagent's label on a batch."""
 
@@ -35,6 +34,8 @@ class OpenAIBatchWire(BatchWire):
 
     max_requests = 50_000
     max_bytes = 190_000_000  # the API takes 200 MB
+    batches_path = "/batches"  # the client's base URL ends in /v1
+    shown_path = "/v1/batches"
 
     def __init__(self, model: Any, endpoint: str) -> None:
         super().__init__(model)
@@ -76,38 +77,15 @@ class OpenAIBatchWire(BatchWire):
             500, fault, f"the batch could not run {custom_id}"))
 
     # ------------------------------------------------------------------ batch calls
-    async def probe(self) -> None:
-        client = await self.model.client()
-        try:
-            await client.get("/batches", cast_to=_DICT, options={"params": {"limit": 1}})
-        except Exception as exc:
-            raise self._refused(exc, "GET /v1/batches") from None
-
     async def submit(self, lines: list[bytes], label: str) -> BatchState:
         client = await self.model.client()
-        data = b"\n".join(lines) + b"\n"
         try:
-            uploaded = await client.files.create(file=(f"{label}.jsonl", data), purpose="batch")
-            created = await client.post("/batches", cast_to=_DICT, body={
-                "input_file_id": uploaded.id, "endpoint": self.endpoint, "completion_window": "24h",
-                "metadata": {_LABEL: label}})
+            uploaded = await client.files.create(file=(f"{label}.jsonl", b"\n".join(lines) + b"\n"), purpose="batch")
         except Exception as exc:
             raise self._fail(exc) from None
-        return self.state(created)
-
-    async def retrieve(self, batch_id: str) -> BatchState:
-        client = await self.model.client()
-        try:
-            return self.state(await client.get(f"/batches/{batch_id}", cast_to=_DICT))
-        except Exception as exc:
-            raise self._fail(exc) from None
-
-    async def cancel(self, batch_id: str) -> BatchState:
-        client = await self.model.client()
-        try:
-            return self.state(await client.post(f"/batches/{batch_id}/cancel", cast_to=_DICT))
-        except Exception as exc:
-            raise self._fail(exc) from None
+        return self.state(await self._json("post", "/batches", body={
+            "input_file_id": uploaded.id, "endpoint": self.endpoint, "completion_window": "24h",
+            "metadata": {_LABEL: label}}))
 
     async def results(self, state: BatchState) -> list[BatchResult]:
         raw = state.raw
@@ -128,27 +106,22 @@ class OpenAIBatchWire(BatchWire):
             raise self._fail(exc) from None
 
     async def find(self, label: str, since: float, count: int) -> BatchState | None:
-        client = await self.model.client()
         after: str | None = None
-        try:
-            for _ in range(20):  # newest first: 2,000 batches back at most
-                params: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}
-                page = await client.get("/batches", cast_to=_DICT, options={"params": params})
-                for item in page.get("data") or ():
-                    state = self.state(item)
-                    if state.label == label:
-                        return state
-                    if state.created_at is not None and state.created_at < since - 300:
-                        return None
-                if not page.get("has_more") or not page.get("last_id"):
+        for _ in range(20):  # newest first: 2,000 batches back at most
+            params: dict[str, Any] = {"limit": 100, **({"after": after} if after else {})}
+            page = await self._json("get", "/batches", options={"params": params})
+            for item in page.get("data") or ():
+                state = self.state(item)
+                if state.label == label:
+                    return state
+                if state.created_at is not None and state.created_at < since - 300:
                     return None
-                after = page["last_id"]
-        except Exception as exc:
-            raise self._fail(exc) from None
+            if not page.get("has_more") or not page.get("last_id"):
+                return None
+            after = page["last_id"]
         return None
 
     def state(self, raw: dict[str, Any]) -> BatchState:
-        """A batch object read."""
         status = str(raw.get("status") or "")
         counts = raw.get("request_counts") or {}
         total, done, failed = (int(counts.get(k) or 0) for k in ("total", "completed", "failed"))
