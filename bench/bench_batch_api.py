@@ -89,12 +89,13 @@ def make_agent(base_url: str, store: Path) -> Any:
     return Agent(model, tools=[lookup], store=str(store), max_steps=50)
 
 
-def timed(agent: Any, rows: list[str], prefix: str, batch: bool, memory: bool = False) -> dict[str, Any]:
+def timed(agent: Any, rows: list[str], prefix: str, batch: bool, memory: bool = False,
+          concurrency: int = 32) -> dict[str, Any]:
     options: dict[str, Any] = {"thread_prefix": prefix, "progress": False}
     if batch:
         options.update(batch_api=True, poll_s=0.01)
     else:
-        options.update(concurrency=32)
+        options.update(concurrency=concurrency)
     gc.collect()
     if memory:
         tracemalloc.start()
@@ -134,8 +135,21 @@ def speed(rows_n: int, workdir: Path) -> dict[str, Any]:
     return out
 
 
+def stepping(steps: int) -> Any:
+    """A fake model (no HTTP) answering as `responder` does: the live baseline of the memory table."""
+    from nbagent.models import FunctionModel, tool_call
+
+    def answer(messages: Any, info: Any) -> Any:
+        prompt = messages[0].content
+        done = sum(1 for m in messages if m.kind == "tool-result")
+        return tool_call("lookup", row=f"{prompt} #{done}") if done < steps - 1 else f"answer to {prompt}"
+
+    return FunctionModel(answer)
+
+
 def memory(rows_n: int, steps_list: list[int], workdir: Path) -> list[dict[str, Any]]:
-    """Peak Python memory of maps whose rows take 2, 4, 8 ... steps (as many rounds)."""
+    """Peak Python memory of maps whose rows take 2, 4, 8 ... steps (as many rounds), through the
+    batch API and live (a fake model, every row at once, as the rounds hold them)."""
     out = []
     rows = [f"question {i}" for i in range(rows_n)]
     for steps in steps_list:
@@ -147,12 +161,15 @@ def memory(rows_n: int, steps_list: list[int], workdir: Path) -> list[dict[str, 
             result = timed(agent, rows, f"mem-{steps}", True, memory=True)
         finally:
             stop(batch)
+        agent.model = stepping(steps)
+        live = timed(agent, rows, f"mem-live-{steps}", False, memory=True, concurrency=rows_n)
         result["rounds"] = steps
+        result["live_peak_bytes"] = live["peak_bytes"]
         result["peak_kb_per_row"] = result["peak_bytes"] / rows_n / 1024
         result["peak_kb_per_row_round"] = result["peak_kb_per_row"] / steps
         out.append(result)
-        print(f"== {steps} rounds: peak {result['peak_bytes'] / 1e6:.1f} MB, frame {result['frame_bytes']} bytes",
-              flush=True)
+        print(f"== {steps} rounds: peak {result['peak_bytes'] / 1e6:.1f} MB (live {live['peak_bytes'] / 1e6:.1f} MB), "
+              f"frame {result['frame_bytes']} bytes", flush=True)
     return out
 
 
@@ -179,16 +196,20 @@ def main() -> int:
         goal = "" if name == "live" else (" ok" if x <= GOAL else f" (goal <= {GOAL})")
         print(f"| {name} | {r['cpu_ms_per_step']:.2f} | {r['cpu_s']:.2f} | {r['wall_s']:.2f} | {x:.2f}{goal} |")
     print(f"\n### Memory: {args.memory_rows} rows through the batch API, rows of 2 to {steps_list[-1]} steps\n")
-    print("| rounds | peak MB | peak KB per row | peak KB per row and round | frame bytes |")
-    print("|---|---|---|---|---|")
+    print("| rounds | peak MB | peak KB per row | peak KB per row and round | live peak MB | frame bytes |")
+    print("|---|---|---|---|---|---|")
     for r in mem:
         print(f"| {r['rounds']} | {r['peak_bytes'] / 1e6:.1f} | {r['peak_kb_per_row']:.1f} | "
-              f"{r['peak_kb_per_row_round']:.1f} | {r['frame_bytes']} |")
-    growth = [(b["peak_bytes"] - a["peak_bytes"]) / max(1, b["rounds"] - a["rounds"]) / args.memory_rows / 1024
-              for a, b in itertools.pairwise(mem)]
-    if growth:
-        print(f"\nPeak growth per extra round: {', '.join(f'{g:.1f}' for g in growth)} KB per row "
-              "(the conversation's own growth: each round adds a tool call, its result and an answer)")
+              f"{r['peak_kb_per_row_round']:.1f} | {r['live_peak_bytes'] / 1e6:.1f} | {r['frame_bytes']} |")
+
+    def growth(key: str) -> str:
+        return ", ".join(f"{(b[key] - a[key]) / max(1, b['rounds'] - a['rounds']) / args.memory_rows / 1024:.1f}"
+                         for a, b in itertools.pairwise(mem))
+
+    if len(mem) > 1:
+        print(f"\nPeak growth per extra round, KB per row: {growth('peak_bytes')} through the batch API, "
+              f"{growth('live_peak_bytes')} live (the conversation's own growth: each step adds a tool call and "
+              "its result)")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out = Path(args.json) if args.json else ROOT / "bench" / "results" / f"batch-api-{stamp}.json"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -148,13 +148,17 @@ class Rounds:
         self._moved(len(tasks))
         if not tasks:
             return []
+        ended = False
         try:
             await self._drive()
+            ended = True
         finally:
             for task in tasks:
                 if not task.done():
                     task.cancel()  # wait=False, an Interrupt or a failure: the runs end "cancelled"
             await asyncio.wait(tasks)
+            if not ended:  # a row stopped right after its handover may not have stored its answer:
+                self._taken.clear()  # its batch stays in the record, to be read again
             await asyncio.shield(self._save())
         return [_outcome(task) for task in tasks]
 
