@@ -465,7 +465,7 @@ halved = halves.map(cities, batch_api=True, poll_s=0.2)     # a progress bar per
 halved[["status", "output", "steps", "cost"]]'''),
         ("md", """Two rounds, one batch each: every row's tool call, then its answer. Each step is the thread's
 usual step (its commit, its usage row), marked `batch` and priced at the batch price: for
-gpt-4o-mini, $0.075 / $0.30 per million input / output tokens instead of $0.15 / $0.60."""),
+gpt-4o-mini, 0.075 / 0.30 USD per million input / output tokens instead of 0.15 / 0.60."""),
         ("code", '''usage = nbagent.usage_frame(halves)
 print(len(usage), "model calls, all through a batch:", usage["batch"].all())
 print("cost:", nbagent.usage.usd(usage["cost_total"].sum()))'''),

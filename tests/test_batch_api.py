@@ -451,3 +451,19 @@ def test_estimate_with_batch_api_gives_the_batch_price_and_rounds_beside_the_liv
     assert "cost, batch API" in forecast._repr_html_()
     plain = agent.estimate([f"question {i}" for i in range(10)], sample=3)
     assert plain.batch_cost is None and "batch API" not in repr(plain)
+
+
+def test_anthropic_native_context_goes_in_the_lines_and_live_compaction_is_refused() -> None:
+    from nbagent import Compaction
+
+    with BatchServer(polls=0) as server:
+        agent, _ = agent_for("anthropic", server, compaction=Compaction.native())
+        frame = run_map(agent, ["Paris"])
+        assert frame["status"].tolist() == ["completed"]
+        assert all("context_management" in r.body for r in server.requests())  # a request parameter
+        responses, _ = agent_for("responses", server, compaction=Compaction.native())
+        with pytest.raises(UserError, match=r"would call a model live \(Compaction.native\(\) on the Responses"):
+            run_map(responses, ["Paris"])
+        summarized, _ = agent_for("chat", server, compaction=Compaction(summarizer=model_for("chat", server)))
+        with pytest.raises(UserError, match="a summarizer of its own"):
+            run_map(summarized, ["Paris"])

@@ -72,10 +72,13 @@ def _batched(agent: Agent, rounds: Rounds) -> Agent:
             f"batch_api=True needs a model whose provider has a batch API (OpenAIModel, OpenAIResponsesModel or "
             f"AnthropicModel); {model!r} has none. Nothing was submitted; run the map without batch_api=True")
     compaction = agent.compaction
-    if compaction is not None and (compaction.policy == "native" or compaction.summarizer is not None):
+    # Anthropic's native context management is a request parameter (it goes in the batch line);
+    # OpenAI's native compaction and a summarizer of its own are calls of their own, live.
+    if compaction is not None and ((compaction.policy == "native" and model.native_compaction)
+                                   or compaction.summarizer is not None):
         raise UserError("batch_api=True sends every model call through the batch; this agent's compaction would "
-                        "call a model live (Compaction.native(), or a summarizer of its own): use Compaction() "
-                        "with the agent's own model, or none")
+                        "call a model live (Compaction.native() on the Responses API, or a summarizer of its own): "
+                        "use Compaction() with the agent's own model, or none")
     clone = copy.copy(agent)
     clone.model = batched  # Agent.__setattr__: a config of its own
     return clone

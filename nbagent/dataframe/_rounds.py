@@ -398,10 +398,11 @@ class _RoundBar:
         done = min(self.total, sum(v for k, v in counts.items() if k != "processing"))
         if done > self.bar.n:
             self.bar.update(done - self.bar.n)
+        shown: dict[str, Any] = {name: counts.get(name, 0) for name in ("processing", "succeeded", "errored")}
         expires = [g.state.expires_at for g in groups if g.state and g.state.expires_at]
-        extra = {"expires": time.strftime("%H:%M", time.localtime(min(expires)))} if expires else {}
-        self.bar.set_postfix(processing=counts.get("processing", 0), succeeded=counts.get("succeeded", 0),
-                             errored=counts.get("errored", 0), **extra)
+        if expires:  # neither API estimates when a batch ends: when it expires at the latest
+            shown["expires"] = time.strftime("%H:%M", time.localtime(min(expires)))
+        self.bar.set_postfix(shown, refresh=False)  # a dict: tqdm keeps its order (keywords, it sorts)
 
     def close(self) -> None:
         if self.bar is not None:
