@@ -11,7 +11,8 @@ Who publishes, and what:
 - the run loop (`_loop`) publishes every event of every run on the thread except the text and
   reasoning deltas, from ``run-started`` (which carries the prompt) to the run's end, a
   cancelled run included (``run-cancelled``, which a `RunHandle` otherwise makes itself);
-- the recorder of late outcomes (`_loop`) publishes `ToolOutcomeNotice`.
+- the recorder of late outcomes (`_loop`) publishes `ToolOutcomeNotice`;
+- `Threads.revoke` publishes `ThreadChangedNotice` when it took back an "always allow".
 
 So a view (`nbagent.widgets`) that watches its thread follows a resume from code
 (``agent.resume``, ``resume_sync``, ``agent.start``) or from another view of the same kernel.
@@ -67,7 +68,8 @@ class ToolOutcomeNotice:
 
 @dataclass(frozen=True, slots=True)
 class ThreadChangedNotice:
-    """A run on the thread ended without a final event (an error escaped it): read it again."""
+    """The thread changed without a run event (a run ended without its final event, or an
+    "always allow" was revoked): read it again."""
 
     thread: str
     kind: Literal["thread-changed"] = "thread-changed"

@@ -1,9 +1,10 @@
 """`Threads`: the stored threads of an agent (or of a whole store): list, inspect, fork, delete.
 
 Owns `Threads`, the thread management that `Agent`'s methods `threads`, `checkpoints`,
-`pending`, `thread_usage`, `fork` and `delete_thread` hand their work to (``agent.threads_api``
-is this object for the agent's store and threads). Layer 4, beside `agent`: imports the base,
-the store and `_run.fork`; never `agent`, widgets or pandas.
+`pending`, `thread_usage`, `fork`, `delete_thread` and `revoke` hand their work to
+(``agent.threads_api`` is this object for the agent's store and threads). Layer 4, beside
+`agent`: imports the base, the store, `_watch` and `_run.fork` / `_run.prepare`; never `agent`,
+widgets or pandas.
 
 ```python
 from nbagent import Threads
@@ -17,13 +18,17 @@ for info in threads.list_sync():
 from __future__ import annotations
 
 import builtins
+import dataclasses
 import os
 from collections.abc import Mapping
 from typing import Any
 
 from ._run.fork import fork_thread
+from ._run.prepare import refuse_live
 from ._sync import twin
+from ._watch import ThreadChangedNotice, publish
 from .approvals import PendingCall
+from .exceptions import UserError
 from .messages import Message
 from .store import Store, open_store
 from .store.base import Checkpoint, ThreadInfo, UsageColumns
@@ -34,12 +39,12 @@ __all__ = ["Threads"]
 
 class Threads:
     """Stored threads: list them, read their checkpoints, pending calls and usage, fork and
-    delete them. Each method is a coroutine with a blocking twin that adds ``_sync``.
+    delete them, revoke an "always allow". Each method is a coroutine with a blocking twin that adds ``_sync``.
 
     ``agent.threads_api`` is the `Threads` of an agent: its store, scoped to the agent's threads
     (the ones it ran, resumed, forked or showed in a view in this process; see `Agent`), and
-    `Agent.threads`, `checkpoints`, `pending`, `thread_usage`, `fork` and `delete_thread` are
-    its methods reached from the agent. ``Threads(store)`` manages every thread of a store, e.g.
+    `Agent.threads`, `checkpoints`, `pending`, `thread_usage`, `fork`, `delete_thread` and
+    `revoke` are its methods reached from the agent. ``Threads(store)`` manages every thread of a store, e.g.
     in a notebook that looks after the threads other kernels wrote.
 
     Args:
@@ -163,3 +168,36 @@ class Threads:
         return await self.store.delete_thread(thread)
 
     delete_sync = twin(delete)
+
+    async def revoke(self, thread: str, *tools: str) -> builtins.list[str]:
+        """Take back "always allow" on a thread: the next call of each tool named waits for a
+        person again (as do calls already waiting). With no tool named, every always-allowed
+        tool of the thread is revoked. Revoking a tool that is not always-allowed does nothing.
+        The views of this process that show the thread update their list.
+
+        ```python
+        agent.revoke_sync("support-42", "refund")    # -> the tools still always allowed
+        ```
+
+        Returns:
+            The tools still always allowed on the thread, sorted.
+
+        Raises:
+            UserError: the thread is not in the store.
+            ConflictError: a run goes on on the thread (stop it or let it pause first: it keeps
+                its own copy until it ends), or the thread changed while it was revoked.
+        """
+        loaded = await self.store.load(thread)
+        if loaded is None:
+            raise UserError(f"thread {thread!r} is not in the store ({self.store!r})")
+        refuse_live(loaded)
+        kept = sorted(set(loaded.meta.always_allowed) - set(tools)) if tools else []
+        if kept == sorted(loaded.meta.always_allowed):
+            return kept
+        # A new record: a store may hand out the very object it keeps (`MemoryStore`).
+        meta = dataclasses.replace(loaded.meta, always_allowed=kept)
+        await self.store.append(thread, version=loaded.version, step=loaded.step, meta=meta)
+        publish(thread, None, ThreadChangedNotice(thread))
+        return kept
+
+    revoke_sync = twin(revoke)

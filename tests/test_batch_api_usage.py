@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 import nbagent
+from nbagent.exceptions import StoreVersionError
 from nbagent.pricing import BATCH_DISCOUNT, price_row
 from nbagent.store import MemoryStore, PostgresStore, SQLiteStore, Store
 from nbagent.store._columnar import USAGE_FIELDS
@@ -81,19 +82,52 @@ async def test_every_store_keeps_the_batch_flag(store: Store) -> None:
     assert frame.groupby("batch")["cost_total"].sum()[True] == pytest.approx(frame["cost_total"][0] / 2)
 
 
-async def test_a_sqlite_file_from_before_the_column_gains_it(tmp_path: Path) -> None:
+async def test_a_format_5_file_gains_the_column_and_keeps_its_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A format 5 file (before usage rows had ``batch``) is made format 6 on opening: its rows, and
+    the chunks packed without the column, read False; new rows keep their flag; an nbagent that
+    reads format 5 then refuses the file (it would copy and pack rows without the flag)."""
+    import nbagent.store.sqlite._chunks as chunks
+    from nbagent.store._columnar import decode_chunk, encode_chunk
+    from nbagent.store.sqlite._schema import USAGE_COLUMNS
+
+    monkeypatch.setattr(chunks, "CHUNK_ROWS", 8)
+    monkeypatch.setattr(chunks, "_SMALL_THREAD", 4)
     path = tmp_path / "old.db"
     store = SQLiteStore(path)
-    await store.append("t", version=0, step=1, usage=[call(1)], meta={"status": "completed"})
-    await store.usage_columns()  # packs nothing yet (few rows), but the read path is warm
+    rows = [call(step) for step in range(1, 21)]
+    await store.append("t", version=0, step=20, usage=rows, meta={"status": "completed"})
+    assert len((await store.usage_columns())["batch"]) == 20  # packs the rows into chunks
     await store.close()
-    with sqlite3.connect(path) as conn:  # as an nbagent before the column wrote it
+    old_names = [n for n in USAGE_COLUMNS if n != "batch"]
+    with sqlite3.connect(path) as conn:  # as an nbagent of format 5 wrote it
         conn.execute("ALTER TABLE usage DROP COLUMN batch")
+        packed = conn.execute("SELECT last_id, data FROM usage_chunks").fetchall()
+        assert len(packed) == 2
+        for last, data in packed:
+            block = decode_chunk(data, old_names)
+            assert block is not None
+            conn.execute("UPDATE usage_chunks SET data = ? WHERE last_id = ?", (encode_chunk(block), last))
+        conn.execute("UPDATE nbagent_meta SET value = '5' WHERE key = 'format_version'")
     store = SQLiteStore(path)
     loaded = await store.load("t")
-    assert loaded is not None and [r.batch for r in loaded.usage] == [False]
-    await store.append("t", version=loaded.version, step=2, usage=[call(2, batch=True)])
-    assert (await store.usage_columns("t"))["batch"] == [False, True]
+    assert loaded is not None and {r.batch for r in loaded.usage} == {False}
+    await store.append("t", version=loaded.version, step=21, usage=[call(21, batch=True)])
+    assert (await store.usage_columns("t"))["batch"] == [False] * 20 + [True]
+    assert (await store.usage_columns())["batch"] == [False] * 20 + [True]
     await store.close()
     with sqlite3.connect(path) as conn:
-        assert conn.execute("SELECT batch FROM usage ORDER BY id").fetchall() == [(0,), (1,)]
+        assert conn.execute("SELECT value FROM nbagent_meta WHERE key = 'format_version'").fetchone() == ("6",)
+        assert conn.execute("SELECT batch FROM usage ORDER BY id").fetchall() == [(0,)] * 20 + [(1,)]
+        blobs = [d for (d,) in conn.execute("SELECT data FROM usage_chunks")]
+    assert len(blobs) == 2 and all(b"batch" not in d for d in blobs), "the old chunks are kept"
+    for blob in blobs:  # and read as they are (not from the rows): every row of them False
+        block = decode_chunk(blob, USAGE_COLUMNS)
+        assert block is not None and list(block.parts["batch"]) == [0] * block.length
+    import nbagent.store.sqlite._schema as schema
+
+    monkeypatch.setattr(schema, "FORMAT_VERSION", 5)
+    with pytest.raises(StoreVersionError, match="written by a newer nbagent"):
+        await SQLiteStore(path).load("t")
+

@@ -17,7 +17,7 @@ import cloudpickle
 import pytest
 
 from nbagent import Agent, UserError, tool
-from nbagent.dataframe import BATCH_COLUMNS, _executors, _worker, batch
+from nbagent.dataframe import BATCH_COLUMNS, _executors, _rows, _worker, batch
 from nbagent.dataframe._executors import payload, plan, run_on_cluster
 from nbagent.models import FunctionModel, TestModel
 from nbagent.models.anthropic import AnthropicModel
@@ -277,14 +277,14 @@ class _FakeEngine:
 
 class _Bar:
     def __init__(self) -> None:
-        self.n = self.failed = 0
+        self.n = self.failed = self.skipped = self.initial = 0
         self.closed = False
 
     def update(self, n: int = 1) -> None:
         self.n += n
 
-    def set_postfix(self, failed: int, refresh: bool) -> None:
-        self.failed = failed
+    def set_postfix(self, refresh: bool, failed: int = 0, skipped: int = 0) -> None:
+        self.failed, self.skipped = failed, skipped
 
     def close(self) -> None:
         self.closed = True
@@ -294,11 +294,12 @@ def test_the_driver_builds_the_local_frame_and_reports_lost_rows(tmp_path, monke
     engine = _FakeEngine({1: "lost"})
     monkeypatch.setattr(_executors, "engine_for", lambda executor: engine)
     bar = _Bar()
-    monkeypatch.setattr(_executors, "progress_bar", lambda total, enabled, desc: bar)
+    monkeypatch.setattr(_rows, "progress_bar", lambda total, enabled, desc: bar)
     agent = Agent(TestModel(text="done"), store=str(tmp_path / "d.db"))
     df = run_on_cluster(agent, [f"q{i}" for i in range(7)], "fake", concurrency=4, thread_prefix=None,
                         progress=True, desc=None, chunk_size=3)
     assert bar.n == 7 and bar.failed == 3 and bar.closed  # a row reported twice (tick, row) counts once
+    assert bar.skipped == bar.initial == 0
     assert tuple(df.columns) == BATCH_COLUMNS
     assert [len(c) for c in engine.chunks] == [3, 3, 1]
     assert df["status"].tolist() == ["completed"] * 3 + ["failed"] * 3 + ["completed"]
@@ -306,6 +307,15 @@ def test_the_driver_builds_the_local_frame_and_reports_lost_rows(tmp_path, monke
                               "was stored")
     assert df["thread"].tolist() == batch(Agent(TestModel(text="done"), store=MemoryStore()),
                                           [f"q{i}" for i in range(7)], progress=False)["thread"].tolist()
+    # Again: the four settled rows are skipped (ticked first, then known as skipped), the lost ones
+    # run; the skipped rows move the bar's `initial`, so tqdm's rate counts only the rows that ran.
+    again = _Bar()
+    monkeypatch.setattr(_rows, "progress_bar", lambda total, enabled, desc: again)
+    monkeypatch.setattr(_executors, "engine_for", lambda executor: _FakeEngine())
+    df = run_on_cluster(agent, [f"q{i}" for i in range(7)], "fake", concurrency=4, thread_prefix=None,
+                        progress=True, desc=None, chunk_size=3)
+    assert df["skipped"].tolist() == [True] * 3 + [False] * 3 + [True]
+    assert (again.n, again.initial, again.skipped, again.failed) == (7, 4, 4, 0)
 
 
 def test_a_chunk_failing_as_a_whole_cancels_the_rest_and_raises(tmp_path, monkeypatch):

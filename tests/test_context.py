@@ -303,6 +303,60 @@ def test_failed_summary_at_the_threshold_sends_the_request_whole() -> None:
     assert any("could not be compacted" in str(w.message) for w in caught)
 
 
+@pytest.mark.parametrize("empty", ["", " \n\t ", "tool-call"])
+def test_an_empty_summary_is_a_failed_compaction_not_a_record(empty: str) -> None:
+    """A summarizer that answers with no text (empty, blank, only a tool call) fails the
+    compaction like a raising one: a warning, the turns sent whole, its billed row kept, and the
+    next threshold tries again (here the third summary call writes one)."""
+    summaries = []
+
+    def answer(messages, request):
+        if not request.tools:
+            summaries.append(len(summaries))
+            if len(summaries) < 3:
+                return ToolCall.of("get_rows", {"n": 1}) if empty == "tool-call" else empty
+        return calling("get_rows", n=20)(messages, request)
+
+    model = FunctionModel(answer, context_window=1_200)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = session(model, 12, compaction=Compaction(at=0.5, keep_last=4))
+    failed = [str(w.message) for w in caught if "could not be compacted" in str(w.message)]
+    assert len(failed) == 2 and all("wrote no summary" in text for text in failed), failed
+    records = [m for r in results for m in r.messages if isinstance(m, CompactionMessage)]
+    assert records and all(r.content.startswith("SUMMARY of") for r in records)
+    assert not any("wrote nothing" in json.dumps([m.to_dict() for m in r.messages]) for r in model.requests)
+    rows = [row for r in results for row in r.usage.calls if row.purpose == "compaction"]
+    assert len(rows) == len(summaries) >= 3  # a billed call is a row, the empty ones too
+    first_summary = next(i for i, r in enumerate(model.requests) if not r.tools)
+    sent = model.requests[first_summary + 1]  # the request the failed compaction left whole
+    assert sent.tools and next(m.content for m in sent.messages if m.kind == "user") == "turn 0: give me 20 rows"
+
+
+def test_a_refused_summary_keeps_its_billed_row() -> None:
+    """A summary answer the provider stopped (billed, with its error) fails the compaction with
+    that error, and its usage row is kept, as the loop keeps a refused answer's row."""
+    from nbagent.exceptions import ContentFilterError
+    from nbagent.messages import AssistantMessage
+    from nbagent.models.base import ModelResponse
+    from nbagent.usage import TokenCounts
+
+    def answer(messages, request):
+        if not request.tools:
+            return ModelResponse(AssistantMessage(text="", finish_reason="content_filter"),
+                                 TokenCounts(input_tokens=900, output_tokens=0),
+                                 error=ContentFilterError("stopped by the filter", provider="function"))
+        return calling("get_rows", n=20)(messages, request)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        results = session(FunctionModel(answer, context_window=1_200), 8, compaction=Compaction(at=0.5, keep_last=4))
+    assert any("ContentFilterError: stopped by the filter" in str(w.message) for w in caught)
+    rows = [row for r in results for row in r.usage.calls if row.purpose == "compaction"]
+    assert rows and all(row.input_tokens == 900 for row in rows)
+    assert not any(isinstance(m, CompactionMessage) for m in results[-1].messages)
+
+
 def test_visible_applies_records() -> None:
     messages = [UserMessage("a"), UserMessage("b"), CompactionMessage("S", upto=1), UserMessage("c")]
     view = visible(messages)

@@ -106,15 +106,18 @@ async def test_deny_with_a_reason_the_model_sees() -> None:
     assert shop.refunds == []
     denied = done.messages[-2]
     assert (denied.call_id, denied.is_error, denied.status) == ("r1", True, "denied")
-    assert denied.content == "denied by the user: the customer already got a voucher"
-    assert done.output == "model saw: denied by the user: the customer already got a voucher"
+    assert denied.content == (
+        "denied by the user: the customer already got a voucher\n"
+        "refund was not run. Do not call it again with the same arguments: that call is denied without asking. "
+        "Take the reason into account, or ask the user what to do instead.")
+    assert done.output == "model saw: " + denied.content
 
 
 async def test_deny_without_a_reason() -> None:
     shop = Shop()
     agent, result = await paused(shop)
     done = await agent.resume(result, deny=["r1"])
-    assert done.messages[-2].content == "denied by the user"
+    assert done.messages[-2].content.startswith("denied by the user (no reason given)\nrefund was not run.")
 
 
 async def test_edit_runs_the_tool_with_validated_new_arguments() -> None:

@@ -139,3 +139,26 @@ def test_a_sync_twin_calls_what_a_subclass_overrides() -> None:
     assert agent.run_sync("hi", thread="t").output == "ok"
     assert len(agent.checkpoints_sync("t")) >= 2
     assert Logged.seen == ["run hi", "checkpoints t"]
+
+
+def test_revoke_takes_back_always_allow_for_the_next_call_and_survives_a_new_store_object(tmp_path: Path) -> None:
+    db = tmp_path / "threads.db"
+    agent = Agent(ScriptedModel([tool_call("refund", order=1), "ok", tool_call("refund", order=2), "ok",
+                                 tool_call("refund", order=3), "ok"]), tools=[refund], store=SQLiteStore(db))
+    paused = agent.run_sync("refund 1", thread="t")
+    assert agent.resume_sync(paused, always_allow=["refund"]).always_allowed == ["refund"]
+    assert agent.run_sync("refund 2", thread="t").status == "completed"  # asked nothing
+    assert Threads(SQLiteStore(db)).revoke_sync("t", "refund") == []  # another kernel's Threads
+    assert agent.run_sync("refund 3", thread="t").status == "paused"
+
+
+def test_revoke_with_no_tool_named_revokes_all_and_an_unknown_tool_changes_nothing() -> None:
+    store = MemoryStore()
+    agent, paused = _paused(store)
+    agent.resume_sync(paused, always_allow=["refund"])
+    before = store._threads["support"].version  # type: ignore[attr-defined]
+    assert agent.revoke_sync("support", "not_allowed") == ["refund"]
+    assert store._threads["support"].version == before  # type: ignore[attr-defined]  # nothing written
+    assert agent.revoke_sync("support") == []
+    with pytest.raises(UserError, match="not in the store"):
+        agent.revoke_sync("no-such-thread", "refund")

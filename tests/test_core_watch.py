@@ -203,7 +203,7 @@ async def test_a_denial_of_a_tool_the_agent_no_longer_has_is_a_denial() -> None:
     clock = time.time()
     result = await after_restart.resume(thread="d", deny={paused.pending[0].id: "not now"}, decided_by="ada")
     [denied] = [m for m in result.messages if m.kind == "tool-result"]
-    assert denied.status == "denied" and denied.content == "denied by the user: not now"
+    assert denied.status == "denied" and denied.content.startswith("denied by the user: not now\nrefund was not run.")
     assert denied.decided_by == "ada" and denied.decided_at is not None and denied.decided_at >= clock - 1
 
 

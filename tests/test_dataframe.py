@@ -344,6 +344,8 @@ def test_tool_calls_frame_statuses_sizes_and_decisions():
     assert by.loc["c_add", "args_chars"] == len('{"a": 1, "b": 2}')
     assert by.loc["c_add", "result_chars"] == 1  # "3"
     assert by.loc["c_add", "duration_s"] >= 0
+    assert by.loc["c_add", "args"] == {"a": 1, "b": 2} and by.loc["c_add", "original_args"] is None
+    assert by["time"].notna().all()  # a RunResult too: when each call's state was recorded (was NaT)
 
     done = agent.resume_sync(
         paused, approve=["c_ok"], deny={"c_no": "too much"}, edit={"c_edit": {"order": 10}}
@@ -355,6 +357,11 @@ def test_tool_calls_frame_statuses_sizes_and_decisions():
     assert resumed.loc["c_no", "decision"] == "denied" and resumed.loc["c_no", "status"] == "denied"
     assert resumed.loc["c_edit", "decision"] == "edited"
     assert set(resumed["run_id"]) == {done.run_id}
+    assert resumed.loc["c_edit", "args"] == {"order": 10}  # what ran, and what the model asked
+    assert resumed.loc["c_edit", "original_args"] == {"order": 9}
+    assert resumed.loc["c_ok", "original_args"] is None
+    assert resumed["time"].notna().all()
+    assert (resumed.loc["c_ok", "time"] - resumed.loc["c_ok", "decided_at"]).total_seconds() >= 0
 
     whole = tool_calls_frame(agent).set_index("call_id")  # the agent knows each tool's policy
     assert len(whole) == 5
@@ -650,7 +657,7 @@ def test_usage_frame_columns_summary_a_list_or_a_clear_error() -> None:
     assert summary.columns.tolist() == ["thread", "step", "model", "input_tokens", "output_tokens", "cost_total",
                                         "latency_s", "time"]
     assert nbagent.usage_frame(rows, columns=["cost_total", "step"]).columns.tolist() == ["cost_total", "step"]
-    assert len(nbagent.usage_frame(rows).columns) == 23  # every usage column, replayed, recorded_cost, batch last
+    assert len(nbagent.usage_frame(rows).columns) == 26  # every usage column, the tree's, then batch, last
     with pytest.raises(nbagent.UserError, match="no column 'tokens'; the columns are run_id, thread"):
         nbagent.usage_frame(rows, columns=["tokens"])
 

@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 import nbagent
-from nbagent import Agent, evals
+from nbagent import Agent, Retry, evals
+from nbagent.exceptions import ServerError
 from nbagent.models import FunctionModel, TestModel
 
 matplotlib.use("Agg")
@@ -53,11 +54,14 @@ def test_every_kind_of_evaluator_scores_its_own_column() -> None:
     assert f["first_word"].tolist() == [0.0, 1.0, 0.0]
     assert "equals_reason" not in f  # reasons only where given
     summary = report.summary()
-    assert list(summary.index) == ["equals", "contains", "judge", "short", "first_word", "total"]
+    assert list(summary.index) == ["equals", "contains", "judge", "short", "first_word"]
+    assert list(summary.columns) == ["mean", "pass_rate", "scored", "errors", "not_run"]
     assert summary.loc["equals", "pass_rate"] == pytest.approx(1 / 3)
     assert summary.loc["judge", "mean"] == 1.0
-    assert summary.loc["total", "errors"] == 0
-    assert summary.loc["total", "latency_p95_s"] >= summary.loc["total", "latency_p50_s"] > 0
+    assert not summary.isna().any().any()  # no NaN cell that reads as a failure (a total row had two)
+    totals = report.totals()
+    assert (totals["cases"], totals["not_run"]) == (3, 0)
+    assert totals["latency_p95_s"] >= totals["latency_p50_s"] > 0
     assert "equals=0.33" in repr(report)
 
 
@@ -171,7 +175,7 @@ def test_priced_judge_cost_counts_in_eval_cost_and_the_total() -> None:
     cost = report.frame["eval_cost"].iloc[0]
     assert cost > 0
     assert report.frame["status"].iloc[0] == "completed"
-    assert report.summary().loc["total", "cost"] == pytest.approx(cost)  # the run itself is free here
+    assert report.totals()["cost"] == pytest.approx(cost)  # the run itself is free here
 
 
 def test_a_judge_that_answers_nonsense_is_an_error_cell() -> None:
@@ -206,7 +210,8 @@ def test_evaluate_resumes_after_a_restart(tmp_path) -> None:
 KILLED_MID_EVALUATION = """
 import asyncio, sys
 sys.path.insert(0, {root!r})
-from nbagent import Agent, evals
+from nbagent import Agent, Retry, evals
+from nbagent.exceptions import ServerError
 from nbagent.models import FunctionModel
 from tests.test_evals import CASES, capitals
 
@@ -286,8 +291,8 @@ def test_compare_three_agents_in_one_wide_frame() -> None:
     frame = nbagent.compare(CASES, agents=agents, evaluators=[evals.equals()], progress=False)
     assert isinstance(frame, evals.ComparisonFrame)
     assert list(frame.columns.get_level_values(0).unique()) == ["capitals", "paris", "tools"]
-    assert list(frame["capitals"].columns) == ["output", "status", "tool_calls", "input_tokens", "output_tokens",
-                                               "cost", "latency_s", "equals"]
+    assert list(frame["capitals"].columns) == ["output", "status", "error", "tool_calls", "input_tokens",
+                                               "output_tokens", "cost", "latency_s", "equals"]
     assert frame[("paris", "output")].tolist() == ["Paris"] * 3
     assert frame[("tools", "tool_calls")].tolist() == [1, 1, 1]
     assert frame[("capitals", "tool_calls")].tolist() == [0, 0, 0]
@@ -393,3 +398,102 @@ def test_evaluate_compare_and_forecast_on_the_local_model(local_llm_base_url) ->
     assert answers["skipped"].sum() == 4
     assert forecast.input_tokens == pytest.approx(answers["input_tokens"].sum(), rel=0.25)
     assert forecast.output_tokens == pytest.approx(answers["output_tokens"].sum(), rel=0.5)
+
+
+def test_compare_says_it_reused_the_answers_evaluate_stored_and_keeps_their_latency_and_cost() -> None:
+    """Notebook 09: `evaluate`, then `compare` of the same agent's model on the same cases. The
+    same thread ids: compare reuses the stored answers. It says so in the view, and keeps their
+    stored latency (it was NaN: 'n/a' in the view, nothing for plot.latency) and cost."""
+    import asyncio
+
+    async def slow(messages, info):
+        await asyncio.sleep(0.05)
+        return capitals(messages, info)
+
+    prices = {"function": {"input": 1.0, "output": 2.0}}
+    agent = Agent(FunctionModel(slow), store="memory", prices=prices)
+    report = agent.evaluate(CASES, [evals.equals()], progress=False)
+    other = FunctionModel(lambda m, i: "Paris", model_name="always-paris")
+    frame = nbagent.compare(CASES, agent=agent, models=[agent.model, other], evaluators=[evals.equals()],
+                            progress=False)
+    latency = frame[("function", "latency_s")]
+    assert latency.notna().all() and (latency >= 0.05).all(), latency  # the stored runs' time
+    html = frame.view()._repr_html_()
+    assert " · n/a equals" not in html  # a latency under every answer
+    assert html.count("reused 3 stored answers") == 1 and "reused 0" not in html
+    assert frame.reused == {"function": 3, "always-paris": 0}
+    assert repr(frame.view()).startswith("function: reused 3 stored answers\n")
+    assert frame[("function", "cost")].tolist() == report.frame["cost"].tolist()
+    assert frame.plot.latency() is not None
+    again = agent.evaluate(CASES, [evals.equals()], progress=False)
+    assert again.frame["skipped"].all() and (again.frame["latency_s"] >= 0.05).all()
+
+
+def test_a_reused_answer_does_not_count_the_judge_calls_of_an_earlier_evaluation() -> None:
+    """A judge's usage row is appended to the judged case's thread. Evaluating again reused the
+    answer with the thread's whole cost and time: the first judge's $40 counted as the run's,
+    and its stored latency ran to the end of that judge call."""
+    import asyncio
+
+    async def slow_judge(messages, info):
+        await asyncio.sleep(0.3)
+        return "PASS"
+
+    prices = {"judge-model": {"input": 1_000_000.0, "output": 0.0}, "function": {"input": 1.0, "output": 1.0}}
+    agent = Agent(FunctionModel(capitals), store="memory", prices=prices)
+    judge = evals.judge("Right?", model=FunctionModel(slow_judge, model_name="judge-model"))
+    first = agent.evaluate(CASES.head(2), [judge], progress=False)
+    second = agent.evaluate(CASES.head(2), [judge], progress=False)
+    assert second.frame["cost"].tolist() == first.frame["cost"].tolist()  # was + the first judge's cost
+    assert batch_cost(agent) == pytest.approx(first.frame["cost"].sum())
+    runs = nbagent.runs_frame(agent)
+    assert (runs["wall_s"] < 0.3).all() and (runs["steps"] == 1).all()  # wall_s ran to the judges' answers
+    assert second.frame["skipped"].all()
+    assert (second.frame["latency_s"] < 0.3).all()  # the run's time, not until the judge answered
+    assert second.totals()["cost"] == pytest.approx(first.totals()["cost"])
+
+
+def batch_cost(agent: Agent) -> float:
+    """The cost `agent.map` reports for the cases' rows (all skipped): the runs' own."""
+    return float(agent.map(CASES.head(2)["input"], progress=False)["cost"].sum())
+
+
+def test_the_forecast_shows_the_rows_still_to_run_beside_the_total() -> None:
+    """Notebook 09: '~22 s' for 6 rows, then '00:08' for the 4 the batch still ran. The view
+    says both: all the rows, and the ones still to run (the sampled ones are done)."""
+    import asyncio
+
+    async def answer(messages, info):
+        await asyncio.sleep(0.02)
+        return "x" * 40
+
+    agent = Agent(FunctionModel(answer), store="memory", prices={"function": {"input": 1.0, "output": 2.0}})
+    rows = [f"question number {i}" for i in range(6)]
+    forecast = agent.estimate(rows, sample=2, concurrency=1)
+    assert forecast.settled == 2
+    left = forecast.remaining
+    assert (left.rows, left.settled) == (4, 0)
+    assert left.wall_s == pytest.approx(forecast.wall_s * 4 / 6)
+    assert left.cost[1] == pytest.approx(forecast.cost[1] * 4 / 6)
+    assert left.output_tokens == 4 * forecast.output_tokens // 6
+    shown = forecast._repr_html_()
+    assert "<th></th><th>all</th><th>still to run</th>" in shown
+    assert "<th style='text-align:left'>rows</th><td>6 (sample 2)</td><td>4</td>" in shown
+    assert f"<th style='text-align:left'>wall time</th><td>{forecast._wall()}</td><td>{left._wall()}</td>" in shown
+    assert "the batch skips the 2 sampled rows that are done" in shown
+    assert repr(forecast).endswith(f"; 4 still to run: {nbagent.usage.usd(left.cost[1])}, ~{left.wall_s:.1f}s)")
+    assert "still to run" not in repr(left) and "still to run" not in left._repr_html_()
+    answers = agent.map(rows, progress=False)
+    assert int((~answers["skipped"]).sum()) == left.rows
+
+
+def test_a_sampled_row_that_failed_is_still_to_run() -> None:
+    def flaky(messages, info):
+        if messages[-1].content == "q1":
+            raise ServerError("503", status_code=503)
+        return "ok"
+
+    agent = Agent(FunctionModel(flaky), store="memory", retry=Retry(attempts=1))
+    forecast = agent.estimate(["q0", "q1"], sample=2)
+    assert forecast.sample["status"].tolist() == ["completed", "failed"]
+    assert (forecast.settled, forecast.remaining.rows) == (1, 1)  # the batch continues the failed row

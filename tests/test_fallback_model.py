@@ -287,3 +287,69 @@ def test_recorded_provider_errors_fall_back(wire_server, provider: str, case: st
     assert model.fallbacks and model.fallbacks[0].next == "second"
     if stream:
         assert "model-fallback" in kinds
+
+
+# ----------------------------------------------------------------------------- billed refusals are rows
+def refusing(name: str, stream: bool = False, shown: str = "") -> FunctionModel:
+    """A model whose answers are billed (50 in, 7 out) and stopped by the content filter."""
+    from nbagent.usage import TokenCounts
+
+    def refused() -> ModelResponse:
+        return ModelResponse(AssistantMessage(text=shown, finish_reason="content_filter"),
+                             TokenCounts(input_tokens=50, output_tokens=7))
+
+    async def streamed(messages, info):
+        if shown:
+            yield shown
+        yield refused()
+
+    if stream:
+        return FunctionModel(stream_function=streamed, model_name=name)
+    return FunctionModel(lambda m, i: refused(), model_name=name)
+
+
+def run_rows(model: object, stream: bool) -> tuple[str, list[tuple[str, int, int, str | None]], list[object]]:
+    """The run's status, its usage rows (model, in, out, finish) and the rows its store kept."""
+    from nbagent._sync import run_sync
+
+    agent = Agent(model, store="memory", retry=NO_WAIT, prices={n: {"input": 1, "output": 2}  # type: ignore[arg-type]
+                                                                for n in ("primary", "second", "third")})
+
+    async def go() -> object:
+        if not stream:
+            return await agent.run("hi", thread="t")
+        return [e async for e in agent.stream("hi", thread="t")][-1].result  # type: ignore[attr-defined]
+
+    result = run_sync(go)
+    stored = run_sync(lambda: agent.store.load("t"))
+    rows = [(r.model, r.input_tokens, r.output_tokens, r.finish_reason) for r in result.usage.calls]  # type: ignore[attr-defined]
+    assert all(r.cost_total for r in result.usage.calls if r.input_tokens == 50)  # type: ignore[attr-defined]
+    return result.status, rows, [(r.model, r.input_tokens) for r in stored.usage]  # type: ignore[attr-defined,union-attr]
+
+
+REFUSED = ("primary", 50, 7, "content_filter")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_refused_primary_the_chain_moved_on_from_keeps_its_row(stream: bool) -> None:
+    status, rows, stored = run_rows(FallbackModel([refusing("primary", stream), second()], retry=NO_WAIT), stream)
+    assert status == "completed"
+    assert rows[0] == REFUSED and [r[0] for r in rows] == ["primary", "second"]
+    assert stored == [("primary", 50), ("second", rows[1][1])]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_refused_last_model_and_a_chain_of_one_keep_the_row_as_the_model_alone_does(stream: bool) -> None:
+    alone = run_rows(refusing("primary", stream), stream)
+    assert alone == ("failed", [REFUSED], [("primary", 50)])
+    assert run_rows(FallbackModel([refusing("primary", stream)], retry=NO_WAIT), stream) == alone
+    last = FallbackModel([failing(ServerError("503 busy", status_code=503), "third"), refusing("primary", stream)],
+                         retry=NO_WAIT)
+    assert run_rows(last, stream) == alone
+    both = FallbackModel([refusing("primary", stream), refusing("primary", stream)], retry=NO_WAIT)
+    assert run_rows(both, stream) == ("failed", [REFUSED, REFUSED], [("primary", 50), ("primary", 50)])
+
+
+def test_a_refusal_after_deltas_were_shown_fails_the_step_with_its_row() -> None:
+    model = FallbackModel([refusing("primary", stream=True, shown="I will not"), second()], retry=NO_WAIT)
+    assert run_rows(model, stream=True) == ("failed", [("primary", 50, 7, "content_filter")], [("primary", 50)])

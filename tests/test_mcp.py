@@ -224,7 +224,7 @@ async def test_a_denied_call_never_reaches_the_server(kitchen: MCPTools) -> None
     agent = Agent(call_then_echo(tool_call("write_note", text="denied note")), tools=[kitchen], store=MemoryStore())
     paused = await agent.run("go")
     result = await agent.resume(paused, deny={paused.pending[0].id: "not today"})
-    assert result.output == "denied by the user: not today"
+    assert result.output.startswith("denied by the user: not today\nwrite_note was not run.")
     assert (log.read_text() if log.exists() else "") == before
 
 

@@ -79,7 +79,7 @@ async def test_deny_does_not_run_the_code() -> None:
     result = await agent.run("go", thread="t")
     done = await agent.resume(result, deny={"py0": "not on my machine"})
     assert "ran" not in ns
-    assert done.output == "model saw: denied by the user: not on my machine"
+    assert done.output.startswith("model saw: denied by the user: not on my machine\npython was not run.")
 
 
 async def test_an_edited_call_runs_the_edited_code() -> None:

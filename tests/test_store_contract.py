@@ -330,7 +330,7 @@ async def test_paused_run_decisions_and_who_decided_survive_a_new_store_object(s
     results = {m.call_id: m for m in stored.messages if m.kind == "tool-result"}  # type: ignore[union-attr]
     assert [(results[p.id].decision, results[p.id].decided_by) for p in waiting] == [
         ("approved", "ada"), ("denied", "ada")]
-    assert results[waiting[1].id].content == "denied by the user: too big"
+    assert results[waiting[1].id].content.startswith("denied by the user: too big\n")
     assert {e.status for e in stored.ledger.values()} == {"finished", "denied"}
     assert [u.step for u in stored.usage] == [1, 2]
 

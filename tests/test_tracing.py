@@ -435,6 +435,76 @@ async def test_a_failure_of_the_tracing_never_reaches_the_run(spans: InMemorySpa
     assert result.output == "ok" and len(named(spans, "invoke_agent")) == 1
 
 
+class _Raising(SimpleSpanProcessor):
+    """A span processor with a bug in `on_start` or `on_end` (for the spans named `prefix`)."""
+
+    def __init__(self, where: str, prefix: str = "") -> None:
+        super().__init__(InMemorySpanExporter())
+        self.where, self.prefix = where, prefix
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if self.where == "on_start" and span.name.startswith(self.prefix):
+            raise RuntimeError("processor bug in on_start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        if self.where == "on_end" and span.name.startswith(self.prefix):
+            raise RuntimeError("processor bug in on_end")
+
+
+@pytest.mark.parametrize("where", ["on_start", "on_end"])
+@pytest.mark.parametrize("prefix", ["", "invoke_agent", "chat", "execute_tool"])
+def test_a_span_processor_that_raises_never_reaches_the_run(where: str, prefix: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A processor's ``on_start`` or ``on_end`` that raises (for every span, or one kind) is
+    handled as a raising exporter is: one warning, the run completes, the other spans are kept."""
+    from nbagent.tracing import _spans
+
+    kept = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(kept))
+    provider.add_span_processor(_Raising(where, prefix))
+    monkeypatch.setattr(_spans, "_warned", False)
+    nbagent.tracing.instrument(tracer_provider=provider)
+    try:
+        script = [[tool_call("get_weather", city="Oslo")], "ok"]
+        agent = Agent(ScriptedModel(script * 2), tools=weather_tools(), store=MemoryStore())
+        with pytest.warns(RuntimeWarning, match=f"a span could not be recorded .*processor bug in {where}"):
+            result = agent.run_sync("go")
+        streamed = agent.run_sync("again", thread=result.thread)  # warned once; still fine
+    finally:
+        nbagent.tracing.uninstrument()
+    assert (result.status, result.output, streamed.status) == ("completed", "ok", "completed")
+    names = {s.name.split()[0] for s in kept.get_finished_spans()}
+    unstarted = {n for n in ("invoke_agent", "chat", "execute_tool") if where == "on_start" and n.startswith(prefix)}
+    assert names == {"invoke_agent", "chat", "execute_tool"} - unstarted  # the others are kept
+
+
+def test_a_processor_whose_on_end_raises_leaves_a_retried_call_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ``chat`` span of a call that failed ends inside the model call: a processor's error
+    there must not replace the call's own (which is retried), nor fail the run."""
+    from nbagent.models import FunctionModel
+    from nbagent.tracing import _spans
+
+    calls: list[int] = []
+
+    def busy_once(messages: Any, info: Any) -> str:
+        calls.append(1)
+        if len(calls) == 1:
+            raise RateLimitError("429 slow down", status_code=429, retry_after=0)
+        return "ok"
+
+    provider = TracerProvider()
+    provider.add_span_processor(_Raising("on_end", "chat"))
+    monkeypatch.setattr(_spans, "_warned", False)
+    nbagent.tracing.instrument(tracer_provider=provider)
+    try:
+        with pytest.warns(RuntimeWarning, match="processor bug in on_end"):
+            result = Agent(FunctionModel(busy_once), store=MemoryStore(), retry=FAST).run_sync("go")
+    finally:
+        nbagent.tracing.uninstrument()
+    assert (result.status, result.output, len(calls)) == ("completed", "ok", 2)
+
+
 # ---------------------------------------------------------------------------------------- frames
 
 
@@ -654,3 +724,32 @@ async def test_a_traced_run_keeps_recording_and_replays_recorded_tool_results(sp
         "Oslo?")
     assert (recorded.output, again.output, ran) == ("Sunny in Oslo", "Sunny in Oslo", ["Oslo"])
     assert len(named(spans, "chat")) == 4
+
+
+async def test_a_sub_agent_is_an_invoke_agent_span_under_its_parents_tool_span(spans: InMemorySpanExporter) -> None:
+    """`Agent.as_tool`: the child's run nests under the parent's ``execute_tool`` span, its own
+    model and tool calls under it (the parent's span reads only its own events), also when the
+    child is continued after a pause."""
+    @tool(requires_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    child = Agent(ScriptedModel([tool_call("delete_file", path="/tmp/x", id="d1"), "child done"]),
+                  tools=[delete_file], name="researcher")
+    boss = Agent(ScriptedModel([tool_call("researcher", task="go", id="c1"), "boss done"]), agents=[child],
+                 name="boss", store=MemoryStore())
+    paused = await boss.run("go", thread="t")
+    done = await boss.resume(paused, approve=paused.pending)
+    assert done.status == "completed"
+    tools = {(s.attributes or {}).get("gen_ai.tool.call.id"): s for s in named(spans, "execute_tool")}
+    assert set(tools) == {"c1", "d1"}  # (c1 twice: the paused call, and its continuation)
+    runs = named(spans, "invoke_agent")
+    children = [s for s in runs if s.name == "invoke_agent researcher"]
+    assert len(children) == 2 and len([s for s in runs if s.name == "invoke_agent boss"]) == 2
+    parents = {s.context.span_id: s for s in named(spans, "execute_tool researcher")}
+    assert all(s.parent is not None and s.parent.span_id in parents for s in children)
+    paused_call = next(s for s in parents.values() if (s.attributes or {}).get("nbagent.status") == "paused")
+    assert paused_call.end_time is not None
+    delete = tools["d1"]
+    assert delete.parent is not None and delete.parent.span_id in {s.context.span_id for s in children}

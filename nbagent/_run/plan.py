@@ -2,18 +2,21 @@
 answer's tool calls, and the verdict on a text answer.
 
 Owns `plan` (each open call: an error result, a pause for a person, or run; with the ledger
-entries to commit before anything runs), `plan_final` (the ``final_result`` calls of an agent
+entries to commit before anything runs; a repeat of a call a person denied in this turn is denied
+again without asking, `denied_in_turn`), `plan_final` (the ``final_result`` calls of an agent
 with an ``output_type``), `judge_text` (a text answer where a structured one was asked for),
-`unusable_answer` (an answer that fails the run instead of joining the thread) and
-`error_result`. Pure functions of the `RunConfig` and of what they are given to read: every
-write they decide is in what they return (`Plan`, `TextVerdict`), and the loop applies it in one
-place (`loop.apply_plan`) and commits it. Imports approvals, exceptions, messages, store (the
-ledger shape), tools, the run config and `execute.tool_output` (a client's answer becomes a
-result the way a tool's return value does).
+`unusable_answer` (an answer that fails the run instead of joining the thread), `refused_rows`
+(the usage rows of refusals a `FallbackModel` moved on from) and `error_result`. Pure functions
+of the `RunConfig` and of what they are given to read: every write they decide is in what they
+return (`Plan`, `TextVerdict`, rows), and the loop applies it in one place (`loop.apply_plan`)
+and commits it. Imports approvals, exceptions, messages, store (the ledger shape), tools, usage,
+the run config and `execute.tool_output` (a client's answer becomes a result the way a tool's
+return value does).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -22,13 +25,14 @@ from ..exceptions import ContentFilterError, InvalidArgumentsError, ModelError, 
 from ..messages import AssistantMessage, ToolCall, ToolCallStatus, ToolResultMessage, UserMessage
 from ..store.base import LedgerEntry
 from ..tools import Tool
+from ..usage import ModelCallUsage
 from .config import RunConfig
 from .execute import tool_output
-from .state import StoredThread
+from .state import RunState, StoredThread
 
 __all__ = [
-    "CUT_OFF", "Plan", "TextVerdict", "ToRun", "error_result", "judge_text", "plan", "plan_final",
-    "unusable_answer",
+    "CUT_OFF", "REPEAT_PREFIX", "Plan", "TextVerdict", "ToRun", "denial_text", "denied_in_turn", "error_result",
+    "judge_text", "plan", "plan_final", "refused_rows", "unusable_answer",
 ]
 
 CUT_OFF = {"length": "the output token limit", "context_window": "the model's context window"}
@@ -44,6 +48,35 @@ def error_result(call: ToolCall, content: str, status: ToolCallStatus = "failed"
     return ToolResultMessage(call.id, call.name, content, True, status)
 
 
+def denial_text(name: str, reason: str | None) -> str:
+    """What the model reads for a call a person denied: the reason, that the tool did not run,
+    and not to ask for the same call again (a model that only reads "denied" tends to retry)."""
+    head = f"denied by the user: {reason}" if reason else "denied by the user (no reason given)"
+    return (f"{head}\n{name} was not run. Do not call it again with the same arguments: that call is denied "
+            "without asking. Take the reason into account, or ask the user what to do instead.")
+
+
+REPEAT_PREFIX = "denied again without asking (the user denied this same call earlier in this turn): "
+"""How the result of a repeated denied call starts; the first denial's text follows."""
+
+
+def denied_in_turn(messages: list[Any]) -> dict[tuple[str, str], ToolResultMessage]:
+    """The calls a person denied since the last user message, by ``(tool, args_hash)``: the
+    result of the first denial of each. A turn is the prompt's run and every resume of it."""
+    results: dict[str, ToolResultMessage] = {}
+    out: dict[tuple[str, str], ToolResultMessage] = {}
+    for m in reversed(messages):
+        if m.kind == "user":
+            break
+        if m.kind == "tool-result" and m.decision == "denied":
+            results[m.call_id] = m
+        elif m.kind == "assistant" and results:
+            for c in m.tool_calls:
+                if c.id in results:
+                    out[(c.name, args_hash(c.args))] = results.pop(c.id)  # earlier answers overwrite: the first wins
+    return out
+
+
 class ToRun(NamedTuple):
     """A call the plan lets run."""
 
@@ -53,6 +86,8 @@ class ToRun(NamedTuple):
     """The validated arguments."""
     edited: dict[str, Any] | None
     """The arguments a person edited (None: as the model asked)."""
+    again: bool = False
+    """A call the ledger says started before, run again to continue (`Tool.continues`)."""
 
 
 @dataclass(slots=True)
@@ -119,6 +154,16 @@ def unusable_answer(message: AssistantMessage, provider: str) -> ModelError | No
     return None
 
 
+def refused_rows(config: RunConfig, run: RunState, step: int, started: float,
+                 moves: Iterable[Any]) -> list[ModelCallUsage]:
+    """The priced usage rows of the refused answers among a `FallbackModel`'s moves of `step`
+    (`Fallback.usage_row`): billed, though they never join the thread."""
+    rows = [row for m in moves if (row := m.usage_row(run.run_id, run.stored.id, step, started)) is not None]
+    for row in rows:
+        config.price(row)
+    return rows
+
+
 def judge_text(config: RunConfig, retries: int, message: AssistantMessage) -> TextVerdict:
     """A text answer from an agent with an ``output_type``: the answer if the text fits it
     (JSON, or any text for ``str``); else a prompt asking for ``final_result`` (while `retries`,
@@ -141,10 +186,25 @@ def judge_text(config: RunConfig, retries: int, message: AssistantMessage) -> Te
     ))
 
 
-def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall]) -> Plan:
+def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall],
+         refused: Mapping[str, tuple[str, ToolCallStatus]] | None = None) -> Plan:
     """Decide each open call of `thread`'s last answer (error result, pause, or run) without
     running or changing anything: the `Plan` holds every write, which the caller applies and
-    commits in one append before any of the calls runs."""
+    commits in one append before any of the calls runs. `refused`: calls a guard refused
+    (`guarding`: call id -> the text the model reads, the call's status), answered with that
+    error and never run or asked about."""
+    if refused:
+        out = plan(config, thread, [c for c in calls if c.id not in refused])
+        for call in calls:
+            if call.id in refused:
+                text, status = refused[call.id]
+                out.results.append(error_result(call, text, status))
+                out.ledger.insert(0, LedgerEntry(call.id, call.name, args_hash(call.args),
+                                                 "denied" if status == "denied" else "failed"))
+        order = {c.id: i for i, c in enumerate(calls)}
+        out.results.sort(key=lambda r: order[r.call_id])
+        out.calls = calls
+        return out
     spec = config.output
     if spec is not None and any(c.name == spec.name for c in calls):
         final = plan_final(config, calls)
@@ -155,33 +215,37 @@ def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall]) -> Plan
         return rest
     out = Plan(calls)
     waited = {p.id: p for p in thread.pending}
+    # Only a tool that can wait for a person can have been denied: the look back over the turn is
+    # skipped for the others (the common step of a run).
+    askable = any((t := config.tools.get(c.name)) is not None and (t.requires_approval is not False or t.is_client)
+                  for c in calls)
+    denied = denied_in_turn(thread.messages) if askable else {}
     for call in calls:
-        _plan_call(config, thread, call, waited.get(call.id), out)
+        _plan_call(config, thread, call, waited.get(call.id), out, denied)
     # Calls about to run are recorded "started" in the same commit as the decisions above.
     out.ledger.extend(LedgerEntry(r.call.id, r.call.name, args_hash(r.call.args), "started") for r in out.to_run)
     return out
 
 
 def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: PendingCall | None,
-               out: Plan) -> None:
-    """Add one call's fate to `out`."""
+               out: Plan, denied: dict[tuple[str, str], ToolResultMessage]) -> None:
+    """Add one call's fate to `out` (`denied`: the calls a person denied in this turn)."""
     tool = config.tools.get(call.name)
     entry = thread.ledger.get(call.id)
-    if entry is not None and entry.status == "started" and not (tool is not None and tool.idempotent):
-        out.results.append(error_result(
-            call,
-            "interrupted: this call started before the run was interrupted and it is not "
-            "known whether it completed; check before calling it again",
-            "interrupted",
-        ))
-        out.ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
+    if entry is not None and entry.status == "started" and _plan_started(config, call, tool, entry, out):
         return
     decision = thread.decisions.get(call.id)
     if decision is not None and decision.action == "deny":  # a denial needs no tool (it may be gone)
         out.used.append(call.id)
-        reason = f": {decision.reason}" if decision.reason else ""
-        out.results.append(decision.stamp(error_result(call, f"denied by the user{reason}", "denied")))
+        out.results.append(decision.stamp(error_result(call, denial_text(call.name, decision.reason), "denied")))
         out.ledger.append(LedgerEntry(call.id, call.name, decision.args_hash, "denied"))
+        return
+    first = denied.get((call.name, args_hash(call.args))) if decision is None and denied else None
+    if first is not None:  # the same call again: denied as before, without asking (a reject loop)
+        result = error_result(call, REPEAT_PREFIX + first.content, "denied")
+        result.decision, result.decided_by, result.decided_at = "repeat-denied", first.decided_by, first.decided_at
+        out.results.append(result)
+        out.ledger.append(LedgerEntry(call.id, call.name, args_hash(call.args), "denied"))
         return
     if tool is None:
         if decision is None and waited is not None:
@@ -210,6 +274,30 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
         out.used.append(call.id)
         out.decided[call.id] = decision
     out.to_run.append(ToRun(call, tool, validated, edited))
+
+
+def _plan_started(config: RunConfig, call: ToolCall, tool: Tool | None, entry: LedgerEntry, out: Plan) -> bool:
+    """A call the ledger says started before this run (a crash, a stop, a pause inside an agent
+    call): add its fate to `out` and return True, or False when it is planned as any call (an
+    idempotent tool runs again)."""
+    if tool is not None and tool.continues:
+        # An agent call that started (approved then, if it needed it) and paused or was cut off:
+        # it runs again and continues its sub-agent's thread, whose own ledger keeps its tools
+        # exactly-once. Not asked about again; the decisions routed to it travel with it.
+        validated = _validated(call, tool, call.args, out)
+        if validated is not _INVALID and call.args is not None and not (out.pending and config.tools_in_order):
+            out.to_run.append(ToRun(call, tool, validated, None, again=True))
+        return True
+    if tool is not None and tool.idempotent:
+        return False
+    out.results.append(error_result(
+        call,
+        "interrupted: this call started before the run was interrupted and it is not "
+        "known whether it completed; check before calling it again",
+        "interrupted",
+    ))
+    out.ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
+    return True
 
 
 _INVALID: Any = object()

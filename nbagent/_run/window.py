@@ -35,14 +35,14 @@ from ..context import (
 )
 from ..context._compaction import summary_instructions
 from ..context._estimate import tools_tokens
-from ..exceptions import ContextOverflowError, ModelError
+from ..exceptions import ContextOverflowError, ModelError, ModelResponseError
 from ..messages import CompactionMessage, Message, SystemMessage, ToolResultMessage, UserMessage
 from ..models.base import ModelRequest, ModelResponse
 from ..tools import RunContext, Tool
 from ..usage import ModelCallUsage
 from .config import RunConfig
 
-__all__ = ["READ_RESULT", "SUMMARY_HEADER", "Window", "overflow_error", "read_result_tool", "with_reader"]
+__all__ = ["READ_RESULT", "SUMMARY_HEADER", "Unused", "Window", "overflow_error", "read_result_tool", "with_reader"]
 
 READ_RESULT = "read_result"
 SUMMARY_HEADER = "Summary of the earlier part of this conversation (the full messages were compacted):\n"
@@ -117,6 +117,22 @@ class Window:
         messages are appended, never changed)."""
         self._tools: tuple[Any, int] = ((), 0)
         """The tool definitions last counted and their tokens (they change only with the sources)."""
+        self._blocked: tuple[int, int, bool] = (0, 0, False)
+        """(id of the messages list, how many were looked at, whether one of them is blocked)."""
+
+    def any_blocked(self, messages: Sequence[Message]) -> bool:
+        """Whether `messages` hold a message a guard blocked (`context.is_blocked`): looks only at the
+        messages appended since the last question (a run's thread only grows)."""
+        ident, seen, found = self._blocked
+        if ident != id(messages) or seen > len(messages):
+            seen, found = 0, False
+        if not found:
+            for i in range(seen, len(messages)):
+                if getattr(messages[i], "blocked", None) is not None:  # (`is_blocked`, without a call each)
+                    found = True
+                    break
+        self._blocked = (id(messages), len(messages), found)
+        return found
 
     def sized(self, message: Message) -> int:
         """`message_tokens` of `message`, counted once."""
@@ -137,7 +153,7 @@ class Window:
     def request(self, config: RunConfig, messages: Sequence[Message], step: int) -> ModelRequest:
         """The request for the thread's `messages`: compaction records applied, the summary after
         the system prompt, ``read_result`` offered when a result sent was cut or cleared."""
-        view = visible(messages)
+        view = visible(messages, self.any_blocked(messages))
         system = config.system
         if view.summary:
             system = (system + "\n\n" if system else "") + SUMMARY_HEADER + view.summary
@@ -201,10 +217,11 @@ class Window:
     async def compact(
         self, config: RunConfig, run_id: str, thread: str, messages: Sequence[Message], step: int,
         trigger: str, tokens_before: int, limit: int | None = None,
-    ) -> tuple[CompactionMessage, ModelCallUsage | None] | None:
+    ) -> tuple[CompactionMessage, ModelCallUsage | None] | Unused | None:
         """A compaction record for `messages` (and the summary call's usage row), or None when
-        nothing can be compacted. `limit`: the window a refusal named (when the model's is not
-        known). Raises the summarizer's error when its call fails."""
+        nothing can be compacted, or `Unused` when the call was billed but gave nothing to use.
+        `limit`: the window a refusal named (when the model's is not known). Raises the
+        summarizer's error when its call fails."""
         compaction = config.compaction
         assert compaction is not None
         if compaction.policy == "clear_results":
@@ -248,7 +265,9 @@ class Window:
         row.context = parts_json(scale_parts(asked, counts.input_tokens if counts.reported else sum(asked.values())),
                                  summarizer.context_window)
         _price(row, summarizer, config)
-        summary = (response.message.text or "").strip() or "(the summarizer wrote nothing)"
+        summary = (response.message.text or "").strip()
+        if response.error is not None or not summary:
+            return Unused(row, response.error or _no_summary(summarizer, response))
         record = CompactionMessage(summary, "summary", upto, [], len(replaced), tokens_before, 0,
                                    trigger, response.model or summarizer.model_name,  # type: ignore[arg-type]
                                    counts.output_tokens or self.count(summary))
@@ -258,7 +277,7 @@ class Window:
     async def _native(
         self, config: RunConfig, run_id: str, thread: str, messages: Sequence[Message], step: int,
         trigger: str, tokens_before: int,
-    ) -> tuple[CompactionMessage, ModelCallUsage] | None:
+    ) -> tuple[CompactionMessage, ModelCallUsage] | Unused | None:
         """`Compaction.native`: the model's provider compacts the messages before the cut (sent as
         a request would send them); its items go into the record, its usage into the row."""
         compaction, model = config.compaction, config.model
@@ -276,6 +295,8 @@ class Window:
         counts = response.usage
         row = _compaction_row(model, response, run_id, thread, step, started, clock, None)
         _price(row, model, config)
+        if response.error is not None:
+            return Unused(row, response.error)
         record = CompactionMessage("", "native", upto, [], len(replaced), tokens_before, 0, trigger,  # type: ignore[arg-type]
                                    response.model or model.model_name, counts.output_tokens,
                                    items=[dict(i) for i in response.message.thinking_blocks])
@@ -295,6 +316,16 @@ class Window:
         sent = self.sent
         ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
         return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
+
+
+@dataclass(frozen=True, slots=True)
+class Unused:
+    """A compaction's model call that was billed but gave nothing to use (an empty summary, a
+    refusal): its usage row is kept, and the compaction fails with `error` as if the call had
+    raised it (at the threshold: a warning, the turns kept, tried again at the next one)."""
+
+    row: ModelCallUsage
+    error: ModelError
 
 
 def _compaction_row(model: Any, response: ModelResponse, run_id: str, thread: str, step: int, started: float,
@@ -329,11 +360,16 @@ def native_request(config: RunConfig) -> NativeContext | None:
 async def _ask(config: RunConfig, call: Callable[[ModelRequest], Awaitable[ModelResponse]],
                request: ModelRequest) -> ModelResponse:
     """`call`'s answer to `request` (the summarizer's ``request``, or the model's ``compact``),
-    retried as the agent's `Retry` says; a billed answer that cannot be used raises its error."""
-    response = await config.retry.call(lambda: call(request))
-    if response.error is not None:
-        raise response.error
-    return response
+    retried as the agent's `Retry` says (a billed answer that cannot be used is returned with
+    its `ModelResponse.error`: the caller keeps its usage row)."""
+    return await config.retry.call(lambda: call(request))
+
+
+def _no_summary(summarizer: Any, response: ModelResponse) -> ModelResponseError:
+    """The error of a summary answer with no text (empty, blank, or only a tool call)."""
+    what = "only a tool call" if response.message.tool_calls else "an empty answer"
+    return ModelResponseError(f"the summarizer ({response.model or summarizer.model_name}) wrote no summary: "
+                              f"{what}", provider=summarizer.provider)
 
 
 def threshold_failed(exc: BaseException) -> None:

@@ -23,7 +23,7 @@ import pandas as pd
 from ..agent import Agent
 from ..approvals import Decisions
 from ..exceptions import UserError
-from ._rows import batch_frame, checked_inputs, one_row, progress_bar
+from ._rows import Progress, batch_frame, checked_inputs, one_row
 
 __all__ = ["batch", "output_frame"]
 
@@ -40,25 +40,18 @@ async def _map_local(
     """`batch` on the running loop (the local executor): rows run as `concurrency` workers."""
     values, index, prompts, threads = checked_inputs(agent, inputs, concurrency, thread_prefix)
     rows: list[dict[str, Any] | None] = [None] * len(values)
-    bar = progress_bar(len(values), progress, desc)
-    failed = 0
+    bar = Progress(len(values), progress, desc)
     positions = iter(range(len(values)))
 
     async def worker() -> None:
-        nonlocal failed
         for i in positions:  # one shared iterator: each row is taken by exactly one worker
             rows[i] = row = await one_row(agent, prompts[i], threads[i])
-            if bar is not None:
-                if row["status"] == "failed":
-                    failed += 1
-                    bar.set_postfix(failed=failed, refresh=False)
-                bar.update(1)
+            bar.settled(i, row)
 
     try:
         await asyncio.gather(*(worker() for _ in range(min(concurrency, len(values)) or 1)))
     finally:
-        if bar is not None:
-            bar.close()
+        bar.close()
     return batch_frame(values, index, [r for r in rows if r is not None])
 
 
@@ -127,7 +120,8 @@ def batch(
         submitted, in_progress, expired), ``error``, ``input_tokens``,
         ``output_tokens``, ``cost`` (USD, NaN when unknown), ``duration_s``, ``steps`` (model
         calls), ``thread``, ``run_id``, ``skipped``. Tokens and cost count every model call of
-        the row's thread.
+        the row's thread but a judge's (``purpose="eval"``: `nbagent.evals` counts those in its
+        ``eval_cost``).
 
     One row failing never stops the others: its ``status`` is ``failed`` and ``error`` says why.
 

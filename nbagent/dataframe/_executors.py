@@ -26,7 +26,7 @@ from ..agent import Agent
 from ..exceptions import UserError
 from ..store.memory import MemoryStore
 from ._engine import Engine
-from ._rows import batch_frame, checked_inputs, progress_bar
+from ._rows import Progress, batch_frame, checked_inputs
 from ._worker import Row
 
 __all__ = ["engine_for", "payload", "plan", "run_on_cluster"]
@@ -166,8 +166,7 @@ def run_on_cluster(
     rows: list[Row] = [(i, prompts[i], threads[i]) for i in range(len(values))]
     chunks = deque(rows[i:i + size] for i in range(0, len(rows), size))
     results: list[dict[str, Any] | None] = [None] * len(values)
-    bar = progress_bar(len(values), progress, desc)
-    settled = _Settled(bar)
+    bar = Progress(len(values), progress, desc)
     try:
         engine.start(data, per_chunk)
         while chunks or engine.running():
@@ -176,13 +175,13 @@ def run_on_cluster(
             for update in engine.poll(0.1):
                 if update[0] == "row":
                     results[update[1]] = update[2]
-                    settled(update[1], update[2]["status"] == "failed")
+                    bar.settled(update[1], update[2])
                 elif update[0] == "tick":
-                    settled(update[1], False)
+                    bar.settled(update[1])
                 else:  # "lost"
                     for position in update[1]:
                         results[position] = _lost_row(threads[position], update[2])
-                        settled(position, True)
+                        bar.settled(position, failed=True)
     except BaseException:
         # Ctrl-C (KeyboardInterrupt) or a chunk that failed as a whole: nothing more runs; rows
         # running end cancelled and are stored so, as in the local path; settled rows stay.
@@ -190,31 +189,11 @@ def run_on_cluster(
         raise
     finally:
         engine.close()
-        if bar is not None:
-            bar.close()
+        bar.close()
     missing = [i for i, r in enumerate(results) if r is None]
     if missing:  # an engine bug, not a user's: say so rather than build a frame with holes
         raise RuntimeError(f"agent.map(executor={engine.name!r}): no result for rows {missing[:10]}")
     return batch_frame(values, index, [r for r in results if r is not None])
-
-
-class _Settled:
-    """Advances the bar once per row, whichever report of it comes first, and counts failures."""
-
-    def __init__(self, bar: Any) -> None:
-        self.bar = bar
-        self.seen: set[int] = set()
-        self.failed: set[int] = set()
-
-    def __call__(self, position: int, failed: bool) -> None:
-        if failed and position not in self.failed:
-            self.failed.add(position)
-            if self.bar is not None:
-                self.bar.set_postfix(failed=len(self.failed), refresh=False)
-        if position not in self.seen:
-            self.seen.add(position)
-            if self.bar is not None:
-                self.bar.update(1)
 
 
 def _lost_row(thread: str, why: str) -> dict[str, Any]:

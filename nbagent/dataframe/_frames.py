@@ -7,8 +7,8 @@ the sibling `_columns` / `_sources` modules.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -174,6 +174,8 @@ TOOL_CALL_SCHEMA: dict[str, str] = {
     "is_error": "boolean",
     "duration_s": "float64",
     "args_chars": "int64",
+    "args": "object",
+    "original_args": "object",
     "result_chars": "Int64",
     "decision": "category",
     "decided_at": "datetime64[ns, UTC]",
@@ -199,6 +201,8 @@ class _ThreadView:
     """Only calls answered (or waiting) at or after this message index are rows."""
     run_id: str | None = None
     """For a RunResult: its run id, used for every row."""
+    answered_at: dict[int, float] = field(default_factory=dict)
+    """When the model's answer of each step arrived (its usage row: start + latency)."""
 
 
 def _view_of_result(result: RunResult) -> _ThreadView:
@@ -213,8 +217,9 @@ def _view_of_result(result: RunResult) -> _ThreadView:
                 assistant_positions.append(i)
         steps.append(n)
     # This run's answers have exact steps in its usage rows (a cut-off answer is never stored,
-    # and only ever the last call of a run).
-    for i, call in zip(assistant_positions, result.usage.calls, strict=False):
+    # and only ever the last call of a run); its sub-agents' rows are of their own threads.
+    own = [c for c in result.usage.calls if c.thread == result.thread]
+    for i, call in zip(assistant_positions, own, strict=False):
         steps[i] = call.step
     for i in range(1, len(messages)):
         if messages[i].kind != "assistant":
@@ -223,12 +228,17 @@ def _view_of_result(result: RunResult) -> _ThreadView:
         result.thread,
         messages,
         steps,
-        {c.step: c.run_id for c in result.usage.calls},
-        {},
+        {c.step: c.run_id for c in own},
+        dict(result.ledger),
         {p.id for p in result.pending},
         first_index=result.new_message_index,
         run_id=result.run_id,
+        answered_at=_answered_at(result.usage.calls),
     )
+
+
+def _answered_at(rows: Sequence[ModelCallUsage]) -> dict[int, float]:
+    return {r.step: r.time + (r.latency_s or 0.0) for r in rows}
 
 
 def _view_of_thread(state: ThreadState) -> _ThreadView:
@@ -242,6 +252,7 @@ def _view_of_thread(state: ThreadState) -> _ThreadView:
         {u.step: u.run_id for u in state.usage},
         dict(state.ledger),
         {p.id for p in state.meta.pending},
+        answered_at=_answered_at(state.usage),
     )
 
 
@@ -284,6 +295,9 @@ def _tool_rows(view: _ThreadView, out: dict[str, list[Any]]) -> None:
             out["is_error"].append(result.is_error if result is not None else None)
             out["duration_s"].append(result.duration_s if result is not None else None)
             out["args_chars"].append(len(call.args_json))
+            edited = result.edited_args if result is not None else None
+            out["args"].append(dict(edited) if edited is not None else _args_dict(call.args))
+            out["original_args"].append(_args_dict(call.args) if edited is not None else None)
             out["result_chars"].append(len(result.content) if result is not None else None)
             out["decision"].append(_decision(result))
             decided_at = result.decided_at if result is not None else None
@@ -291,7 +305,15 @@ def _tool_rows(view: _ThreadView, out: dict[str, list[Any]]) -> None:
                 decided_at = entry.time  # older threads: when the resumed run applied the denial
             out["decided_at"].append(decided_at)
             out["decided_by"].append(result.decided_by if result is not None else None)
-            out["time"].append(entry.time if entry is not None else None)
+            # When the call's state was recorded: its outcome (the ledger), else the answer that
+            # asked for it (results known without running are committed with it; or it waits).
+            out["time"].append(entry.time if entry is not None else view.answered_at.get(step) if step is not None
+                               else None)
+
+
+def _args_dict(args: Any) -> dict[str, Any] | None:
+    """A copy of a call's arguments (None when the model's JSON was not an object)."""
+    return dict(args) if isinstance(args, Mapping) else None
 
 
 def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
@@ -309,6 +331,10 @@ def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
             data[name] = times(np.array(values, dtype=np.float64))
         elif kind == "string":
             data[name] = strings(values)
+        elif kind == "object":
+            column = np.empty(len(values), dtype=object)
+            column[:] = values  # dicts kept as they are (not spread into rows)
+            data[name] = column
         else:
             data[name] = pd.array(values, dtype=kind)  # type: ignore[call-overload]
     df = pd.DataFrame(data)
@@ -329,13 +355,17 @@ def tool_calls_frame(source: Any, *, thread: str | Iterable[str] | None = None) 
     asked for the call), ``thread``, ``step`` (the model call that asked), ``call_id``, ``tool``,
     ``status`` (done, failed, denied, cancelled, interrupted, pending), ``is_error``,
     ``duration_s`` (NaN when it never ran), ``args_chars`` (length of the arguments JSON),
-    ``result_chars``, ``decision``, ``decided_at``, ``decided_by``, ``time`` (when the stored
-    outcome was recorded; stores only).
+    ``args`` (a dict: the arguments the call ran with, a person's edit included; None when the
+    model's JSON was not an object), ``original_args`` (for an edited call only: the model's own
+    arguments, as a dict; else None), ``result_chars``, ``decision``, ``decided_at``,
+    ``decided_by``, ``time`` (when the call's state was recorded: its outcome; for a call that
+    waits, or was answered without running, when the model's answer that asked for it arrived).
 
     ``decision`` is ``auto`` (ran without asking), ``approved`` (a person approved it),
-    ``edited`` (approved with changed arguments), ``denied``, ``client`` (a client supplied the
-    result), ``always-allowed`` (approved by an earlier "always allow"), or missing when it
-    cannot be known. The run loop records the decision, its time and who made it
+    ``edited`` (approved with changed arguments), ``denied``, ``repeat-denied`` (the same call as
+    one a person denied earlier in the turn, denied again without asking), ``client`` (a client
+    supplied the result), ``always-allowed`` (approved by an earlier "always allow"), or missing
+    when it cannot be known. The run loop records the decision, its time and who made it
     (``resume(decided_by=...)``; the view records the OS user) on each tool result;
     ``decided_at`` / ``decided_by`` are missing for calls that needed no decision. For threads
     written before decisions were recorded, the decision is inferred (an `Agent` source
@@ -400,18 +430,23 @@ def _runs_from_usage(
     out: dict[str, list[Any]] = {name: [] for name in RUN_SCHEMA}
     if len(usage):
         end = usage["time"] + pd.to_timedelta(usage["latency_s"].fillna(0.0), unit="s")
+        # A judge's call (purpose "eval") is made after the run, maybe days later: not its time.
+        timed = usage["purpose"] != "eval"
         # A step is one of the run's own model calls: a compaction summary or a judge call is
         # not one (its tokens and cost still count).
-        frame = usage.assign(_end=end, _own=(usage["purpose"] == "run").astype("int64"))
+        frame = usage.assign(_start=usage["time"].where(timed), _end=end.where(timed),
+                             _own=(usage["purpose"] == "run").astype("int64"))
         # by thread too: a fork holds copies of its source's runs (same ids, rows of their own)
         grouped = frame.groupby(["thread", "run_id"], observed=True, sort=False)
         agg = grouped.agg(
             steps=("_own", "sum"),
-            started=("time", "min"),
+            started=("_start", "min"),
             ended=("_end", "max"),
+            first=("time", "min"),
             cost_total=("cost_total", lambda s: s.sum(min_count=1)),
             **{name: (name, "sum") for name in _SUMS},
         )
+        agg["started"] = agg["started"].fillna(agg["first"])  # only judges' rows (no time of its own)
         agg = agg.sort_values("started", kind="stable")
         for (thread_name, run_id), row in agg.iterrows():
             thread = str(thread_name)
@@ -427,7 +462,7 @@ def _runs_from_usage(
             out["total_tokens"].append(int(row["input_tokens"]) + int(row["output_tokens"]))
             out["cost_total"].append(row["cost_total"])
             out["started"].append(row["started"].timestamp())
-            out["wall_s"].append((row["ended"] - row["started"]).total_seconds())
+            out["wall_s"].append(np.nan if pd.isna(row["ended"]) else (row["ended"] - row["started"]).total_seconds())
             out["error"].append(error)
     for row in extra:
         for name in RUN_SCHEMA:
@@ -499,7 +534,8 @@ def runs_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> pd.
     (``input_tokens`` ... ``total_tokens``), ``tool_calls`` (asked for), ``cost_total``
     (USD, NaN when no call had a price), ``started`` (first model call), ``wall_s`` (from the
     start of the first model call to the end of the last one: time spent in tools after the last
-    call and before the first is not counted), ``error``.
+    call and before the first is not counted, nor a judge's call, ``purpose="eval"``, made
+    after the run), ``error``.
     From a store, each run's ``status`` / ``stop_reason`` / ``error`` come from the last
     checkpoint it wrote (`Store.last_checkpoints`; the error's first 500 characters), the
     latest run's from its thread's meta record (also while it goes on); they are missing for a

@@ -3,9 +3,9 @@
 Owns the batch's columns (`BATCH_COLUMNS`), the deterministic thread ids that make a re-run skip
 finished rows (`batch_thread_ids`), the checked inputs (`batch_inputs`, `checked_inputs`), one row
 run to its end (`one_row`: a settled thread skipped, an interrupted one resumed), the progress
-bar and the frame in input order (`batch_frame`). The local path (`_batch`), the cluster driver
-(`_executors`) and the workers (`_worker`) all build on it, so a row means the same wherever it
-runs.
+bar (`Progress`: skipped rows leave its rate) and the frame in input order (`batch_frame`). The
+local path (`_batch`), the cluster driver (`_executors`) and the workers (`_worker`) all build
+on it, so a row means the same wherever it runs.
 
 Imports pandas and numpy, the core (agent, store, usage) and ``tqdm.auto`` (only when a
 progress bar is shown); nothing else of this package but `_columns`.
@@ -31,8 +31,8 @@ from ..store.meta import ThreadMeta
 from ..usage import ModelCallUsage, Usage
 from ._columns import categorical, strings
 
-__all__ = ["BATCH_COLUMNS", "batch_frame", "batch_inputs", "batch_thread_ids", "checked_inputs", "fingerprint",
-           "one_row", "progress_bar", "rows_of"]
+__all__ = ["BATCH_COLUMNS", "Progress", "batch_frame", "batch_inputs", "batch_thread_ids", "checked_inputs",
+           "fingerprint", "one_row", "progress_bar", "rows_of"]
 
 BATCH_COLUMNS = (
     "input",
@@ -133,6 +133,12 @@ def _prompt(value: Any) -> str | None:
     return value if isinstance(value, str) else str(value)
 
 
+def _own(rows: list[ModelCallUsage]) -> list[ModelCallUsage]:
+    """The thread's usage rows but a judge's (``purpose="eval"``, appended by `nbagent.evals`
+    after the run): the evaluation's cost, not the row's, which would count it again."""
+    return [r for r in rows if r.purpose != "eval"]
+
+
 def _skipped(
     row: dict[str, Any], before: list[ModelCallUsage], meta: ThreadMeta, **fields: Any
 ) -> dict[str, Any]:
@@ -166,7 +172,7 @@ async def one_row(agent: Agent, prompt: str | None, thread: str, decisions: Deci
     clock = time.perf_counter()
     try:
         previous = await agent.store.load(thread)
-        before: list[ModelCallUsage] = list(previous.usage) if previous is not None else []
+        before: list[ModelCallUsage] = _own(previous.usage) if previous is not None else []
         meta = previous.meta if previous is not None else ThreadMeta()
         if previous is not None and meta.status == "completed":
             output = meta.output
@@ -195,7 +201,7 @@ async def one_row(agent: Agent, prompt: str | None, thread: str, decisions: Deci
         output_tokens=total.output_tokens,
         cost=total.cost_total,
         duration_s=time.perf_counter() - clock,
-        steps=len(before) + len(result.usage.calls),
+        steps=len(before) + sum(1 for c in result.usage.calls if c.thread == thread),  # sub-agents' aside
         run_id=result.run_id,
     )
     if result.status == "paused":
@@ -235,6 +241,7 @@ def checked_inputs(
 
 
 def progress_bar(total: int, enabled: bool, desc: str | None) -> Any:
+    """A ``tqdm.auto`` bar of `total` rows (None when off: `enabled` False or ``TQDM_DISABLE``)."""
     # tqdm's own switch, TQDM_DISABLE, is ignored by tqdm.notebook (4.70): honour it here, so a
     # notebook executed to be saved does not keep a bar that says 0% forever.
     if not enabled or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true"):
@@ -245,6 +252,47 @@ def progress_bar(total: int, enabled: bool, desc: str | None) -> Any:
     # updated only when the bar redraws) kept the rate of the first row when the others settled
     # at once, so a re-run read "8/8 [00:00<00:00, 1.21row/s]".
     return tqdm(total=total, desc=desc or "batch", unit="row", smoothing=0)
+
+
+class Progress:
+    """A batch's progress: its bar (`progress_bar`) moved once per settled row, whichever report
+    of the row comes first, with the failed and skipped rows counted after it.
+
+    A skipped row (settled by an earlier batch: loaded, not run) is not a row run at speed:
+    tqdm's rate is the rows past its ``initial`` over the elapsed time, so each skipped row moves
+    ``initial`` up with the count. The rate and the time left are the rows that ran ("6/6
+    [00:08, 2.1s/row, skipped=2]"), where they said 457 rows/s after two rows loaded at once.
+    """
+
+    def __init__(self, total: int, enabled: bool, desc: str | None) -> None:
+        self.bar = progress_bar(total, enabled, desc)
+        self._seen: set[int] = set()
+        self._failed: set[int] = set()
+        self._skipped: set[int] = set()
+
+    def settled(self, position: int, row: dict[str, Any] | None = None, *, failed: bool = False) -> None:
+        """Row `position` is settled: `row` is its frame row when known (None: a cluster's early
+        report, which only says it ended); `failed` marks a row lost with no frame row."""
+        bar = self.bar
+        if position not in self._seen:
+            self._seen.add(position)
+            if bar is not None:
+                bar.update(1)
+        failed = (failed or (row is not None and row["status"] == "failed")) and position not in self._failed
+        skipped = row is not None and bool(row["skipped"]) and position not in self._skipped
+        if failed:
+            self._failed.add(position)
+        if skipped:
+            self._skipped.add(position)
+            if bar is not None:
+                bar.initial += 1
+        if (failed or skipped) and bar is not None:
+            counts = {"failed": len(self._failed), "skipped": len(self._skipped)}
+            bar.set_postfix(refresh=False, **{k: v for k, v in counts.items() if v})
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
 
 def _text(values: list[Any], index: pd.Index) -> pd.Series:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..messages import IMAGE_TYPES, call_results
 from ..usage import usd
 from . import theme
+from .reveal import hidden_characters, reveal, reveal_json, revealed_json
 from .sanitize import escape, markdown_html
 from .sanitize import rich_html as clean_rich_html
 from .theme import Token, css, tint
@@ -43,15 +44,20 @@ if TYPE_CHECKING:
 __all__ = [
     "STATUS_STYLE",
     "ProviderCall",
+    "always_allowed_html",
     "args_html",
     "assistant_html",
     "badge",
+    "blocked_html",
     "budget_texts",
     "calls_text",
     "code_html",
     "cost_text",
+    "diff_html",
     "expandable",
+    "guard_badge",
     "header_html",
+    "hidden_badge",
     "image_html",
     "messages_html",
     "pretty_args",
@@ -63,9 +69,12 @@ __all__ = [
     "replayed_badge",
     "result_row_html",
     "rich_result_html",
+    "shown_status",
     "status_badge",
+    "subrun_html",
     "tint",
     "tool_row_html",
+    "unshown_chars",
     "usage_html",
     "usage_text",
     "user_html",
@@ -116,6 +125,7 @@ STATUS_STYLE: dict[str, tuple[str, Token]] = {
     "done": ("done", theme.SUCCESS),
     "failed": ("failed", theme.ERROR),
     "denied": ("denied", theme.PURPLE),
+    "denied (repeat)": ("denied (repeat)", theme.PURPLE),
     "cancelled": ("cancelled", theme.DARK_GREY),
     "interrupted": ("interrupted", theme.BROWN),
     # how a run ended (the summary's head)
@@ -132,13 +142,18 @@ PREVIEW_CHARS = 120
 """Arguments and results longer than this are shown as a one-line preview, the rest behind an expander."""
 MAX_CHARS = 20_000
 """Beyond this, text is cut even in the expanded view (keeps widget traffic and outputs bounded)."""
+WHOLE_CHARS = 100_000
+"""A waiting call's arguments are shown whole up to this many characters (each text: the JSON,
+or a ``code`` argument), in a scroll box: what a person approves is what they were shown. Longer
+ones are cut here too (`unshown_chars`); the live view then offers Approve only once the editor,
+which holds all of them, was opened, and the summary says where to read them."""
 
 # Column widths of the tool table; the live view uses the same so rows line up.
 COLUMNS = (("tool", "15%"), ("arguments", "30%"), ("status", "15%"), ("result", "32%"), ("time", "8%"))
 """Wide enough at a notebook's usual width (~730 px) for the longest status pill, "needs approval"."""
 
 
-def pretty_args(args: Any) -> str:
+def _json_text(args: Any) -> str:
     """Tool arguments as indented JSON (a raw string, e.g. invalid JSON from a model, as is)."""
     if isinstance(args, str):
         try:
@@ -151,33 +166,63 @@ def pretty_args(args: Any) -> str:
         return str(args)
 
 
+def pretty_args(args: Any) -> str:
+    """Tool arguments as indented JSON (a raw string, e.g. invalid JSON from a model, as is),
+    with every invisible character escaped (`reveal_json`: the JSON still reads as the same
+    value, so the editor of a waiting call can hold it).
+
+    >>> print(pretty_args({"path": "a\u202e.txt"}))
+    {
+      "path": "a\\u202e.txt"
+    }
+    """
+    return reveal_json(_json_text(args))
+
+
 def _cut(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return text[:limit] + f"\n… ({len(text) - limit:,} more characters not shown)"
 
 
+def _shown_texts(args: Any) -> list[str]:
+    """The texts a row shows for `args`: a ``code`` argument and the JSON of the others, or the
+    JSON of all."""
+    with_code = _with_code(args)
+    if with_code is None:
+        return [pretty_args(args)]
+    rest = {k: v for k, v in with_code.items() if k != "code"}
+    return [reveal(with_code["code"]), *([pretty_args(rest)] if rest else [])]
+
+
+def unshown_chars(args: Any) -> int:
+    """How many characters of a waiting call's arguments its row leaves out (0: all are shown;
+    see `WHOLE_CHARS`)."""
+    return sum(max(0, len(text) - WHOLE_CHARS) for text in _shown_texts(args))
+
+
 def expandable(
     text: str | None, *, limit: int = PREVIEW_CHARS, full: bool = False, error: bool = False,
-    label: str | None = None,
+    label: str | None = None, cut: int = MAX_CHARS,
 ) -> str:
     """Escaped text in a monospace block; when longer than `limit`, a one-line preview (cut with
-    an ellipsis to its column) that expands (``<details>``, no JavaScript) to the whole text in a
-    scroll box of at most 24em. `full` shows everything at once (also in a scroll box); `label`
-    replaces the preview (e.g. "text the model read")."""
+    an ellipsis to its column) that expands (``<details>``, no JavaScript) to the text in a
+    scroll box of at most 24em (its first `cut` characters, and how many more there are). `full`
+    shows it at once (also in a scroll box); `label` replaces the preview (e.g. "text the model
+    read")."""
     if text is None or text == "":
         return f'<span style="{MUTED}">-</span>'
     colour = f"{ERROR};" if error else ""
     if (full or len(text) <= limit) and label is None:
         box = LONG if len(text) > limit else SCROLL
-        return f'<pre class="nbagent-value" style="{PRE};{colour}{box}">{escape(_cut(text, MAX_CHARS))}</pre>'
+        return f'<pre class="nbagent-value" style="{PRE};{colour}{box}">{escape(_cut(text, cut))}</pre>'
     pre = f'style="{PRE};{colour}{LONG}"'
     preview = label if label is not None else " ".join(text.split())[: limit - 1] + "…"
     style = f"{MONO};{colour}" if label is None else f"{SMALL};{MUTED};"
     return (
         f'<details class="nbagent-value"><summary style="cursor:pointer;{style}white-space:nowrap;overflow:hidden;'
         f'text-overflow:ellipsis">{escape(preview)}</summary>'
-        f'<pre {pre}>{escape(_cut(text, MAX_CHARS))}</pre></details>'
+        f'<pre {pre}>{escape(_cut(text, cut))}</pre></details>'
     )
 
 
@@ -204,6 +249,21 @@ REPLAYED_TITLE = "answered from a recording (nbagent.models.replay): no model wa
 def replayed_badge() -> str:
     """The small "replayed" label of an answer taken from a recording (`nbagent.models.replay`)."""
     return badge("replayed", theme.INFO, title=REPLAYED_TITLE, cls="nbagent-replayed")
+
+
+def guard_badge(guard: str, reason: str = "") -> str:
+    """The red "blocked by <guard>" label of a guard's trip (`nbagent.guards`), its reason on hover."""
+    return badge(f"blocked by {guard}", theme.ERROR, title=reason or None, cls="nbagent-guard")
+
+
+def blocked_html(blocked: str, what: str) -> str:
+    """The line that stands where a guard blocked something: its label and ``what · reason``.
+    `blocked`: ``UserMessage.blocked`` / ``AssistantMessage.blocked`` (the guard's name and its
+    reason); `what`: what became of it ("not sent to the model", "answer withheld")."""
+    guard, _, reason = blocked.partition(": ")
+    text = f"{what}: {reason}" if reason else what
+    return (f'<div class="nbagent-blocked" style="{SMALL};margin:4px 0">{guard_badge(guard, reason)} '
+            f'<span style="{MUTED}">{escape(text)}</span></div>')
 
 
 def replayed_answers(messages: Sequence[Message], steps: Sequence[int], rows: Iterable[Any]) -> list[int]:
@@ -248,29 +308,31 @@ def _duration(seconds: float | None) -> str:
 _NOT_EDITED: Any = object()
 
 
-def code_html(code: str) -> str:
+def code_html(code: str, *, cut: int = MAX_CHARS) -> str:
     """Python code as a code block: syntax-highlighted by pygments when it is installed (its
-    spans with inline colours around escaped text), else escaped text; never live HTML."""
+    spans with inline colours around escaped text), else escaped text; never live HTML. Its
+    first `cut` characters (and how many more there are); invisible characters escaped (`reveal`)."""
+    code = _cut(reveal(code), cut)
     try:
         from pygments import highlight
         from pygments.formatters import HtmlFormatter
         from pygments.lexers import PythonLexer
 
-        body = highlight(_cut(code, MAX_CHARS), PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True))
+        body = highlight(code, PythonLexer(), HtmlFormatter(nowrap=True, noclasses=True))
     except Exception:  # no pygments (or a lexer error): plain escaped text
-        body = escape(_cut(code, MAX_CHARS))
+        body = escape(code)
     return f'<pre class="nbagent-code" style="{PRE};{LONG}">{body}</pre>'
 
 
-def _code_args_html(args: Mapping[str, Any], full: bool) -> str:
+def _code_args_html(args: Mapping[str, Any], full: bool, cut: int) -> str:
     """Arguments with a ``code`` string (the ``python`` tool's): the code as a code block, any
     other arguments as JSON above it."""
     code: str = args["code"]
     rest = {k: v for k, v in args.items() if k != "code"}
-    head = expandable(pretty_args(rest), full=full) if rest else ""
+    head = expandable(pretty_args(rest), full=full, cut=cut) if rest else ""
     if full or (len(code) <= PREVIEW_CHARS and "\n" not in code.strip()):
-        return head + code_html(code)
-    preview = " ".join(code.split())[: PREVIEW_CHARS - 1] + "…"
+        return head + code_html(code, cut=cut)
+    preview = " ".join(reveal(code).split())[: PREVIEW_CHARS - 1] + "…"
     return (head + f'<details class="nbagent-value"><summary style="cursor:pointer;{MONO};white-space:nowrap;'
             f'overflow:hidden;text-overflow:ellipsis">{escape(preview)}</summary>{code_html(code)}</details>')
 
@@ -284,12 +346,35 @@ def _with_code(args: Any) -> Mapping[str, Any] | None:
     return args if isinstance(args, Mapping) and isinstance(args.get("code"), str) else None
 
 
-def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED) -> str:
-    """A call's arguments; when a person edited them, an **edited** badge (the model's own
-    arguments on hover) and the original under "the model's arguments". A ``code`` argument
-    (a string) is shown as a Python code block (`code_html`)."""
+HIDDEN_TITLE = ("these arguments hold characters a reader cannot see, or that reorder what is shown "
+                "(Trojan Source); each is shown escaped, as \\u…: {}")
+
+
+def hidden_badge(*texts: str, names: Sequence[str] = ()) -> str:
+    """A warning label when `texts` (a call's arguments as written, before `reveal`) hold
+    invisible or reordering characters (or `names` names some), naming them on hover; "" when
+    there is none."""
+    names = [*names, *(n for text in texts for n in hidden_characters(text))]
+    if not names:
+        return ""
+    return badge("hidden characters", theme.ERROR, title=HIDDEN_TITLE.format(", ".join(dict.fromkeys(names))),
+                 cls="nbagent-hidden-chars") + "<br>"
+
+
+def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED, cut: int = MAX_CHARS) -> str:
+    """A call's arguments (`full`: shown at once, else longer ones behind an expander; at most
+    `cut` characters of each text); when a person edited them, an **edited** badge (the model's
+    own arguments on hover) and under "the model's arguments" the original and what the edit
+    changed (`diff_html`). A ``code`` argument (a string) is shown as a Python code block
+    (`code_html`). Invisible characters are escaped, and flagged with a "hidden characters"
+    label (`hidden_badge`)."""
     with_code = _with_code(args)
-    shown = _code_args_html(with_code, full) if with_code is not None else expandable(pretty_args(args), full=full)
+    if with_code is not None:
+        rest = _json_text({k: v for k, v in with_code.items() if k != "code"})
+        shown = hidden_badge(with_code["code"], rest) + _code_args_html(with_code, full, cut)
+    else:
+        text, names = revealed_json(_json_text(args))
+        shown = hidden_badge(names=names) + expandable(text, full=full, cut=cut)
     if edited_from is _NOT_EDITED:
         return shown
     original = pretty_args(edited_from)
@@ -299,8 +384,59 @@ def args_html(args: Any, *, full: bool = False, edited_from: Any = _NOT_EDITED) 
         + shown
         + f'<details class="nbagent-original"><summary style="cursor:pointer;{FONT};{MUTED};font-size:11px">'
         f"the model's arguments</summary><pre style=\"{PRE};{LONG}\">{escape(_cut(original, MAX_CHARS))}</pre>"
-        "</details>"
+        f"{diff_html(original, pretty_args(args))}</details>"
     )
+
+
+def diff_html(before: str, after: str, *, cut: int = MAX_CHARS) -> str:
+    """What an edit changes, line by line: removed lines on a red tint (``-``), added ones on a
+    green tint (``+``), two lines of context around each change; "no change" when the texts are
+    the same. Escaped text in a scroll box: the whole texts are compared, and the first `cut`
+    characters of the diff are shown (then how many lines more).
+
+    >>> html = diff_html('{"path": "a.txt"}', '{"path": "b.txt"}')
+    >>> ["-" in html, '+{&quot;path&quot;: &quot;b.txt&quot;}' in html.replace("</span>", "")]
+    [True, True]
+    """
+    import difflib  # here: only an edit needs it
+
+    lines = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=2))[2:]
+    if not lines:
+        return f'<div class="nbagent-diff" style="{SMALL};{MUTED}">no change: the arguments are the model\'s</div>'
+    rows, size = [], 0
+    for i, line in enumerate(lines):
+        if line.startswith("@@"):
+            rows.append(f'<div style="{MUTED}">⋯</div>')
+            continue
+        pair = lines[i + 1] if line[:1] == "-" and i + 1 < len(lines) else lines[i - 1] if line[:1] == "+" else ""
+        line = _excerpt(line, pair if pair[:1] in "-+" and pair[:1] != line[:1] else "")
+        size += len(line)
+        if size > cut:
+            rows.append(f'<div style="{MUTED}">… ({len(lines) - i:,} more lines of the diff not shown)</div>')
+            break
+        colour = {"+": theme.SUCCESS, "-": theme.ERROR}.get(line[:1])
+        tinted = f"{css('background', tint(colour))};" if colour is not None else ""
+        rows.append(f'<div style="{tinted}white-space:pre-wrap;overflow-wrap:anywhere">{escape(line) or " "}</div>')
+    return (f'<div class="nbagent-diff" style="{SMALL};margin:4px 0"><span style="{MUTED}">what the edit changes</span>'
+            f'<div style="{MONO};{FRAME};border-radius:4px;padding:2px 4px;{SCROLL}">{"".join(rows)}</div></div>')
+
+
+_EXCERPT = 400
+"""A diff line longer than this (a long JSON string, e.g. a ``code`` argument) is shown around
+its first difference from the line it replaces."""
+
+
+def _excerpt(line: str, other: str) -> str:
+    """`line` (``-`` or ``+`` then the text), cut around where it first differs from `other`
+    (the line it pairs with; "" for none) when it is longer than `_EXCERPT`."""
+    if len(line) <= _EXCERPT:
+        return line
+    at = next((i for i, (a, b) in enumerate(zip(line[1:], other[1:], strict=False)) if a != b),
+              min(len(line), len(other)) - 1) if other else 0
+    start = max(1, at - _EXCERPT // 4)
+    end = start + _EXCERPT
+    return (line[0] + ("…" if start > 1 else "") + line[start:end]
+            + (f"… ({len(line) - end:,} more characters)" if end < len(line) else ""))
 
 
 def rich_result_html(display: Mapping[str, str] | None, images: Sequence[Any] = ()) -> str:
@@ -340,10 +476,12 @@ def tool_row_html(
 ) -> str:
     """One tool call as a table (tool, arguments, status, result or error, duration), with a
     second row under the arguments for what the tool returned richly (`display`, `images`).
-    `edited_from`: the model's arguments when `args` are a person's edit. `elapsed_s`: the call
+    `full_args`: the call waits for a person; its arguments are shown at once and whole (up to
+    `WHOLE_CHARS`). `edited_from`: the model's arguments when `args` are a person's edit. `elapsed_s`: the call
     is still going and has run this long; its time is a ``<span class="nbagent-tick"
     data-elapsed>`` that the live view's front end counts up."""
     rich = rich_result_html(display, images)
+    cut = WHOLE_CHARS if full_args else MAX_CHARS
     last = f'style="{CELL};{RULE_BELOW}"'
     td = f'style="{CELL}"' if rich else last
     if rich and display and result:
@@ -358,7 +496,7 @@ def tool_row_html(
     out = (
         f'<table class="nbagent-tool" style="{TABLE}">{_colgroup()}<tr style="{TR}">'
         f'<td {td}><code style="{CODE}">{escape(name)}</code></td>'
-        f"<td {td}>{args_html(args, full=full_args, edited_from=edited_from)}</td>"
+        f"<td {td}>{args_html(args, full=full_args, edited_from=edited_from, cut=cut)}</td>"
         f"<td {td}>{status_badge(status)}</td>"
         f"<td {td}>{shown}</td>"
         f"<td {td}>{time_cell}</td></tr>"
@@ -389,11 +527,12 @@ def image_html(image: Any, *, large: bool = False) -> str:
     return f'<span style="{MUTED};font-size:12px;margin-right:6px">[image: {escape(image.describe())}]</span>'
 
 
-def user_html(text: str, note: str | None = None, images: Sequence[Any] = ()) -> str:
+def user_html(text: str, note: str | None = None, images: Sequence[Any] = (), who: str = "you") -> str:
     """A user message bubble (escaped, line breaks kept), with its images (`image_html`). `note`
     is shown next to "you" (the live view marks a message that waits to be sent "queued"); a noted
-    bubble has a dashed border."""
-    label = "you" + (f" · {escape(note)}" if note else "")
+    bubble has a dashed border. `who`: whose message it is ("task" for a sub-agent's, from its
+    parent agent)."""
+    label = escape(who) + (f" · {escape(note)}" if note else "")
     border = f"{css('border', theme.DASHED_LINE)};" if note else ""
     pictures = f'<div>{"".join(image_html(i) for i in images)}</div>' if images else ""
     return (
@@ -579,7 +718,8 @@ def provider_calls(message: Any) -> list[ProviderCall]:
 
 
 def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = (),
-                  whole: Sequence[Message] | None = None, offset: int = 0, replayed: Iterable[int] = ()) -> str:
+                  whole: Sequence[Message] | None = None, offset: int = 0, replayed: Iterable[int] = (),
+                  subruns: Mapping[str, Any] | None = None, who: str = "you") -> str:
     """A conversation as static HTML: user bubbles, each answer's reasoning as a closed "Thinking"
     section (escaped), answers as Markdown, and each answer's tool calls as a table with their
     results (matched by call id). Calls in `skip_call_ids` are left out (the live view shows those
@@ -591,7 +731,11 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
     decided) are shown as rows of their own, with the call's name and arguments.
 
     `replayed`: the indices (in `whole`) of the answers taken from a recording
-    (`replayed_answers`), shown with a small "replayed" badge."""
+    (`replayed_answers`), shown with a small "replayed" badge.
+
+    `subruns`: the sub-agents' runs of agent calls, by call id (`RunResult.subagents`, or a
+    stored sub-agent thread read alike), each shown under its call's row (`subrun_html`). `who`:
+    whose the user messages are (`user_html`)."""
     skip = set(skip_call_ids)
     from_recording = set(replayed)
     whole = messages if whole is None else whole
@@ -602,7 +746,7 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
 
     def flush() -> None:
         if early:
-            rows = [table_header_html()] + [result_row_html(c.name, c.args_json, r) for c, r in early]
+            rows = [table_header_html(), *(_call_row_html(c, r, subruns) for c, r in early)]
             out.append('<div class="nbagent-tools" style="margin:4px 0 8px 0">' + "".join(rows) + "</div>")
             early.clear()
 
@@ -614,9 +758,14 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
             continue
         flush()
         if m.kind == "user":
-            out.append(user_html(m.content, images=m.images))  # type: ignore[union-attr]
+            blocked = m.blocked  # type: ignore[union-attr]
+            out.append(user_html(m.content, "blocked" if blocked else None, images=m.images, who=who))  # type: ignore[union-attr]
+            if blocked:
+                out.append(blocked_html(blocked, "not sent to the model"))
         elif m.kind == "compaction":
             out.append(compaction_html(m))
+        elif m.kind == "assistant" and m.blocked is not None:  # type: ignore[union-attr]
+            out.append(blocked_html(m.blocked, "answer withheld"))  # type: ignore[union-attr]
         elif m.kind == "assistant":
             answer = index
             if index in from_recording:
@@ -630,14 +779,44 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
                 rows += [tool_row_html(p.name, p.args, p.status, p.result) for p in provided]
                 for call in calls:
                     found = results.get((index, call.id))
-                    r = found[1] if found is not None else None
-                    if r is None:
-                        rows.append(tool_row_html(call.name, call.args_json, "queued"))
-                    else:
-                        rows.append(result_row_html(call.name, call.args_json, r))
+                    rows.append(_call_row_html(call, found[1] if found is not None else None, subruns))
                 out.append('<div class="nbagent-tools" style="margin:4px 0 8px 0">' + "".join(rows) + "</div>")
     flush()
     return "".join(out)
+
+
+def shown_status(result: Any) -> str:
+    """The status a row shows for a call's `ToolResultMessage`: its status, and ``denied (repeat)``
+    for a call denied again without asking (the same call as one a person denied in the turn)."""
+    return "denied (repeat)" if getattr(result, "decision", None) == "repeat-denied" else result.status
+
+
+def _call_row_html(call: Any, result: Any, subruns: Mapping[str, Any] | None) -> str:
+    """A call's row (with its result, when it has one) and, for an agent call, its sub-agent's run
+    under it; an agent call with no result waits for its sub-agent's calls ("waiting")."""
+    sub = subruns.get(call.id) if subruns else None
+    if result is None:
+        row = tool_row_html(call.name, call.args_json, "queued" if sub is None else "waiting")
+    else:
+        row = result_row_html(call.name, call.args_json, result)
+    return row if sub is None else row + subrun_html(call.name, sub)
+
+
+def subrun_html(name: str, sub: Any) -> str:
+    """A sub-agent's run under its agent call's row (`Agent.as_tool`): a closed section, indented
+    under the call, whose summary line says the agent, how its run stands and what it cost (its
+    own sub-agents' included), and which holds its steps: its answers, tool rows and its own
+    sub-agents' runs, the same way down. `sub`: a `RunResult`, or anything with its
+    ``messages``, ``status``, ``usage``, ``pending`` and ``subagents`` (a stored sub-agent thread).
+    Its calls that wait are left out here: the top's pending rows show them."""
+    usage = sub.usage
+    line = (f"{name} · {sub.status} · {calls_text(usage.requests)} · {usage.total_tokens:,} tokens · "
+            f"{cost_text(usage)}")
+    body = messages_html(sub.messages, skip_call_ids=[p.id for p in sub.pending], subruns=sub.subagents,
+                         who="task")
+    return (f'<details class="nbagent-subrun" style="{FONT};margin:0 0 6px 18px;padding-left:8px;'
+            f'{theme.css("border-left", theme.NEST_LINE)}">'
+            f'<summary style="cursor:pointer;{MUTED};font-size:12px">{escape(line)}</summary>{body}</details>')
 
 
 def result_row_html(name: str, args: Any, result: Any, **kwargs: Any) -> str:
@@ -647,7 +826,7 @@ def result_row_html(name: str, args: Any, result: Any, **kwargs: Any) -> str:
         kwargs.update(edited_from=args)
         args = result.edited_args
     text = getattr(result, "whole_text", result.content)  # the whole result, also when the model read a cut
-    return tool_row_html(name, args, result.status, text, is_error=result.is_error,
+    return tool_row_html(name, args, shown_status(result), text, is_error=result.is_error,
                          duration_s=result.duration_s, display=result.display, images=result.images, **kwargs)
 
 
@@ -655,11 +834,16 @@ def _pending_html(pending: Sequence[PendingCall], thread: str) -> str:
     if not pending:
         return ""
     rows = [table_header_html()]
-    for p in pending:
+    for i, p in enumerate(pending):
         status = "needs answer" if p.reason == "client" else "needs approval"
-        rows.append(tool_row_html(p.name, p.args, status, full_args=True))
+        rows.append(tool_row_html(p.label, p.args, status, full_args=True))  # a sub-agent's: "researcher → ..."
         if p.reason == "client":
             rows.append(question_html(p.name, p.args, p.description))
+        unshown = unshown_chars(p.args)
+        if unshown:
+            rows.append(f'<div class="nbagent-unshown" style="{SMALL};{ERROR};margin:2px 0">{unshown:,} characters '
+                        f"of these arguments are not shown here: read them (<code style=\"{_HINT_CODE}\">"
+                        f"result.pending[{i}].args</code>) before you approve</div>")
     ids = ", ".join(repr(p.id) for p in pending)
     code = f'<code style="{_HINT_CODE}">'
     hint = (
@@ -671,22 +855,33 @@ def _pending_html(pending: Sequence[PendingCall], thread: str) -> str:
     return '<div style="margin:6px 0">' + "".join(rows) + hint + "</div>"
 
 
+def always_allowed_html(tools: Sequence[str], thread: str) -> str:
+    """The thread's always-allowed tools as a muted line, with how to take them back ("" for none)."""
+    if not tools:
+        return ""
+    names = ", ".join(f'<code style="{_HINT_CODE}">{escape(t)}</code>' for t in tools)
+    revoke = escape(f"agent.revoke({thread!r}, {', '.join(repr(t) for t in tools)})")
+    return (f'<div class="nbagent-always" style="{SMALL};{MUTED};margin:4px 0">always allowed on this thread '
+            f'(run without asking): {names}; take back with <code style="{_HINT_CODE}">{revoke}</code></div>')
+
+
 def _usage_table(usage: Usage) -> str:
     if not usage.calls:
         return ""
     cell = CELL.replace("text-align:left", "text-align:right").replace("padding:3px 6px", "padding:2px 6px")
     th = f'style="{cell};{MUTED};font-weight:600"'
     td = f'style="{cell}"'
-    names = ("step", "model", "input", "cached", "output", "cost", "latency")
+    tree = any(getattr(row, "depth", 0) for row in usage.calls)  # sub-agents' rows: say whose
+    names = (*(("agent",) if tree else ()), "step", "model", "input", "cached", "output", "cost", "latency")
     head = "".join(f"<th {th}>{h}</th>" for h in names)
     body = []
     for row in usage.calls:
         cost = usd(row.cost_total)
-        cells = (row.step, row.model, f"{row.input_tokens:,}", f"{row.cache_read_tokens:,}",
-                 f"{row.output_tokens:,}", cost, _duration(row.latency_s))
+        cells = (*((row.agent or "",) if tree else ()), row.step, row.model, f"{row.input_tokens:,}",
+                 f"{row.cache_read_tokens:,}", f"{row.output_tokens:,}", cost, _duration(row.latency_s))
         html = [escape(c) for c in cells]
         if getattr(row, "replayed", False):
-            html[1] += " " + replayed_badge()
+            html[2 if tree else 1] += " " + replayed_badge()
         body.append(f'<tr style="{TR}">' + "".join(f"<td {td}>{c}</td>" for c in html) + "</tr>")
     table = TABLE.replace("width:100%;table-layout:fixed;", "width:auto;")
     return (
@@ -708,7 +903,11 @@ def render_result_html(result: RunResult) -> str:
     replayed = sum(1 for row in result.usage.calls if getattr(row, "replayed", False))
     if replayed:
         head += f'<span style="{MUTED}"> · {replayed} of {calls_text(result.usage.requests)} </span>{replayed_badge()}'
-    if result.stop_reason:
+    trip = getattr(result, "guard_trip", None)
+    if trip is not None:
+        head += f'<span style="{MUTED}"> · </span>{guard_badge(trip.guard, trip.reason)}'
+        head += f'<span style="{MUTED}"> {escape(trip.reason)}</span>'
+    elif result.stop_reason:
         head += f'<span style="{MUTED}"> · stopped: {escape(result.stop_reason)}</span>'
     if result.truncated:
         head += f'<span style="{ERROR}"> · answer cut off at the output token limit</span>'
@@ -723,8 +922,10 @@ def render_result_html(result: RunResult) -> str:
             f"{messages_html(earlier, whole=result.messages)}</details>"
         )
     pending_ids = [p.id for p in result.pending]
-    parts.append(messages_html(result.new_messages, skip_call_ids=pending_ids, whole=result.messages, offset=start))
+    parts.append(messages_html(result.new_messages, skip_call_ids=pending_ids, whole=result.messages, offset=start,
+                               subruns=result.subagents))
     parts.append(_pending_html(result.pending, result.thread))
+    parts.append(always_allowed_html(result.always_allowed, result.thread))
     if result.error:
         parts.append(
             f'<div style="{FONT};{ERROR};white-space:pre-wrap">error: {escape(result.error)}</div>'

@@ -1,7 +1,8 @@
 """`compare`: the same inputs through several agents (or models), as one wide frame.
 
 Owns `ComparisonFrame` (a DataFrame with ``(agent, field)`` columns, its plots and its
-side-by-side `view`). Imports pandas, numpy, the frames (`nbagent.dataframe`) and `evaluate`.
+side-by-side `view`). Imports pandas, numpy, the frames (`nbagent.dataframe`), `evaluate` and the
+views' error colour (`nbagent.display.html`).
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..display.html import ERROR
 from ..exceptions import UserError
 from ..usage import usd
 from ._report import _cases, evaluate
 
 __all__ = ["ComparisonFrame", "compare"]
 
-FIELDS = ("output", "status", "tool_calls", "input_tokens", "output_tokens", "cost", "latency_s")
+FIELDS = ("output", "status", "error", "tool_calls", "input_tokens", "output_tokens", "cost", "latency_s")
 """Each agent's fields in a comparison frame, before its evaluator scores."""
 
 
@@ -38,7 +40,8 @@ class _Plots:
 
     def cost_vs_score(self, score: str | None = None, ax: Any = None) -> Any:
         """A scatter of each agent's total cost against its mean `score` (default: the first
-        evaluator's), one labelled point per agent."""
+        evaluator's), one labelled point per agent; an agent with no scored row (none of its
+        runs completed) has no point, and a note in the corner names it."""
         import matplotlib.pyplot as plt
 
         frame = self._frame
@@ -46,10 +49,17 @@ class _Plots:
         if score is None:
             raise UserError("cost_vs_score() needs an evaluator score: compare(..., evaluators=[...])")
         ax = ax if ax is not None else plt.subplots()[1]
+        unscored = []
         for name in frame.agents:
             x, y = frame[(name, "cost")].sum(min_count=1), frame[(name, score)].mean()
+            if np.isnan(y):  # no completed run (a provider down): no point at a score it never got
+                unscored.append(name)
+                continue
             ax.scatter([x], [y])
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 4))
+        if unscored:
+            ax.annotate(f"not scored (no completed run): {', '.join(unscored)}", (0.01, 0.01),
+                        xycoords="axes fraction", fontsize="small", alpha=0.7)
         ax.set_xlabel("cost (USD)")
         ax.set_ylabel(f"mean {score}")
         return ax
@@ -63,29 +73,49 @@ class _Plots:
         return ax
 
 
+def _text(value: Any) -> str:
+    return "" if value is None or value is pd.NA or (isinstance(value, float) and np.isnan(value)) else str(value)
+
+
 class _SideBySide:
     """`ComparisonFrame.view`'s display: each input's answers side by side (HTML in a notebook)."""
 
     def __init__(self, frame: ComparisonFrame, width: int) -> None:
         self._frame, self._width = frame, width
 
+    def _error(self, name: str, label: Any) -> str:
+        """The first line of the error of a run that did not complete ("" for one that did)."""
+        f = self._frame
+        if str(f.loc[label, (name, "status")]) == "completed":
+            return ""
+        lines = _text(f.loc[label, (name, "error")]).strip().splitlines()
+        return lines[0][: self._width] if lines else ""
+
     def _cell(self, name: str, label: Any) -> str:
         f = self._frame
-        text = f.loc[label, (name, "output")]
-        text = "" if text is None or text is pd.NA or (isinstance(text, float) and np.isnan(text)) else str(text)
+        text = _text(f.loc[label, (name, "output")])
         if len(text) > self._width:
             text = text[: self._width] + " ..."
+        error = self._error(name, label)
         status = str(f.loc[label, (name, "status")])
         latency = f.loc[label, (name, "latency_s")]
-        took = "n/a" if pd.isna(latency) else f"{latency:.2f}s"  # NaN: a row the batch had already answered
+        took = "n/a" if pd.isna(latency) else f"{latency:.2f}s"
         note = f"{status} · {usd(f.loc[label, (name, 'cost')])} · {took}"
-        scores = " ".join(f"{e}={f.loc[label, (name, e)]:.2f}" for e in f.evaluators)
-        return (f"<td style='vertical-align:top;white-space:pre-wrap'>{html.escape(text)}"
-                f"<br><small style='opacity:.7'>{html.escape(note)} {html.escape(scores)}</small></td>")
+        scores = " ".join(f"{e}={_score(f.loc[label, (name, e)])}" for e in f.evaluators)
+        lines = [html.escape(text)] if text else []
+        if error:
+            lines.append(f"<small style=\"{ERROR}\">{html.escape(error)}</small>")
+        lines.append(f"<small style='opacity:.7'>{html.escape(note)} {html.escape(scores)}</small>")
+        return f"<td style='vertical-align:top;white-space:pre-wrap'>{'<br>'.join(lines)}</td>"
+
+    def _head(self, name: str) -> str:
+        reused = _reused(self._frame).get(name, 0)
+        note = f"<br><small style='opacity:.7;font-weight:normal'>{_reused_note(reused)}</small>" if reused else ""
+        return f"<th>{html.escape(str(name))}{note}</th>"
 
     def _repr_html_(self) -> str:
         f = self._frame
-        head = "".join(f"<th>{html.escape(str(n))}</th>" for n in ["input", *f.agents])
+        head = "<th>input</th>" + "".join(self._head(n) for n in f.agents)
         rows = []
         for label in f.index:
             first = f"<td style='vertical-align:top'>{html.escape(str(f.inputs.loc[label]))}</td>"
@@ -95,12 +125,29 @@ class _SideBySide:
 
     def __repr__(self) -> str:
         f = self._frame
-        lines = []
+        lines = [f"{name}: {_reused_note(n)}" for name, n in _reused(f).items() if n]
         for label in f.index:
             lines.append(f"[{label}] {f.inputs.loc[label]}")
             for name in f.agents:
-                lines.append(f"  {name}: {f.loc[label, (name, 'output')]!s:.{self._width}}")
+                error = self._error(name, label)
+                status = f.loc[label, (name, "status")]
+                shown = f"({status}) {error}" if error else _text(f.loc[label, (name, "output")])
+                lines.append(f"  {name}: {shown:.{self._width}}")
         return "\n".join(lines)
+
+
+def _reused(frame: ComparisonFrame) -> dict[str, int]:
+    """Per agent, the answers an earlier run had stored (`compare` sets it; a frame made
+    otherwise has none)."""
+    return getattr(frame, "reused", None) or {}
+
+
+def _reused_note(count: int) -> str:
+    return f"reused {count} stored answer{'s' * (count != 1)}"
+
+
+def _score(value: Any) -> str:
+    return "n/a" if pd.isna(value) else f"{value:.2f}"
 
 
 class ComparisonFrame(pd.DataFrame):
@@ -108,7 +155,7 @@ class ComparisonFrame(pd.DataFrame):
     `cost_vs_score` and `latency`, `view` shows the answers side by side. Slicing it gives plain
     DataFrames."""
 
-    _metadata = ["agents", "evaluators", "inputs"]
+    _metadata = ["agents", "evaluators", "inputs", "reused"]
 
     @property
     def plot(self) -> Any:  # type: ignore[override]
@@ -117,7 +164,9 @@ class ComparisonFrame(pd.DataFrame):
 
     def view(self, width: int = 400) -> _SideBySide:
         """Each input with every agent's answer side by side (an HTML table in a notebook, text
-        elsewhere), with status, cost, latency and scores under each answer."""
+        elsewhere), with status, cost, latency and scores under each answer, the first line of
+        the error under a run that did not complete, and "reused N stored answers" under an
+        agent whose answers an earlier run of the same agent and inputs had stored."""
         return _SideBySide(self, width)
 
 
@@ -178,19 +227,21 @@ def compare(
     """
     named = _agents(agents, agent, models)
     table = _cases(inputs)
-    parts, checks = {}, None
+    parts, checks, reused = {}, None, {}
     for name, each in named.items():
         report = evaluate(each, table, evaluators, desc=name, **options)
         frame = report.frame
         checks = report.evaluators
-        part = frame[["output", "status"]].copy()
+        part = frame[["output", "status", "error"]].copy()
         part["tool_calls"] = _tool_calls(each, frame["thread"])
-        for field in FIELDS[3:]:
+        for field in FIELDS[4:]:
             part[field] = frame[field]
         for check in checks:
             part[check] = frame[check]
         parts[name] = part
+        reused[name] = int(frame["skipped"].sum())
     wide = pd.concat(parts, axis=1, names=["agent", "field"])
     out = ComparisonFrame(wide)
     out.agents, out.evaluators, out.inputs = list(named), list(checks or []), table["input"]
+    out.reused = reused
     return out

@@ -278,16 +278,18 @@ def judge(
     with its reason in ``<name>_reason``).
 
     Each judge call is a usage row with ``purpose="eval"``, appended to the case's thread (its
-    ``run_id`` the judged run's), priced like the agent's own calls. A case with no answer (a
-    failed run) is scored 0 without a call. Evaluating again calls the judge again.
+    ``run_id`` the judged run's), priced like the agent's own calls. A case with no answer (its
+    run did not complete: `evaluate` does not ask then) is not scored (NaN) and no call is made;
+    a judge call that fails is the row's error (NaN, the error in ``<name>_error``), never a
+    fail. Evaluating again calls the judge again.
     """
     judge_model = infer_model(model)
     policy = retry or Retry()
     extra = dict(settings or {})
 
     async def check(case: Case) -> Score:
-        if case.output is None:
-            return Score(0.0, f"no answer (status {case.status})", cost=0.0)
+        if case.output is None:  # nothing to grade: not a wrong answer
+            return Score(reason=f"no answer (status {case.status})")
         request = ModelRequest([SystemMessage(JUDGE_SYSTEM), UserMessage(judge_prompt(criterion, case))],
                                [], {"temperature": 0, **extra})
         started, clock = time.time(), time.perf_counter()

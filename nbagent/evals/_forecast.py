@@ -26,11 +26,12 @@ __all__ = ["Forecast", "estimate"]
 class Forecast:
     """What a batch will take, forecast from a sample of its rows.
 
-    Tokens and cost are for all `rows` (the sampled ones included); `cost` is ``(low, mid,
-    high)`` in USD: the sample's mean cost per row times the rows, plus or minus two standard
-    errors of that mean (NaN when the model has no price). `wall_s` is the sample's mean row
-    time times the rounds of `concurrency` rows the batch takes (a sampled row an earlier run
-    answered counts the wall time stored with its run).
+    Tokens, cost and wall time are for all `rows` (the sampled ones included); `remaining` is
+    the same forecast for the rows the batch will still run, the sampled ones it skips left out.
+    `cost` is ``(low, mid, high)`` in USD: the sample's mean cost per row times the rows, plus or
+    minus two standard errors of that mean (NaN when the model has no price). `wall_s` is the
+    sample's mean row time times the rounds of `concurrency` rows the batch takes (a sampled row
+    an earlier run answered counts the wall time stored with its run).
     """
 
     rows: int
@@ -41,12 +42,25 @@ class Forecast:
     concurrency: int
     sample: pd.DataFrame
     """The sampled rows' frame (``agent.map``'s columns)."""
+    settled: int = 0
+    """The sampled rows that settled (completed, or paused for a decision): ``agent.map`` of the
+    same rows skips them, so their tokens, cost and time are spent already."""
     batch_cost: tuple[float, float, float] | None = None
     """With ``batch_api=True``: the same forecast at the batch price (``agent.map(...,
     batch_api=True)``: each sampled model call priced as a batch row), else None."""
     rounds: int | None = None
     """With ``batch_api=True``: the batch rounds the map takes (the sample's most steps in a row:
     one round per step, each up to the provider's 24-hour window), else None."""
+
+    @property
+    def remaining(self) -> Forecast:
+        """The forecast for the rows still to run: `rows` less the `settled` sampled ones."""
+        left = forecast_of(self.sample, self.rows - self.settled, self.concurrency, settled=0)
+        if self.batch_cost is not None:  # a mean per row times the rows: the same share of it
+            share = left.rows / self.rows
+            low, mid, high = self.batch_cost
+            left.batch_cost, left.rounds = (low * share, mid * share, high * share), self.rounds
+        return left
 
     def __repr__(self) -> str:
         low, mid, high = self.cost
@@ -56,6 +70,11 @@ class Forecast:
         if self.batch_cost is not None:
             low, mid, high = self.batch_cost
             text += f"; batch API: {usd(mid)} ({usd(low)} to {usd(high)}), {self._rounds()}"
+        if self.settled:
+            left = self.remaining
+            text += f"; {left.rows:,} still to run: {usd(left.cost[1])}, {left._wall()}"
+            if left.batch_cost is not None:
+                text += f", batch API {usd(left.batch_cost[1])}"
         return text + ")"
 
     def _rounds(self) -> str:
@@ -64,19 +83,32 @@ class Forecast:
     def _wall(self) -> str:
         return "wall time unknown" if math.isnan(self.wall_s) else f"~{self.wall_s:.1f}s"
 
-    def _repr_html_(self) -> str:
+    def _cells(self) -> list[str]:
         low, mid, high = self.cost
-        cells = [("rows", f"{self.rows:,} (sample {len(self.sample)})"),
-                 ("input tokens", f"~{self.input_tokens:,}"), ("output tokens", f"~{self.output_tokens:,}"),
-                 ("cost", f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>"),
-                 ("wall time", f"{self._wall()} at concurrency {self.concurrency}")]
+        cells = [f"{self.rows:,}", f"~{self.input_tokens:,}", f"~{self.output_tokens:,}",
+                 f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>", self._wall()]
         if self.batch_cost is not None:
             low, mid, high = self.batch_cost
-            cells += [("cost, batch API", f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>"),
-                      ("time, batch API", html.escape(self._rounds()))]
-        body = "".join(f"<tr><th style='text-align:left'>{html.escape(k)}</th><td>{v}</td></tr>" for k, v in cells)
+            cells += [f"{usd(mid)} <small>({usd(low)} to {usd(high)})</small>", html.escape(self._rounds())]
+        return cells
+
+    def _repr_html_(self) -> str:
+        cells = self._cells()
+        cells[0] += f" (sample {len(self.sample)})"
+        columns = [("all", cells)]
+        if self.settled:  # the wall time the user waits next is the rows still to run, not all
+            columns.append(("still to run", self.remaining._cells()))
+        head = "".join(f"<th>{name}</th>" for name, _ in columns)
+        labels = ("rows", "input tokens", "output tokens", "cost", "wall time", "cost, batch API", "time, batch API")
+        body = "".join(f"<tr><th style='text-align:left'>{label}</th>"
+                       + "".join(f"<td>{cells[k]}</td>" for _, cells in columns) + "</tr>"
+                       for k, label in enumerate(labels[:len(cells)]))
+        note = f"at concurrency {self.concurrency}"
+        if self.settled:
+            note += f"; the batch skips the {self.settled} sampled rows that are done"
         # mathjax_ignore: JupyterLab typesets the text between two "$" of an HTML output as math
-        return f"<table class='nbagent-forecast mathjax_ignore'><caption>Forecast</caption>{body}</table>"
+        return (f"<table class='nbagent-forecast mathjax_ignore'><caption>Forecast</caption><tr><th></th>{head}</tr>"
+                f"{body}<tr><td colspan='{len(columns) + 1}'><small>{html.escape(note)}</small></td></tr></table>")
 
 
 def _positions(count: int, sample: int, seed: int | None) -> list[int]:
@@ -85,10 +117,11 @@ def _positions(count: int, sample: int, seed: int | None) -> list[int]:
     return sorted(int(i) for i in np.random.default_rng(seed).choice(count, sample, replace=False))
 
 
-def forecast_of(frame: pd.DataFrame, rows: int, concurrency: int) -> Forecast:
-    """A `Forecast` for `rows` rows from `frame`, the sampled rows' ``agent.map`` frame."""
-    n = len(frame)
-    if n == 0:
+def forecast_of(frame: pd.DataFrame, rows: int, concurrency: int, settled: int | None = None) -> Forecast:
+    """A `Forecast` for `rows` rows from `frame`, the sampled rows' ``agent.map`` frame;
+    `settled`: of them, the rows the batch will skip (default: those of `frame` that completed
+    or paused)."""
+    if len(frame) == 0:
         raise UserError("estimate() needs at least one row to sample")
     cost = _cost_range(frame["cost"], rows)
     times = frame["duration_s"].dropna()
@@ -101,6 +134,7 @@ def forecast_of(frame: pd.DataFrame, rows: int, concurrency: int) -> Forecast:
         wall_s=per_row * math.ceil(rows / concurrency),
         concurrency=concurrency,
         sample=frame,
+        settled=int(frame["status"].isin(["completed", "paused"]).sum()) if settled is None else settled,
     )
 
 
@@ -116,25 +150,27 @@ def _cost_range(costs: pd.Series, rows: int) -> tuple[float, float, float]:
 
 
 def _at_batch_prices(agent: Any, frame: pd.DataFrame) -> pd.Series:
-    """Each sampled row's cost with every one of its model calls priced as a batch row."""
+    """Each sampled row's cost with every model call of its own thread priced as a batch row: the
+    row's cost less what the batch price saves on each of them. Only the calls the map batches
+    change: the agent's steps and summaries. A sub-agent's (its own thread: `Agent.as_tool`) and
+    a guard judge's stay at their live price; a judge's (``purpose="eval"``) are not the row's."""
     import dataclasses
 
     from ..dataframe._sources import load_now
     from ..pricing import price_row
 
     threads = [str(t) for t in frame["thread"].dropna()]
-    costs: dict[str, float] = {}
+    saved: dict[str, float] = {}
     for state in load_now(agent, threads=threads).threads:
-        total = math.nan
+        saving = 0.0
         for row in state.usage:
-            if row.cost_total is None:
+            if row.cost_total is None or row.purpose not in ("run", "compaction") or row.batch:
                 continue
             again = dataclasses.replace(row, batch=True, cost_input=None, cost_output=None, cost_total=None)
             price_row(again, agent.prices)
-            if again.cost_total is not None:
-                total = again.cost_total if math.isnan(total) else total + again.cost_total
-        costs[state.thread] = total
-    return frame["thread"].astype(object).map(costs).astype("float64")
+            saving += row.cost_total - (again.cost_total if again.cost_total is not None else row.cost_total)
+        saved[state.thread] = saving
+    return frame["cost"] - frame["thread"].astype(object).map(saved).astype("float64").fillna(0.0)
 
 
 def estimate(
@@ -156,17 +192,18 @@ def estimate(
         options.pop(name, None)
     frame = batch(agent, subset, concurrency=min(concurrency, len(picked)) or 1, thread_prefix=thread_prefix,
                   progress=progress, desc="estimate", **options)
-    forecast = forecast_of(_with_stored_times(agent, frame), len(rows), concurrency)
+    forecast = forecast_of(with_stored_times(agent, frame), len(rows), concurrency)
     if batch_api:
         forecast.batch_cost = _cost_range(_at_batch_prices(agent, frame), len(rows))
         forecast.rounds = int(frame["steps"].max()) if len(frame) else 0
     return forecast
 
 
-def _with_stored_times(agent: Any, frame: pd.DataFrame) -> pd.DataFrame:
-    """`frame` with the stored wall time of rows an earlier run answered (the batch skips them
-    and gives no ``duration_s``): a second forecast of the same rows, in this kernel or after a
-    restart, times them as the first did."""
+def with_stored_times(agent: Any, frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (a batch's) with the stored wall time of rows an earlier run answered (the batch
+    skips them and gives no ``duration_s``): a second forecast of the same rows, in this kernel
+    or after a restart, times them as the first did, and `evaluate` keeps the latency of the
+    answers it reuses."""
     missing = frame["skipped"].astype(bool) & frame["duration_s"].isna() & frame["thread"].notna()
     if not missing.any():
         return frame

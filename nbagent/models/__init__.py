@@ -126,7 +126,12 @@ def auto(*, fallback: Model | None = None, **kwargs: Any) -> Model:
 def _chosen(env: Any, fallback: Model | None, kwargs: dict[str, Any]) -> Model:
     """`auto`'s model, as the environment names it (see `auto`)."""
     if env.get("NBAGENT_REPLAY"):
-        return replay(env["NBAGENT_REPLAY"])
+        from ..exceptions import UserError
+
+        try:
+            return replay(env["NBAGENT_REPLAY"])
+        except UserError as exc:  # say where the path came from
+            raise UserError(f"NBAGENT_REPLAY: {exc}") from None
     if env.get("ANTHROPIC_API_KEY"):
         from .anthropic import AnthropicModel
 

@@ -2,7 +2,8 @@
 
 Owns `Recording` (one call: the request's content, its streamed deltas with their relative times,
 the whole answer), `request_content` (what a request is matched by: what the model reads, never
-ids or timings), `request_key`, `first_difference`, and the two protocols recordings travel
+ids, timings, headers, query parameters or what looks like a secret: `recorded_settings`),
+`request_key`, `first_difference`, and the two protocols recordings travel
 through: `RecordingSink` (where `record` keeps them) and `RecordingSource` (where `replay` reads
 them); every `nbagent.store.Store` is both. Imports messages, usage and `base` only.
 """
@@ -10,6 +11,7 @@ them); every `nbagent.store.Store` is both. Imports messages, usage and `base` o
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
@@ -19,7 +21,7 @@ from ..usage import TokenCounts
 from .base import ModelRequest, ModelResponse, ReasoningText, StreamItem
 
 __all__ = ["RECORDING_FORMAT", "Recording", "RecordingSink", "RecordingSource", "answered_key", "first_difference",
-           "message_content", "messages_content", "request_content", "request_key", "tool_results"]
+           "message_content", "messages_content", "recorded_settings", "request_content", "request_key", "tool_results"]
 
 RECORDING_FORMAT = 1
 """Version of a recording's JSON (``"format"`` in each entry)."""
@@ -82,13 +84,53 @@ def _sort_results(out: list[dict[str, Any]], start: int) -> None:
         out[start:] = sorted(out[start:], key=lambda m: m["call"] if isinstance(m["call"], int) else -1)
 
 
+UNRECORDED_SETTINGS = frozenset({"extra_headers", "extra_query"})
+"""Settings that become HTTP headers or URL query parameters (a gateway's key, an
+``Authorization``, an ``api-key`` query): never recorded, so never matched on either (a replay
+without the gateway, or with a new key, still matches)."""
+REDACTED = "[redacted]"
+_SECRET_WORDS = frozenset({"secret", "secrets", "password", "passwd", "credential", "credentials",
+                           "authorization", "cookie", "apikey", "bearer"})
+_SECRET_LAST_WORDS = frozenset({"key", "token", "auth", "signature"})
+"""Words that name a secret only at the end of a name (``api_key``, ``access_token``; not
+``stop_token_ids``)."""
+_WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+
+
+def _secret_name(name: object) -> bool:
+    """Whether a field's name says its value is a secret: ``api_key``, ``X-Portkey-Api-Key``,
+    ``accessToken``, ``client_secret``... (not ``max_tokens`` or ``stop_token_ids``)."""
+    if not isinstance(name, str):
+        return False
+    words = [w.lower() for w in _WORD.findall(name)]
+    return bool(words) and (words[-1] in _SECRET_LAST_WORDS or any(w in _SECRET_WORDS for w in words))
+
+
+def _redacted(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: REDACTED if _secret_name(k) else _redacted(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redacted(v) for v in value]
+    return value
+
+
+def recorded_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings as a recording keeps them: without `UNRECORDED_SETTINGS`, and with the value
+    of every field whose name looks like a secret's (in ``extra_body``, ``metadata``..., at any
+    depth) replaced by ``"[redacted]"``. The name stays, so a request still matches only one
+    that sent the same fields; the body parameters themselves change the answer and are kept."""
+    return {k: REDACTED if _secret_name(k) else _redacted(v) for k, v in settings.items()
+            if k not in UNRECORDED_SETTINGS}
+
+
 def request_content(request: ModelRequest) -> dict[str, Any]:
     """A request as plain JSON data, for matching: its messages (`message_content`), tools,
-    settings and output tool; not its step (matching is by content, not by position)."""
+    settings (`recorded_settings`: no headers, query parameters or secrets) and output tool; not
+    its step (matching is by content, not by position)."""
     return {
         "messages": messages_content(request.messages),
         "tools": [dict(t) for t in request.tools],
-        "settings": dict(request.settings),
+        "settings": recorded_settings(request.settings),
         "output_tool": request.output_tool,
     }
 
@@ -140,10 +182,22 @@ class Recording:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Recording:
-        """A recording from `to_dict`'s data (its key recomputed when absent)."""
-        request = data["request"]
-        return cls(data.get("key") or request_key(request), request, data["message"], data.get("usage") or {},
-                   list(data.get("deltas") or []), data.get("provider", "unknown"), data.get("model", "unknown"),
+        """A recording from `to_dict`'s data (its key recomputed when absent). One made before
+        `recorded_settings` loses the headers, query parameters and secrets of its settings here
+        (and its key is recomputed), so it still matches and `export_recording` drops them."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a recorded call is a JSON object, not {type(data).__name__}")
+        request, key = data["request"], data.get("key")
+        if not isinstance(request, Mapping) or not isinstance(request.get("messages"), list):
+            raise ValueError("its request is not a recorded request (an object with messages)")
+        settings = request.get("settings")
+        if isinstance(settings, Mapping) and (cleaned := recorded_settings(settings)) != settings:
+            request, key = {**request, "settings": cleaned}, None
+        message = data["message"]
+        if not isinstance(message, Mapping) or message.get("kind") != "assistant":
+            raise ValueError("its message is not a model's answer (kind 'assistant')")
+        return cls(key or request_key(request), dict(request), dict(message), _usage(data.get("usage") or {}),
+                   _deltas(data.get("deltas") or []), data.get("provider", "unknown"), data.get("model", "unknown"),
                    bool(data.get("priced", True)), data.get("thread"), int(data.get("step", 0)),
                    float(data.get("time", 0.0)), float(data.get("latency_s", 0.0)), data.get("context_window"))
 
@@ -164,6 +218,30 @@ class Recording:
             items.append(str(self.message["text"]))
         items.append(self.response())
         return items
+
+
+def _usage(usage: Any) -> dict[str, Any]:
+    """A recording's token counts, checked: each a whole number, ``reported`` a boolean."""
+    if not isinstance(usage, Mapping):
+        raise ValueError(f"its usage is {type(usage).__name__}, not an object of token counts")
+    for name, value in usage.items():
+        if name == "reported" and not isinstance(value, bool):
+            raise ValueError(f"its usage's reported is {value!r}, not true or false")
+        if name in TokenCounts.__slots__ and name != "reported" and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise ValueError(f"its usage's {name} is {value!r}, not a whole number of tokens")
+    return dict(usage)
+
+
+def _deltas(deltas: Any) -> list[list[Any]]:
+    """A recording's streamed pieces, checked: ``[seconds, "text" | "reasoning", text]`` each."""
+    if not isinstance(deltas, list):
+        raise ValueError(f"its deltas are {type(deltas).__name__}, not a list")
+    for delta in deltas:
+        if not (isinstance(delta, list) and len(delta) == 3 and isinstance(delta[0], (int, float))
+                and delta[1] in ("text", "reasoning") and isinstance(delta[2], str)):
+            raise ValueError(f"its delta {_short(delta, 60)} is not [seconds, 'text' or 'reasoning', text]")
+    return list(deltas)
 
 
 def _short(value: Any, width: int = 160) -> str:

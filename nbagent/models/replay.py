@@ -268,23 +268,58 @@ class ReplayModel(Model):
         return f"replay({self.source}, {calls}{', then=' + repr(self.then) if self.then else ''})"
 
 
+def _recording(data: Any, where: str) -> Recording:
+    """`Recording.from_dict` of `data`, or a `UserError` naming `where` and what is wrong."""
+    try:
+        return Recording.from_dict(data)
+    except KeyError as exc:
+        raise UserError(f"{where}: not a recorded model call (it has no {exc} field)") from None
+    except (ValueError, TypeError) as exc:
+        raise UserError(f"{where}: not a recorded model call ({exc})") from None
+
+
 def _read_jsonl(path: Path) -> list[Recording]:
     entries = []
-    with path.open(encoding="utf-8") as file:
-        for number, line in enumerate(file, 1):
+    with _opened(path) as file:
+        for number, raw in enumerate(file, 1):
+            try:
+                line = raw.decode("utf-8").removeprefix("\ufeff" if number == 1 else "")
+            except UnicodeDecodeError as exc:
+                raise UserError(f"{path}, line {number}: not UTF-8 text (the byte 0x{raw[exc.start]:02x} at "
+                                f"offset {exc.start} of the line); export_recording writes UTF-8") from None
             if not line.strip():
                 continue
             try:
-                entries.append(Recording.from_dict(json.loads(line)))
-            except (ValueError, KeyError, TypeError) as exc:
+                data = json.loads(line)
+            except ValueError as exc:
                 raise UserError(f"{path}, line {number}: not a recorded model call ({exc})") from None
+            entries.append(_recording(data, f"{path}, line {number}"))
     return entries
+
+
+def _opened(path: Path) -> Any:
+    """`path` opened to read bytes, or a `UserError` saying why it cannot be."""
+    try:
+        return path.open("rb")
+    except FileNotFoundError:
+        raise UserError(_not_found(path)) from None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot be read as a recording ({exc.strerror or exc})") from None
+
+
+def _not_found(path: Path) -> str:
+    return (f"{path}: file not found (replay reads a store file, a postgresql:// URL, or a .jsonl file "
+            "that export_recording wrote)")
 
 
 def _run_sync(make: Any) -> Any:
     from .._sync import run_sync
 
     return run_sync(make)
+
+
+def _thread(row: Any) -> Any:
+    return row.get("thread") if isinstance(row, dict) else None
 
 
 Source = RecordingSource | str | os.PathLike[str]
@@ -297,7 +332,8 @@ def load_recordings(source: Source, threads: Sequence[str] | None = None) -> lis
     `threads` only when given."""
     if isinstance(source, RecordingSource):
         rows = _run_sync(lambda: source.recordings(threads))
-        return [Recording.from_dict(r) for r in rows]
+        return [_recording(r, f"{source!r}, the recorded call {i} (of thread {_thread(r)!r})")
+                for i, r in enumerate(rows)]
     if not isinstance(source, (str, os.PathLike)):
         raise UserError(f"recordings are read from a store, a store's path or URL, or a .jsonl file; "
                         f"got {type(source).__name__}")
@@ -305,6 +341,8 @@ def load_recordings(source: Source, threads: Sequence[str] | None = None) -> lis
     if text.endswith((".jsonl", ".ndjson")):
         entries = _read_jsonl(Path(text).expanduser())
         return entries if threads is None else [e for e in entries if e.thread in set(threads)]
+    if "://" not in text and text.strip().lower() != "memory" and not Path(text).expanduser().exists():
+        raise UserError(_not_found(Path(text).expanduser()))  # (opening it would make an empty store there)
     from ..store import open_store
 
     store = open_store(text)

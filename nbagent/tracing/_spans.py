@@ -94,11 +94,15 @@ def _server(model: Model) -> dict[str, Any]:
 class RunTrace:
     """One run's spans (see the module)."""
 
+    own: tuple[str, ...] = ()
+    """The run's `path`: the events it reads are those of its own agent."""
+
     def __init__(self, settings: Settings, config: RunConfig, run: RunState) -> None:
         self.tracer = settings.tracer
         self.content = settings.include_content
         self.config = config
         self.run = run
+        self.own = run.path
         self.span: Span | None = None
         self.ctx: otel_context.Context | None = None
         self.tools: dict[str, Span] = {}
@@ -130,6 +134,17 @@ class RunTrace:
             finally:
                 self.close()
 
+    def start(self, name: str, kind: SpanKind, attributes: dict[str, Any],
+              parent: otel_context.Context | None) -> Span:
+        """A span started with `attributes`; one that records nothing when the SDK cannot start
+        it (a span processor's ``on_start`` raised): reported once, like a failing exporter,
+        never reaching the run."""
+        try:
+            return self.tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
+        except Exception as exc:
+            _tracing_failed(exc)
+            return trace.NonRecordingSpan(trace.INVALID_SPAN_CONTEXT)
+
     def base(self) -> dict[str, Any]:
         run = self.run
         return {"gen_ai.conversation.id": run.stored.id, "nbagent.thread": run.stored.id, "nbagent.run_id": run.run_id}
@@ -140,7 +155,7 @@ class RunTrace:
         run, config, stored = self.run, self.config, self.run.stored
         parent = None
         prompted = len(stored.messages) > run.new_message_index
-        if not prompted and stored.trace:
+        if not prompted and stored.trace and run.parent is None:  # (a sub-agent: under its parent's call)
             parent = _PROPAGATOR.extract(stored.trace)
         name = config.name or "agent"
         model = config.model
@@ -152,8 +167,7 @@ class RunTrace:
                 attributes["gen_ai.system_instructions"] = system_instructions_of(config.system)
             if prompted:
                 attributes["gen_ai.input.messages"] = input_messages(stored.messages[run.new_message_index:])
-        self.span = span = self.tracer.start_span(f"invoke_agent {name}", context=parent, kind=SpanKind.INTERNAL,
-                                                  attributes=attributes)
+        self.span = span = self.start(f"invoke_agent {name}", SpanKind.INTERNAL, attributes, parent)
         self.ctx = set_span_in_context(span)
         carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=self.ctx)
@@ -163,9 +177,12 @@ class RunTrace:
 
     def on_event(self, event: Event) -> None:
         """Read one event of the run (text deltas cost one dict lookup). A failure here is
-        reported once and never reaches the run."""
+        reported once and never reaches the run. A sub-agent's events, passed up this run's stream
+        (another `path`), are its own run's spans' business."""
         handler = _HANDLERS.get(event.kind)
-        if handler is not None:
+        own = self.own
+        path = getattr(event, "path", own)
+        if handler is not None and (path is own or path == own):
             try:
                 handler(self, event)
             except Exception as exc:
@@ -207,19 +224,20 @@ class RunTrace:
         self.ended = True
         self.run.work.wrap_tool = None
         for span, end in self.answered:
-            span.end(end_time=end)
+            _end(span, end)
         self.answered.clear()
         for span in list(self.calling):  # the model's stream was abandoned with the run
             self.chat_failed(span, None)
+        paused = self.run.outcome.status == "paused"  # an agent call whose sub-agent waits
         for span in self.tools.values():
-            span.set_attribute("nbagent.status", "cancelled")
-            span.end()
+            span.set_attribute("nbagent.status", "paused" if paused else "cancelled")
+            _end(span)
         self.tools.clear()
         if self.span is not None:
             outcome = self.run.outcome
             if outcome.status in ("running", "cancelled"):
                 self.span.set_attribute("nbagent.status", "cancelled")
-            self.span.end()
+            _end(self.span)
 
     # ------------------------------------------------------------------ model calls
     def chat_start(self, model: Model, request: ModelRequest, stream: bool) -> Span:
@@ -241,8 +259,7 @@ class RunTrace:
             system = system_instructions(request.messages)
             if system is not None:
                 attributes["gen_ai.system_instructions"] = system
-        span = self.tracer.start_span(f"chat {model.model_name}", context=self.ctx, kind=SpanKind.CLIENT,
-                                      attributes=attributes)
+        span = self.start(f"chat {model.model_name}", SpanKind.CLIENT, attributes, self.ctx)
         self.calling.add(span)
         return span
 
@@ -280,7 +297,7 @@ class RunTrace:
         else:
             span.set_attribute("error.type", type(exc).__name__)
             span.set_status(Status(StatusCode.ERROR, scrub(f"{type(exc).__name__}: {exc}")))
-        span.end()
+        _end(span)
 
     def on_usage(self, event: Any) -> None:
         row = event.call
@@ -293,7 +310,7 @@ class RunTrace:
         context = span.get_span_context()
         if context.is_valid:
             remember(row, context.trace_id, context.span_id)
-        span.end(end_time=end)
+        _end(span, end)
 
     # ------------------------------------------------------------------ tool calls
     def tool_start(self, call: ToolCall, step: int) -> Span:
@@ -306,8 +323,7 @@ class RunTrace:
             attributes["gen_ai.tool.description"] = tool.description
         if self.content:
             attributes["gen_ai.tool.call.arguments"] = call.args_json
-        return self.tracer.start_span(f"execute_tool {call.name}", context=self.ctx, kind=SpanKind.INTERNAL,
-                                      attributes=attributes)
+        return self.start(f"execute_tool {call.name}", SpanKind.INTERNAL, attributes, self.ctx)
 
     def tool_finished(self, call: ToolCall, result: ToolResultMessage, step: int) -> None:
         """End the call's span (a call that never ran, e.g. denied, gets one of no duration)."""
@@ -327,7 +343,7 @@ class RunTrace:
         if result.is_error:
             span.set_attribute("error.type", result.status if result.status != "done" else "tool_error")
             span.set_status(Status(StatusCode.ERROR, scrub(result.content) if self.content else result.status))
-        span.end()
+        _end(span)
 
     def wrap_tool(self, call: ToolCall, fn: Callable[[], Any], is_async: bool) -> Callable[[], Any]:
         """`RunWork.wrap_tool`: run the tool with its ``execute_tool`` span current."""
@@ -366,6 +382,15 @@ def _tracing_failed(exc: Exception) -> None:
 
         warnings.warn(f"nbagent.tracing: a span could not be recorded ({type(exc).__name__}: {exc}); "
                       "the run goes on", RuntimeWarning, stacklevel=2)
+
+
+def _end(span: Span, end_time: int | None = None) -> None:
+    """End `span`; a span processor's ``on_end`` that raises is reported once, never reaching
+    the run (nor keeping the other spans open)."""
+    try:
+        span.end(end_time=end_time)
+    except Exception as exc:
+        _tracing_failed(exc)
 
 
 def system_instructions_of(system: str) -> str:

@@ -64,7 +64,7 @@ def answer(messages: list[Message], request: Any) -> Any:
     for m in reversed(messages):
         if m.kind != "tool-result":
             break
-        results.insert(0, m.content)  # type: ignore[union-attr]
+        results.insert(0, m.content.split("\n")[0])  # type: ignore[union-attr]  # (a denial: its reason)
     return "The tool said: " + " | ".join(results)
 
 
@@ -81,6 +81,7 @@ class Screen:
         self.note = ""
         self.running = False
         self.bulk = False
+        self.always_allowed: list[str] = []
         self.history: list[Message] = []
         self.usage_labels: list[str] = []
         self.tally: Any = None
@@ -98,14 +99,14 @@ class Screen:
 
     # ChatLayout
     def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
-                     replayed: Sequence[int] = ()) -> None:
+                     replayed: Sequence[int] = (), subruns: Any = None) -> None:
         self.history = list(messages)
 
     def show_usage(self, tally: Any, *, token_budget: int | None = None, cost_budget: float | None = None) -> None:
         self.usage_labels.append("running" if tally.running else "idle")
         self.tally = tally
 
-    def show_conversation(self, messages: Sequence[Message]) -> None:
+    def show_conversation(self, messages: Sequence[Message], subruns: Any = None) -> None:
         self.conversation = list(messages)
 
     def unsend(self, message: UserMessage) -> None:
@@ -119,6 +120,9 @@ class Screen:
 
     def show_bulk(self, show: bool) -> None:
         self.bulk = show
+
+    def show_always_allowed(self, tools: Sequence[str]) -> None:
+        self.always_allowed = list(tools)
 
     def show_queue(self, messages: Sequence[UserMessage]) -> None:
         self.queue = [m.content for m in messages]

@@ -60,7 +60,8 @@ def echo_answer(messages: list[Message], request: Any) -> Any:
         if text.startswith("slow"):
             return tool_call("slow", seconds=30.0)
         return f"You said: {text}"
-    return "The tool said: " + " | ".join(r.content for r in trailing_results(messages))
+    # (the first line of each result: for a denial, the reason; the lines after it tell the model not to retry)
+    return "The tool said: " + " | ".join(r.content.split("\n")[0] for r in trailing_results(messages))
 
 
 refund_calls: list[tuple[int, float]] = []
@@ -476,6 +477,22 @@ async def test_an_open_changed_edit_keeps_the_plain_approve_from_dropping_it() -
     edited = next(m for m in result.messages if m.kind == "tool-result")
     assert edited.model_text().startswith(  # type: ignore[union-attr]
         '[The user changed the arguments before approving; the tool ran with: {"order": 42, "amount": 1.25}]')
+
+
+async def test_approve_edited_with_nothing_changed_approves_the_call_as_asked() -> None:
+    """Opening Edit and approving without a change (re-indented JSON included) is an approval:
+    the result says "approved", not "edited" with the same arguments; the diff says nothing
+    changed only once the text differs."""
+    view = make_agent().chat(thread="t-edit-same")
+    await ask(view, "refund")
+    [row] = waiting_rows(view)
+    await click(row.buttons["Edit"])
+    row.edit_area.value = '{"amount": 9.5,   "order": 42}'
+    assert "no change" in row.edit_diff.value
+    await click(row.buttons["Approve edited"])
+    result = await view.wait()
+    [ran] = [m for m in result.messages if m.kind == "tool-result"]
+    assert refund_calls == [(42, 9.5)] and (ran.decision, ran.edited_args) == ("approved", None)
 
 
 async def test_always_allow_approves_this_and_later_calls_of_the_tool() -> None:
