@@ -417,6 +417,29 @@ class Counting(WrappedModel):
         return await self.inner.request(request)
 
 
+def test_a_sub_agents_usage_rows_keep_their_place_in_the_tree_inside_a_batch_api_map() -> None:
+    """The mapped agent's steps go through the batch; its sub-agent (`Agent.as_tool`, a model of
+    its own) runs as a tool between the rounds, its rows stamped with agent, depth and the parent's
+    call, and counted in the row's tokens but not its steps."""
+    researcher = Agent(FunctionModel(lambda messages, info: "notes"), name="researcher")
+    with BatchServer(polls=0) as server:
+        boss = Agent(model_for("chat", server), tools=[researcher.as_tool()], store=MemoryStore(), name="boss")
+        frame = run_map(boss, CITIES)
+        assert frame["status"].tolist() == ["completed"] * 3 and steps_of(server) == [[0, 0, 0], [1, 1, 1]]
+        assert frame["output"].tolist() == [f"answer to {c}: notes" for c in CITIES]
+    usage = nbagent.usage_frame(boss)
+    own, sub = usage[usage["depth"] == 0], usage[usage["depth"] == 1]
+    assert len(own) == 6 and own["batch"].all() and set(own["agent"]) == {"boss"}
+    assert own["parent_call_id"].isna().all()
+    assert len(sub) == 3 and not sub["batch"].any() and set(sub["agent"]) == {"researcher"}
+    for thread in frame["thread"]:  # each sub-agent's thread hangs under its row's call
+        mine = sub[sub["thread"].astype(str).str.startswith(f"{thread}/")]
+        assert len(mine) == 1 and mine["thread"].iloc[0] == f"{thread}/{mine['parent_call_id'].iloc[0]}"
+    assert frame["steps"].tolist() == [2, 2, 2]  # the row's own steps; the sub-agent's aside
+    tokens = usage.groupby(usage["thread"].astype(str).str.split("/").str[0])["input_tokens"].sum()
+    assert frame.set_index("thread")["input_tokens"].to_dict() == tokens.to_dict()
+
+
 def test_a_users_wrapper_and_record_run_in_front_of_the_batch() -> None:
     with BatchServer(polls=0) as server:
         wrapper = Counting(record(model_for("chat", server)))
@@ -449,6 +472,12 @@ def test_estimate_with_batch_api_gives_the_batch_price_and_rounds_beside_the_liv
     assert forecast.batch_cost == pytest.approx(tuple(c / 2 for c in forecast.cost))
     assert "; batch API: $" in repr(forecast) and "2 rounds of up to 24 h" in repr(forecast)
     assert "cost, batch API" in forecast._repr_html_()
+    # The sampled rows are settled: the rows still to run have the same share of the batch price.
+    left = forecast.remaining
+    assert forecast.settled == 3 and left.rows == 7 and left.rounds == 2
+    assert left.batch_cost == pytest.approx(tuple(c * 7 / 10 for c in forecast.batch_cost))
+    assert f", batch API {nbagent.usage.usd(left.batch_cost[1])})" in repr(forecast)
+    assert forecast._repr_html_().count("cost, batch API") == 1  # one row, a cell per column
     plain = agent.estimate([f"question {i}" for i in range(10)], sample=3)
     assert plain.batch_cost is None and "batch API" not in repr(plain)
 
