@@ -55,6 +55,7 @@ ALLOWED_UPWARD = {
     ("nbagent.agent", "Agent.chat"),                # agent.chat() shows the view
     ("nbagent", "load_ipython_extension"),          # %load_ext nbagent registers the notebook magics
     ("nbagent.agent", "Agent.map"),                 # agent.map() runs a batch into a DataFrame
+    ("nbagent.agent", "Agent.cancel_batches"),      # cancels the provider batches of agent.map(batch_api=True)
     ("nbagent.agent", "Agent.evaluate"),            # agent.evaluate() scores a batch (nbagent.evals)
     ("nbagent.agent", "Agent.estimate"),            # agent.estimate() forecasts a batch (nbagent.evals)
     ("nbagent.result", "RunResult._repr_html_"),    # display(result) renders the static summary

@@ -524,7 +524,7 @@ class _Loop:
             run.run_id, run.stored.id, reply.step, reply.started, model.provider, response.model or model.model_name,
             counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
             counts.reasoning_tokens, reply.latency, message.finish_reason, len(message.tool_calls),
-            usage_reported=counts.reported,
+            usage_reported=counts.reported, batch=response.batch,
         )
         if run.context is not None and run.context.step == reply.step:
             row.context = self.window.row_context(run.context)

@@ -336,7 +336,7 @@ def _compaction_row(model: Any, response: ModelResponse, run_id: str, thread: st
         run_id, thread, step, started, model.provider, response.model or model.model_name,
         counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
         counts.reasoning_tokens, time.perf_counter() - clock, finish, 0, usage_reported=counts.reported,
-        purpose="compaction",
+        purpose="compaction", batch=response.batch,
     )
 
 

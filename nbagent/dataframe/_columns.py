@@ -57,6 +57,7 @@ USAGE_SCHEMA: dict[str, str] = {
     "agent": "category",
     "depth": "int64",
     "parent_call_id": "category",
+    "batch": "bool",
 }
 """Column -> dtype of the usage frame, in column order. Repeated strings are categoricals
 (small, fast to group by, and they round-trip through parquet)."""
@@ -71,6 +72,7 @@ _DEFAULTS: dict[str, Any] = {
     "purpose": "run",
     "replayed": False,
     "recorded_cost": np.nan,
+    "batch": False,
     "latency_s": np.nan,
     "cost_input": np.nan,
     "cost_output": np.nan,

@@ -109,7 +109,9 @@ def usage_frame(
     when the call was made; NaN where the price is unknown), ``currency`` (category),
     ``usage_reported`` (bool: False when the provider sent no counts), ``purpose`` (category:
     ``"run"`` for an agent's own calls, ``"compaction"`` for a context summary, ``"eval"`` for
-    an evaluator's judge call; rows stored before it existed read ``"run"``). With tracing on
+    an evaluator's judge call; rows stored before it existed read ``"run"``), ``replayed`` and
+    ``recorded_cost`` (answered from a recording: free), ``batch`` (bool: answered through a
+    provider's batch API, ``agent.map(..., batch_api=True)``, at the batch price). With tracing on
     (`nbagent.tracing.instrument`), also ``trace_id`` and ``span_id`` (string: the row's ``chat``
     span, 32 and 16 hex digits; missing for rows this process did not trace).
 

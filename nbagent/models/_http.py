@@ -42,7 +42,7 @@ import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ModelError, UserError
 from ._clients import client_for_loop, close_for_loop
@@ -52,6 +52,9 @@ from ._keys import _safe_url, _Secret, scrub_error
 from ._travel import Travelling
 from ._whole_body import body_error, read_body
 from .base import Model, ModelRequest, ModelResponse, StreamItem, check_context_window
+
+if TYPE_CHECKING:
+    from ._batch import BatchRounds, BatchWire
 
 __all__ = ["DEFAULT_TIMEOUT", "HTTPModel", "Reading", "Streamed"]
 
@@ -240,6 +243,25 @@ class HTTPModel(Travelling, Model):
         """The events `read_stream` takes, made of the ``data`` of event-stream text that came as
         one body (a server that streams whatever is asked); None: not readable so (the default)."""
         return None
+
+    def read_line_answer(self, body: dict[str, Any], request_id: str | None) -> ModelResponse | None:
+        """`read_answer` of a whole answer that came in a batch's result line, not as an HTTP
+        response of its own (`nbagent.models._batch.BatchWire.answer`)."""
+        return self.read_answer(body, Reading(provider=self.provider, request_id=request_id, fail=self.stream_error))
+
+    def batch_wire(self) -> BatchWire | None:
+        """The provider's batch API for this model's requests (`nbagent.models._batch.BatchWire`),
+        or None when it has none (the default)."""
+        return None
+
+    def batched(self, rounds: BatchRounds) -> Model | None:
+        """This model answering through its `batch_wire` (see `Model.batched`)."""
+        wire = self.batch_wire()
+        if wire is None:
+            return None
+        from ._batch import BatchedModel
+
+        return BatchedModel(self, wire, rounds)
 
     # ------------------------------------------------------------------ client per event loop
     async def client(self) -> Any:

@@ -172,6 +172,12 @@ class AnthropicModel(HTTPModel):
     def _resource(self, client: AsyncAnthropic) -> Any:
         return client.messages
 
+    def batch_wire(self) -> Any:
+        """Anthropic's Message Batches API (``agent.map(..., batch_api=True)``)."""
+        from ._batch import AnthropicBatchWire
+
+        return AnthropicBatchWire(self)
+
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
         """`_stream.stream_items` over the SDK's events; the assembler stays on `reading` (a paused

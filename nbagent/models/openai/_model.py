@@ -121,6 +121,12 @@ class OpenAIModel(OpenAISDKModel):
     def _resource(self, client: AsyncOpenAI) -> Any:
         return client.chat.completions
 
+    def batch_wire(self) -> Any:
+        """OpenAI's Batch API for chat completions (``agent.map(..., batch_api=True)``)."""
+        from ._batch import OpenAIBatchWire
+
+        return OpenAIBatchWire(self, "/v1/chat/completions")
+
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
         """`_stream.stream_items` over the SDK's chunks."""

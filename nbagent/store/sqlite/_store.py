@@ -101,6 +101,7 @@ def _usage_values(row: ModelCallUsage, thread: str) -> tuple[Any, ...]:
         row.latency_s, row.finish_reason, row.tool_calls, row.cost_input, row.cost_output,
         row.cost_total, row.currency, int(row.usage_reported), row.purpose,
         row.context, int(row.replayed), row.recorded_cost, row.agent, row.depth, row.parent_call_id,
+        int(row.batch),
     )
 
 
@@ -108,6 +109,7 @@ def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     row = ModelCallUsage(*values)
     row.usage_reported = bool(row.usage_reported)
     row.replayed = bool(row.replayed)
+    row.batch = bool(row.batch)
     return row
 
 
