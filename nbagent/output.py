@@ -48,7 +48,7 @@ class OutputSpec:
         try:
             self._adapter = TypeAdapter(output_type)
             if self.wrapped:
-                model = create_model(  # type: ignore[call-overload]
+                model = create_model(
                     "final_result_arguments", __config__=ConfigDict(extra="forbid"), result=(output_type, ...)
                 )
             else:

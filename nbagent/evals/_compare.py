@@ -158,7 +158,7 @@ class ComparisonFrame(pd.DataFrame):
     _metadata = ["agents", "evaluators", "inputs", "reused"]
 
     @property
-    def plot(self) -> Any:  # type: ignore[override]
+    def plot(self) -> Any:
         """pandas' ``DataFrame.plot``, with ``.cost_vs_score(score=None)`` and ``.latency()``."""
         return _Plots(self)
 

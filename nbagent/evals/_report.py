@@ -218,7 +218,7 @@ class EvalReport:
         return f"EvalReport({self._line()}, {', '.join(parts) or 'no evaluators'})"
 
     def _repr_html_(self) -> str:
-        table = self.summary()._repr_html_()  # type: ignore[operator]
+        table = self.summary()._repr_html_()
         return f"{table}<p class='mathjax_ignore'>{html.escape(self._line())}</p>"
 
 
