@@ -470,7 +470,9 @@ def check_sub_agents(ran: Ran) -> None:
     assert sorted(e.status for e in fog.ledger.values()) == ["finished", "finished"]
     # Denied: the reason reached the researcher's model, nothing was deleted.
     assert ran.after("refused = await boss.resume(").strip() == (
-        "My researcher reports: Tides follow the moon. denied by the user: keep the old copy")
+        "My researcher reports: Tides follow the moon. denied by the user: keep the old copy\n"
+        "delete_file was not run. Do not call it again with the same arguments: that call is denied"
+        " without asking. Take the reason into account, or ask the user what to do instead.")
     # Cost per agent: the frame's sums are the run's usage.
     sums = ran.after('print(frame.groupby("agent"').strip().splitlines()
     assert sums[-1].startswith("frame: ") and sums[-1].split()[1] == sums[-1].split()[-2], sums
