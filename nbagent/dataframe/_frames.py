@@ -334,7 +334,7 @@ def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
             column[:] = values  # dicts kept as they are (not spread into rows)
             data[name] = column
         else:
-            data[name] = pd.array(values, dtype=kind)  # type: ignore[call-overload]
+            data[name] = pd.array(values, dtype=kind)
     df = pd.DataFrame(data)
     if threads is not None:
         df = df[df["thread"].isin(threads)].reset_index(drop=True)

@@ -149,20 +149,19 @@ def input_items(messages: Sequence[Message], store: bool) -> tuple[str | None, l
     instructions: list[str] = []
     items: list[dict[str, Any]] = []
     for m in messages:
-        kind = m.kind
-        if kind == "system":
+        if m.kind == "system":
             if items:
-                items.append({"role": "system", "content": m.content})  # type: ignore[union-attr]
+                items.append({"role": "system", "content": m.content})
             else:
-                instructions.append(m.content)  # type: ignore[union-attr]
-        elif kind == "user":
+                instructions.append(m.content)
+        elif m.kind == "user":
             items.append(_user_item(m))
-        elif kind == "tool-result":
-            items.append(_result_item(m))  # type: ignore[arg-type]
-        elif kind == "assistant":
-            items.extend(_assistant_items(m, store))  # type: ignore[arg-type]
+        elif m.kind == "tool-result":
+            items.append(_result_item(m))
+        elif m.kind == "assistant":
+            items.extend(_assistant_items(m, store))
         else:
-            raise UserError(f"cannot send a message of kind {kind!r} to a Responses API model")
+            raise UserError(f"cannot send a message of kind {m.kind!r} to a Responses API model")
     return ("\n\n".join(instructions) if instructions else None), items
 
 

@@ -290,7 +290,7 @@ class _Append:
             self.tokens_out += r.output_tokens
             if r.cost_total is not None:
                 self.cost = (self.cost or 0.0) + r.cost_total
-        title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
+        title = next((m.content for m in messages if m.kind == "user"), "")
         self.title = " ".join(title.split())[:80] if title else title
         self.status = None if record is None else record.get("status")
         self.run = None if record is None else (
