@@ -26,7 +26,7 @@ from typing import Any
 
 from ...exceptions import UserError
 from ...messages import Message
-from ..base import ModelRequest
+from ..base import ModelRequest, check_known_settings
 
 _ALWAYS_SET = frozenset({"messages", "model", "stream", "tools", "system", "self"})
 _TRANSLATED = frozenset({"tool_choice", "parallel_tool_calls", "stop"})
@@ -59,12 +59,8 @@ def _sdk_takes(name: str) -> bool:
 
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Raise `UserError` for a setting ``messages.create`` does not take."""
-    unknown = sorted(k for k in settings if k not in _allowed_settings())
-    if unknown:
-        raise UserError(
-            f"unknown model setting(s) {unknown} for the anthropic SDK's messages.create; "
-            "send other parameters with settings={'extra_body': {...}}"
-        )
+    check_known_settings(settings, _allowed_settings(), "the anthropic SDK's messages.create",
+                         "send other parameters with settings={'extra_body': {...}}")
 
 
 def _image_block(image: Any) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any
 
 from ...exceptions import UserError
 from ...messages import AssistantMessage, Image, Message, ToolResultMessage
-from ..base import ModelRequest
+from ..base import ModelRequest, check_known_settings
 
 __all__ = [
     "ANTHROPIC_BLOCKS",
@@ -62,13 +62,10 @@ def _allowed_settings() -> frozenset[str]:
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Raise `UserError` for a setting ``responses.create`` does not take (``store`` and
     ``previous_response_id`` are the model's own: `OpenAIResponsesModel(store=...)`)."""
-    unknown = sorted(k for k in settings if k not in _allowed_settings())
-    if unknown:
-        raise UserError(
-            f"unknown model setting(s) {unknown} for the openai SDK's responses.create (store is "
-            "OpenAIResponsesModel(store=...), previous_response_id is never sent); send "
-            "server-specific parameters with settings={'extra_body': {...}}"
-        )
+    check_known_settings(settings, _allowed_settings(),
+                         "the openai SDK's responses.create (store is OpenAIResponsesModel(store=...), "
+                         "previous_response_id is never sent)",
+                         "send server-specific parameters with settings={'extra_body': {...}}")
 
 
 # ------------------------------------------------------------------------------- messages -> items

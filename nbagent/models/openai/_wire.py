@@ -19,7 +19,7 @@ from typing import Any
 
 from ...exceptions import UserError
 from ...messages import Image, Message, ToolResultMessage
-from ..base import ModelRequest
+from ..base import ModelRequest, check_known_settings
 
 _ALWAYS_SET = frozenset({"messages", "model", "stream", "tools", "self"})
 _MERGED_DICTS = ("extra_body", "extra_headers", "extra_query")
@@ -40,12 +40,8 @@ def _allowed_settings() -> frozenset[str]:
 
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Raise `UserError` for a setting ``chat.completions.create`` does not take."""
-    unknown = sorted(k for k in settings if k not in _allowed_settings())
-    if unknown:
-        raise UserError(
-            f"unknown model setting(s) {unknown} for the openai SDK's chat.completions.create; "
-            "send server-specific parameters with settings={'extra_body': {...}}"
-        )
+    check_known_settings(settings, _allowed_settings(), "the openai SDK's chat.completions.create",
+                         "send server-specific parameters with settings={'extra_body': {...}}")
 
 
 def _image_part(image: Image) -> dict[str, Any]:
