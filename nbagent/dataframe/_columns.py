@@ -219,7 +219,7 @@ def _text(blocks: list[ColumnBlock], name: str, sort_limit: int) -> pd.Categoric
             (add(c, len(index)) for c in part.categories), dtype=np.int32, count=len(part.categories)
         )
         remap = np.append(remap, np.int32(-1))
-        codes = np.frombuffer(part.codes, dtype=np.int32)  # type: ignore[call-overload]
+        codes = np.frombuffer(part.codes, dtype=np.int32)
         keep = _keep(block)
         if keep is not None:
             codes, filtered = codes[keep], True

@@ -16,7 +16,7 @@ The base does the rest, the same way for every provider:
 
 - one client per event loop, closed with its loop or soon after the model is dropped (`_clients`);
 - the call's deadline, around the send and every read of the stream (`_deadline`);
-- the key: read from `key_variable` unless given, held in a `_Secret`, scrubbed out of every
+- the key: read from `key_variable` unless given, held in a `Secret`, scrubbed out of every
   `ModelError` that leaves a call (`_keys.scrub_error`), never pickled (`_travel`);
 - a 2xx body that is not what was asked for (`_whole_body`): a whole answer to a streamed request,
   an event stream to a whole one, an error object sent with a 2xx status (sorted as the table's
@@ -48,7 +48,7 @@ from ..exceptions import ModelError, UserError
 from ._clients import client_for_loop, close_for_loop
 from ._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from ._http_errors import ErrorTable, parse_retry_after, where
-from ._keys import _safe_url, _Secret, scrub_error
+from ._keys import Secret, safe_url, scrub_error
 from ._travel import Travelling
 from ._whole_body import body_error, read_body
 from .base import Model, ModelRequest, ModelResponse, StreamItem, check_context_window
@@ -174,7 +174,7 @@ class HTTPModel(Travelling, Model):
             key = api_key if api_key is not None else os.environ.get(self.key_variable)
             if not key:
                 key = self._no_key()
-        self._api_key = _Secret(key or "")
+        self._api_key = Secret(key or "")
         self._init_clients()
 
     def _default_model_name(self) -> str:
@@ -197,7 +197,7 @@ class HTTPModel(Travelling, Model):
         self._clients_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
+        url = f", base_url={safe_url(self.base_url)!r}" if self.base_url else ""
         return f"{type(self).__name__}({self.model_name!r}, provider={self.provider!r}{url})"
 
     # ------------------------------------------------------------------ the provider's parts

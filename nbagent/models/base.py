@@ -105,6 +105,15 @@ def check_context_window(where: str, value: Any) -> int | None:
     return value
 
 
+def check_known_settings(settings: Mapping[str, Any], allowed: frozenset[str], create: str, hint: str) -> None:
+    """Raise `UserError` for the settings an SDK's `create` method (``"the openai SDK's
+    responses.create"``) does not take (`allowed`: the ones it does); `hint` says how to send
+    others anyway."""
+    unknown = sorted(k for k in settings if k not in allowed)
+    if unknown:
+        raise UserError(f"unknown model setting(s) {unknown} for {create}; {hint}")
+
+
 class Model:
     """Base class of models. Subclasses set `provider` and `model_name` and implement `request`;
     streaming providers also override `request_stream`.

@@ -127,9 +127,9 @@ class ColumnBlock:
         elif kind == "d":
             out = [None if v != v else v for v in part.tolist()]  # NaN -> None
         elif kind == "B":
-            out = [bool(v) for v in part.tolist()]  # type: ignore[union-attr]
+            out = [bool(v) for v in part.tolist()]
         else:
-            out = part.tolist()  # type: ignore[union-attr]
+            out = part.tolist()
         if self.keep is not None:
             out = [out[i] for i in self.keep]
         return out
@@ -217,7 +217,7 @@ def _encode(kind: str, values: Sequence[Any]) -> Part:
             categories.remove(None)
             index = {v: i for i, v in enumerate(categories)}
             index[None] = -1
-        return TextPart(categories, array("i", map(index.__getitem__, values)))  # type: ignore[arg-type]
+        return TextPart(categories, array("i", map(index.__getitem__, values)))
     if kind == "d":
         try:
             return array("d", values)

@@ -357,7 +357,7 @@ class Store:
         if last is not None and kept:
             kept[-1] = last
         top = steps[-1] if steps else 0
-        call_ids = {c.id for m in kept if m.kind == "assistant" for c in m.tool_calls}  # type: ignore[union-attr]
+        call_ids = {c.id for m in kept if m.kind == "assistant" for c in m.tool_calls}
         ledger = [e for e in loaded.ledger.values() if e.call_id in call_ids]
         usage = [dataclasses.replace(r, thread=target) for r in loaded.usage if r.step <= top]
         history = await self.checkpoints(source)
@@ -482,15 +482,14 @@ async def replay(
 
 def summarize(message: Message, width: int = 80) -> str:
     """``kind: start of the text`` for listings."""
-    kind = message.kind
-    if kind == "assistant":
-        text = message.text or ", ".join(f"{c.name}({c.args_json})" for c in message.tool_calls)  # type: ignore[union-attr]
+    if message.kind == "assistant":
+        text = message.text or ", ".join(f"{c.name}({c.args_json})" for c in message.tool_calls)
     else:
-        text = message.content  # type: ignore[union-attr]
+        text = message.content
         images = getattr(message, "images", None)
         if images:
             text = f"[{len(images)} image{'s' if len(images) != 1 else ''}] {text}"
     text = " ".join((text or "").split())
     if len(text) > width:
         text = text[: width - 1] + "…"
-    return f"{kind}: {text}"
+    return f"{message.kind}: {text}"

@@ -101,7 +101,7 @@ class OpenAIBatchWire(BatchWire):
     async def _content(self, file_id: str) -> bytes:
         client = await self.model.client()
         try:
-            return (await client.files.content(file_id)).content  # type: ignore[no-any-return]
+            return (await client.files.content(file_id)).content
         except Exception as exc:
             raise self._fail(exc) from None
 

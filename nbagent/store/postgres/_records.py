@@ -67,7 +67,7 @@ def append_params(
     tokens_in = sum(r.input_tokens for r in usage)
     tokens_out = sum(r.output_tokens for r in usage)
     costs = [r.cost_total for r in usage if r.cost_total is not None and not math.isnan(r.cost_total)]
-    title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
+    title = next((m.content for m in messages if m.kind == "user"), "")
     status = None if record is None else record.get("status")
     lease_run = None
     if record is not None and status == "running" and record.get("owner") and record.get("run_id"):
