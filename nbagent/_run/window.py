@@ -21,8 +21,12 @@ from typing import Any
 
 from ..context import (
     CHARS_PER_TOKEN,
+    MESSAGE_TOKENS,
     ContextUsage,
     NativeContext,
+    ThreadView,
+    Visible,
+    _view,
     clear_candidates,
     counter_for,
     cut_point,
@@ -117,6 +121,13 @@ class Window:
         messages are appended, never changed)."""
         self._tools: tuple[Any, int] = ((), 0)
         """The tool definitions last counted and their tokens (they change only with the sources)."""
+        self._texts: dict[str, int] = {}
+        """The system prompt's and the summary's tokens (each counted once per run)."""
+        self._offered: tuple[Any, Any, tuple[dict[str, Any], ...]] = ((), None, ())
+        """The tool definitions, the ``read_result`` tool and the two together, as last sent."""
+        self.thread: ThreadView | None = ThreadView(self.sized) if _view.CACHED else None
+        """The thread as requests send it, kept up to date step by step (None: the plain path,
+        the whole thread walked on every request; ``NBAGENT_CONTEXT_CACHE=0``)."""
 
     def sized(self, message: Message) -> int:
         """`message_tokens` of `message`, counted once."""
@@ -137,26 +148,61 @@ class Window:
     def request(self, config: RunConfig, messages: Sequence[Message], step: int) -> ModelRequest:
         """The request for the thread's `messages`: compaction records applied, the summary after
         the system prompt, ``read_result`` offered when a result sent was cut or cleared."""
-        view = visible(messages)
+        view = self.visible(messages)
         system = config.system
         if view.summary:
             system = (system + "\n\n" if system else "") + SUMMARY_HEADER + view.summary
         sent: list[Message] = [SystemMessage(system), *view.messages] if system else list(view.messages)
-        tools: Sequence[dict[str, Any]] = config.tool_definitions
-        reader = config.tools.get(READ_RESULT)
-        if reader is not None and all(d.get("name") != READ_RESULT for d in tools) and any(
-            m.kind == "tool-result" and m.full_content is not None for m in view.messages
-        ):
-            tools = (*tools, reader.definition())
-        parts = request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
-                              sized=self.sized, tools_size=self.tools_size(tools))
+        tools = self.offered(config, view)
+        parts = self.parts(config, view, tools)
         if len(self._sizes) > 2 * len(messages) + 64:  # stubs of cleared results are new objects each time
             self._sizes.clear()
-        key = (view.upto, sum(1 for m in messages if m.kind == "compaction"))
+        thread = self.thread
+        key = (view.upto, sum(1 for m in messages if m.kind == "compaction") if thread is None else thread.records)
         self.pending = (sum(parts.values()), key, parts)
         return ModelRequest(sent, tools, config.request_settings, step,
                             config.output.name if config.output is not None else None, not config.tools_in_order,
                             native_request(config))
+
+    def visible(self, messages: Sequence[Message]) -> Visible:
+        """`visible(messages)`: from the running view when there is one (`messages` is the run's
+        thread: another list would start it afresh)."""
+        return visible(messages) if self.thread is None else self.thread.follow(messages)
+
+    def offered(self, config: RunConfig, view: Visible) -> Sequence[dict[str, Any]]:
+        """The tool definitions a request offers: the config's, with ``read_result`` once a result
+        the model reads was cut or cleared (the same tuple while neither changes)."""
+        tools: Sequence[dict[str, Any]] = config.tool_definitions
+        reader = config.tools.get(READ_RESULT)
+        if reader is None or not (any(m.kind == "tool-result" and m.full_content is not None  # type: ignore[union-attr]
+                                      for m in view.messages) if self.thread is None else self.thread.cut):
+            return tools
+        if all(d.get("name") != READ_RESULT for d in tools):
+            base, known, both = self._offered
+            if base is not tools or known is not reader:
+                both = (*tools, reader.definition())
+                self._offered = (tools, reader, both)
+            return both
+        return tools
+
+    def parts(self, config: RunConfig, view: Visible, tools: Sequence[dict[str, Any]]) -> dict[str, int]:
+        """The estimated tokens of each part of the request (`request_parts`)."""
+        thread = self.thread
+        if thread is None:
+            return request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
+                                 sized=self.sized, tools_size=self.tools_size(tools))
+        return thread.parts(self.text_size(config.system), self.text_size(view.summary), self.tools_size(tools))
+
+    def text_size(self, text: str | None) -> int:
+        """The tokens of the system prompt or of a summary as `request_parts` counts them (0: none)."""
+        if not text:
+            return 0
+        size = self._texts.get(text)
+        if size is None:
+            if len(self._texts) > 8:
+                self._texts.clear()
+            size = self._texts[text] = self.count(text) + MESSAGE_TOKENS
+        return size
 
     def tokens(self) -> int:
         """The size of the request `request` made last, in tokens: the provider's count of the
@@ -212,13 +258,13 @@ class Window:
             cleared = clear_candidates(messages, compaction.keep_last)
             if not cleared:
                 return None
-            record = CompactionMessage("", "clear_results", visible(messages).upto, cleared, len(cleared),
+            record = CompactionMessage("", "clear_results", self.visible(messages).upto, cleared, len(cleared),
                                        tokens_before, 0, trigger)  # type: ignore[arg-type]
             record.tokens_after = self._after(config, messages, record, tokens_before)
             return record, None
         if compaction.policy == "native" and config.model.native_compaction:
             return await self._native(config, run_id, thread, messages, step, trigger, tokens_before)
-        view = visible(messages)
+        view = self.visible(messages)
         upto = cut_point(messages, compaction.keep_last, view.upto)
         if upto is None:
             return None
@@ -266,12 +312,12 @@ class Window:
         a request would send them); its items go into the record, its usage into the row."""
         compaction, model = config.compaction, config.model
         assert compaction is not None
-        view = visible(messages)
+        view = self.visible(messages)
         upto = cut_point(messages, compaction.keep_last, view.upto)
         if upto is None:
             return None
         replaced = [m for m in messages[view.upto:upto] if m.kind != "compaction"]
-        before = visible(messages[:upto]).messages
+        before = visible(messages[:upto]).messages  # (the plain function: another list than the thread)
         request = ModelRequest([SystemMessage(config.system), *before] if config.system else before, [],
                                config.request_settings, step)
         started, clock = time.time(), time.perf_counter()
@@ -290,6 +336,16 @@ class Window:
     def _after(self, config: RunConfig, messages: Sequence[Message], record: CompactionMessage, before: int) -> int:
         """The next request's size once `record` applies: `before` less the estimated saving (in
         the provider's units: scaled as the previous request's estimate was off)."""
+        sent = self.sent
+        ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
+        return max(0, before - round(ratio * self._saving(config, messages, record)))
+
+    def _saving(self, config: RunConfig, messages: Sequence[Message], record: CompactionMessage) -> int:
+        """The estimated tokens `record` takes off the next request."""
+        thread = self.thread
+        if thread is not None:  # the system prompt and the tools are in both: only the messages and summary differ
+            after = thread.with_record(messages, record)
+            return (self.text_size(thread.summary) + thread.total()) - (self.text_size(after.summary) + after.total())
         tools = config.tool_definitions
 
         def estimate(thread: Sequence[Message]) -> int:
@@ -297,9 +353,7 @@ class Window:
             return sum(request_parts(config.system, view.summary, view.messages, tools, self.count,
                                      self.provider).values())
 
-        sent = self.sent
-        ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
-        return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
+        return estimate(messages) - estimate([*messages, record])
 
 
 @dataclass(frozen=True, slots=True)
