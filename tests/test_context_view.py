@@ -277,3 +277,47 @@ def test_a_step_sizes_only_what_was_added_as_the_thread_grows(cached: bool, monk
         assert fake <= 3 * len(result.messages)
     else:
         assert gauge > steps * steps and fake > steps * steps
+
+
+def test_the_written_out_scaling_and_json_give_what_the_plain_ones_give() -> None:
+    """`scale_parts` and `parts_json` (written out for the five parts) against the plain rule and
+    `json.dumps`, over random parts (missing, extra), totals, windows, estimates and keys."""
+    import math
+
+    from nbagent.context import PARTS, parts_json, scale_parts
+
+    def plain_scale(parts: dict[str, int], total: int) -> dict[str, int]:
+        estimate = sum(parts.values())
+        if estimate <= 0:
+            return {name: (total if name == "latest" else 0) for name in PARTS}
+        exact = {name: parts.get(name, 0) * total / estimate for name in PARTS}
+        out = {name: int(value) for name, value in exact.items()}
+        for name in sorted(PARTS, key=lambda n: exact[n] - out[n], reverse=True)[:total - sum(out.values())]:
+            out[name] += 1
+        return out
+
+    def plain_json(parts: dict[str, int], window: Any, estimate: Any = None, key: Any = None) -> str:
+        value: dict[str, Any] = {**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}
+        if estimate is not None:
+            value["estimate"] = int(estimate)
+        if key is not None:
+            value["key"] = [int(k) for k in key]
+        return json.dumps(value, separators=(",", ":"))
+
+    rng = random.Random(46)
+    for _ in range(50_000):
+        parts = {n: rng.choice([0, 1, 3, rng.randint(0, 10 ** rng.randint(1, 7))]) for n in PARTS}
+        if rng.random() < 0.1:
+            parts.pop(rng.choice(PARTS))
+        if rng.random() < 0.1:
+            parts["other"] = rng.randint(0, 99)
+        total = rng.choice([0, 1, 7, rng.randint(0, 10 ** rng.randint(1, 7))])
+        scaled = scale_parts(parts, total)
+        assert scaled == plain_scale(parts, total) and list(scaled) == list(PARTS)
+        window, estimate = rng.choice([None, 4000, 10**6]), rng.choice([None, rng.randint(0, 10**6)])
+        key = rng.choice([None, (rng.randint(-1, 99), rng.randint(0, 9)), [], [1, 2, 3]])
+        assert parts_json(scaled, window, estimate, key) == plain_json(scaled, window, estimate, key)
+        assert parts_json(parts, window) == plain_json(parts, window)
+    for text in ("", "abc", "2026-11-07: 17.50 EUR", "ünï 42 €\U0001f600", "\ud800 9", "٠١٢ ０", "x" * 999 + "1"):
+        digits = sum(map(text.count, "0123456789"))
+        assert text_tokens(text) == math.ceil((len(text) - digits) / 4) + digits

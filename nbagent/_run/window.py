@@ -94,6 +94,10 @@ def with_reader(config: RunConfig) -> RunConfig:
     return dataclasses.replace(config, tools=MappingProxyType({**config.tools, READ_RESULT: reader}))
 
 
+_TOOLS: dict[tuple[int, Any, str], tuple[Any, int]] = {}
+"""Tool definitions (by identity, with the counter and provider that sized them) -> their tokens."""
+
+
 @dataclass(slots=True)
 class _Sent:
     """The last request sent: its estimate, the provider's count, and its compaction state."""
@@ -131,17 +135,25 @@ class Window:
 
     def sized(self, message: Message) -> int:
         """`message_tokens` of `message`, counted once."""
-        found = self._sizes.get(id(message))
+        key = id(message)
+        found = self._sizes.get(key)
         if found is not None and found[0] is message:
             return found[1]
         size = message_tokens(message, self.count)
-        self._sizes[id(message)] = (message, size)
+        self._sizes[key] = (message, size)
         return size
 
     def tools_size(self, tools: Sequence[dict[str, Any]]) -> int:
-        """`tools_tokens` of `tools`, counted again only when the definitions are another object."""
+        """`tools_tokens` of `tools`, counted again only when the definitions are another object
+        (an agent's runs share theirs, so its first run counts them)."""
         if self._tools[0] is not tools:
-            self._tools = (tools, tools_tokens(tools, self.count, self.provider))
+            key = (id(tools), self.count, self.provider)
+            found = _TOOLS.get(key)
+            if found is None or found[0] is not tools:
+                if len(_TOOLS) >= 64:
+                    _TOOLS.clear()
+                found = _TOOLS[key] = (tools, tools_tokens(tools, self.count, self.provider))
+            self._tools = found
         return self._tools[1]
 
     # ------------------------------------------------------------------ requests
@@ -191,7 +203,9 @@ class Window:
         if thread is None:
             return request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
                                  sized=self.sized, tools_size=self.tools_size(tools))
-        return thread.parts(self.text_size(config.system), self.text_size(view.summary), self.tools_size(tools))
+        system, summary = config.system, view.summary
+        return thread.parts(self.text_size(system) if system else 0, self.text_size(summary) if summary else 0,
+                            self.tools_size(tools))
 
     def text_size(self, text: str | None) -> int:
         """The tokens of the system prompt or of a summary as `request_parts` counts them (0: none)."""
