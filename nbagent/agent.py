@@ -20,6 +20,7 @@ its work to `nbagent._run` or `Threads` in a few lines.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
 from types import MappingProxyType
@@ -47,9 +48,11 @@ if TYPE_CHECKING:
 
     from ._run.handle import EventCallback, RunBox, RunHandle
     from ._run.state import RunState
+    from .guards import Guard
 
     class _Options(TypedDict, total=False):
         tools: Iterable[Tool | Callable[..., Any] | ToolSource]
+        agents: Iterable[Agent[Any]]
         system: str | None
         max_steps: int
         tools_in_order: bool
@@ -66,6 +69,7 @@ if TYPE_CHECKING:
         compaction: Compaction | None
         max_result_fraction: float | None
         context_redact: Callable[[str, str], str] | None
+        guards: Iterable[Guard]
 
 __all__ = ["Agent"]
 
@@ -116,6 +120,8 @@ class Agent(Generic[OutputT]):
         tools: `Tool`s, typed functions (wrapped with `tool`), and tool sources whose tools are
             listed when a run first needs them (`nbagent.mcp.MCPTools`, any `ToolSource`; kept
             in ``agent.tool_sources``, the others in ``agent.tools`` by name).
+        agents: sub-agents: each is given as its `as_tool` (``agents=[researcher]`` is
+            ``tools=[researcher.as_tool()]``). See docs/subagents.md.
         system: the system prompt, sent with every request (not stored in the thread).
         max_steps: model calls per run before it stops (``status="stopped"``,
             ``stop_reason="max_steps"``).
@@ -147,6 +153,10 @@ class Agent(Generic[OutputT]):
         context_redact: ``(name, text) -> text``, called with each notebook variable's summary
             before it is sent (``{df}`` in ``%%agent``, ``@df`` in the chat view) to edit what
             the model sees, e.g. to mask a column. See docs/notebook.md.
+        guards: `nbagent.guards.Guard` rules checked on the prompt (before any model call), a
+            tool call's arguments (before approval), a tool's result (before the model or the
+            store see it) and an answer (before it is shown: a streamed answer's text is held
+            until they pass). See docs/guards.md.
     """
 
     _config: RunConfig | None
@@ -172,6 +182,7 @@ class Agent(Generic[OutputT]):
         model: Model | str,
         *,
         tools: Iterable[Tool | Callable[..., Any] | ToolSource] = (),
+        agents: Iterable[Agent[Any]] = (),
         system: str | None = None,
         max_steps: int = 20,
         tools_in_order: bool = False,
@@ -189,9 +200,11 @@ class Agent(Generic[OutputT]):
         compaction: Compaction | None = None,
         max_result_fraction: float | None = 0.1,
         context_redact: Callable[[str, str], str] | None = None,
+        guards: Iterable[Guard] = (),
     ) -> None:
         self.model = infer_model(model)
-        self.tools, self.tool_sources = _tools_by_name(tools)  # Python tools by name; the sources apart
+        # Python tools by name; the sources apart
+        self.tools, self.tool_sources = _tools_by_name([*tools, *_agent_tools(agents)])
         if not isinstance(max_steps, int) or max_steps < 1:
             raise UserError(f"max_steps must be a positive integer, got {max_steps!r}")
         self.system = system
@@ -222,6 +235,7 @@ class Agent(Generic[OutputT]):
         self.output_retries = output_retries
         self.compaction, self.max_result_fraction, self.context_redact = _context_options(
             compaction, max_result_fraction, context_redact, self.model)
+        self.guards = _checked_guards(guards)
         self._seen = None
 
     @property
@@ -249,16 +263,20 @@ class Agent(Generic[OutputT]):
             definitions.append(self.output.tool.definition())
         return definitions
 
-    def config(self) -> RunConfig:
+    def config(self, store: Store | None = None) -> RunConfig:
         """The agent's settings as a run sees them, frozen (immutable copies: see `RunConfig`).
 
         A change to the agent applies to the runs started after it, never to one going on: it
         is made again after any attribute is set, and when `settings` or `tools` were changed in
         place (``agent.settings["temperature"] = 0``), which each call compares with what the
-        config was made from."""
+        config was made from.
+
+        `store`: where the run keeps its thread (default: the agent's own `store`; a sub-agent's
+        run uses its parent's, and never opens its own)."""
+        chosen = store if store is not None else self.store
         config, seen = self._config, self._seen
         if config is not None and seen is not None and self.settings == seen[0] and self.tools == seen[1]:
-            return config
+            return config if config.store is chosen else dataclasses.replace(config, store=chosen)
         definitions = tuple(self.tool_definitions)
         settings = copy.deepcopy(self.settings)
         request_settings = dict(settings)
@@ -273,13 +291,13 @@ class Agent(Generic[OutputT]):
             sources = SourceSet(self.tool_sources, tools, definitions, reserved)
         config = RunConfig(
             model=self.model, tools=MappingProxyType(tools), tool_definitions=definitions,
-            request_settings=MappingProxyType(request_settings), store=self.store, retry=self.retry,
+            request_settings=MappingProxyType(request_settings), store=chosen, retry=self.retry,
             system=self.system, max_steps=self.max_steps, tools_in_order=self.tools_in_order,
             token_budget=self.token_budget, cost_budget=self.cost_budget, stop_when=self.stop_when,
             output=self.output, output_retries=self.output_retries, prices=self.prices,
             state_type=self.state_type, sources=sources, compaction=self.compaction,
             summarizer=_summarizer(self.compaction), max_result_fraction=self.max_result_fraction,
-            name=self.name,
+            name=self.name, guards=_guard_set(self.guards),
         )
         object.__setattr__(self, "_config", config)
         object.__setattr__(self, "_seen", (settings, tools))
@@ -288,6 +306,37 @@ class Agent(Generic[OutputT]):
     def __repr__(self) -> str:
         sources = f", sources={list(self.tool_sources)!r}" if self.tool_sources else ""
         return f"Agent({self.model!r}, tools={list(self.tools)}{sources})"
+
+    def as_tool(self, name: str | None = None, description: str | None = None, *,
+                max_depth: int = 5) -> Tool:
+        """This agent as a tool of another: a sub-agent.
+
+        ```python
+        researcher = Agent(model, tools=[search, delete_file], name="researcher")
+        boss = Agent(model, tools=[researcher.as_tool(description="Research one question")], name="boss")
+        boss = Agent(model, agents=[researcher], name="boss")        # the same
+        ```
+
+        The tool takes one string, ``task``; its result is this agent's answer (a structured
+        answer as JSON). Each call runs this agent on a thread of its own in the parent's store
+        (``"<parent thread>/<call id>"``, whatever store this agent was built with), so
+        exactly-once, the ledger and resume hold at every depth: after a pause or a crash the
+        call continues that thread. A call inside the tree that needs a person pauses the top
+        run, its `PendingCall` carrying ``path=("boss", "researcher")``; decide it through the
+        top agent. Events, usage rows and budgets cover the whole tree. See docs/subagents.md.
+
+        Args:
+            name: the tool's name (default: this agent's `name`).
+            description: what the parent's model is told the tool does.
+            max_depth: how deep sub-agents may nest under the top agent (it may be this agent
+                itself: an agent may list itself); a call past it gets an error result.
+
+        Raises:
+            UserError: neither this agent nor `name` gives the tool a name.
+        """
+        from ._run.subagent import agent_tool
+
+        return agent_tool(self, name, description, max_depth)
 
     # ------------------------------------------------------------------ runs
     # Each entry point makes one `RunStart` from its arguments (a prompt, or a resume's
@@ -438,9 +487,11 @@ class Agent(Generic[OutputT]):
         return events()
 
     async def _prepared(self, start: RunStart, config: RunConfig) -> RunState:
-        """The run's starting state; its thread counts among the agent's threads."""
+        """The run's starting state; its thread counts among the agent's threads (and so do
+        the threads of the sub-agents it runs)."""
         run = await start.prepare(config)
         self._touch(run.thread)
+        run.work.touch = self._touch
         return run
 
     # ------------------------------------------------------------------ stored threads
@@ -565,6 +616,30 @@ def _context_options(compaction: Any, max_result_fraction: Any, context_redact: 
     return compaction, max_result_fraction, context_redact
 
 
+def _checked_guards(guards: Iterable[Guard]) -> tuple[Guard, ...]:
+    """`Agent`'s ``guards``, as a tuple of `Guard` (anything else fails now, not in a run)."""
+    if guards is None:
+        return ()
+    out = tuple(g for item in guards for g in (item if isinstance(item, (tuple, list)) else (item,)))  # pii() as is
+    if out:
+        from .guards import Guard
+
+        wrong = [g for g in out if not isinstance(g, Guard)]
+        if wrong:
+            raise UserError(f"guards= takes nbagent.guards.Guard objects (Guard.input(check), pii(), ...); "
+                            f"got {wrong[0]!r}")
+    return out
+
+
+def _guard_set(guards: tuple[Guard, ...]) -> Any:
+    """The run's view of the guards (`GuardSet`), or None without any."""
+    if not guards:
+        return None
+    from ._run.guardset import GuardSet
+
+    return GuardSet(guards)
+
+
 def _summarizer(compaction: Compaction | None) -> Model | None:
     """The model a `Compaction` names for its summaries (None: the agent's own)."""
     if compaction is None or compaction.summarizer is None:
@@ -589,6 +664,18 @@ def _tools_by_name(tools: Iterable[Tool | Callable[..., Any] | ToolSource]) -> t
             raise DuplicateToolError(f"two tools are named {t.name!r}; tool names must be unique")
         out[t.name] = t
     return out, tuple(sources)
+
+
+def _agent_tools(agents: Iterable[Agent[Any]]) -> list[Tool]:
+    """``Agent(agents=[...])``: each sub-agent as its `Agent.as_tool`."""
+    if isinstance(agents, Agent):
+        agents = [agents]
+    out = []
+    for item in agents:
+        if not isinstance(item, Agent):
+            raise UserError(f"agents= takes Agents (each becomes a tool: as_tool()), got {type(item).__name__}")
+        out.append(item.as_tool())
+    return out
 
 
 async def _with_sources(config: RunConfig) -> RunConfig:

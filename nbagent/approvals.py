@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -81,24 +81,43 @@ class PendingCall:
     reason: PendingReason = "approval"
     description: str = ""
     """The tool's description, for the person deciding."""
+    path: tuple[str, ...] = ()
+    """The agents from the run's top agent to the one whose call this is, top first:
+    ``("boss",)`` for the top agent's own call, ``("boss", "researcher")`` for a call of its
+    sub-agent ``researcher`` (see `Agent.as_tool`); () in records written before sub-agents.
+    A sub-agent's call has an id unique in the whole tree (``"<parent call id>/<its own id>"``)."""
 
     @property
     def args_hash(self) -> str:
         return args_hash(self.args)
 
+    @property
+    def nested(self) -> bool:
+        """True for a call of a sub-agent (one that waits deeper in the tree than the top agent)."""
+        return len(self.path) > 1
+
+    @property
+    def label(self) -> str:
+        """What a person reads for the call: its tool's name, behind the sub-agents it waits in
+        (``"researcher → delete_file"``)."""
+        return " → ".join((*self.path[1:], self.name))
+
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data = {
             "id": self.id,
             "name": self.name,
             "args": self.args,
             "reason": self.reason,
             "description": self.description,
         }
+        if self.path:
+            data["path"] = list(self.path)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PendingCall:
         return cls(data["id"], data["name"], data["args"], data.get("reason", "approval"),
-                   data.get("description", ""))
+                   data.get("description", ""), tuple(data.get("path") or ()))
 
 
 @dataclass(slots=True)
@@ -256,6 +275,7 @@ class Decisions:
         thread: str,
         shown: Iterable[PendingCall] = (),
         now: float | None = None,
+        tools_of: Callable[[PendingCall], Mapping[str, _Validates] | None] | None = None,
     ) -> dict[str, Decision]:
         """Check each decision against the calls waiting now; return the recorded `Decision`s.
 
@@ -265,6 +285,9 @@ class Decisions:
             thread: the thread id, for error messages.
             shown: the calls as a person saw them (e.g. a paused `RunResult`'s ``pending``), for
                 decisions given by call id.
+            tools_of: the tools of the sub-agent a nested call (`PendingCall.nested`) belongs
+                to, for its edits (None: that agent is not known here; an edit of its call is
+                refused).
 
         Raises:
             UnknownCallError: a decision names a call that is not waiting, or an edit names a
@@ -292,7 +315,8 @@ class Decisions:
                 )
             if current.id in out:
                 raise UserError(f"call {current.id!r} got more than one decision")
-            out[current.id] = _checked(asked, current, tools, now, self.by)
+            owner = tools if not current.nested else (tools_of(current) if tools_of is not None else None)
+            out[current.id] = _checked(asked, current, owner or {}, now, self.by)
         for name in self.always_allowed:
             if name not in tools:
                 raise UserError(f"always_allow names unknown tool {name!r}")
@@ -312,7 +336,8 @@ def _checked(asked: CallDecision, call: PendingCall, tools: Mapping[str, _Valida
     if asked.action == "edit":
         tool = tools.get(call.name)
         if tool is None:
-            raise UnknownCallError(f"call {call.id!r} is for tool {call.name!r}, which this agent does not have")
+            whose = f"sub-agent {call.path[-1]!r}" if call.nested else "this agent"
+            raise UnknownCallError(f"call {call.id!r} is for tool {call.name!r}, which {whose} does not have")
         assert asked.args is not None
         tool.validate(asked.args)
         return Decision("edit", call.args_hash, args=dict(asked.args), time=now, by=by)

@@ -1,7 +1,8 @@
 """Stream events: what `Agent.stream` yields, each with a plain lowercase `kind`.
 
-Owns the event shapes; imports approvals (`PendingCall`), messages and usage only. Text events carry the
-`delta` and the accumulated `snapshot`, so a view can re-render idempotently.
+Owns the event shapes; imports approvals (`PendingCall`), guards (`GuardCheck`), messages and
+usage only. Text events carry the `delta` and the accumulated `snapshot`, so a view can re-render
+idempotently.
 
 | kind                   | class                    | fields                                       |
 |------------------------|--------------------------|----------------------------------------------|
@@ -17,10 +18,21 @@ Owns the event shapes; imports approvals (`PendingCall`), messages and usage onl
 | model-fallback         | ModelFallbackEvent       | failed, error, model (who answered), step    |
 | usage                  | UsageEvent               | call (ModelCallUsage), total (Usage), context|
 | compaction             | CompactionEvent          | record (CompactionMessage), usage, step      |
+| text-held              | TextHeldEvent            | step (output guards hold the answer's text)  |
+| guard-tripped          | GuardTrippedEvent        | check (GuardCheck), stops, step              |
 | run-paused / run-completed / run-stopped / run-failed / run-cancelled | RunEndedEvent | result |
 
 Naming: every event class ends in ``Event`` and its `kind` is the class name before ``Event``
 in kebab case.
+
+Every event has `path`: the agents from the run's top agent to the one the event is about, top
+first (``("boss",)`` for the top agent's own events, ``("boss", "researcher")`` for those of its
+sub-agent ``researcher``; see `Agent.as_tool`), and a sub-agent's event has `agent_call`: the id of
+the agent call that runs the sub-agent (None for the top agent's own events), so two calls of one
+sub-agent running at once are told apart. A sub-agent's events come up its parent's stream with
+its tool calls' ids made unique in the tree (``"<parent call id>/<own id>"``), like its
+`PendingCall`s; its own ``run-started`` and run-ended events stay in its thread (the agent call's
+``tool-call-started`` and ``tool-call-finished`` are its start and end in the tree).
 """
 
 from __future__ import annotations
@@ -30,6 +42,7 @@ from typing import TYPE_CHECKING, Literal
 
 from .approvals import PendingCall, args_hash
 from .context import ContextUsage
+from .guards import GuardCheck
 from .messages import AssistantMessage, CompactionMessage, ToolCall, ToolResultMessage, UserMessage
 from .usage import ModelCallUsage, Usage
 
@@ -41,6 +54,7 @@ __all__ = [
     "ClientCallRequestedEvent",
     "CompactionEvent",
     "Event",
+    "GuardTrippedEvent",
     "ModelFallbackEvent",
     "ModelResponseEvent",
     "ModelRetryEvent",
@@ -49,6 +63,7 @@ __all__ = [
     "RunEndedEvent",
     "RunStartedEvent",
     "TextDeltaEvent",
+    "TextHeldEvent",
     "ToolCallFinishedEvent",
     "ToolCallStartedEvent",
     "UsageEvent",
@@ -57,14 +72,30 @@ __all__ = [
 
 
 class TextAccumulator:
-    """Collects text deltas; builds snapshots lazily and incrementally (cheap per delta)."""
+    """Collects text deltas; builds snapshots lazily and incrementally (cheap per delta). It also
+    carries the `path` and `agent_call` of its model call's `TextDeltaEvent`s, which read them
+    from here (one object per model call, not two more fields per delta)."""
 
-    __slots__ = ("_joined", "_joined_n", "parts")
+    __slots__ = ("_joined", "_joined_n", "_views", "agent_call", "parts", "path")
 
-    def __init__(self) -> None:
+    def __init__(self, path: tuple[str, ...] = (), agent_call: str | None = None) -> None:
         self.parts: list[str] = []
         self._joined = ""
         self._joined_n = 0
+        self.path = path
+        self.agent_call = agent_call
+        self._views: dict[str, TextAccumulator] | None = None
+
+    def via(self, agent_call: str) -> TextAccumulator:
+        """The same text, seen through the agent call `agent_call` (a sub-agent's deltas passed
+        up its parent's stream): its parts, another `agent_call`; one per call, made once."""
+        views = self._views if self._views is not None else {}
+        self._views = views
+        view = views.get(agent_call)
+        if view is None:
+            view = views[agent_call] = TextAccumulator(self.path, agent_call)
+            view.parts = self.parts
+        return view
 
     def snapshot(self, n: int | None = None) -> str:
         n = len(self.parts) if n is None else n
@@ -83,6 +114,8 @@ class RunStartedEvent:
     prompt: UserMessage | None = None
     """The message that started the run (None when it continues the thread: a resume)."""
     kind: Literal["run-started"] = "run-started"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -99,12 +132,24 @@ class TextDeltaEvent:
     def snapshot(self) -> str:
         return self._acc.snapshot(self._n)
 
+    @property
+    def path(self) -> tuple[str, ...]:
+        """The agents from the top to the one that streams this text (see the module)."""
+        return self._acc.path
+
+    @property
+    def agent_call(self) -> str | None:
+        """For a sub-agent's text: the agent call that runs it (see the module)."""
+        return self._acc.agent_call
+
 
 @dataclass(slots=True)
 class ReasoningDeltaEvent:
     delta: str
     step: int
     kind: Literal["reasoning-delta"] = "reasoning-delta"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -114,6 +159,8 @@ class ModelResponseEvent:
     message: AssistantMessage
     step: int
     kind: Literal["model-response"] = "model-response"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -121,6 +168,8 @@ class ToolCallStartedEvent:
     call: ToolCall
     step: int
     kind: Literal["tool-call-started"] = "tool-call-started"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -131,18 +180,24 @@ class ToolCallFinishedEvent:
     result: ToolResultMessage
     step: int
     kind: Literal["tool-call-finished"] = "tool-call-finished"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
 class ApprovalRequestedEvent:
     pending: PendingCall
     kind: Literal["approval-requested"] = "approval-requested"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
 class ClientCallRequestedEvent:
     pending: PendingCall
     kind: Literal["client-call-requested"] = "client-call-requested"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -154,6 +209,8 @@ class ModelRetryEvent:
     delay_s: float
     step: int
     kind: Literal["model-retry"] = "model-retry"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -166,6 +223,8 @@ class ModelFallbackEvent:
     model: str
     step: int
     kind: Literal["model-fallback"] = "model-fallback"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -177,6 +236,8 @@ class UsageEvent:
     total: Usage
     context: ContextUsage | None = None
     kind: Literal["usage"] = "usage"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 @dataclass(slots=True)
@@ -189,10 +250,38 @@ class CompactionEvent:
     usage: ModelCallUsage | None
     step: int
     kind: Literal["compaction"] = "compaction"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
     def describe(self) -> str:
         """One line for a view (`CompactionMessage.describe`)."""
         return self.record.describe()
+
+
+@dataclass(slots=True)
+class TextHeldEvent:
+    """The answer of `step` is being written and its text is held back until the agent's output
+    guards pass (`nbagent.guards`): a view shows "checking…". Its text comes afterwards as one
+    ``text-delta`` (what the guards let through), or never (a block)."""
+
+    step: int
+    kind: Literal["text-held"] = "text-held"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
+
+
+@dataclass(slots=True)
+class GuardTrippedEvent:
+    """A guard blocked something (`check`: which guard, at which stage, why). `stops`: the run
+    ends ``stopped`` because of it (a blocked prompt or answer); a blocked tool call or result
+    does not stop the run (the model reads why)."""
+
+    check: GuardCheck
+    stops: bool
+    step: int
+    kind: Literal["guard-tripped"] = "guard-tripped"
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 RunEndKind = Literal["run-paused", "run-completed", "run-stopped", "run-failed", "run-cancelled"]
@@ -204,6 +293,8 @@ class RunEndedEvent:
 
     kind: RunEndKind
     result: RunResult
+    path: tuple[str, ...] = ()
+    agent_call: str | None = None
 
 
 Event = (
@@ -219,6 +310,8 @@ Event = (
     | ModelFallbackEvent
     | UsageEvent
     | CompactionEvent
+    | TextHeldEvent
+    | GuardTrippedEvent
     | RunEndedEvent
 )
 

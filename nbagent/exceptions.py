@@ -32,6 +32,9 @@ NbagentError
 │       └── ReplayMismatchError    a replayed run asked what the recording does not hold
 ├── ToolSourceError                a tool source (an MCP server) cannot start, connect or list
 │                                  its tools
+├── SubAgentError                  a sub-agent ended without an answer (it failed, stopped, or
+│                                  would nest too deep): its parent's model reads it as the
+│                                  agent call's error result
 └── StoreError                     the checkpoint store cannot do what was asked
     ├── ConflictError              another writer changed the thread first (optimistic check)
     ├── StoreCorruptError          the file is not a readable store
@@ -82,6 +85,7 @@ __all__ = [
     "StoreReadOnlyError",
     "StoreVersionError",
     "StreamInterruptedError",
+    "SubAgentError",
     "SyncInAsyncError",
     "ToolDefinitionError",
     "ToolSourceError",
@@ -320,6 +324,23 @@ class ToolSourceError(NbagentError):
     def __init__(self, message: str, *, source: str | None = None) -> None:
         super().__init__(message)
         self.source = source
+
+
+class SubAgentError(NbagentError):
+    """A sub-agent (`Agent.as_tool`) ended without an answer: its model call failed, it stopped
+    at a limit (``max_steps``, a budget of the tree), or it would nest deeper than its tool's
+    ``max_depth``. Raised inside the agent tool's body, so its parent's model reads it as the
+    call's error result and the parent run goes on.
+
+    Attributes:
+        agent: the sub-agent's name.
+        thread: its thread (None when it did not start).
+    """
+
+    def __init__(self, message: str, *, agent: str | None = None, thread: str | None = None) -> None:
+        super().__init__(message)
+        self.agent = agent
+        self.thread = thread
 
 
 class StoreError(NbagentError):

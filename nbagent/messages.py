@@ -7,15 +7,17 @@ get defaults, field types never change.
 
 ```
 SystemMessage      kind="system"       content
-UserMessage        kind="user"         content, images
-AssistantMessage   kind="assistant"    text, tool_calls, reasoning, refusal, finish_reason, model
+UserMessage        kind="user"         content, images, blocked
+AssistantMessage   kind="assistant"    text, tool_calls, reasoning, refusal, finish_reason, model, blocked
 ToolResultMessage  kind="tool-result"  call_id, name, content, is_error, status, duration_s, decision...,
                                         images, display, edited_args, full_content
 CompactionMessage  kind="compaction"   content (the summary), policy, upto, cleared, replaced, tokens...
 ```
 
 A `CompactionMessage` is a record in the thread, never sent as it is: the run loop sends the
-summary in place of the messages it replaced (see `nbagent.context.visible`).
+summary in place of the messages it replaced (see `nbagent.context.visible`). A message whose
+``blocked`` is set (a guard refused it: `nbagent.guards`) is kept for the record and never sent
+to a model either.
 """
 
 from __future__ import annotations
@@ -164,11 +166,17 @@ class UserMessage:
     content: str
     images: list[Image] = field(default_factory=list)
     kind: Literal["user"] = "user"
+    blocked: str | None = None
+    """Set when an input guard blocked this prompt: the guard's name and its reason. The message is
+    kept in the thread for the record and never sent to a model, in its turn or a later one."""
 
     def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"kind": "user", "content": self.content}
         if self.images:
-            return {"kind": "user", "content": self.content, "images": [i.to_dict() for i in self.images]}
-        return {"kind": "user", "content": self.content}
+            data["images"] = [i.to_dict() for i in self.images]
+        if self.blocked is not None:
+            data["blocked"] = self.blocked
+        return data
 
 
 Prompt = str | Sequence[Any] | UserMessage
@@ -240,6 +248,10 @@ class AssistantMessage:
     """Provider blocks to send back unchanged on the next request: Anthropic's signed
     ``thinking`` / ``redacted_thinking`` blocks (the API checks their signatures)."""
     kind: Literal["assistant"] = "assistant"
+    blocked: str | None = None
+    """Set on the stand-in for an answer an output guard refused: the guard's name and its reason.
+    The refused text and calls are not kept (no one saw them); the stand-in is never sent to a
+    model."""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {"kind": "assistant", "text": self.text}
@@ -251,6 +263,8 @@ class AssistantMessage:
                 data[name] = value
         if self.thinking_blocks:
             data["thinking_blocks"] = [dict(b) for b in self.thinking_blocks]
+        if self.blocked is not None:
+            data["blocked"] = self.blocked
         return data
 
 
@@ -410,6 +424,7 @@ def message_from_dict(data: dict[str, Any]) -> Message:
             finish_reason=data.get("finish_reason"),
             model=data.get("model"),
             thinking_blocks=[dict(b) for b in data.get("thinking_blocks", ())],
+            blocked=data.get("blocked"),
         )
     if kind == "tool-result":
         return ToolResultMessage(
@@ -429,7 +444,8 @@ def message_from_dict(data: dict[str, Any]) -> Message:
         )
     if kind == "user":
         images = data.get("images")
-        return UserMessage(data["content"], [Image.from_dict(i) for i in images] if images else [])
+        return UserMessage(data["content"], [Image.from_dict(i) for i in images] if images else [],
+                           blocked=data.get("blocked"))
     if kind == "system":
         return SystemMessage(data["content"])
     if kind == "compaction":

@@ -1,6 +1,6 @@
 """`RunResult`: how a run ended, its conversation, pending calls and usage.
 
-Imports approvals, messages and usage. ``display(result)`` in a notebook renders a static HTML
+Imports approvals, guards (`GuardCheck`), messages and usage. ``display(result)`` in a notebook renders a static HTML
 summary (built by `nbagent.display.html`, imported only when a notebook asks for HTML).
 """
 
@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from .approvals import PendingCall
 from .context import ContextUsage
+from .guards import GuardCheck
 from .messages import Message
 from .usage import Usage
 
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
 __all__ = ["RunResult", "RunStatus"]
 
 RunStatus = Literal["completed", "paused", "stopped", "failed", "cancelled"]
-StopReason = Literal["max_steps", "token_budget", "cost_budget", "stop_when"]
+StopReason = Literal["max_steps", "token_budget", "cost_budget", "stop_when", "guard"]
 OutputT = TypeVar("OutputT")
 
 
@@ -30,13 +31,14 @@ class RunResult(Generic[OutputT]):
 
     Attributes:
         status: ``completed`` (a final answer), ``paused`` (calls wait in `pending`), ``stopped``
-            (max_steps, a budget or stop_when: `stop_reason` says which), ``failed`` (`error`
-            says why) or ``cancelled``.
+            (max_steps, a budget, stop_when or a guard: `stop_reason` says which), ``failed``
+            (`error` says why) or ``cancelled``.
         output: the final answer: its text, or an instance of the agent's ``output_type`` (a
             structured answer); None unless completed.
         pending: calls waiting for a decision (approve / deny / edit) or a client result.
         messages: the whole conversation of the thread, this run included.
-        usage: this run's model calls and their sums (``usage.rows()`` for plain dicts).
+        usage: this run's model calls and their sums (``usage.rows()`` for plain dicts), its
+            sub-agents' included (each row's ``agent`` and ``depth`` say whose).
         thread: the thread id; pass it to `Agent.run` / `Agent.resume` to continue.
     """
 
@@ -48,7 +50,8 @@ class RunResult(Generic[OutputT]):
     output: OutputT | None = None
     pending: list[PendingCall] = field(default_factory=list)
     stop_reason: StopReason | None = None
-    """``max_steps``, ``token_budget``, ``cost_budget`` or ``stop_when`` for a stopped run."""
+    """``max_steps``, ``token_budget``, ``cost_budget``, ``stop_when`` or ``guard`` (`guard_trip`
+    says which guard, and why) for a stopped run."""
     error: str | None = None
     """What went wrong for a failed run (with the HTTP status and the provider's message)."""
     truncated: bool = False
@@ -75,6 +78,14 @@ class RunResult(Generic[OutputT]):
     ledger: dict[str, LedgerEntry] = field(default_factory=dict, repr=False)
     """What is known of the execution of each call this run answered, by call id (`LedgerEntry`:
     status and when it was recorded): the ``time`` of `nbagent.tool_calls_frame`."""
+    guard_checks: list[GuardCheck] = field(default_factory=list)
+    """Every check the agent's guards made in this run, passed or not, in the order they
+    finished: guard, stage, verdict, reason, latency (see `nbagent.guards`)."""
+    guard_trip: GuardCheck | None = None
+    """The check that stopped the run (a blocked prompt or answer), else None."""
+    subagents: dict[str, RunResult[Any]] = field(default_factory=dict)
+    """The runs of its sub-agents (`Agent.as_tool`) this run made, by the id of the agent call
+    that ran each (its own `subagents` hold the next level). Its `usage` holds theirs too."""
 
     @property
     def duration_s(self) -> float | None:
@@ -109,6 +120,8 @@ class RunResult(Generic[OutputT]):
             parts.append(f"stop_reason={self.stop_reason!r}")
         if self.error:
             parts.append(f"error={self.error!r}")
+        if self.guard_trip is not None:
+            parts.append(f"guard={self.guard_trip.guard!r}")
         parts.append(f"thread={self.thread!r}")
         parts.append(f"steps={self.steps}")
         parts.append(f"tokens={self.usage.total_tokens}")

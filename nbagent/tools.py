@@ -62,7 +62,13 @@ class Tool:
         max_result_tokens: the most of a result the model reads, in tokens (None: the agent's
             ``max_result_fraction`` of the model's window). A longer result is cut as head + tail;
             the whole stays in the store and the model can page through it (``read_result``).
+        continues: running a call again continues its work instead of repeating it (an agent's
+            tool, `Agent.as_tool`: the sub-agent's own thread, whose ledger keeps its tools
+            exactly-once): a call the ledger says started runs again after a crash or a pause,
+            without asking for its approval again. False for every other tool.
     """
+
+    continues = False
 
     __slots__ = (
         "_ctx_name",

@@ -58,9 +58,14 @@ class TokenCounts:
 class ModelCallUsage:
     """One model call: what it cost in tokens, time and money. Persisted with the messages.
 
+    A sub-agent's calls (`Agent.as_tool`) are rows of its own thread, with `agent`, `depth`
+    and `parent_call_id` saying where in the tree of agents they were made; the top run's
+    `RunResult.usage` holds the rows of the whole tree.
+
     `purpose` tells what the call was for, so cost frames can tell the kinds apart: ``"run"``
     (the default) for an agent's own model calls, ``"compaction"`` for a context-compaction
-    summary, ``"eval"`` for an evaluator's judge call; other strings are allowed.
+    summary, ``"eval"`` for an evaluator's judge call, ``"guard"`` for an LLM judge a guard asked
+    (`nbagent.guards`); other strings are allowed.
     """
 
     run_id: str
@@ -85,11 +90,13 @@ class ModelCallUsage:
     cost_total: float | None = None
     currency: str = "USD"
     usage_reported: bool = True
-    """False when the provider reported no usage (counts are 0, not measured)."""
+    """False when the provider reported no usage: counts are 0, not measured; or, for a call a
+    parallel input guard cancelled (``finish_reason="cancelled"``), nbagent's estimate of what the
+    call had spent (the provider reports usage at the end of a stream)."""
     purpose: str = "run"
     """What the call was for: ``"run"`` (an agent's own step), ``"compaction"`` (a context
-    summary), ``"eval"`` (a judge call), or another string; rows stored without it read as
-    ``"run"``."""
+    summary), ``"eval"`` (a judge call), ``"guard"`` (a guard's LLM judge), or another string;
+    rows stored without it read as ``"run"``."""
     context: str | None = None
     """The request's size by part, as compact JSON: the tokens of each part (``system``,
     ``tools``, ``history``, ``tool_results``, ``latest``; they add up to `input_tokens`) and the
@@ -100,6 +107,15 @@ class ModelCallUsage:
     0 (nothing was spent), and `recorded_cost` holds what the recorded call cost."""
     recorded_cost: float | None = None
     """For a replayed call: the recorded call's price (USD; None when unknown or not replayed)."""
+    agent: str | None = None
+    """The name of the agent that made the call (`Agent(name=...)`; None for an agent with
+    none, and in rows stored before sub-agents)."""
+    depth: int = 0
+    """How deep in a tree of agents the call was made: 0 for the agent that was run, 1 for its
+    sub-agent (`Agent.as_tool`), 2 for that one's, ..."""
+    parent_call_id: str | None = None
+    """For a sub-agent's call: the id of the tool call of its parent agent that ran it (a call
+    of the parent's thread; the row's `thread` is the sub-agent's own). None at depth 0."""
 
     @property
     def total_tokens(self) -> int:

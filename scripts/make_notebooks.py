@@ -829,6 +829,239 @@ print(refused.status, "|", refused.output)'''),
 ]
 
 
+NOTEBOOKS["11_sub_agents.ipynb"] = [
+    ("md", """# Sub-agents: an agent as a tool of another
+
+A boss agent hands a question to a researcher agent, which reads the notes and wants to delete a
+stale copy. The researcher is a **sub-agent** (`Agent(agents=[researcher])`, the same as
+`tools=[researcher.as_tool()]`): its steps show under the boss's call, its approval waits in
+**this** cell, and its cost counts in the boss's run (docs/subagents.md).
+
+The two agents' models are stand-ins (`FunctionModel`) that do what each prompt asks, so the tree
+runs the same way every time; the last cells give a sub-agent the model `auto()` picks (the bundled
+local model without a key; Claude or OpenAI with one)."""),
+    ("code", SETUP),
+    ("code", '''from nbagent.models import FunctionModel, tool_call
+
+NOTES = {"tides": "Tides follow the moon.", "fog": "Fog lifts by noon."}
+
+
+@tool
+def read_note(topic: str) -> str:
+    """The note about a topic."""
+    return NOTES.get(topic, "no note")
+
+
+@tool(requires_approval=True)
+def delete_file(path: str) -> str:
+    """Delete a file."""
+    return f"deleted {path}"
+
+
+def research(messages, request):
+    """The researcher's stand-in: read the topic's note, ask to delete its stale copy, report."""
+    last = messages[-1]
+    if last.kind == "user":
+        topic = last.content.split()[-1]
+        return [tool_call("read_note", topic=topic), tool_call("delete_file", path=f"/tmp/{topic}.old")]
+    return " ".join(m.content for m in messages if m.kind == "tool-result")
+
+
+def lead(messages, request):
+    """The boss's stand-in: hand the question to the researcher, then answer with its report."""
+    last = messages[-1]
+    if last.kind == "user":
+        return tool_call("researcher", task=last.content)
+    return f"My researcher reports: {last.content}"
+
+
+researcher = Agent(FunctionModel(research), tools=[read_note, delete_file], name="researcher")
+boss = Agent(FunctionModel(lead), agents=[researcher], name="boss")
+print(boss.tools)'''),
+    ("md", """## The tree in the view
+
+The boss's call of `researcher` is one row of its tool table. Under it, collapsed (**▸ steps of
+researcher**), are the researcher's own steps: its tool rows and its answer. Its `delete_file`
+waits for you here, in the top cell, labelled **researcher → delete_file**, with Approve, Deny and
+Edit, and the steps it waits in opened down to it. The footer counts both agents."""),
+    ("code", '''view = boss.chat()
+view'''),
+    ("code", '''paused = await view.ask("Research tides")
+print(paused.status, [(p.label, p.args) for p in paused.pending])'''),
+    ("md", """Run All leaves that call waiting for you: Approve runs `delete_file` once, the researcher
+answers, then the boss does. The researcher's thread is stored with the boss's (its id is the
+boss's thread and the call's id), so after a kernel restart a new view of the boss's thread shows
+the same tree and the same buttons.
+
+## The same approval in code
+
+For CI and scripts: a conversation of its own, approved in code. The waiting call has an id that is
+unique in the tree (the boss's call id, `/`, the researcher's) and its `path`."""),
+    ("code", '''paused = await boss.run("Research fog", thread="fog-in-code")
+[p] = paused.pending
+print(p.id.count("/"), p.path, p.label)
+done = await boss.resume(paused, approve=[p])
+print(done.status, "|", done.output)'''),
+    ("md", "Denied, the file stays, and the reason reaches the researcher's model (here its report)."),
+    ("code", '''paused = await boss.run("Research tides", thread="tides-denied")
+refused = await boss.resume(paused, deny={paused.pending[0].id: "keep the old copy"})
+print(refused.output)'''),
+    ("md", """## Cost per agent
+
+The boss's `result.usage` holds the whole tree's model calls; each usage row says whose it is
+(`agent`, `depth`) and which call of its parent ran it (`parent_call_id`), and carries its own
+thread. The frame's sums and `result.usage` agree to the token, and so do the budgets
+(`token_budget`, `cost_budget` count the tree)."""),
+    ("code", '''frame = nbagent.usage_frame(done)
+frame[["agent", "depth", "parent_call_id", "thread", "input_tokens", "output_tokens"]]'''),
+    ("code", '''print(frame.groupby("agent", observed=True)[["input_tokens", "output_tokens"]].sum())
+print("frame:", int(frame.input_tokens.sum() + frame.output_tokens.sum()), "tokens | result.usage:",
+      done.usage.total_tokens, "tokens")'''),
+    ("md", """## The summary
+
+`display(result)` shows the researcher's run as a closed section under the boss's call (open it to
+see its steps), also on GitHub and nbviewer."""),
+    ("code", "done"),
+    ("md", """## With your model
+
+A sub-agent on the model `auto()` picked: a forecaster with a weather tool, asked by a planner
+stand-in. Its steps, tokens and cost join the planner's run the same way."""),
+    ("code", '''@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"Sunny, 22 °C in {city}"
+
+
+forecaster = Agent(model, tools=[get_weather], name="forecaster", settings={"max_tokens": 120})
+
+
+def ask_forecaster(messages, request):
+    last = messages[-1]
+    if last.kind == "user":
+        return tool_call("forecaster", task="Use the get_weather tool for Paris.")
+    return f"The forecaster says: {last.content}"
+
+
+planner = Agent(FunctionModel(ask_forecaster), agents=[forecaster], name="planner")
+trip = await planner.run("What is the weather for my trip?")
+print(trip.status, "|", sorted({(row.agent, row.depth) for row in trip.usage.calls}))
+print(trip.output)'''),
+]
+
+
+NOTEBOOKS["12_guardrails.ipynb"] = [
+    ("md", """# Guardrails: rules that hold whatever the model does
+
+Guards (`nbagent.guards`) check the **prompt** before any model call, a tool call's **arguments**
+before anyone is asked to approve it, a tool's **result** before the model or the store read it, and
+an **answer** before a word of it is shown. Each returns allow, `block(reason)`, `rewrite(value)` or
+(answers only) `retry(message)`; a guard that fails blocks (docs/guards.md).
+
+The support desk below runs on a stand-in model (`FunctionModel`) so that every guard trips on
+cue; the last cell puts `pii()` in front of the model `auto()` picks (the bundled local model
+without a key; Claude or OpenAI with one)."""),
+    ("code", SETUP),
+    ("code", '''import asyncio
+
+from nbagent.guards import Guard, block, pii
+from nbagent.models import FunctionModel, tool_call
+
+SENT = []
+
+
+@tool
+def send_email(to: list[str], body: str) -> str:
+    """Send an email."""
+    SENT.append((to, body))
+    return f"sent to {len(to)} people"
+
+
+@tool
+def lookup_customer(name: str) -> str:
+    """A customer's record."""
+    return f"{name}: premium since 2021, jane.doe@example.com, card 4111 1111 1111 1111"
+
+
+async def desk(messages, request):
+    """A stand-in for a model: what each request asks for, on cue."""
+    last = messages[-1]
+    if last.kind == "tool-result":
+        yield f"Done: {last.content}"
+        return
+    if "newsletter" in last.content:
+        yield tool_call("send_email", to=[f"customer{i}@example.com" for i in range(250)], body="Spring sale!")
+    elif "look up" in last.content:
+        yield tool_call("lookup_customer", name="Jane Doe")
+    else:
+        for word in "Sure: the production key is sk-live-0a1b2c3d4e5f6g7h8i9j0k1l2m".split(" "):
+            await asyncio.sleep(0.2)  # a slow answer, so the view shows it held
+            yield word + " "
+
+
+def no_internal_ids(text):
+    return block("an internal ticket id") if "INT-" in text else None
+
+
+def at_most_ten(args):
+    return block(f"{len(args['to'])} recipients; at most 10 at once") if len(args["to"]) > 10 else None
+
+
+support = Agent(FunctionModel(stream_function=desk), name="support", tools=[send_email, lookup_customer],
+                guards=[Guard.input(no_internal_ids, name="ids"),
+                        Guard.tool_args(at_most_ten, tools=["send_email"], name="mass-mail"),
+                        *pii(stages=["tool_result"]),
+                        *pii(stages=["output"], action="block", name="leaks")])'''),
+    ("md", """## A prompt that never reaches a model
+
+The input guard runs before anything else: no model call, no tool, no cost. The run stops, and the
+prompt stays in the thread marked blocked: it is never sent, in this turn or a later one."""),
+    ("code", '''result = await support.run("Close INT-4471 and tell the customer", thread="ids")
+print(result.status, "|", result.guard_trip.describe())
+print("model calls:", result.usage.requests)'''),
+    ("md", """## A call blocked before approval
+
+The model asks to email 250 customers. The tool-argument guard refuses before the call runs (and
+before anyone would be asked to approve it); the model reads why, and the run goes on."""),
+    ("code", '''result = await support.run("Send the newsletter", thread="newsletter")
+[refused] = [m for m in result.messages if m.kind == "tool-result"]
+print(refused.status, "|", refused.content)
+print("emails sent:", len(SENT), "|", result.output)'''),
+    ("md", """## A result redacted before the model reads it
+
+`pii()` on tool results: the customer's email and card number are redacted before the model, the
+store or the view see them."""),
+    ("code", '''result = await support.run("Please look up Jane Doe", thread="lookup")
+[record] = [m for m in result.messages if m.kind == "tool-result"]
+print(record.content)'''),
+    ("md", """## An answer held until its guards pass
+
+With an output guard, a streamed answer is held back: the view shows **checking…** while the model
+writes, then the text, or, as here, a red **blocked by leaks** label: not one word of the blocked
+answer was ever shown or stored."""),
+    ("code", '''view = support.chat(thread="key")
+view'''),
+    ("code", '''handle = view.ask("What is our API key?")
+result = await handle
+print(result.status, "|", result.guard_trip.describe())
+print("stored:", [m.blocked for m in result.messages if m.kind == "assistant"])'''),
+    ("md", """## The audit
+
+Every check of a run, passed or not, is in `result.guard_checks` (also when a guard tripped):
+guard, stage, verdict, reason, latency."""),
+    ("code", '''import pandas as pd
+
+pd.DataFrame([{"guard": c.guard, "stage": c.stage, "verdict": c.verdict, "reason": c.reason,
+               "latency_ms": round(c.latency_s * 1000, 3)} for c in result.guard_checks])'''),
+    ("md", """## With your model
+
+`pii()` in front of the model `auto()` picked: the provider never reads the email address in the
+prompt (it reads the redacted text), and the answer is checked before it is shown."""),
+    ("code", '''guarded = Agent(model, guards=[*pii()], settings={"max_tokens": 60})
+result = await guarded.run("Write one short welcome line for our new customer jane.doe@example.com")
+print("the model read:", result.messages[0].content)
+print([(c.guard, c.stage, c.verdict) for c in result.guard_checks])'''),
+]
+
 def build(name: str) -> nbformat.NotebookNode:
     """The notebook `name` from its cell sources, without outputs (stable cell ids)."""
     nb = nbformat.v4.new_notebook()

@@ -41,7 +41,43 @@ def answering(*replies: tuple[Any, ...], seen: list[str] | None = None,
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    with _serving(Handler) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def streaming(chunks: list[bytes], headers: dict[str, str] | None = None) -> Iterator[str]:
+    """``with streaming(chunks, headers) as url:`` answers each POST with an event stream sent in
+    `chunks` (``Transfer-Encoding: chunked``, and `headers`), each written and flushed on its own,
+    as a server or proxy may cut it anywhere."""
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+
+    with _serving(Handler) as url:
+        yield url
+
+
+@contextlib.contextmanager
+def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"

@@ -42,7 +42,7 @@ from nbagent.pricing import lookup_prices
 from nbagent.retry import Retry
 from nbagent.store import MemoryStore
 from nbagent.tools import Tool
-from tests.loopback import answering
+from tests.loopback import answering, streaming
 from tests.wire.replay_server import ANTHROPIC_CASES_DIR, ReplayServer, load_case
 
 KEY = "sk-ant-model-test-0123456789abcdef"
@@ -465,37 +465,12 @@ def _split(text: str, sizes: list[int]) -> list[bytes]:
 async def _items(chunks: list[bytes]) -> list[Any]:
     """What `AnthropicModel.request_stream` makes of an event stream sent in these chunks over
     real HTTP (each chunk written and flushed on its own): the deltas, then the answer."""
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.send_header("Connection", "close")
-            self.end_headers()
-            for chunk in chunks:
-                if chunk:
-                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
-                    self.wfile.flush()
-            self.wfile.write(b"0\r\n\r\n")
-
-    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=srv.serve_forever, daemon=True).start()
-    model = model_at(f"http://127.0.0.1:{srv.server_address[1]}")
-    try:
-        return [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
-    finally:
-        await model.aclose()
-        srv.shutdown()
-        srv.server_close()
+    with streaming(chunks) as url:
+        model = model_at(url)
+        try:
+            return [i async for i in model.request_stream(ModelRequest([UserMessage("hi")]))]
+        finally:
+            await model.aclose()
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n", "\r"])

@@ -40,7 +40,8 @@ def test_all_is_complete_and_sorted() -> None:
 
 def test_event_classes_end_in_event_and_the_unreleased_names_are_gone() -> None:
     event_names = [n for n in nbagent.__all__ if n.endswith("Event") and n != "Event"]
-    assert len(event_names) == 13  # CompactionEvent joined with the context window (docs/context.md)
+    assert len(event_names) == 15  # CompactionEvent joined with the context window (docs/context.md),
+    # TextHeldEvent and GuardTrippedEvent with the guards (docs/guards.md)
     for old in ("TextDelta", "RunEnded", "batch", "abatch"):
         with pytest.raises(AttributeError):
             getattr(nbagent, old)

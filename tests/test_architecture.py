@@ -2,8 +2,9 @@
 
 nbagent is five layers (`LAYERS`); a module may import its own layer and the layers below it:
 
-1. the base: plain data, the error tree, tools and decisions (``exceptions``, ``messages``, ``context``,
-   ``usage``, ``approvals``, ``tools``, ``retry``, ``output``, ``events``, ``pricing``) and the
+1. the base: plain data, the error tree, tools, decisions and guards (``exceptions``, ``messages``,
+   ``context``, ``usage``, ``approvals``, ``tools``, ``retry``, ``output``, ``events``, ``pricing``,
+   ``guards`` with its detectors ``_pii``) and the
    three process-wide helpers (``_sync``: sync twins and the background loop; ``_watch``: a
    thread's observers; ``_settle``: what still goes on after its cell, and the wait for it);
 2. what implements a protocol the base owns, and plain renderings of base data: ``models``,
@@ -38,7 +39,7 @@ LAYERS: dict[str, int] = {
     **dict.fromkeys(["nbagent.exceptions", "nbagent.messages", "nbagent.usage", "nbagent.approvals",
                      "nbagent.tools", "nbagent.retry", "nbagent.output", "nbagent.events",
                      "nbagent.pricing", "nbagent.context", "nbagent.images", "nbagent._sync", "nbagent._watch",
-                     "nbagent._settle"], 1),
+                     "nbagent._settle", "nbagent.guards", "nbagent._pii"], 1),
     **dict.fromkeys(["nbagent.models", "nbagent.store", "nbagent.mcp", "nbagent.display",
                      "nbagent.result"], 2),
     "nbagent._run": 3,

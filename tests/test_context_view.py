@@ -41,7 +41,10 @@ def grow(rng: random.Random, thread: list[Message], calls: list[str]) -> None:
     """Append one random message (or record) to `thread`, as a run would."""
     roll = rng.random()
     if roll < 0.15:
-        thread.append(UserMessage(words(rng), [Image(data=PNG)] if rng.random() < 0.1 else []))
+        thread.append(UserMessage(words(rng), [Image(data=PNG)] if rng.random() < 0.1 else [],
+                                  blocked="guard 'g' blocked it" if rng.random() < 0.1 else None))
+    elif roll < 0.17:  # a refused answer's stand-in (never sent)
+        thread.append(AssistantMessage(blocked="guard 'g' blocked it"))
     elif roll < 0.45:
         n = rng.randint(0, 2)
         made = [ToolCall.of("get_rows", {"n": rng.randint(1, 99)}) for _ in range(n)]
@@ -81,9 +84,9 @@ def sized(message: Message) -> int:
 @pytest.mark.parametrize("seed", range(12))
 def test_a_thread_view_gives_what_walking_the_whole_thread_gives(seed: int) -> None:
     """Over a random session of ~600 appends (users, answers with calls and thinking, results cut
-    or edited, system messages, summary, clearing and native records), after every append or
-    batch of appends: the same messages sent, summary, cut, records, parts, and the saving a
-    record would make."""
+    or edited, system messages, summary, clearing and native records, prompts and answers a guard
+    blocked), after every append or batch of appends: the same messages sent, summary, cut,
+    records, parts, and the saving a record would make."""
     rng = random.Random(seed)
     thread: list[Message] = [UserMessage("first")]
     calls: list[str] = []

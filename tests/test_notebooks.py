@@ -379,6 +379,34 @@ def check_long_sessions(ran: Ran) -> None:
     assert re.fullmatch(r"completed context \d+ % of 4.1k", real), real  # the local model's window
 
 
+def check_guardrails(ran: Ran) -> None:
+    # The blocked prompt reached no model; it is in its thread, marked.
+    assert ran.after('thread="ids")').splitlines() == [
+        "stopped | guard 'ids' blocked the prompt: an internal ticket id", "model calls: 0"]
+    [prompt] = ran.threads["ids"].messages
+    assert prompt.blocked == "ids: an internal ticket id" and ran.threads["ids"].usage == []
+    # The mass mail never ran; the model read why.
+    mail = ran.after('thread="newsletter")')
+    assert mail.startswith("denied | blocked by guard 'mass-mail': 250 recipients; at most 10 at once"), mail
+    assert "emails sent: 0 |" in mail
+    assert [(c.name, c.status) for c in ran.calls("newsletter")] == [("send_email", "denied")]
+    # The record was redacted before the model and the store read it.
+    assert ran.after('thread="lookup")').strip() == (
+        "Jane Doe: premium since 2021, [redacted email address], card [redacted card number]")
+    assert "4111" not in json.dumps([m.to_dict() for m in ran.threads["lookup"].messages])
+    # The leaked key was held, blocked, never shown or stored; the view's saved copy says so.
+    key = ran.after('view.ask("What is our API key?")').splitlines()
+    assert key == ["stopped | guard 'leaks' blocked the answer: found 1 API key", "stored: ['leaks: found 1 API key']"]
+    assert "sk-live" not in json.dumps([m.to_dict() for m in ran.threads["key"].messages])
+    assert "answer withheld: blocked by leaks" in ran.after('support.chat(thread="key")')
+    audit = ran.after("pd.DataFrame([")
+    assert "leaks  output   block  found 1 API key" in audit, audit
+    # The real model read the prompt with the address redacted.
+    real = ran.after("guarded = Agent(model").splitlines()
+    assert real[0] == "the model read: Write one short welcome line for our new customer [redacted email address]"
+    assert real[1].startswith("[('pii', 'input', 'rewrite'), ('pii', 'output', "), real
+
+
 def check_notebook_as_context(ran: Ran) -> None:
     # %%agent sent df's capped summary, not the frame: shape, dtypes, head(5), describe, nulls;
     # the thread recorded it as the user message, and interpolate() gives the same text.
@@ -424,6 +452,43 @@ def check_notebook_as_context(ran: Ran) -> None:
         "completed | You denied the code, so nothing ran and I have no answer: approve it, or ask another way.")
 
 
+def check_sub_agents(ran: Ran) -> None:
+    # The view's run paused on the researcher's call, in the top cell; Run All leaves it waiting.
+    assert ran.after('paused = await view.ask("Research tides")').strip() == (
+        "paused [('researcher → delete_file', {'path': '/tmp/tides.old'})]")
+    [top] = [name for name, t in ran.threads.items() if "/" not in name and t.messages
+             and t.messages[0].content == "Research tides" and t.meta.status == "paused"]
+    [child] = [t for name, t in ran.threads.items() if name.startswith(top + "/")]
+    assert child.meta.parent["thread"] == top and child.meta.parent["path"] == ["boss", "researcher"]
+    assert [(c.name, c.status) for c in ran.calls(child.thread)] == [("read_note", "done"), ("delete_file", None)]
+    # Approved in code: the researcher's call ran once, in its own thread of the store.
+    assert ran.after('paused = await boss.run("Research fog"').strip() == (
+        "1 ('boss', 'researcher') researcher → delete_file\n"
+        "completed | My researcher reports: Fog lifts by noon. deleted /tmp/fog.old")
+    [fog] = [t for name, t in ran.threads.items() if name.startswith("fog-in-code/")]
+    assert [(c.name, c.status) for c in ran.calls(fog.thread)] == [("read_note", "done"), ("delete_file", "done")]
+    assert sorted(e.status for e in fog.ledger.values()) == ["finished", "finished"]
+    # Denied: the reason reached the researcher's model, nothing was deleted.
+    assert ran.after("refused = await boss.resume(").strip() == (
+        "My researcher reports: Tides follow the moon. denied by the user: keep the old copy\n"
+        "delete_file was not run. Do not call it again with the same arguments: that call is denied"
+        " without asking. Take the reason into account, or ask the user what to do instead.")
+    # Cost per agent: the frame's sums are the run's usage.
+    sums = ran.after('print(frame.groupby("agent"').strip().splitlines()
+    assert sums[-1].startswith("frame: ") and sums[-1].split()[1] == sums[-1].split()[-2], sums
+    table = "\n".join(sums)
+    assert re.search(r"^boss\s+\d+\s+\d+$", table, re.M) and re.search(r"^researcher\s+\d+", table, re.M)
+    # The summary holds the researcher's run under its call.
+    [cell] = [c for c in ran.nb.cells if c.cell_type == "code" and c.source == "done"]
+    summary = [o for o in cell.outputs if "text/html" in o.get("data", {})]
+    assert summary and "researcher · completed" in summary[0]["data"]["text/html"]
+    # A sub-agent on auto()'s model: its rows joined the planner's run.
+    trip = ran.after("trip = await planner.run(").strip().splitlines()
+    assert trip[0] == "completed | [('forecaster', 1), ('planner', 0)]", trip
+    assert "Sunny, 22 °C in Paris" in trip[-1], trip
+    assert not any(leak in ran.all_text() for leak in LEAKS)
+
+
 CHECKS: dict[str, Callable[[Ran], None]] = {
     "01_quickstart.ipynb": check_quickstart,
     "02_approve_tools.ipynb": check_approve_tools,
@@ -435,6 +500,8 @@ CHECKS: dict[str, Callable[[Ran], None]] = {
     "08_notebook_as_context.ipynb": check_notebook_as_context,
     "09_evals_and_forecasts.ipynb": check_evals_and_forecasts,
     "10_long_sessions.ipynb": check_long_sessions,
+    "11_sub_agents.ipynb": check_sub_agents,
+    "12_guardrails.ipynb": check_guardrails,
 }
 
 

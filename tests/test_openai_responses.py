@@ -117,14 +117,20 @@ class Book(BaseModel):
     rating: int
 
 
-@pytest.mark.parametrize("name", AGENT_CASES)
-async def test_every_case_runs_through_an_agent(server: Any, name: str) -> None:
+# every case, and every streamed one a second time through the SDK's parsed events (`sdk_stream=True`)
+READERS = [pytest.param(n, False, id=n) for n in AGENT_CASES] + [
+    pytest.param(n, True, id=f"{n}-sdk_stream") for n in AGENT_CASES if CASES[n]["request"]["body"].get("stream")]
+
+
+@pytest.mark.parametrize(("name", "sdk_stream"), READERS)
+async def test_every_case_runs_through_an_agent(server: Any, name: str, sdk_stream: bool) -> None:
     """Mapped faithfully (text, refusal, calls, reasoning, every item kept, usage, truncation), or
     a failure that carries the recorded status."""
     case = CASES[name]
     body = case["request"]["body"]
     model = model_at(server.base_url_for(name), body.get("model", "gpt-5"), provider=case["provider"],
-                     builtin_tools=[t for t in body.get("tools") or () if t.get("type") != "function"])
+                     builtin_tools=[t for t in body.get("tools") or () if t.get("type") != "function"],
+                     sdk_stream=sdk_stream)
     output_type = Book if name == "responses_structured_output" else None
     agent = Agent(model, tools=tools_for(body, requires_approval=True), store=MemoryStore(), retry=FAST,
                   output_type=output_type)

@@ -724,3 +724,32 @@ async def test_a_traced_run_keeps_recording_and_replays_recorded_tool_results(sp
         "Oslo?")
     assert (recorded.output, again.output, ran) == ("Sunny in Oslo", "Sunny in Oslo", ["Oslo"])
     assert len(named(spans, "chat")) == 4
+
+
+async def test_a_sub_agent_is_an_invoke_agent_span_under_its_parents_tool_span(spans: InMemorySpanExporter) -> None:
+    """`Agent.as_tool`: the child's run nests under the parent's ``execute_tool`` span, its own
+    model and tool calls under it (the parent's span reads only its own events), also when the
+    child is continued after a pause."""
+    @tool(requires_approval=True)
+    def delete_file(path: str) -> str:
+        """Delete a file."""
+        return f"deleted {path}"
+
+    child = Agent(ScriptedModel([tool_call("delete_file", path="/tmp/x", id="d1"), "child done"]),
+                  tools=[delete_file], name="researcher")
+    boss = Agent(ScriptedModel([tool_call("researcher", task="go", id="c1"), "boss done"]), agents=[child],
+                 name="boss", store=MemoryStore())
+    paused = await boss.run("go", thread="t")
+    done = await boss.resume(paused, approve=paused.pending)
+    assert done.status == "completed"
+    tools = {(s.attributes or {}).get("gen_ai.tool.call.id"): s for s in named(spans, "execute_tool")}
+    assert set(tools) == {"c1", "d1"}  # (c1 twice: the paused call, and its continuation)
+    runs = named(spans, "invoke_agent")
+    children = [s for s in runs if s.name == "invoke_agent researcher"]
+    assert len(children) == 2 and len([s for s in runs if s.name == "invoke_agent boss"]) == 2
+    parents = {s.context.span_id: s for s in named(spans, "execute_tool researcher")}
+    assert all(s.parent is not None and s.parent.span_id in parents for s in children)
+    paused_call = next(s for s in parents.values() if (s.attributes or {}).get("nbagent.status") == "paused")
+    assert paused_call.end_time is not None
+    delete = tools["d1"]
+    assert delete.parent is not None and delete.parent.span_id in {s.context.span_id for s in children}

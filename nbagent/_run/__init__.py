@@ -14,8 +14,13 @@ background task.
 | prepare   | `RunStart` (how a run starts), and its starting `RunState` (bad input fails before a write) |
 | plan      | pure decisions: each open call is an error result, a pause, or runs             |
 | execute   | running one tool call into a `ToolResultMessage`                                |
+| guardset  | `GuardSet` (the agent's guards, the hook asked at four points), asking a guard  |
+| guarding  | `RunGuards`: one run's guards (answers held and checked, calls, results)        |
+| race      | parallel input guards racing the first model call                               |
 | loop      | `drive`: model -> plan -> tools -> model ..., committing each step              |
 | handle    | `RunHandle`, `consume`                                                          |
 | hooks     | `run_hook`: the one place an edge (tracing) plugs into every run; None: off     |
 | fork      | copying a thread up to a step (`Threads.fork`)                                  |
+| nested    | what passes between an agent call and its sub-agent's run (`AgentTool`, `ParentCall`) |
+| subagent  | `agent_tool`: an agent as a tool (`Agent.as_tool`), its run on a child thread     |
 """

@@ -6,8 +6,8 @@ that already started; it applies to the runs started after it (`Agent.config` no
 
 `Agent` builds one per run (`Agent.config`); the loop (`loop`), the run preparation
 (`prepare`) and the tool phase (`plan`, `execute`) read only this, never the `Agent`, so the
-loop does not import `agent`. Imports models, tools, output, retry, store, usage and the
-agent's tool sources (`sources`).
+loop does not import `agent`. Imports models, tools, output, retry, store, usage, the agent's
+tool sources (`sources`) and its guards (`guarding.GuardSet`, the hook the run asks at four points).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from ..usage import ModelCallUsage
 
 if TYPE_CHECKING:
     from ..result import RunResult
+    from .guardset import GuardSet
     from .sources import SourceSet
 
 __all__ = ["RunConfig"]
@@ -63,6 +64,10 @@ class RunConfig:
     max_result_fraction: float | None = 0.1
     name: str | None = None
     """The agent's name (`Agent(name=...)`), for what reports on the run (tracing)."""
+    guards: GuardSet | None = None
+    """The agent's guards by stage (None: none), asked before the prompt is written, while the
+    first model call runs (parallel ones), before an answer is committed or shown (output, tool
+    arguments) and before a tool's result is (`guarding`)."""
 
     @property
     def context_window(self) -> int | None:

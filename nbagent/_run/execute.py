@@ -28,7 +28,12 @@ from ..messages import Image, ToolCall, ToolResultMessage, clean_text
 from ..tools import RunContext, Tool
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
     from .state import RunState
+
+    ResultCheck = Callable[[ToolCall, str, Any], Awaitable[tuple[str, str | None]]]
+    """``check(call, text, args) -> (text, None | "rewrite" | "block")``."""
 
 __all__ = ["MAX_DISPLAY_CHARS", "MAX_RESULT_CHARS", "ToolOutput", "execute", "tool_output", "tool_result_text"]
 
@@ -188,6 +193,18 @@ def _json_text(value: Any, limit: int | None = MAX_RESULT_CHARS) -> str:
             return f"<{type(value).__name__} object>"
 
 
+async def _checked(check: ResultCheck, call: ToolCall, edited: dict[str, Any] | None, content: str,
+                   output: ToolOutput, is_error: bool, status: str) -> tuple[str, ToolOutput, bool, Any]:
+    """A result after the tool-result guards: rewritten, or withheld (an error result); what only
+    the view would show (a table's HTML, images) is dropped with it."""
+    content, changed = await check(call, content, edited if edited is not None else call.args)
+    if changed is None:
+        return content, output, is_error, status
+    if changed == "block":
+        is_error, status = True, "failed"
+    return content, ToolOutput(content, [], None), is_error, status
+
+
 def _cut(text: str, limit: int | None = MAX_RESULT_CHARS) -> str:
     if limit is None or len(text) <= limit:
         return text
@@ -219,6 +236,7 @@ os.register_at_fork(after_in_child=_forget_threads)
 async def execute(
     run: RunState, call: ToolCall, tool: Tool, validated: Any, edited: dict[str, Any] | None,
     decision: Decision | None, cap: int | None = None, count: Callable[[str], int] | None = None,
+    check: ResultCheck | None = None,
 ) -> ToolResultMessage:
     """Run one tool call and return its result; a raising tool gives an error result. `edited`:
     the arguments a person edited (recorded on the result, whose text stays the tool's own).
@@ -226,7 +244,10 @@ async def execute(
     result is cut as head + tail and kept whole in ``full_content``; with `count` (the model's
     token counter), `cap` is ``tokens * CHARS_PER_TOKEN`` and the result keeps as many characters
     as hold those tokens (fewer for a dense table of numbers). None: objects' renderings are cut at
-    `MAX_RESULT_CHARS` (kept whole too), strings are sent whole."""
+    `MAX_RESULT_CHARS` (kept whole too), strings are sent whole. `check`: the agent's tool-result
+    guards (`guarding.RunGuards.result_check`), run on the whole text before it is cut, kept or
+    read: a rewrite replaces it, a block withholds it (an error result); either way what only the
+    view would have shown (a table's HTML, images) goes too."""
     clock = time.perf_counter()
     ctx = None
     if tool.takes_ctx:
@@ -270,6 +291,8 @@ async def execute(
         output = ToolOutput(f"{type(exc).__name__}: {exc} (raised by the tool)", [], None)
         is_error, status = True, "failed"
     content = clean_text(output.content)
+    if check is not None:
+        content, output, is_error, status = await _checked(check, call, edited, content, output, is_error, status)
     if cap is not None and count is not None and len(content) > cap // 4:
         cap = chars_for(content, int(cap / CHARS_PER_TOKEN), count)
     cut = None if cap is None else cut_result(content, cap, call.id)

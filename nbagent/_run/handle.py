@@ -87,7 +87,7 @@ class RunHandle:
             run = self._box.run
             if run is not None and run.outcome.result is not None:
                 self.result = run.outcome.result
-                self._emit(RunEndedEvent("run-cancelled", run.outcome.result))
+                self._emit(RunEndedEvent("run-cancelled", run.outcome.result, run.path))
         except Exception as exc:  # e.g. PendingCallsError before the run started
             self.error = exc
             raise

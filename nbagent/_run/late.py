@@ -1,7 +1,9 @@
 """Late: what a stopped run leaves for later. Its open calls are answered now, and the real
 outcome of a blocking call that outlived the run arrives late, after the run ended.
 
-Owns `answer_open_calls`: when a run is stopped, every open call is answered (``cancelled``, or
+Owns `stop_tools` and `answer_open_calls`: when a run is stopped, its running tools are
+cancelled (an agent call's sub-agent run with them: it answers its own open calls) and every open
+call is answered (``cancelled``, or
 ``interrupted ... still running`` for a sync tool whose thread goes on; its real outcome is
 written to the ledger when it ends, through `Store.update`, and told to the thread's observers).
 Imports the watch notices, messages, the plan's error results, the store and the run state.
@@ -21,7 +23,7 @@ from .execute import tool_result_text
 from .plan import error_result
 from .state import RunState
 
-__all__ = ["answer_open_calls"]
+__all__ = ["answer_open_calls", "stop_tools"]
 
 
 _STILL_RUNNING = (
@@ -30,6 +32,25 @@ _STILL_RUNNING = (
     "recorded in the thread's ledger when it ends); check before calling it again"
 )
 _late_tasks: set[asyncio.Task[Any]] = set()
+
+
+async def stop_tools(run: RunState, store: Store) -> tuple[list[ToolResultMessage], list[LedgerEntry]]:
+    """Cancel the run's running tools, wait for them to stop, and close the run in memory: every
+    open call answered (`answer_open_calls`), nothing pending, the run ``cancelled``. Returns the
+    results and ledger entries for the caller to store."""
+    stored, work = run.stored, run.work
+    for task in list(work.tasks):
+        task.cancel()
+    if work.tasks:
+        await asyncio.gather(*work.tasks, return_exceptions=True)
+    results, ledger = answer_open_calls(run, store)
+    for entry in ledger:
+        stored.ledger[entry.call_id] = entry
+    stored.messages.extend(results)
+    stored.pending = []
+    run.outcome.status = "cancelled"
+    run.outcome.ended_at = time.time()
+    return results, ledger
 
 
 def answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMessage], list[LedgerEntry]]:

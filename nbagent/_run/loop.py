@@ -15,6 +15,19 @@ with tool calls is committed in one append together with its usage row, the resu
 without running anything (invalid arguments, unknown tools, denials) and the ``started`` entries
 of the calls about to run (`plan.plan`), so a tool step costs two commits: that one, and the
 results.
+
+An agent call (`nested`) runs in the concurrent runner, whose queue also carries its sub-agent's
+events; it ends with a result, or `nested.Waiting` (its sub-agent's calls join the pending ones).
+
+The agent's guards (`guarding.RunGuards`) are asked at four points, each before anything of what
+they check happens: the prompt before its write (`prepare`), parallel input guards while the
+first call runs (settled before its answer is committed), an answer and its calls' arguments
+before the commit (`take_answer`: a held stream is released only then), a tool's result inside
+`execute`. Their verdicts come back as data the loop applies in its own places.
+
+Size: one run's loop is one class whose steps share the run's state and its one `save`; the
+decisions live in `plan`, the guards in `guarding`, the context window in `window`, a tool call
+in `execute`. What is left here is the order of things, which reads best in one place.
 """
 
 from __future__ import annotations
@@ -22,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any
 
 from .._watch import ThreadChangedNotice, publish
@@ -63,7 +76,9 @@ from ..usage import ModelCallUsage, Usage
 from . import hooks
 from .config import RunConfig
 from .execute import execute
-from .late import answer_open_calls
+from .guarding import Answered, RaceTripped, RunGuards, stand_in_messages
+from .late import stop_tools
+from .nested import Waiting, agent_call_ended, budget_spent, caller_of, count_usage, run_call
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, refused_rows, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
@@ -87,20 +102,21 @@ def _usage_snapshot(usage: Usage) -> Usage:
 
 
 def _stop_reason(config: RunConfig, run: RunState) -> StopReason | None:
-    """Why the run must stop before its next model call (a limit of `config`), or None."""
+    """Why the run must stop before its next model call (a limit of `config`, or a budget of the
+    tree it is part of), or None."""
     if run.steps >= config.max_steps:
         return "max_steps"
-    if config.token_budget is not None and run.usage.total_tokens >= config.token_budget:
-        return "token_budget"
-    if (
-        config.cost_budget is not None
-        and run.usage.cost_total is not None
-        and run.usage.cost_total >= config.cost_budget
-    ):
-        return "cost_budget"
-    if config.stop_when is not None and config.stop_when(run.to_result()):
+    spent = budget_spent(config, run)
+    if spent is None and config.stop_when is not None and config.stop_when(run.to_result()):
         return "stop_when"
-    return None
+    return spent
+
+
+def _whole(answer: ModelResponse | None, provider: str) -> ModelResponse:
+    """A streamed answer's last item, which a stream must end with."""
+    if answer is None:
+        raise ModelResponseError("the model's stream ended without a complete answer", provider=provider)
+    return answer
 
 
 @dataclasses.dataclass(slots=True)
@@ -111,6 +127,10 @@ class _Reply:
     response: ModelResponse | None = None
     started: float = 0.0
     latency: float = 0.0
+    held: bool = False
+    """Its text was held back from the stream for the guards (`guarding`)."""
+    parts: list[str] | None = None
+    """The text deltas received so far."""
 
 
 class _Loop:
@@ -121,11 +141,12 @@ class _Loop:
         self.window = Window(config, run.stored.last_sent)
         self.prepared: ModelRequest | None = None
         """The next request, when `before_call` built it to size it."""
-        self.run = run
+        self.run, self.path = run, run.path
         self.stream = stream
         self.store = config.store
         self.final_saved = False  # the completing answer's save carried the final meta
         self.told_end = False  # the thread's observers heard how the run ended
+        self.guards = RunGuards(config.guards, run, config.name) if config.guards is not None else None
 
     def tell(self, event: Event) -> Event:
         """Tell the thread's observers (`_watch`: the views of this process) about `event`;
@@ -143,7 +164,12 @@ class _Loop:
         ledger: Sequence[LedgerEntry] = (),
         meta: bool = False,
     ) -> None:
-        run, stored = self.run, self.run.stored
+        run, stored, work = self.run, self.run.stored, self.run.work
+        if work.unsaved or work.unsaved_usage:  # a held prompt, a judge's rows: written first
+            if work.unsaved and self.guards is not None:
+                await self.guards.race_tripped()  # the prompt is written only once its guards have spoken
+            messages, usage = [*work.unsaved, *messages], [*work.unsaved_usage, *usage]
+            work.unsaved, work.unsaved_usage = [], []
         record = None
         if meta or run.work.dirty:
             record = run.meta()
@@ -158,7 +184,7 @@ class _Loop:
         run, stored, outcome = self.run, self.run.stored, self.run.outcome
         live_runs.add(run.run_id)  # so that this process refuses to resume the thread meanwhile
         try:
-            yield self.tell(RunStartedEvent(run.run_id, stored.id, self.prompt()))
+            yield self.tell(RunStartedEvent(run.run_id, stored.id, self.prompt(), path=self.path))
             try:
                 plan = None
                 while True:
@@ -172,9 +198,9 @@ class _Loop:
                             break
                         if stored.pending:
                             outcome.status = "paused"
-                            for p in stored.pending:
-                                client = p.reason == "client"
-                                yield self.tell(ClientCallRequestedEvent(p) if client else ApprovalRequestedEvent(p))
+                            for p in stored.pending:  # (a sub-agent's too: `path` says whose)
+                                asked = ClientCallRequestedEvent if p.reason == "client" else ApprovalRequestedEvent
+                                yield self.tell(asked(p, path=p.path, agent_call=caller_of(p.id) if p.nested else None))
                             break
                         continue
                     if outcome.status != "running" or await self.settled():
@@ -182,20 +208,31 @@ class _Loop:
                     reply = _Reply(stored.step + 1)
                     async for event in self.call_model(reply):
                         yield event
-                    if reply.response is None:  # failed
+                    if reply.response is None:  # failed (or a guard stopped the call)
                         break
                     plan, told = await self.take_answer(reply)
-                    for event in told:
-                        yield self.tell(event)
+                    for event in self.announce(told):
+                        yield event
             except (asyncio.CancelledError, GeneratorExit):
                 await self.closed_early()
                 raise
             result = await self.finish()
-            yield self.tell(RunEndedEvent(END_KINDS[outcome.status], result))
+            for event in self.announce([RunEndedEvent(END_KINDS[outcome.status], result, self.path)], last=True):
+                yield event
         finally:
             live_runs.discard(run.run_id)
             if not self.told_end:  # an error escaped the run: its observers read the thread again
                 publish(stored.id, run.run_id, ThreadChangedNotice(stored.id))
+
+    def announce(self, told: Sequence[Event], last: bool = False) -> list[Event]:
+        """`told`, told to the thread's observers, with what the guards have to tell
+        (`RunGuards.drain`): an answer's held text first (deltas: not told), then `told`, then
+        trips and the guards' usage rows (before `told` when it is the run's `last` event)."""
+        guards = self.guards
+        if guards is not None and (guards.early or guards.late):
+            early, late = guards.drain()
+            return [*early, *map(self.tell, (*late, *told) if last else (*told, *late))]
+        return list(map(self.tell, told))
 
     def prompt(self) -> UserMessage | None:
         """The message that started the run (None for a resume)."""
@@ -222,6 +259,9 @@ class _Loop:
         config, run = self.config, self.run
         messages, outcome = run.stored.messages, run.outcome
         last = messages[-1] if messages else None
+        if getattr(last, "blocked", None) is not None:  # the thread's last turn ended at a guard
+            outcome.status, outcome.stop_reason = "stopped", "guard"
+            return True
         if isinstance(last, AssistantMessage):
             if config.output is None:
                 outcome.status, outcome.output = "completed", last.text or ""
@@ -249,6 +289,8 @@ class _Loop:
     async def closed_early(self) -> None:
         """The run's generator was cancelled or closed before the end."""
         run, outcome = self.run, self.run.outcome
+        if self.guards is not None:
+            self.guards.abandon()
         if outcome.status == "paused":
             # Closed while announcing the pause (a view stops at approval-requested): nothing
             # runs any more, so the pause stands and can be resumed.
@@ -259,7 +301,7 @@ class _Loop:
         else:
             await self.cancel_cleanup()
         outcome.result = run.to_result()
-        self.tell(RunEndedEvent(END_KINDS[outcome.status], outcome.result))
+        self.tell(RunEndedEvent(END_KINDS[outcome.status], outcome.result, self.path))
 
     # ------------------------------------------------------------------ applying decisions
     def apply_plan(self, plan: Plan) -> None:
@@ -271,7 +313,7 @@ class _Loop:
         stored.messages.extend(plan.results)
         for call_id in plan.used:
             stored.decisions.pop(call_id, None)
-        stored.pending = plan.pending
+        stored.pending = [p if p.path else dataclasses.replace(p, path=self.path) for p in plan.pending]
         work.decided.update(plan.decided)
         if plan.completes:
             self.complete(plan.answer)
@@ -306,6 +348,8 @@ class _Loop:
         """Compact the conversation before the model call of `step` (see `Window.compact`):
         the record and the summary's usage row in one commit, then their events."""
         run = self.run
+        if self.guards is not None and await self.guards.race_blocks():
+            return  # a summarizer is a model too: a prompt its parallel guards blocked never reaches one
         found = await self.window.compact(self.config, run.run_id, run.stored.id, run.stored.messages, step,
                                           trigger, tokens, limit)
         if found is None:
@@ -317,11 +361,11 @@ class _Loop:
         record, row = found
         run.stored.messages.append(record)
         if row is not None:
-            run.usage.add(row)
+            count_usage(self.config.name, run, row)
         await self.save(messages=[record], usage=[row] if row is not None else ())
-        yield self.tell(CompactionEvent(record, row, step))
+        yield self.tell(CompactionEvent(record, row, step, path=self.path))
         if row is not None:
-            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage)))
+            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage), path=self.path))
 
     async def before_call(self, step: int) -> AsyncIterator[Event]:
         """Before a model call: take the tool sources' current lists, and compact first when the
@@ -343,13 +387,13 @@ class _Loop:
         except ModelError as exc:
             threshold_failed(exc)
 
-    async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:
+    async def call_model(self, reply: _Reply) -> AsyncIterator[Event]:  # noqa: C901  # the per-delta loop stays inline
         """Ask the model (streamed when someone consumes the events), retrying as `Retry` says
         and compacting when the provider refuses the request as too long; fills `reply`, or
         fails the run."""
         async for event in self.before_call(reply.step):
             yield event
-        config, step = self.config, reply.step
+        config, step, path = self.config, reply.step, self.path
         model = config.model
         request, self.prepared = self.prepared or self.request(step), None
         overflows = 0
@@ -361,24 +405,27 @@ class _Loop:
                         clock = time.perf_counter()
                         if self.stream:
                             answer = None
-                            acc = TextAccumulator()
-                            parts = acc.parts
-                            async for item in model.request_stream(request):
-                                if type(item) is str:
-                                    parts.append(item)
-                                    yield TextDeltaEvent(item, step, acc, len(parts))
-                                elif isinstance(item, ModelResponse):
-                                    answer = item
-                                elif isinstance(item, ReasoningText):
-                                    yield ReasoningDeltaEvent(str(item), step)
-                            if answer is None:
-                                raise ModelResponseError("the model's stream ended without a complete answer",
-                                                         provider=model.provider)
-                            response = answer
+                            acc = TextAccumulator(path)
+                            parts = reply.parts = acc.parts
+                            holder = self.holder()
+                            if holder is not None:
+                                async for event in holder.held(holder.raced(model.request_stream(request)), reply):
+                                    yield event
+                                answer = reply.response
+                            else:
+                                async for item in model.request_stream(request):
+                                    if type(item) is str:
+                                        parts.append(item)
+                                        yield TextDeltaEvent(item, step, acc, len(parts))
+                                    elif isinstance(item, ModelResponse):
+                                        answer = item
+                                    elif isinstance(item, ReasoningText):
+                                        yield ReasoningDeltaEvent(str(item), step, path=path)
+                            response = _whole(answer, model.provider)
                         else:
-                            response = await model.request(request)
+                            response = await self.asked(request)
                         break
-                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step))
+                    yield self.tell(ModelRetryEvent(attempt.number, str(attempt.error), attempt.delay, step, path=path))
                     await attempt.wait()
             except ContextOverflowError as exc:
                 overflows += 1
@@ -389,21 +436,56 @@ class _Loop:
                 request = self.request(step)
                 continue
             except Exception as exc:
-                self.run.outcome.fail(exc)
+                await self.call_failed(reply, exc)
                 return
             reply.latency = time.perf_counter() - clock
             async for event in self.answered(reply, response):
                 yield event
             return
 
+    def holder(self) -> RunGuards | None:
+        """The guards, when they hold a streamed answer back now (`RunGuards.holding`)."""
+        guards = self.guards
+        return guards if guards is not None and guards.holding else None
+
+    def asked(self, request: ModelRequest) -> Awaitable[ModelResponse]:
+        """The model's answer to `request`, not streamed (the first call races the parallel input
+        guards, `RunGuards.raced_call`)."""
+        call = self.config.model.request(request)
+        return call if self.guards is None else self.guards.raced_call(call)
+
+    async def call_failed(self, reply: _Reply, error: Exception) -> None:
+        """The model call failed with `error` (retries done): the run fails; or a parallel input
+        guard blocked the prompt and stopped the call (`call_stopped`)."""
+        if isinstance(error, RaceTripped):
+            await self.call_stopped(reply, error.started)
+        else:
+            self.run.outcome.fail(error)
+
+    async def call_stopped(self, reply: _Reply, started: bool) -> None:
+        """The first model call was cancelled: a parallel input guard blocked the prompt (marked
+        blocked now, and written with the call's usage row; no answer is kept)."""
+        run, guards = self.run, self.guards
+        assert guards is not None
+        await guards.race_tripped()
+        rows = []
+        if started:  # asked, so billed: nbagent's estimate (`RunGuards.cancelled_row`)
+            row = guards.cancelled_row(self.config, reply.step, reply.started, time.time() - reply.started,
+                                       self.window.tokens(), "".join(reply.parts or ()), self.window.count)
+            count_usage(self.config.name, run, row)
+            run.stored.step, rows = reply.step, [row]
+            run.steps += 1
+        await self.save(usage=rows, meta=True)
+
     async def answered(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
         """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
         (`Model.keep_recording`: `nbagent.models.record`) with the thread, and measure the
         request's context."""
-        config, step = self.config, reply.step
+        config, step, path = self.config, reply.step, self.path
         reply.response = response
         for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
-            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, response.model or moved.next, step))
+            model = response.model or moved.next
+            yield self.tell(ModelFallbackEvent(moved.failed, moved.error, model, step, path=path))
         async for event in self.keep_billed(refused_rows(config, self.run, step, reply.started, response.fallbacks)):
             yield event
         await config.model.keep_recording(self.store, self.run.stored.id, response)
@@ -413,9 +495,9 @@ class _Loop:
         """Commit and tell usage rows billed for answers that are not kept (an empty summary, a
         refusal a `FallbackModel` moved on from: `plan.refused_rows`): a billed call is a row."""
         for row in rows:
-            self.run.usage.add(row)
+            count_usage(self.config.name, self.run, row)
             await self.save(usage=[row])
-            yield self.tell(UsageEvent(row, _usage_snapshot(self.run.usage)))
+            yield self.tell(UsageEvent(row, _usage_snapshot(self.run.usage), path=self.path))
 
     async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
         """The provider refused the request as too long: compact and let the caller retry (up to
@@ -464,24 +546,37 @@ class _Loop:
         if message.tool_calls:
             _fix_call_ids(run, message)
         row = self.usage_row(reply, message)
-        run.usage.add(row)
+        count_usage(config.name, run, row)
         stored.step = reply.step
         run.steps += 1
-        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context)
+        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context, path=self.path)
+        rows, refused = [row], None
+        guards = self.guards if self.guards is not None and self.guards.asks(reply.held) else None
+        if guards is not None:  # the row is kept whatever the guards decide (and if the run is stopped meanwhile)
+            run.work.unsaved_usage.append(row)
+            rows = []
+            if guards.racing and await guards.race_tripped():  # the prompt was blocked: none of it is kept
+                await self.save(meta=True)
+                return None, [usage_event]
         problem = reply.response.error or unusable_answer(message, config.model.provider)
         if problem is not None:
             # Billed but unusable (a call cut off mid-arguments can never be answered validly; a
             # refused turn must not be sent again): its usage row is kept, the answer is not.
             outcome.fail(problem)
-            await self.save(usage=[row])
+            await self.save(usage=rows)
             return None, [usage_event]
+        if guards is not None:
+            checked = await guards.answer(config, message, reply.step, reply.held)
+            if checked.stand_in:
+                return await self.refused(checked, reply.step, usage_event)
+            refused = checked.refused
         stored.messages.append(message)
         if message.finish_reason in CUT_OFF:
             outcome.truncated = True
         plan = None
         written: list[Message] = [message]
         if message.tool_calls:
-            plan = plan_calls(config, stored, message.tool_calls)
+            plan = plan_calls(config, stored, message.tool_calls, refused)
             self.apply_plan(plan)
             written.extend(plan.results)
         elif config.output is None:  # a text answer completes the run: one save for it and the end
@@ -491,23 +586,31 @@ class _Loop:
         if outcome.status == "completed":
             outcome.ended_at = time.time()
             self.final_saved = True
-        await self.save(messages=written, usage=[row], ledger=plan.ledger if plan else (), meta=True)
-        return plan, [ModelResponseEvent(message, reply.step), usage_event]
+        await self.save(messages=written, usage=rows, ledger=plan.ledger if plan else (), meta=True)
+        return plan, [ModelResponseEvent(message, reply.step, path=self.path), usage_event]
+
+    async def refused(self, checked: Answered, step: int, usage_event: UsageEvent) -> tuple[None, list[Event]]:
+        """An answer the output guards refused: the thread keeps its stand-in (and the message that
+        asks the model again, for a retry), never the answer."""
+        written = stand_in_messages(checked)
+        self.run.stored.messages.extend(written)
+        await self.save(messages=written, meta=True)
+        return None, [ModelResponseEvent(checked.message, step), usage_event]
 
     # ------------------------------------------------------------------ tools
     async def tool_phase(self, plan: Plan) -> AsyncIterator[Event]:
         """Tell the plan's immediate results, then run its calls and record each result."""
-        step = self.run.stored.step
+        step, path = self.run.stored.step, self.path
         if plan.results:
             by_id = {c.id: c for c in plan.calls}
             for result in plan.results:
-                yield ToolCallFinishedEvent(by_id[result.call_id], result, step)
+                yield ToolCallFinishedEvent(by_id[result.call_id], result, step, path=path)
         to_run = plan.to_run
         if not to_run:
             return
         for item in to_run:
-            yield ToolCallStartedEvent(item.call, step)
-        if len(to_run) == 1:
+            yield ToolCallStartedEvent(item.call, step, path=path)
+        if len(to_run) == 1 and not to_run[0].tool.continues:  # (a sub-agent's events need the queue)
             item = to_run[0]
             for event in await self.record([(await self.execute(item), item.call, item.tool)], step):
                 yield event
@@ -518,13 +621,14 @@ class _Loop:
     async def run_concurrently(self, to_run: list[ToRun], step: int) -> AsyncIterator[Event]:
         """Run several calls as concurrent groups (sequential tools, or all with
         ``tools_in_order``, one after the other in a group of their own), recording results as
-        they come in; results that come in together share one checkpoint."""
+        they come in (together: one checkpoint), and passing on a sub-agent's events as they come."""
         work = self.run.work
-        queue: asyncio.Queue[tuple[ToolResultMessage, ToolCall, Tool]] = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
 
         async def worker(items: list[ToRun]) -> None:
             for item in items:
-                queue.put_nowait((await self.execute(item), item.call, item.tool))
+                done = await run_call(self.execute(item), item, self.config, self.run, self.stream, queue.put_nowait)
+                queue.put_nowait((done, item.call, item.tool))
 
         if self.config.tools_in_order:
             groups = [to_run]
@@ -539,25 +643,35 @@ class _Loop:
             task.add_done_callback(work.tasks.discard)
         left = len(to_run)
         while left:
-            ready = [await queue.get()]
+            came = [await queue.get()]
             while not queue.empty():
-                ready.append(queue.get_nowait())
-            left -= len(ready)
-            for event in await self.record(ready, step):
-                yield event
+                came.append(queue.get_nowait())
+            ready = [item for item in came if type(item) is tuple]
+            for event in came:  # a sub-agent's events, as they came (deltas are not told to observers)
+                if type(event) is not tuple:
+                    yield event if event.kind == "text-delta" or event.kind == "reasoning-delta" else self.tell(event)
+            if ready:
+                left -= len(ready)
+                for event in await self.record(ready, step):
+                    yield event
 
-    async def record(self, ready: list[tuple[ToolResultMessage, ToolCall, Tool]], step: int) -> list[Event]:
+    async def record(self, ready: list[tuple[ToolResultMessage | Waiting, ToolCall, Tool]], step: int) -> list[Event]:
+        """Record results that came in together, in one checkpoint (a paused agent call has none)."""
         stored = self.run.stored
+        for result, call, tool in ready:
+            if tool.continues and agent_call_ended(stored, call.id, result):
+                self.run.work.dirty = True  # the meta record changed (decisions, pending calls)
+        done = [(r, c, t) for r, c, t in ready if not isinstance(r, Waiting)]
         entries = []
-        for result, call, _ in ready:
+        for result, call, _ in done:
             entry = LedgerEntry(call.id, call.name, stored.ledger[call.id].args_hash,
                                 "failed" if result.is_error else "finished")
             stored.ledger[call.id] = entry
             stored.messages.append(result)
             entries.append(entry)
-        await self.save(messages=[r for r, _, _ in ready], ledger=entries,
-                        meta=any(tool.takes_ctx for _, _, tool in ready))
-        return [ToolCallFinishedEvent(call, result, step) for result, call, _ in ready]
+        await self.save(messages=[r for r, _, _ in done], ledger=entries, meta=any(t.takes_ctx for _, _, t in done))
+        finished: list[Event] = [ToolCallFinishedEvent(call, result, step, path=self.path) for result, call, _ in done]
+        return finished if self.guards is None or not self.guards.late else [*finished, *self.guards.told()]
 
     async def execute(self, item: ToRun) -> ToolResultMessage:
         decision = self.run.work.decided.pop(item.call.id, None)
@@ -568,22 +682,14 @@ class _Loop:
             return result
         tool = item.tool
         cap = None if tool.name == READ_RESULT else self.config.result_cap(tool)  # it pages by itself
-        return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count)
+        check = None if self.guards is None else self.guards.result_check(tool.name)
+        return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count, check)
+
 
     async def cancel_cleanup(self) -> None:
-        """Leave a valid conversation: stop running tools, answer every open call."""
-        run, stored, work = self.run, self.run.stored, self.run.work
-        for task in list(work.tasks):
-            task.cancel()
-        if work.tasks:
-            await asyncio.gather(*work.tasks, return_exceptions=True)
-        results, ledger = answer_open_calls(run, self.store)
-        for entry in ledger:
-            stored.ledger[entry.call_id] = entry
-        stored.messages.extend(results)
-        stored.pending = []
-        run.outcome.status = "cancelled"
-        run.outcome.ended_at = time.time()
+        """Leave a valid conversation: stop running tools (a sub-agent's run with them), answer
+        every open call (`late.stop_tools`), and record it."""
+        results, ledger = await stop_tools(self.run, self.store)
         try:
             await self.save(messages=results, ledger=ledger, meta=True)
         except Exception:  # the store failing must not hide the cancellation

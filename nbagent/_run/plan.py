@@ -16,7 +16,7 @@ return value does).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -86,6 +86,8 @@ class ToRun(NamedTuple):
     """The validated arguments."""
     edited: dict[str, Any] | None
     """The arguments a person edited (None: as the model asked)."""
+    again: bool = False
+    """A call the ledger says started before, run again to continue (`Tool.continues`)."""
 
 
 @dataclass(slots=True)
@@ -184,10 +186,25 @@ def judge_text(config: RunConfig, retries: int, message: AssistantMessage) -> Te
     ))
 
 
-def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall]) -> Plan:
+def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall],
+         refused: Mapping[str, tuple[str, ToolCallStatus]] | None = None) -> Plan:
     """Decide each open call of `thread`'s last answer (error result, pause, or run) without
     running or changing anything: the `Plan` holds every write, which the caller applies and
-    commits in one append before any of the calls runs."""
+    commits in one append before any of the calls runs. `refused`: calls a guard refused
+    (`guarding`: call id -> the text the model reads, the call's status), answered with that
+    error and never run or asked about."""
+    if refused:
+        out = plan(config, thread, [c for c in calls if c.id not in refused])
+        for call in calls:
+            if call.id in refused:
+                text, status = refused[call.id]
+                out.results.append(error_result(call, text, status))
+                out.ledger.insert(0, LedgerEntry(call.id, call.name, args_hash(call.args),
+                                                 "denied" if status == "denied" else "failed"))
+        order = {c.id: i for i, c in enumerate(calls)}
+        out.results.sort(key=lambda r: order[r.call_id])
+        out.calls = calls
+        return out
     spec = config.output
     if spec is not None and any(c.name == spec.name for c in calls):
         final = plan_final(config, calls)
@@ -215,14 +232,7 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
     """Add one call's fate to `out` (`denied`: the calls a person denied in this turn)."""
     tool = config.tools.get(call.name)
     entry = thread.ledger.get(call.id)
-    if entry is not None and entry.status == "started" and not (tool is not None and tool.idempotent):
-        out.results.append(error_result(
-            call,
-            "interrupted: this call started before the run was interrupted and it is not "
-            "known whether it completed; check before calling it again",
-            "interrupted",
-        ))
-        out.ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
+    if entry is not None and entry.status == "started" and _plan_started(config, call, tool, entry, out):
         return
     decision = thread.decisions.get(call.id)
     if decision is not None and decision.action == "deny":  # a denial needs no tool (it may be gone)
@@ -264,6 +274,30 @@ def _plan_call(config: RunConfig, thread: StoredThread, call: ToolCall, waited: 
         out.used.append(call.id)
         out.decided[call.id] = decision
     out.to_run.append(ToRun(call, tool, validated, edited))
+
+
+def _plan_started(config: RunConfig, call: ToolCall, tool: Tool | None, entry: LedgerEntry, out: Plan) -> bool:
+    """A call the ledger says started before this run (a crash, a stop, a pause inside an agent
+    call): add its fate to `out` and return True, or False when it is planned as any call (an
+    idempotent tool runs again)."""
+    if tool is not None and tool.continues:
+        # An agent call that started (approved then, if it needed it) and paused or was cut off:
+        # it runs again and continues its sub-agent's thread, whose own ledger keeps its tools
+        # exactly-once. Not asked about again; the decisions routed to it travel with it.
+        validated = _validated(call, tool, call.args, out)
+        if validated is not _INVALID and call.args is not None and not (out.pending and config.tools_in_order):
+            out.to_run.append(ToRun(call, tool, validated, None, again=True))
+        return True
+    if tool is not None and tool.idempotent:
+        return False
+    out.results.append(error_result(
+        call,
+        "interrupted: this call started before the run was interrupted and it is not "
+        "known whether it completed; check before calling it again",
+        "interrupted",
+    ))
+    out.ledger.append(LedgerEntry(call.id, call.name, entry.args_hash, "interrupted"))
+    return True
 
 
 _INVALID: Any = object()

@@ -4,8 +4,10 @@ Owns `RunStart` (how a run starts, as one value: what `Agent.run`, `stream`, `re
 `resume_stream` and `start` each make from their arguments), `prepare_run` (a prompt on a new or
 continued thread) and `prepare_resume` (a paused, stopped, failed or cancelled thread, with the
 person's `Decisions` checked against what waits). Both read the thread once from the store; bad
-input fails before any write. Imports the run config and state, approvals, exceptions, messages,
-result and store shapes.
+input fails before any write. A prompt meets the agent's input guards (`guarding.screen_prompt`)
+before the store is read or written, so the store only ever holds what they let through (or the
+prompt marked blocked). Imports the run config and state, approvals, exceptions, messages,
+result and store shapes, and `guardset` (the input guards).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..approvals import Decisions
-from ..context import last_sent
+from ..context import is_blocked, last_sent
 from ..exceptions import ConflictError, NotResumableError, PendingCallsError, UserError
 from ..messages import Prompt, UserMessage, user_message
 from ..result import RunResult
 from ..store.base import ThreadState
 from ..store.meta import live_runs
 from .config import RunConfig
+from .guardset import screen_prompt
+from .nested import owner_tools
 from .state import RunState, StoredThread, new_run_id, owner_alive, state_to_json
 
 __all__ = ["RunStart", "prepare_resume", "prepare_run", "refuse_live", "run_state"]
@@ -51,10 +55,12 @@ class RunStart:
 
 
 def run_state(
-    config: RunConfig, thread: str, loaded: ThreadState | None, state: Any, run_id: str | None = None
+    config: RunConfig, thread: str, loaded: ThreadState | None, state: Any, run_id: str | None = None,
+    parent: dict[str, Any] | None = None,
 ) -> RunState:
-    """A new run's state on `thread` as stored (`loaded`, None for a new thread)."""
-    stored = StoredThread(thread, list(loaded.messages) if loaded else [])
+    """A new run's state on `thread` as stored (`loaded`, None for a new thread); `parent`: a new
+    sub-agent thread's place in the tree (`ThreadMeta.parent`)."""
+    stored = StoredThread(thread, list(loaded.messages) if loaded else [], parent=parent)
     if state is not None:
         stored.stored_state = state_to_json(state)  # refused now, not silently stored as null
     stored.state = state
@@ -68,9 +74,11 @@ def run_state(
         stored.pending = list(meta.pending)
         stored.last_sent = last_sent(loaded.usage)
         stored.trace = meta.trace
+        stored.parent = meta.parent or parent
         if state is None:
             stored.state, stored.stored_state = config.restore_state(meta.state), meta.state
-    return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages))
+    return RunState(run_id or new_run_id(), stored, new_message_index=len(stored.messages),
+                    path=(config.name or "agent",))
 
 
 def refuse_live(loaded: ThreadState) -> None:
@@ -89,8 +97,12 @@ def refuse_live(loaded: ThreadState) -> None:
         )
 
 
-async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any) -> RunState:
-    """The state of a run that sends `prompt` (None: continue a thread whose last run stopped).
+async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | None, state: Any, *,
+                      parent: dict[str, Any] | None = None, new: bool = False) -> RunState:
+    """The state of a run that sends `prompt` (None: continue a thread whose last run stopped);
+    `parent`: the place in the tree of a sub-agent's new thread (`ThreadMeta.parent`); `new`: the
+    thread cannot be stored yet (a sub-agent's, for an agent call that never started), so it is
+    written without a read first (read after all if it was there).
 
     The run counts as live in this process (`live_runs`) from before its first write, which marks
     the thread running: a run that starts on the same thread meanwhile, here or from another
@@ -100,32 +112,58 @@ async def prepare_run(config: RunConfig, prompt: Prompt | None, thread: str | No
     run_id = new_run_id()
     live_runs.add(run_id)
     try:
-        return await _prepare_run(config, message, thread, state, run_id)
+        guards = config.guards
+        if message is None or guards is None or not guards.screens_input:
+            return await _prepare_run(config, message, thread, state, run_id, parent, new)
+        fresh, thread = thread is None, thread or _new_thread()  # its guards are told the thread
+        screened = await screen_prompt(guards, message, run_id, thread, state)
+        run = await _prepare_run(config, screened.message, thread, state, run_id, parent, new,
+                                 screened.deferred, fresh)
+        screened.apply(run, config.name)
+        return run
     except BaseException:
         live_runs.discard(run_id)
         raise
 
 
+def _new_thread() -> str:
+    return "thread_" + os.urandom(8).hex()
+
+
 async def _prepare_run(
-    config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str
+    config: RunConfig, message: UserMessage | None, thread: str | None, state: Any, run_id: str,
+    parent: dict[str, Any] | None, new: bool = False, deferred: bool = False, fresh: bool = False,
 ) -> RunState:
+    # `deferred`: the prompt waits in memory for the parallel input guards (`RunWork.unsaved`); the
+    # run's start is written without it. `fresh`: `thread` was made for this run (it is not stored).
+    written = [] if deferred or message is None else [message]
     # (a state that cannot be stored fails in run_state, before any write)
-    if thread and message is not None:
+    if thread and message is not None and not fresh:
         # The run as it starts on a new thread; the store writes it only if the thread is new
         # (one round trip either way), else hands back the thread as stored.
-        run = run_state(config, thread, None, state, run_id)
+        run = run_state(config, thread, None, state, run_id, parent)
         run.stored.messages.append(message)
-        got = await config.store.create_or_load(thread, step=0, messages=[message], meta=run.meta())
+        if new and not deferred:
+            try:
+                run.stored.version = await config.store.append(thread, version=0, step=0, messages=written,
+                                                               meta=run.meta())
+                run.work.dirty = False
+                return run
+            except ConflictError:
+                pass  # it was there after all: read it below
+        got = await config.store.create_or_load(thread, step=0, messages=written, meta=run.meta())
         if isinstance(got, int):
             run.stored.version = got
             run.work.dirty = False
+            if deferred:
+                run.work.unsaved.append(message)
             return run
         loaded: ThreadState | None = got
     else:
         # A fresh thread id cannot be in the store yet: skip the read (one store transaction a run).
-        loaded = await config.store.load(thread) if thread else None
+        loaded = await config.store.load(thread) if thread and not fresh else None
     thread = thread or "thread_" + os.urandom(8).hex()
-    run = run_state(config, thread, loaded, state, run_id)
+    run = run_state(config, thread, loaded, state, run_id, parent)
     if loaded is not None:
         refuse_live(loaded)
     open_calls = loaded.open_calls() if loaded is not None else []
@@ -144,9 +182,11 @@ async def _prepare_run(
     else:
         stored.messages.append(message)
         stored.version = await config.store.append(
-            thread, version=stored.version, step=stored.step, messages=[message], meta=run.meta(),
+            thread, version=stored.version, step=stored.step, messages=written, meta=run.meta(),
         )
         run.work.dirty = False
+        if deferred:
+            run.work.unsaved.append(message)
     return run
 
 
@@ -172,13 +212,19 @@ async def prepare_resume(
     run = run_state(config, thread, loaded, state if state is not None else (result.state if result else None))
     stored = run.stored
     last = stored.messages[-1] if stored.messages else None
+    if not loaded.open_calls() and last is not None and is_blocked(last):
+        raise NotResumableError(
+            f"the last turn on thread {thread!r} was stopped by a guard ({getattr(last, 'blocked', '')}); "
+            f"nothing is left to continue: send a new prompt with agent.run(prompt, thread={thread!r})"
+        )
     if not loaded.open_calls() and (last is None or last.kind == "assistant"):
         raise NotResumableError(
             f"the run on thread {thread!r} is completed; continue the conversation with "
             f"agent.run(prompt, thread={thread!r})"
         )
     resolved = decisions.resolve(stored.pending, config.tools, thread=thread,
-                                 shown=result.pending if result is not None else ())
+                                 shown=result.pending if result is not None else (),
+                                 tools_of=lambda pending: owner_tools(config.tools, pending))
     stored.decisions.update(resolved)
     stored.always_allowed.update(decisions.always_allowed)
     run.work.dirty = True

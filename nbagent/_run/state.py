@@ -9,7 +9,8 @@
   `RunResult` by `RunState.to_result()`.
 
 Owns these shapes and the JSON form of the user's state object. Imports approvals, events (the
-end kinds), exceptions, messages, result, store (the ledger and meta shapes) and usage only.
+end kinds), exceptions, guards (`GuardCheck`), messages, result, store (the ledger and meta
+shapes) and usage only.
 """
 
 from __future__ import annotations
@@ -25,16 +26,19 @@ from ..approvals import Decision, PendingCall
 from ..context import ContextUsage
 from ..events import RunEndKind
 from ..exceptions import UserError
+from ..guards import GuardCheck
 from ..messages import Message, ToolCall
 from ..result import RunResult, RunStatus, StopReason
 from ..store.base import LedgerEntry
 from ..store.meta import ThreadMeta, live_runs
-from ..usage import Usage
+from ..usage import ModelCallUsage, Usage
 
 if TYPE_CHECKING:
     import asyncio
     import concurrent.futures
     from collections.abc import Callable
+
+    from .nested import ParentCall
 
 __all__ = ["END_KINDS", "RunOutcome", "RunState", "RunWork", "StoredThread", "new_run_id", "state_to_json"]
 
@@ -72,6 +76,8 @@ class StoredThread:
     trace: dict[str, str] | None = None
     """The W3C trace context (``traceparent``, ``tracestate``) of the run that last wrote the
     thread while traced (`ThreadMeta.trace`), so a resume elsewhere continues its trace."""
+    parent: dict[str, Any] | None = None
+    """For a sub-agent's thread: where it hangs in the tree of agents (`ThreadMeta.parent`)."""
 
 
 @dataclass(slots=True)
@@ -92,6 +98,14 @@ class RunWork:
     """Set by a run hook (`hooks`, tracing): ``wrap_tool(call, fn, is_async)`` returns what runs
     instead of the bound tool function `fn` (for an async tool, a function returning an awaitable;
     for a sync tool, one that runs in a worker thread). None: `fn` runs as it is."""
+    unsaved: list[Message] = field(default_factory=list)
+    """Messages of the thread (in ``stored.messages``) not written yet, which the next commit
+    writes first: a prompt whose parallel input guards have not answered yet (`guarding`)."""
+    unsaved_usage: list[ModelCallUsage] = field(default_factory=list)
+    """Usage rows not written yet (an LLM judge's, ``purpose="guard"``): the next commit writes them."""
+    touch: Callable[[str], None] | None = None
+    """Counts a thread among the agent's own (`Agent.threads`): set by `Agent` for the threads
+    of the sub-agents its run starts."""
 
 
 @dataclass(slots=True)
@@ -110,6 +124,12 @@ class RunOutcome:
     ended_at: float | None = None
     result: RunResult | None = None
     """The `RunResult` handed out, once the run ended."""
+    guard_trip: GuardCheck | None = None
+    """The guard's check that stopped the run (``stop_reason="guard"``)."""
+
+    def trip(self, check: GuardCheck) -> None:
+        """A guard stops the run."""
+        self.status, self.stop_reason, self.guard_trip = "stopped", "guard", check
 
     def fail(self, error: BaseException) -> None:
         self.status, self.error, self.exception = "failed", f"{type(error).__name__}: {error}", error
@@ -132,6 +152,14 @@ class RunState:
     started_at: float = field(default_factory=time.time)
     context: ContextUsage | None = None
     """The gauge of the last request this run sent (`RunResult.context`)."""
+    guard_checks: list[GuardCheck] = field(default_factory=list)
+    """Every check the agent's guards made in this run (`RunResult.guard_checks`)."""
+    path: tuple[str, ...] = ("agent",)
+    """The agents from the top of the tree to this run's, top first (`Event.path`)."""
+    parent: ParentCall | None = None
+    """For a sub-agent's run: the agent call that runs it (`nested.ParentCall`)."""
+    subagents: dict[str, RunResult] = field(default_factory=dict)
+    """The results of the sub-agent runs this run made, by agent call id (`RunResult.subagents`)."""
 
     @property
     def thread(self) -> str:
@@ -168,6 +196,7 @@ class RunState:
             ended_at=outcome.ended_at,
             owner=process_owner() if outcome.status == "running" else None,
             trace=stored.trace,
+            parent=stored.parent,
         )
 
     def to_result(self) -> RunResult:
@@ -192,6 +221,9 @@ class RunState:
             context=self.context,
             always_allowed=sorted(stored.always_allowed),
             ledger=self._answered_ledger(),
+            guard_checks=list(self.guard_checks),
+            guard_trip=outcome.guard_trip,
+            subagents=self.subagents,
         )
 
     def _answered_ledger(self) -> dict[str, LedgerEntry]:

@@ -132,6 +132,22 @@ class Window:
         self.thread: ThreadView | None = ThreadView(self.sized) if _view.CACHED else None
         """The thread as requests send it, kept up to date step by step (None: the plain path,
         the whole thread walked on every request; ``NBAGENT_CONTEXT_CACHE=0``)."""
+        self._blocked: tuple[int, int, bool] = (0, 0, False)
+        """(id of the messages list, how many were looked at, whether one of them is blocked)."""
+
+    def any_blocked(self, messages: Sequence[Message]) -> bool:
+        """Whether `messages` hold a message a guard blocked (`context.is_blocked`): looks only at the
+        messages appended since the last question (a run's thread only grows)."""
+        ident, seen, found = self._blocked
+        if ident != id(messages) or seen > len(messages):
+            seen, found = 0, False
+        if not found:
+            for i in range(seen, len(messages)):
+                if getattr(messages[i], "blocked", None) is not None:  # (`is_blocked`, without a call each)
+                    found = True
+                    break
+        self._blocked = (id(messages), len(messages), found)
+        return found
 
     def sized(self, message: Message) -> int:
         """`message_tokens` of `message`, counted once."""
@@ -179,7 +195,9 @@ class Window:
     def visible(self, messages: Sequence[Message]) -> Visible:
         """`visible(messages)`: from the running view when there is one (`messages` is the run's
         thread: another list would start it afresh)."""
-        return visible(messages) if self.thread is None else self.thread.follow(messages)
+        if self.thread is None:
+            return visible(messages, self.any_blocked(messages))
+        return self.thread.follow(messages)
 
     def offered(self, config: RunConfig, view: Visible) -> Sequence[dict[str, Any]]:
         """The tool definitions a request offers: the config's, with ``read_result`` once a result

@@ -10,7 +10,16 @@ A base module: imports messages and exceptions only (no model, no store). docs/c
 """
 
 from ._cap import chars_for, cut_result
-from ._compaction import Compaction, NativeContext, Visible, clear_candidates, cut_point, transcript, visible
+from ._compaction import (
+    Compaction,
+    NativeContext,
+    Visible,
+    clear_candidates,
+    cut_point,
+    is_blocked,
+    transcript,
+    visible,
+)
 from ._estimate import (
     CHARS_PER_TOKEN,
     IMAGE_TOKENS,
@@ -39,6 +48,7 @@ __all__ = [
     "counter_for",
     "cut_point",
     "cut_result",
+    "is_blocked",
     "last_sent",
     "message_tokens",
     "parts_json",

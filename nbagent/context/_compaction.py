@@ -17,8 +17,8 @@ from typing import Any, Literal, NamedTuple
 from ..exceptions import UserError
 from ..messages import AssistantMessage, CompactionMessage, Message, ToolResultMessage, UserMessage
 
-__all__ = ["STUB_MIN_CHARS", "Compaction", "NativeContext", "Visible", "clear_candidates", "cut_point", "transcript",
-           "visible"]
+__all__ = ["STUB_MIN_CHARS", "Compaction", "NativeContext", "Visible", "clear_candidates", "cut_point", "is_blocked",
+           "transcript", "visible"]
 
 STUB_MIN_CHARS = 300
 """`Compaction.clear_results` leaves results shorter than this as they are (a stub saves nothing)."""
@@ -136,11 +136,19 @@ def stub(result: ToolResultMessage) -> ToolResultMessage:
     return dataclasses.replace(result, content=text, images=[], full_content=whole)
 
 
-def visible(messages: Sequence[Message]) -> Visible:
+def is_blocked(message: Message) -> bool:
+    """Whether a guard refused `message` (`UserMessage.blocked`, `AssistantMessage.blocked`): it
+    stays in the thread and is never sent to a model."""
+    return getattr(message, "blocked", None) is not None
+
+
+def visible(messages: Sequence[Message], blocked: bool = True) -> Visible:
     """What the model is sent of `messages`: after the newest summary record, its summary and the
     messages from its `upto` on (the last user message before `upto` first when the cut fell
     inside a turn, so the request starts with the user's message, whole); every result cleared
-    by a record as a stub; records themselves never. Without records: the messages as they are."""
+    by a record as a stub; records and blocked messages (`is_blocked`) never. Without records:
+    the messages as they are. `blocked`: False when the caller knows `messages` hold no blocked
+    message (the run's `Window` keeps count), which saves looking at each."""
     last: CompactionMessage | None = None
     cleared: set[str] = set()
     for m in messages:
@@ -149,17 +157,19 @@ def visible(messages: Sequence[Message]) -> Visible:
                 last = m
             cleared.update(m.cleared)
     if last is None and not cleared:
+        if blocked:
+            return Visible(None, [m for m in messages if not is_blocked(m)], 0)
         return Visible(None, messages if isinstance(messages, list) else list(messages), 0)
     upto = last.upto if last is not None else 0
     out: list[Message] = []
     if last is not None and last.policy == "native":  # the provider's items, sent back as they came
         out.append(AssistantMessage(thinking_blocks=[dict(i) for i in last.items]))
     elif last is not None and upto < len(messages) and messages[upto].kind != "user":
-        anchor = next((m for m in reversed(messages[:upto]) if m.kind == "user"), None)
+        anchor = next((m for m in reversed(messages[:upto]) if m.kind == "user" and not is_blocked(m)), None)
         if anchor is not None:
             out.append(anchor)
     for m in messages[upto:]:
-        if m.kind == "compaction":
+        if m.kind == "compaction" or (blocked and is_blocked(m)):
             continue
         out.append(stub(m) if isinstance(m, ToolResultMessage) and m.call_id in cleared else m)
     summary = last.content if last is not None and last.policy == "summary" else None
@@ -202,7 +212,7 @@ def transcript(summary: str | None, messages: Sequence[Message], limit: int) -> 
     """The text a summarizer reads: the previous summary, then one entry per message, each cut to
     an equal share of `limit` characters so the whole fits."""
     lines = [f"Summary of the conversation before this part:\n{_cut_middle(summary, limit // 3)}"] if summary else []
-    shown = [m for m in messages if m.kind in ("user", "assistant", "tool-result")]
+    shown = [m for m in messages if m.kind in ("user", "assistant", "tool-result") and not is_blocked(m)]
     room = max(0, limit - sum(len(x) for x in lines))
     width = room // max(1, len(shown))
     if width < 200:  # too many messages for their share: the latest ones, 200 characters each

@@ -8,7 +8,8 @@ grows (messages and compaction records are appended, never changed or removed), 
 the sums of the parts. It gives exactly what the plain functions give (tests/test_context_view.py
 compares them over long random sessions). A thread that is not the one it last saw grown by
 appends (another list, a shorter one, another message where the last one it saw was) is taken
-afresh.
+afresh. Messages a guard blocked are left out as `visible` leaves them (a message is blocked
+before it is appended: the run stops when a racing guard blocks its prompt after the fact).
 
 `CACHED` is the switch: ``NBAGENT_CONTEXT_CACHE=0`` in the environment (read at import) turns it
 off, and the run loop and the fake models then walk the whole thread on every request as before.
@@ -21,7 +22,7 @@ import os
 from collections.abc import Callable, Sequence
 
 from ..messages import AssistantMessage, CompactionMessage, Message, ToolResultMessage
-from ._compaction import Visible, stub
+from ._compaction import Visible, is_blocked, stub
 
 __all__ = ["CACHED", "ThreadView"]
 
@@ -83,6 +84,8 @@ class ThreadView:
                     if m.cleared:
                         self.cleared.update(m.cleared)
                         rebuild = True
+                elif not self.effective and is_blocked(m):  # never sent: the view is no longer the thread
+                    rebuild = True
             self.seen, self.last = len(messages), messages[-1]
             if rebuild:
                 self._rebuild(messages)
@@ -94,7 +97,8 @@ class ThreadView:
         return Visible(self.summary, self.view, self.upto)
 
     def _rebuild(self, messages: Sequence[Message]) -> None:
-        """The view from the newest record on (as `visible` builds it), its sums to be taken again."""
+        """The view from the newest record on (as `visible` builds it; from the start when a blocked
+        message, not a record, made the view another list than the thread), its sums to be taken again."""
         newest = self.newest
         upto = newest.upto if newest is not None else 0
         out: list[Message] = []
@@ -102,7 +106,7 @@ class ThreadView:
             out.append(AssistantMessage(thinking_blocks=[dict(i) for i in newest.items]))
         elif newest is not None and upto < len(messages) and messages[upto].kind != "user":
             for i in range(upto - 1, -1, -1):  # the turn's user message, so the request starts with it
-                if messages[i].kind == "user":
+                if messages[i].kind == "user" and not is_blocked(messages[i]):
                     out.append(messages[i])
                     break
         self.view, self.upto, self.effective = out, upto, True
@@ -113,8 +117,9 @@ class ThreadView:
 
     def _extend(self, new: Sequence[Message]) -> None:
         view, cleared = self.view, self.cleared
+        records = self.newest is not None or bool(cleared)  # (`visible` keeps records that change nothing)
         for m in new:
-            if m.kind == "compaction":
+            if (records and m.kind == "compaction") or getattr(m, "blocked", None) is not None:  # (`is_blocked`)
                 continue
             if isinstance(m, ToolResultMessage):
                 if m.call_id in cleared:

@@ -54,6 +54,9 @@ USAGE_SCHEMA: dict[str, str] = {
     "purpose": "category",
     "replayed": "bool",
     "recorded_cost": "float64",
+    "agent": "category",
+    "depth": "int64",
+    "parent_call_id": "category",
 }
 """Column -> dtype of the usage frame, in column order. Repeated strings are categoricals
 (small, fast to group by, and they round-trip through parquet)."""

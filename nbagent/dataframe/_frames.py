@@ -215,8 +215,9 @@ def _view_of_result(result: RunResult) -> _ThreadView:
                 assistant_positions.append(i)
         steps.append(n)
     # This run's answers have exact steps in its usage rows (a cut-off answer is never stored,
-    # and only ever the last call of a run).
-    for i, call in zip(assistant_positions, result.usage.calls, strict=False):
+    # and only ever the last call of a run); its sub-agents' rows are of their own threads.
+    own = [c for c in result.usage.calls if c.thread == result.thread]
+    for i, call in zip(assistant_positions, own, strict=False):
         steps[i] = call.step
     for i in range(1, len(messages)):
         if messages[i].kind != "assistant":
@@ -225,7 +226,7 @@ def _view_of_result(result: RunResult) -> _ThreadView:
         result.thread,
         messages,
         steps,
-        {c.step: c.run_id for c in result.usage.calls},
+        {c.step: c.run_id for c in own},
         dict(result.ledger),
         {p.id for p in result.pending},
         first_index=result.new_message_index,

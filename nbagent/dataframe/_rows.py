@@ -196,7 +196,7 @@ async def one_row(agent: Agent, prompt: str | None, thread: str) -> dict[str, An
         output_tokens=total.output_tokens,
         cost=total.cost_total,
         duration_s=time.perf_counter() - clock,
-        steps=len(before) + len(result.usage.calls),
+        steps=len(before) + sum(1 for c in result.usage.calls if c.thread == thread),  # sub-agents' aside
         run_id=result.run_id,
     )
     if result.status == "paused":

@@ -48,12 +48,14 @@ __all__ = [
     "args_html",
     "assistant_html",
     "badge",
+    "blocked_html",
     "budget_texts",
     "calls_text",
     "code_html",
     "cost_text",
     "diff_html",
     "expandable",
+    "guard_badge",
     "header_html",
     "hidden_badge",
     "image_html",
@@ -69,6 +71,7 @@ __all__ = [
     "rich_result_html",
     "shown_status",
     "status_badge",
+    "subrun_html",
     "tint",
     "tool_row_html",
     "unshown_chars",
@@ -246,6 +249,21 @@ REPLAYED_TITLE = "answered from a recording (nbagent.models.replay): no model wa
 def replayed_badge() -> str:
     """The small "replayed" label of an answer taken from a recording (`nbagent.models.replay`)."""
     return badge("replayed", theme.INFO, title=REPLAYED_TITLE, cls="nbagent-replayed")
+
+
+def guard_badge(guard: str, reason: str = "") -> str:
+    """The red "blocked by <guard>" label of a guard's trip (`nbagent.guards`), its reason on hover."""
+    return badge(f"blocked by {guard}", theme.ERROR, title=reason or None, cls="nbagent-guard")
+
+
+def blocked_html(blocked: str, what: str) -> str:
+    """The line that stands where a guard blocked something: its label and ``what · reason``.
+    `blocked`: ``UserMessage.blocked`` / ``AssistantMessage.blocked`` (the guard's name and its
+    reason); `what`: what became of it ("not sent to the model", "answer withheld")."""
+    guard, _, reason = blocked.partition(": ")
+    text = f"{what}: {reason}" if reason else what
+    return (f'<div class="nbagent-blocked" style="{SMALL};margin:4px 0">{guard_badge(guard, reason)} '
+            f'<span style="{MUTED}">{escape(text)}</span></div>')
 
 
 def replayed_answers(messages: Sequence[Message], steps: Sequence[int], rows: Iterable[Any]) -> list[int]:
@@ -509,11 +527,12 @@ def image_html(image: Any, *, large: bool = False) -> str:
     return f'<span style="{MUTED};font-size:12px;margin-right:6px">[image: {escape(image.describe())}]</span>'
 
 
-def user_html(text: str, note: str | None = None, images: Sequence[Any] = ()) -> str:
+def user_html(text: str, note: str | None = None, images: Sequence[Any] = (), who: str = "you") -> str:
     """A user message bubble (escaped, line breaks kept), with its images (`image_html`). `note`
     is shown next to "you" (the live view marks a message that waits to be sent "queued"); a noted
-    bubble has a dashed border."""
-    label = "you" + (f" · {escape(note)}" if note else "")
+    bubble has a dashed border. `who`: whose message it is ("task" for a sub-agent's, from its
+    parent agent)."""
+    label = escape(who) + (f" · {escape(note)}" if note else "")
     border = f"{css('border', theme.DASHED_LINE)};" if note else ""
     pictures = f'<div>{"".join(image_html(i) for i in images)}</div>' if images else ""
     return (
@@ -699,7 +718,8 @@ def provider_calls(message: Any) -> list[ProviderCall]:
 
 
 def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] = (),
-                  whole: Sequence[Message] | None = None, offset: int = 0, replayed: Iterable[int] = ()) -> str:
+                  whole: Sequence[Message] | None = None, offset: int = 0, replayed: Iterable[int] = (),
+                  subruns: Mapping[str, Any] | None = None, who: str = "you") -> str:
     """A conversation as static HTML: user bubbles, each answer's reasoning as a closed "Thinking"
     section (escaped), answers as Markdown, and each answer's tool calls as a table with their
     results (matched by call id). Calls in `skip_call_ids` are left out (the live view shows those
@@ -711,7 +731,11 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
     decided) are shown as rows of their own, with the call's name and arguments.
 
     `replayed`: the indices (in `whole`) of the answers taken from a recording
-    (`replayed_answers`), shown with a small "replayed" badge."""
+    (`replayed_answers`), shown with a small "replayed" badge.
+
+    `subruns`: the sub-agents' runs of agent calls, by call id (`RunResult.subagents`, or a
+    stored sub-agent thread read alike), each shown under its call's row (`subrun_html`). `who`:
+    whose the user messages are (`user_html`)."""
     skip = set(skip_call_ids)
     from_recording = set(replayed)
     whole = messages if whole is None else whole
@@ -722,7 +746,7 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
 
     def flush() -> None:
         if early:
-            rows = [table_header_html()] + [result_row_html(c.name, c.args_json, r) for c, r in early]
+            rows = [table_header_html(), *(_call_row_html(c, r, subruns) for c, r in early)]
             out.append('<div class="nbagent-tools" style="margin:4px 0 8px 0">' + "".join(rows) + "</div>")
             early.clear()
 
@@ -734,9 +758,14 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
             continue
         flush()
         if m.kind == "user":
-            out.append(user_html(m.content, images=m.images))  # type: ignore[union-attr]
+            blocked = m.blocked  # type: ignore[union-attr]
+            out.append(user_html(m.content, "blocked" if blocked else None, images=m.images, who=who))  # type: ignore[union-attr]
+            if blocked:
+                out.append(blocked_html(blocked, "not sent to the model"))
         elif m.kind == "compaction":
             out.append(compaction_html(m))
+        elif m.kind == "assistant" and m.blocked is not None:  # type: ignore[union-attr]
+            out.append(blocked_html(m.blocked, "answer withheld"))  # type: ignore[union-attr]
         elif m.kind == "assistant":
             answer = index
             if index in from_recording:
@@ -750,11 +779,7 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
                 rows += [tool_row_html(p.name, p.args, p.status, p.result) for p in provided]
                 for call in calls:
                     found = results.get((index, call.id))
-                    r = found[1] if found is not None else None
-                    if r is None:
-                        rows.append(tool_row_html(call.name, call.args_json, "queued"))
-                    else:
-                        rows.append(result_row_html(call.name, call.args_json, r))
+                    rows.append(_call_row_html(call, found[1] if found is not None else None, subruns))
                 out.append('<div class="nbagent-tools" style="margin:4px 0 8px 0">' + "".join(rows) + "</div>")
     flush()
     return "".join(out)
@@ -764,6 +789,34 @@ def shown_status(result: Any) -> str:
     """The status a row shows for a call's `ToolResultMessage`: its status, and ``denied (repeat)``
     for a call denied again without asking (the same call as one a person denied in the turn)."""
     return "denied (repeat)" if getattr(result, "decision", None) == "repeat-denied" else result.status
+
+
+def _call_row_html(call: Any, result: Any, subruns: Mapping[str, Any] | None) -> str:
+    """A call's row (with its result, when it has one) and, for an agent call, its sub-agent's run
+    under it; an agent call with no result waits for its sub-agent's calls ("waiting")."""
+    sub = subruns.get(call.id) if subruns else None
+    if result is None:
+        row = tool_row_html(call.name, call.args_json, "queued" if sub is None else "waiting")
+    else:
+        row = result_row_html(call.name, call.args_json, result)
+    return row if sub is None else row + subrun_html(call.name, sub)
+
+
+def subrun_html(name: str, sub: Any) -> str:
+    """A sub-agent's run under its agent call's row (`Agent.as_tool`): a closed section, indented
+    under the call, whose summary line says the agent, how its run stands and what it cost (its
+    own sub-agents' included), and which holds its steps: its answers, tool rows and its own
+    sub-agents' runs, the same way down. `sub`: a `RunResult`, or anything with its
+    ``messages``, ``status``, ``usage``, ``pending`` and ``subagents`` (a stored sub-agent thread).
+    Its calls that wait are left out here: the top's pending rows show them."""
+    usage = sub.usage
+    line = (f"{name} · {sub.status} · {calls_text(usage.requests)} · {usage.total_tokens:,} tokens · "
+            f"{cost_text(usage)}")
+    body = messages_html(sub.messages, skip_call_ids=[p.id for p in sub.pending], subruns=sub.subagents,
+                         who="task")
+    return (f'<details class="nbagent-subrun" style="{FONT};margin:0 0 6px 18px;padding-left:8px;'
+            f'{theme.css("border-left", theme.NEST_LINE)}">'
+            f'<summary style="cursor:pointer;{MUTED};font-size:12px">{escape(line)}</summary>{body}</details>')
 
 
 def result_row_html(name: str, args: Any, result: Any, **kwargs: Any) -> str:
@@ -783,7 +836,7 @@ def _pending_html(pending: Sequence[PendingCall], thread: str) -> str:
     rows = [table_header_html()]
     for i, p in enumerate(pending):
         status = "needs answer" if p.reason == "client" else "needs approval"
-        rows.append(tool_row_html(p.name, p.args, status, full_args=True))
+        rows.append(tool_row_html(p.label, p.args, status, full_args=True))  # a sub-agent's: "researcher → ..."
         if p.reason == "client":
             rows.append(question_html(p.name, p.args, p.description))
         unshown = unshown_chars(p.args)
@@ -818,16 +871,17 @@ def _usage_table(usage: Usage) -> str:
     cell = CELL.replace("text-align:left", "text-align:right").replace("padding:3px 6px", "padding:2px 6px")
     th = f'style="{cell};{MUTED};font-weight:600"'
     td = f'style="{cell}"'
-    names = ("step", "model", "input", "cached", "output", "cost", "latency")
+    tree = any(getattr(row, "depth", 0) for row in usage.calls)  # sub-agents' rows: say whose
+    names = (*(("agent",) if tree else ()), "step", "model", "input", "cached", "output", "cost", "latency")
     head = "".join(f"<th {th}>{h}</th>" for h in names)
     body = []
     for row in usage.calls:
         cost = usd(row.cost_total)
-        cells = (row.step, row.model, f"{row.input_tokens:,}", f"{row.cache_read_tokens:,}",
-                 f"{row.output_tokens:,}", cost, _duration(row.latency_s))
+        cells = (*((row.agent or "",) if tree else ()), row.step, row.model, f"{row.input_tokens:,}",
+                 f"{row.cache_read_tokens:,}", f"{row.output_tokens:,}", cost, _duration(row.latency_s))
         html = [escape(c) for c in cells]
         if getattr(row, "replayed", False):
-            html[1] += " " + replayed_badge()
+            html[2 if tree else 1] += " " + replayed_badge()
         body.append(f'<tr style="{TR}">' + "".join(f"<td {td}>{c}</td>" for c in html) + "</tr>")
     table = TABLE.replace("width:100%;table-layout:fixed;", "width:auto;")
     return (
@@ -849,7 +903,11 @@ def render_result_html(result: RunResult) -> str:
     replayed = sum(1 for row in result.usage.calls if getattr(row, "replayed", False))
     if replayed:
         head += f'<span style="{MUTED}"> · {replayed} of {calls_text(result.usage.requests)} </span>{replayed_badge()}'
-    if result.stop_reason:
+    trip = getattr(result, "guard_trip", None)
+    if trip is not None:
+        head += f'<span style="{MUTED}"> · </span>{guard_badge(trip.guard, trip.reason)}'
+        head += f'<span style="{MUTED}"> {escape(trip.reason)}</span>'
+    elif result.stop_reason:
         head += f'<span style="{MUTED}"> · stopped: {escape(result.stop_reason)}</span>'
     if result.truncated:
         head += f'<span style="{ERROR}"> · answer cut off at the output token limit</span>'
@@ -864,7 +922,8 @@ def render_result_html(result: RunResult) -> str:
             f"{messages_html(earlier, whole=result.messages)}</details>"
         )
     pending_ids = [p.id for p in result.pending]
-    parts.append(messages_html(result.new_messages, skip_call_ids=pending_ids, whole=result.messages, offset=start))
+    parts.append(messages_html(result.new_messages, skip_call_ids=pending_ids, whole=result.messages, offset=start,
+                               subruns=result.subagents))
     parts.append(_pending_html(result.pending, result.thread))
     parts.append(always_allowed_html(result.always_allowed, result.thread))
     if result.error:

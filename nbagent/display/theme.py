@@ -107,6 +107,8 @@ LINE_GREY = Token("var(--jp-border-color2,#ddd)", _alpha(_MID_GREY, 0.35))
 LINE = LINE_GREY.within("1px solid {}")
 DASHED_LINE = Token("var(--jp-border-color1,#bbb)", _alpha(_MID_GREY, 0.55)).within("1px dashed {}")
 """The frame of a bubble that waits to be sent."""
+NEST_LINE = Token("var(--jp-border-color1,#bbb)", _alpha(_MID_GREY, 0.55)).within("2px solid {}")
+"""The rule down the left of a sub-agent's steps, under its agent call's row."""
 BUBBLE = Token("var(--jp-layout-color2,#eef3fb)", _alpha(_MID_GREY, 0.12))
 """A user message's background: a grey veil over the page, plain."""
 CHIP = Token("var(--jp-layout-color2,#eee)", _alpha(_MID_GREY, 0.12))

@@ -3,8 +3,9 @@
 Owns `Deadline` (one timer per call, which the call marks around its awaits of the server),
 `within` (one awaited request under a deadline, the SDK's failure mapped to nbagent's error) and
 `read_within` (a started stream's items under a deadline, the stream closed however the reading
-ends). `HTTPModel` makes one `Deadline` per request (``OpenAIModel(deadline=...)``,
-``AnthropicModel(deadline=...)``) and passes its error mapping in.
+ends, the event loop given its turn at least every `YIELD_AFTER`). `HTTPModel` makes one
+`Deadline` per request (``OpenAIModel(deadline=...)``, ``AnthropicModel(deadline=...)``) and
+passes its error mapping in.
 
 Every error leaves these functions from outside an ``except`` block, so neither ``__cause__`` nor
 ``__context__`` holds the SDK exception, whose request carries the API key's header.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import Any, Protocol, TypeVar
 
@@ -31,6 +33,12 @@ deltas; this does. Ten minutes: it must leave a reasoning model its per-read tim
 thinking before the first byte and then a long answer (some 10,000 tokens at 40 tokens/s), and it
 bounds a stuck call (times the run's `Retry` attempts) to what someone watching a notebook would
 still wait for."""
+
+YIELD_AFTER = 0.005
+"""Seconds: the longest a stream's reading holds the event loop (`read_within`). A burst of
+buffered events (a fast server, or a stalled connection catching up) is read without any await
+that suspends, since every socket read finds data waiting; after this long the reading lets the
+loop run, so a notebook's widgets, other cells' runs and the Stop button keep getting their turn."""
 
 T = TypeVar("T")
 MapError = Callable[..., "ModelError | None"]
@@ -147,15 +155,21 @@ async def read_within(
     ``except`` block; so does the `deadline` passing (`ModelTimeoutError`). `stream` is closed
     however the reading ends: finished, failed, timed out, or the consumer closing this generator.
     The deadline can cancel only the awaits of the server, never the consumer's own (`leave`
-    before each item is handed out, `enter` again after).
+    before each item is handed out, `enter` again after). The reading, and what the consumer does
+    with each item, hold the event loop for at most about `YIELD_AFTER` at a time.
     """
     error: ModelError | None = None
+    clock = time.perf_counter
+    since = clock()
     try:
         try:
             deadline.enter()
             async for item in source:
                 deadline.leave()
                 yield item
+                if clock() - since > YIELD_AFTER:
+                    await asyncio.sleep(0)  # the loop's turn (a burst of buffered events never suspends)
+                    since = clock()
                 deadline.enter()  # raises the timeout error if the deadline passed meanwhile
         except asyncio.CancelledError:
             if not deadline.absorb():

@@ -265,10 +265,11 @@ class HTTPModel(Travelling, Model):
         error = self.errors.map_error(self, exc, streaming=streaming)
         return None if error is None else scrub_error(self._api_key, error)
 
-    def stream_error(self, error: Any, fallback: str | None = None) -> ModelError:
-        """The nbagent error for an error object a server sent inside a started stream (or with a
-        2xx status), as the provider's table sorts it, the key scrubbed."""
-        return scrub_error(self._api_key, self.errors.stream_error(self, error, fallback))
+    def stream_error(self, error: Any, fallback: str | None = None, *, in_stream: bool = True) -> ModelError:
+        """The nbagent error for an error object a server sent inside a started stream (or, with
+        ``in_stream=False``, as a 2xx answer's whole body), as the provider's table sorts it, the
+        key scrubbed."""
+        return scrub_error(self._api_key, self.errors.stream_error(self, error, fallback, in_stream=in_stream))
 
     def _deadline(self) -> Deadline:
         return Deadline(self, where)
@@ -337,8 +338,8 @@ class HTTPModel(Travelling, Model):
             if answer is not None:
                 answer.request_id = reading.request_id or answer.request_id
                 return answer
-            if value.get("error"):
-                raise self.stream_error(value["error"])
+            if value.get("error"):  # an error object as the whole answer: there was no stream
+                raise self.stream_error(value["error"], in_stream=False)
         elif kind == "events":
             events = self.body_events(value)
             if events:

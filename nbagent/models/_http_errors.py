@@ -37,12 +37,14 @@ from ..exceptions import (
     ModelError,
     ModelResponseError,
     ModelTimeoutError,
+    ResponseBodyError,
     StreamInterruptedError,
     error_for_status,
 )
 from ._keys import _safe_url, _Secret
 
-__all__ = ["ErrorSource", "ErrorTable", "parse_retry_after", "transport_failure", "where"]
+__all__ = ["ErrorSource", "ErrorTable", "parse_retry_after", "refused_words", "transient_error", "transport_failure",
+           "where"]
 
 
 class ErrorSource(Protocol):
@@ -111,6 +113,25 @@ def error_message(body: Any, fallback: str) -> str:
     return fallback
 
 
+def refused_words(in_stream: bool) -> str:
+    """How the message of a refusal the server sent as an error object begins: inside a started
+    stream, or as the whole answer (a 2xx body that is an error object: there was no stream)."""
+    return "the server ended the stream with an error: " if in_stream else "the server answered with an error: "
+
+
+def transient_error(model: ErrorSource, words: str, body: Any, status_code: int | None, *,
+                    in_stream: bool) -> ModelError:
+    """The retried error for an error object that does not refuse the request (a server error,
+    an overload, an unknown error): inside a started stream, the stream broke off (a
+    `StreamInterruptedError`); as the whole answer, a 2xx body that is no answer (a
+    `ResponseBodyError`). `status_code`: a status the server put in the object, if any."""
+    if in_stream:
+        return StreamInterruptedError(f"the streamed answer broke off: {words}", status_code=status_code, body=body,
+                                      provider=model.provider)
+    return ResponseBodyError(f"the server answered with an error: {words}", status_code=status_code, body=body,
+                             provider=model.provider, retryable=True)
+
+
 class ErrorTable:
     """How one provider's failures become nbagent's errors (its ``errors`` attribute).
 
@@ -146,12 +167,14 @@ class ErrorTable:
         text = error_message(body, message) + self.hint(model, status)
         return error_for_status(status, text, body=body, provider=model.provider, retry_after=retry_after)
 
-    def stream_error(self, model: ErrorSource, error: Any, fallback: str | None = None) -> ModelError:
-        """The error for an error object the server sent inside a started stream (or as a 2xx
-        body). The default: a retried `StreamInterruptedError` with the server's words."""
+    def stream_error(self, model: ErrorSource, error: Any, fallback: str | None = None, *,
+                     in_stream: bool = True) -> ModelError:
+        """The error for an error object the server sent inside a started stream, or, with
+        ``in_stream=False``, as a 2xx answer's whole body (the message then speaks of no stream).
+        The default: retried (`transient_error`), with the server's words."""
         words = error_message(error if isinstance(error, dict) else {"error": error},
                               fallback or "the server reported an error without a message")
-        return StreamInterruptedError(f"the streamed answer broke off: {words}", body=error, provider=model.provider)
+        return transient_error(model, words, error, None, in_stream=in_stream)
 
     def map_error(self, model: ErrorSource, exc: BaseException, *, streaming: bool = False) -> ModelError | None:
         """The nbagent error for an SDK or transport exception (None: not a model-call failure,

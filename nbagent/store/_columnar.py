@@ -56,7 +56,8 @@ USAGE_KINDS: dict[str, str] = {
     "input_tokens": "q", "cache_read_tokens": "q", "cache_write_tokens": "q", "output_tokens": "q",
     "reasoning_tokens": "q", "latency_s": "d", "finish_reason": "s", "tool_calls": "q",
     "cost_input": "d", "cost_output": "d", "cost_total": "d", "currency": "s", "usage_reported": "B",
-    "purpose": "s", "context": "s", "replayed": "B", "recorded_cost": "d",
+    "purpose": "s", "context": "s", "replayed": "B", "recorded_cost": "d", "agent": "s", "depth": "q",
+    "parent_call_id": "s",
 }
 """Column -> how it is held: ``"q"`` int64, ``"d"`` float64 (None is NaN: a missing cost and a
 NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (one byte),
@@ -65,10 +66,13 @@ NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (o
 CHUNK_FORMAT = 1
 """The first byte of a chunk blob."""
 
-ADDED_COLUMNS: dict[str, str | None] = {"purpose": "run", "context": None}
-"""Text columns added after chunks existed -> the value of every row a chunk without the column
-holds. Such a chunk was packed before its store gained the column (SQLite format 3 files are
-refused by older nbagents, so none packs one later), and all its rows have that value."""
+ADDED_COLUMNS: dict[str, str | int | None] = {
+    "purpose": "run", "context": None, "agent": None, "depth": 0, "parent_call_id": None,
+}
+"""Columns added after chunks existed -> the value of every row a chunk without the column holds
+(text, or an int for ``depth``). Such a chunk was packed before its store gained the column
+(SQLite files of a newer format are refused by older nbagents, so none packs one later), and all
+its rows have that value."""
 
 _NAN = math.nan
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -305,8 +309,11 @@ def decode_chunk(blob: bytes, names: Sequence[str]) -> ColumnBlock | None:
         entry = layout.get(name)
         if entry is None and name in ADDED_COLUMNS:
             value = ADDED_COLUMNS[name]
-            parts[name] = (TextPart([value], array("i", bytes(4 * n))) if value is not None
-                           else TextPart([], array("i", [-1]) * n))
+            if isinstance(value, int):
+                parts[name] = array("q", [value]) * n
+            else:
+                parts[name] = (TextPart([value], array("i", bytes(4 * n))) if value is not None
+                               else TextPart([], array("i", [-1]) * n))
             continue
         if entry is None or entry[1] != USAGE_KINDS[name]:
             return None

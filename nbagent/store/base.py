@@ -47,12 +47,13 @@ __all__ = [
     "UsageColumns",
 ]
 
-FORMAT_VERSION = 4
+FORMAT_VERSION = 5
 """Version of the persisted shapes; a store refuses files from a newer version. Format 2 is
 format 1 with the checkpoints' ``run_id``, ``stop_reason`` and ``error``; format 3 is format 2
 with the usage rows' ``purpose`` (``'run'`` in older rows); format 4 is format 3 with the usage
-rows' ``context`` (the request's size by part; NULL in older rows). `SQLiteStore` migrates an older file
-when it opens it."""
+rows' ``context`` (the request's size by part; NULL in older rows); format 5 is format 4 with the
+usage rows' ``agent``, ``depth`` and ``parent_call_id`` (where in a tree of agents the call was
+made: NULL, 0 and NULL in older rows). `SQLiteStore` migrates an older file when it opens it."""
 
 ERROR_KEPT = 500
 """How many characters of a run's error a checkpoint keeps (`Checkpoint.error`)."""

@@ -71,6 +71,10 @@ class ThreadMeta:
     """The W3C trace context (``{"traceparent": ..., "tracestate": ...}``) of the traced run that
     last wrote the record (`nbagent.tracing`): a resume, in any process, continues that trace.
     None when the thread was never traced."""
+    parent: dict[str, Any] | None = None
+    """For a sub-agent's thread (`Agent.as_tool`): where it hangs in the tree of agents,
+    ``{"thread": <the parent's thread>, "call_id": <the parent's call that runs it>, "path":
+    [<agent names, top first>]}``. None for a thread an agent was run on directly."""
     version: int = META_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -96,6 +100,8 @@ class ThreadMeta:
             data["owner"] = self.owner
         if self.trace is not None:
             data["trace"] = self.trace
+        if self.parent is not None:
+            data["parent"] = self.parent
         return data
 
     @classmethod
@@ -127,15 +133,19 @@ class ThreadMeta:
             forked_from=data.get("forked_from"),
             owner=data.get("owner"),
             trace=data.get("trace"),
+            parent=data.get("parent"),
             version=int(data.get("version", META_VERSION)),
         )
 
     def open_pending(self, messages: Sequence[Message]) -> list[PendingCall]:
-        """The waiting calls that still have no result in `messages` (what a person can decide)."""
+        """The waiting calls that still have no result in `messages` (what a person can decide):
+        the thread's own, and its sub-agents' under an agent call that has none
+        (``"<call id>/..."``, `PendingCall.path`)."""
         if not self.pending:
             return []
         open_ids = {c.id for c in unanswered_calls(messages)}
-        return [p for p in self.pending if p.id in open_ids]
+        return [p for p in self.pending
+                if p.id in open_ids or (p.nested and any(p.id.startswith(i + "/") for i in open_ids))]
 
 
 def meta_record(meta: ThreadMeta | Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -94,11 +94,15 @@ def _server(model: Model) -> dict[str, Any]:
 class RunTrace:
     """One run's spans (see the module)."""
 
+    own: tuple[str, ...] = ()
+    """The run's `path`: the events it reads are those of its own agent."""
+
     def __init__(self, settings: Settings, config: RunConfig, run: RunState) -> None:
         self.tracer = settings.tracer
         self.content = settings.include_content
         self.config = config
         self.run = run
+        self.own = run.path
         self.span: Span | None = None
         self.ctx: otel_context.Context | None = None
         self.tools: dict[str, Span] = {}
@@ -151,7 +155,7 @@ class RunTrace:
         run, config, stored = self.run, self.config, self.run.stored
         parent = None
         prompted = len(stored.messages) > run.new_message_index
-        if not prompted and stored.trace:
+        if not prompted and stored.trace and run.parent is None:  # (a sub-agent: under its parent's call)
             parent = _PROPAGATOR.extract(stored.trace)
         name = config.name or "agent"
         model = config.model
@@ -173,9 +177,12 @@ class RunTrace:
 
     def on_event(self, event: Event) -> None:
         """Read one event of the run (text deltas cost one dict lookup). A failure here is
-        reported once and never reaches the run."""
+        reported once and never reaches the run. A sub-agent's events, passed up this run's stream
+        (another `path`), are its own run's spans' business."""
         handler = _HANDLERS.get(event.kind)
-        if handler is not None:
+        own = self.own
+        path = getattr(event, "path", own)
+        if handler is not None and (path is own or path == own):
             try:
                 handler(self, event)
             except Exception as exc:
@@ -221,8 +228,9 @@ class RunTrace:
         self.answered.clear()
         for span in list(self.calling):  # the model's stream was abandoned with the run
             self.chat_failed(span, None)
+        paused = self.run.outcome.status == "paused"  # an agent call whose sub-agent waits
         for span in self.tools.values():
-            span.set_attribute("nbagent.status", "cancelled")
+            span.set_attribute("nbagent.status", "paused" if paused else "cancelled")
             _end(span)
         self.tools.clear()
         if self.span is not None:

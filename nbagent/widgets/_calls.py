@@ -10,8 +10,8 @@ A call can be decided elsewhere (in code, another view, another process): when i
 on without this view, the board forgets its buttons and any decision made here but not sent yet
 (`CallBoard.overtaken`), and `decided_text` says plainly who decided what.
 
-Pure Python: imports the core's approvals and `nbagent.display.html`'s pure helpers (no
-ipywidgets, no asyncio).
+Pure Python: imports the core's approvals, `nbagent.display.html`'s pure helpers, and
+`_run.nested` to check the edit of a sub-agent's call against its tool (no ipywidgets, no asyncio).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ class CallRows(Protocol):
     """How the calls are shown: one row per call (`RunLog` draws them as `ToolRow`s)."""
 
     def add_call(self, call_id: str, name: str, args: Any, group: object) -> None:
-        """A new row; rows of one `group` (a run's step) share a table, None: a table of its own."""
+        """A new row; rows of one `group` (a run's step) share a table, None: a table of its own;
+        ``(agent call id, step)``: a sub-agent's call, in that agent call's steps."""
 
     def update_call(self, call_id: str, status: str, result: str | None = None, *,
                     is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
@@ -124,12 +125,15 @@ class DecisionBatch:
         shown = self.shown.get(call_id)
         if shown is None or call_id in self._decided:
             return []
+        if action == "always" and shown.nested:  # a sub-agent's tool: only this call (never its thread's)
+            action = "approve"
         self._decided[call_id] = (action, payload, shown)
         ids = [call_id]
         if action == "always":
             self.always_allowed.add(shown.name)
             for other_id, other in list(self.shown.items()):
-                if other.name == shown.name and other_id not in self._decided and other.reason == "approval":
+                if (other.name == shown.name and other_id not in self._decided and other.reason == "approval"
+                    and not other.nested):
                     self._decided[other_id] = ("approve", None, other)
                     ids.append(other_id)
         return ids
@@ -238,11 +242,13 @@ class CallBoard:
         self.update_bulk()
 
     def on_event(self, event: Any) -> None:
-        """A run event about a tool call (one of `CALL_EVENTS`): it started, finished, or waits."""
+        """A run event about a tool call (one of `CALL_EVENTS`): it started, finished, or waits.
+        A sub-agent's call's row goes in its agent call's steps (group ``(agent call, step)``)."""
         if event.kind in ("approval-requested", "client-call-requested"):
             self.show_pending(event.pending)
             return
-        call = self.track(event.call.id, event.call.name, call_args(event.call), event.step)
+        group = event.step if event.agent_call is None else (event.agent_call, event.step)
+        call = self.track(event.call.id, event.call.name, call_args(event.call), group)
         if event.kind == "tool-call-started":
             self.set_status(call, "running")
         else:
@@ -292,6 +298,8 @@ class CallBoard:
                     self.ended(call, r)
                 elif cancelled:
                     self.set_status(call, "cancelled")
+                elif any(p.startswith(call_id + "/") for p in pending_ids):  # its sub-agent's calls wait
+                    self.set_status(call, "waiting")
         self.update_bulk()
 
     @property
@@ -311,9 +319,14 @@ class CallBoard:
         return call
 
 
-def validate_args(tools: Mapping[str, Any], name: str, args: dict[str, Any]) -> Any:
+def validate_args(tools: Mapping[str, Any], name: str, args: dict[str, Any], pending: PendingCall | None = None) -> Any:
     """Check edited arguments against tool `name`'s schema (raises when they do not fit; no
-    check for a tool that is not registered)."""
+    check for a tool that is not registered). A sub-agent's call (`pending` nested) is checked
+    against that sub-agent's tool."""
+    if pending is not None and pending.nested:
+        from .._run.nested import owner_tools
+
+        tools = owner_tools(tools, pending) or {}
     tool = tools.get(name)
     return None if tool is None else tool.validate(args)
 

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._sync import run_sync
@@ -73,6 +73,19 @@ class RunLayout(CallRows, Protocol):
         """The answer of `step` was taken from a recording (`nbagent.models.replay`): a small
         "replayed" badge says so."""
 
+    def hold(self, step: int) -> None:
+        """The answer of `step` is being written and held back for the output guards: "checking…"
+        where it will show (its text replaces it, or the line of a block)."""
+
+    def show_trip(self, check: Any, step: int) -> None:
+        """A guard stopped the run (`GuardCheck`; a blocked prompt, or an answer): its label and
+        reason, where the answer of `step` would have been."""
+
+    def nested(self, agent_call: str, agent: str = "") -> RunLayout:
+        """Where the steps of the sub-agent `agent` that the agent call `agent_call` runs are
+        shown (`Agent.as_tool`): under the call's row, collapsed; its tool rows are this layout's
+        calls of group ``(agent_call, step)``."""
+
 
 class ChatLayout(Protocol):
     """What the controller shows: the runs (`run_log`) and the rest of the view. `ChatView`
@@ -83,16 +96,18 @@ class ChatLayout(Protocol):
         """Where the runs are shown."""
 
     def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
-                     replayed: Sequence[int] = ()) -> None:
+                     replayed: Sequence[int] = (), subruns: Mapping[str, Any] | None = None) -> None:
         """The stored conversation (without the calls in `skip_call_ids`: they get rows); the
-        answers at the indices `replayed` came from a recording (a "replayed" badge)."""
+        answers at the indices `replayed` came from a recording (a "replayed" badge); `subruns`:
+        the sub-agents' threads under their agent calls, by call id (`SubThread`)."""
 
     def show_usage(self, tally: UsageTally, *, token_budget: int | None = None,
                    cost_budget: float | None = None) -> None:
         """The footer: this turn's and the thread's tokens and cost, and the run's budget use."""
 
-    def show_conversation(self, messages: Sequence[Message]) -> None:
-        """The thread's conversation as stored now (the saved notebook's static copy)."""
+    def show_conversation(self, messages: Sequence[Message], subruns: Mapping[str, Any] | None = None) -> None:
+        """The thread's conversation as stored now (the saved notebook's static copy), with its
+        sub-agents' runs under their agent calls."""
 
     def unsend(self, message: UserMessage) -> None:
         """`message` was not sent after all (it goes back to the queue): take it out of the
@@ -139,6 +154,9 @@ def _ended_text(kind: str, result: RunResult, waiting: str, still_running: Seque
     if kind == "run-paused":
         return waiting, False
     if kind == "run-stopped":
+        trip = getattr(result, "guard_trip", None)
+        if trip is not None:
+            return f"stopped by guard {trip.guard!r}: {trip.reason}", False
         return f"stopped: {result.stop_reason}", False
     if kind == "run-failed":
         return f"failed: {result.error}", True
@@ -186,6 +204,9 @@ class ChatController:
         self._status: tuple[str, bool] = ("", False)
         self._kept = ""  # what happened elsewhere: stays until the person acts again
         self._sent: tuple[UserMessage | None, Decisions | None] = (None, None)
+        self.subruns: dict[str, Any] = {}
+        """The sub-agents' runs under the thread's agent calls, by call id: as stored when the view
+        opened (`SubThread`), then as each run ends (`RunResult.subagents`)."""
         self.follower = ThreadFollower(self)
 
     # ------------------------------------------------------------------ threading, loading, status
@@ -382,16 +403,18 @@ class ChatController:
 
     # ------------------------------------------------------------------ run events
     def on_event(self, event: Any) -> None:
-        """`on_event` of the runs (on the loop): dispatch on `event.kind` (an `Event`)."""
-        kind = event.kind
+        """`on_event` of the runs (on the loop): dispatch on `event.kind` (an `Event`). A
+        sub-agent's event (`agent_call` set) is shown in its agent call's steps."""
+        kind, via = event.kind, event.agent_call
+        log = self.log if via is None else self.log.nested(via, event.path[-1])
         if kind in ("text-delta", "reasoning-delta"):
-            self.log.stream(event.step, event.delta, reasoning=kind == "reasoning-delta")
+            log.stream(event.step, event.delta, reasoning=kind == "reasoning-delta")
         elif kind == "model-response":
-            self._on_response(event.step, event.message)
+            self._on_response(event.step, event.message, log, via)
         elif kind in CALL_EVENTS:
             self.board.on_event(event)
         elif kind == "model-retry":
-            self.log.reset_step(event.step)
+            log.reset_step(event.step)
             self.say(f"model call failed (attempt {event.attempt}): {event.error}; "
                      f"retrying in {event.delay_s:.1f} s")
         elif kind == "model-fallback":
@@ -400,19 +423,23 @@ class ChatController:
             self.tally.add(event.call, event.context)
             self.render_usage()
             if event.call.replayed and event.call.purpose == "run":
-                self.log.mark_replayed(event.call.step)
+                log.mark_replayed(event.call.step)
         elif kind == "compaction":
-            self.log.show_compaction(event.record)
+            log.show_compaction(event.record)
+        elif kind == "text-held":
+            log.hold(event.step)
+        elif kind == "guard-tripped" and event.stops:
+            log.show_trip(event.check, event.step)
         elif kind == "run-started":
             self.follower.own.add(event.run_id)
         elif kind in ENDED:
             self.run_ended(kind, event.result, own=True)
 
-    def _on_response(self, step: int, message: AssistantMessage) -> None:
-        self.log.show_answer(step, message)
+    def _on_response(self, step: int, message: AssistantMessage, log: RunLayout, via: str | None) -> None:
+        log.show_answer(step, message)
         for call in message.tool_calls:
-            self.board.track(call.id, call.name, call_args(call), step)
-        if message.tool_calls:
+            self.board.track(call.id, call.name, call_args(call), step if via is None else (via, step))
+        if message.tool_calls and via is None:
             self.say("running tools…" if self.follower.foreign is None else
                      "running tools (started in code or in another view)…")
 
@@ -431,7 +458,8 @@ class ChatController:
         still = [c.name for c in self.board.still_running]
         text, error = _ended_text(kind, result, self.board.waiting_text(), still)
         self.say(text, error=error)
-        self.layout.show_conversation(result.messages)
+        self.subruns.update(result.subagents)
+        self.layout.show_conversation(result.messages, self.subruns)
 
     # ------------------------------------------------------------------ always allow
     def show_allowed(self, tools: Sequence[str]) -> None:

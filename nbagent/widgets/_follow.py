@@ -26,6 +26,8 @@ import asyncio
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from .._run.nested import owner_tools
+from .._run.subagent import SubThread, load_subthreads
 from .._watch import watch
 from ..approvals import Decisions, PendingCall
 from ..display.html import replayed_answers
@@ -34,6 +36,7 @@ from ._calls import WAITING, CallBoard, CallState, decided_text
 
 if TYPE_CHECKING:
     from ..messages import Message, UserMessage
+    from ..store.base import ThreadState
     from ._controller import ChatController
 
 __all__ = ["ENDED", "ThreadFollower", "catch_up", "last_message_step", "unavailable_text"]
@@ -49,7 +52,15 @@ def unavailable_text(pending: PendingCall, tools: Mapping[str, Any], sources: Se
     """Why a waiting call cannot run in this kernel: its tool is not registered with the agent
     (e.g. after a restart the cell that defines it has not run). None when it can, or may: a tool
     source (an MCP server) that has not listed its tools yet may have it, and the resume lists them.
+    A sub-agent's call (`PendingCall.nested`) needs its tool in that sub-agent's tools.
     """
+    if pending.nested:
+        owner = owner_tools(tools, pending)
+        if owner is not None and pending.name in owner:
+            return None
+        return (f"{pending.label} is not a tool of a sub-agent of this agent in this kernel, so it cannot run "
+                "here: run the cells that define the agents, then this view's cell again; Deny answers its "
+                "model without it")
     if pending.name in tools:
         return None
     for source in sources:
@@ -140,13 +151,14 @@ class ThreadFollower:
         if loaded is None:
             return
         pending = loaded.open_pending()
-        c.layout.show_history(loaded.messages, [p.id for p in pending],
+        c.subruns = await _subthreads(c, loaded)
+        c.layout.show_history(loaded.messages, [p.id for p in pending], subruns=c.subruns,
                               replayed=replayed_answers(loaded.messages, loaded.message_steps, loaded.usage))
         c.show_allowed(loaded.meta.always_allowed)
         c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps),
-                       truncated=loaded.meta.truncated)
+                       truncated=loaded.meta.truncated, subtree=[(s.step, s.rows()) for s in c.subruns.values()])
         c.render_usage()
-        c.layout.show_conversation(loaded.messages)
+        c.layout.show_conversation(loaded.messages, c.subruns)
         if pending:
             for p in pending:
                 c.board.show_pending(p, group="stored")
@@ -167,7 +179,7 @@ class ThreadFollower:
         loaded = await c.agent.store.load(c.thread)
         if loaded is not None:
             c.board.reload(loaded.open_pending())
-            c.layout.show_conversation(loaded.messages)
+            c.layout.show_conversation(loaded.messages, c.subruns)
             c.show_allowed(loaded.meta.always_allowed)
         c.kick()
 
@@ -232,10 +244,11 @@ class ThreadFollower:
             return
         pending = loaded.open_pending()
         elsewhere = catch_up(c.board, loaded.messages, pending)
+        c.subruns = await _subthreads(c, loaded)
         c.tally.loaded(loaded.usage, last_message_step(loaded.messages, loaded.message_steps),
-                       truncated=loaded.meta.truncated)
+                       truncated=loaded.meta.truncated, subtree=[(s.step, s.rows()) for s in c.subruns.values()])
         c.render_usage()
-        c.layout.show_conversation(loaded.messages)
+        c.layout.show_conversation(loaded.messages, c.subruns)
         lines = [decided_text(call) for call in elsewhere]
         if isinstance(exc, ArgumentsMismatchError):
             lines.append("the arguments of a waiting call changed since they were shown (in another process or "
@@ -278,6 +291,15 @@ class ThreadFollower:
             if c.board.decide(item.call_id, action, getattr(item, field) if field else None):
                 n += 1
         return n
+
+
+async def _subthreads(c: ChatController, loaded: ThreadState) -> dict[str, SubThread]:
+    """The stored threads of the sub-agents `loaded`'s agent calls ran (none when it made none,
+    or they cannot be read: the view shows the rest)."""
+    try:
+        return await load_subthreads(c.agent.store, loaded, c.agent.tools)
+    except Exception:
+        return {}
 
 
 def last_message_step(messages: Sequence[Message], steps: Sequence[int]) -> int:

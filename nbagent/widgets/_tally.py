@@ -52,18 +52,24 @@ class UsageTally:
         """How full the window was for the thread's last request (the footer's gauge)."""
         self.truncated = False
         """The last run's answer was cut off at the output token limit (`RunResult.truncated`)."""
-        self._seen: set[tuple[str, int, str]] = set()
+        self._seen: set[tuple[str, int, str, float]] = set()
 
-    def loaded(self, rows: Sequence[ModelCallUsage], turn_from_step: int, *, truncated: bool = False) -> None:
+    def loaded(self, rows: Sequence[ModelCallUsage], turn_from_step: int, *, truncated: bool = False,
+               subtree: Sequence[tuple[int, Sequence[ModelCallUsage]]] = ()) -> None:
         """The thread as stored: every row counts for the thread; those after step
         `turn_from_step` (the step of the last message sent) make the last turn; `truncated`:
-        the last run's answer was cut off (``ThreadMeta.truncated``)."""
+        the last run's answer was cut off (``ThreadMeta.truncated``). `subtree`: the rows of the
+        sub-agents the thread's agent calls ran (`Agent.as_tool`), each with the step of its
+        call: they count where their call does."""
         self.truncated = truncated
-        self.thread = Usage.of(list(rows))
-        self.turn = Usage.of([r for r in rows if r.step > turn_from_step])
-        self._seen = {(r.run_id, r.step, _purpose(r)) for r in rows}
         last = rows[-1].run_id if rows else None
-        self.run = Usage.of([r for r in rows if r.run_id == last])
+        last_steps = {r.step for r in rows if r.run_id == last}
+        below = [(step, r) for step, part in subtree for r in part]
+        self.thread = Usage.of([*rows, *(r for _, r in below)])
+        self.turn = Usage.of([*(r for r in rows if r.step > turn_from_step),
+                              *(r for step, r in below if step > turn_from_step)])
+        self._seen = {_key(r) for r in self.thread.calls}
+        self.run = Usage.of([*(r for r in rows if r.run_id == last), *(r for step, r in below if step in last_steps)])
 
     def run_started(self, *, new_turn: bool) -> None:
         """A run starts: a new turn when it sends a message (a resume continues the turn)."""
@@ -78,7 +84,7 @@ class UsageTally:
         `context`: the gauge of its request, when known."""
         if context is not None:
             self.context = context
-        key = (row.run_id, row.step, _purpose(row))
+        key = _key(row)
         if key in self._seen:
             return
         self._seen.add(key)
@@ -95,6 +101,12 @@ class UsageTally:
 
 def _purpose(row: ModelCallUsage) -> str:
     return getattr(row, "purpose", "run")
+
+
+def _key(row: ModelCallUsage) -> tuple[str, int, str, float]:
+    """A model call, however often it is reported (a step may have several guard rows: their
+    start times tell them apart)."""
+    return row.run_id, row.step, _purpose(row), row.time
 
 
 def gauge_html(context: ContextUsage | None) -> str:

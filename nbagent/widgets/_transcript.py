@@ -15,7 +15,7 @@ when it displays (no ipywidgets).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..display.html import FONT, FRAME, MUTED, NO_MATH, messages_html, table_header_html, tool_row_html
@@ -43,8 +43,13 @@ def transcript_text(thread: str, messages: Sequence[Message], waiting: Sequence[
     if len(messages) > len(shown):
         lines.append(f"… {len(messages) - len(shown)} earlier messages")
     for m in shown:
+        blocked = getattr(m, "blocked", None)
         if m.kind == "user":
             lines.append(f"you: {_clip(m.content)}")  # type: ignore[union-attr]
+            if blocked:
+                lines.append(f"  [not sent to the model: blocked by {blocked}]")
+        elif blocked:  # an answer a guard refused: its text was never kept
+            lines.append(f"assistant: [answer withheld: blocked by {blocked}]")
         elif m.kind == "assistant":
             if m.text:  # type: ignore[union-attr]
                 lines.append(f"assistant: {_clip(m.text)}")  # type: ignore[union-attr]
@@ -64,17 +69,19 @@ def _waiting_html(calls: Sequence[ToolCall]) -> str:
     return '<div style="margin:4px 0 8px 0">' + "".join(rows) + "</div>"
 
 
-def transcript_bundle(thread: str, messages: Sequence[Message]) -> dict[str, Any]:
-    """``{"text/html": ..., "text/plain": ...}`` of the conversation (the newest `MAX_MESSAGES`);
-    the HTML keeps its look in an untrusted notebook (each themed style after a plain one:
-    `nbagent.display.theme`)."""
+def transcript_bundle(thread: str, messages: Sequence[Message],
+                      subruns: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """``{"text/html": ..., "text/plain": ...}`` of the conversation (the newest `MAX_MESSAGES`),
+    with the sub-agents' runs under their agent calls (`subruns`, by call id); the HTML keeps its
+    look in an untrusted notebook (each themed style after a plain one: `nbagent.display.theme`)."""
     shown = list(messages)[-MAX_MESSAGES:]
     earlier = len(messages) - len(shown)
     head = (f'<div style="{MUTED};font-size:12px;margin-bottom:4px">nbagent chat · thread '
             f"<code>{escape(thread)}</code> · saved copy (run the cell in Jupyter to continue)"
             + (f" · {earlier} earlier messages not shown" if earlier else "") + "</div>")
-    waiting = unanswered_calls(messages)
-    body = (messages_html(shown, skip_call_ids={c.id for c in waiting}) if shown
+    # (an agent call that waits stays in its answer's table, its sub-agent's steps under it)
+    waiting = [c for c in unanswered_calls(messages) if not subruns or c.id not in subruns]
+    body = (messages_html(shown, skip_call_ids={c.id for c in waiting}, subruns=subruns) if shown
             else f'<div style="{MUTED}">no messages yet</div>')
     html = (f'<div class="nbagent-transcript {NO_MATH}" style="{FONT};{FRAME};border-radius:6px;'
             f'padding:8px 10px;max-width:960px">{head}{body}{_waiting_html(waiting)}</div>')
@@ -92,11 +99,12 @@ class SavedCopy:
     def __init__(self, thread: str) -> None:
         self.thread = thread
         self.messages: list[Message] = []
+        self.subruns: Mapping[str, Any] = {}
         self.display_id: str | None = None
 
     def bundle(self) -> dict[str, Any]:
         """The copy as it stands (`transcript_bundle`)."""
-        return transcript_bundle(self.thread, self.messages)
+        return transcript_bundle(self.thread, self.messages, self.subruns)
 
     def display(self, live: dict[str, Any]) -> None:
         """Display the live view's bundle, then the copy (with the display id updates go to)."""
@@ -106,9 +114,11 @@ class SavedCopy:
         self.display_id = self.display_id or "nbagent-" + uuid.uuid4().hex
         display(self.bundle(), raw=True, display_id=self.display_id)
 
-    def update(self, messages: Sequence[Message]) -> None:
-        """The conversation now: the displayed copies follow (nothing to do before a display)."""
+    def update(self, messages: Sequence[Message], subruns: Mapping[str, Any] | None = None) -> None:
+        """The conversation now (and its sub-agents' runs): the displayed copies follow (nothing
+        to do before a display)."""
         self.messages = list(messages)
+        self.subruns = dict(subruns or {})
         self.send_again()
 
     def send_again(self) -> None:

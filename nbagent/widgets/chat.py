@@ -42,13 +42,8 @@ from ..display.html import (
     FONT,
     MUTED,
     NO_MATH,
-    assistant_html,
-    compaction_html,
     header_html,
     messages_html,
-    provider_calls,
-    replayed_badge,
-    user_html,
 )
 from ..display.sanitize import escape
 from ..messages import Prompt, UserMessage
@@ -56,145 +51,20 @@ from ._allowed import AllowedTools
 from ._attach import Attachments, kernel_namespace
 from ._calls import validate_args
 from ._controller import ChatController
+from ._run_log import RunLog, bubble_html
 from ._tally import UsageTally, footer_html
 from ._transcript import SavedCopy
 from .frame import ViewFrame
-from .stream import StreamText, ThinkingText
-from .tool_table import Decide, Schedule, ToolRow, ToolTable, on_enter, themed_button
+from .tool_table import on_enter, themed_button
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Mapping
+    from collections.abc import Mapping
 
     from ..agent import Agent, RunHandle
-    from ..approvals import PendingCall
-    from ..messages import AssistantMessage, Message
+    from ..messages import Message
     from ..result import RunResult
 
 __all__ = ["ChatView", "RunLog"]
-
-
-def _bubble(message: UserMessage, note: str | None = None) -> str:
-    return user_html(message.content, note, message.images)
-
-
-class RunLog(widgets.VBox):
-    """A view's runs as they happen, oldest first: each message sent, each step's "Thinking"
-    section (`ThinkingText`, just above the step's answer) and streaming answer (`StreamText`),
-    and a `ToolTable` per answer with tool calls. `rows`: the `ToolRow`s by call id.
-
-    Args:
-        interval: seconds between streaming updates.
-        schedule, decide, validate: what the tool rows hand their clicks to (see `ToolTable`).
-    """
-
-    def __init__(self, *, interval: float, schedule: Schedule, decide: Decide,
-                 validate: Callable[[str, dict[str, Any]], Any]) -> None:
-        self.interval = interval
-        self.rows: dict[str, ToolRow] = {}
-        self._streams: dict[int, StreamText] = {}
-        self._thinking: dict[int, ThinkingText] = {}
-        self._answers: dict[int, widgets.HTML] = {}  # a step's answer that was not streamed
-        self._tables: dict[object, ToolTable] = {}
-        self._schedule, self._decide, self._validate = schedule, decide, validate
-        super().__init__(layout=widgets.Layout(width="100%"))
-
-    def add(self, widget: widgets.Widget) -> None:
-        """Add `widget` at the end (e.g. a message's bubble)."""
-        self.children = (*self.children, widget)  # type: ignore[has-type]
-
-    # RunLayout: what the controller shows of the runs
-    def run_started(self) -> None:
-        self._streams, self._thinking, self._tables, self._answers = {}, {}, {}, {}
-
-    def stream(self, step: int, delta: str, *, reasoning: bool = False) -> None:
-        (self._thinking_for(step) if reasoning else self._stream(step)).append(delta)
-
-    def reset_step(self, step: int) -> None:
-        for partial in (self._streams.get(step), self._thinking.get(step)):
-            if partial is not None:
-                partial.reset()
-
-    def show_answer(self, step: int, message: AssistantMessage) -> None:
-        th = self._thinking.get(step)
-        if message.reasoning:
-            self._thinking_for(step).finish(message.reasoning)
-        elif th is not None:
-            th.finish()
-        st = self._streams.get(step)
-        if st is not None:
-            st.finish(message.text or "")
-        elif message.text:
-            self._answers[step] = widgets.HTML(assistant_html(message.text))
-            self.add(self._answers[step])
-        if message.refusal:
-            self.add(widgets.HTML(assistant_html(None, message.refusal)))
-        for call in provider_calls(message):  # run by the model's server: read-only rows
-            self.add_call(call.id, call.name, call.args, step)
-            self.rows[call.id].set_status(call.status, call.result)
-
-    def show_compaction(self, record: Any) -> None:
-        self.add(widgets.HTML(compaction_html(record)))
-
-    def mark_replayed(self, step: int) -> None:
-        """A "replayed" badge just above the answer of `step` (its reasoning, text or tool calls)."""
-        label = widgets.HTML(f'<div style="{FONT};margin:2px 0">{replayed_badge()}</div>')
-        children = list(self.children)
-        answer = (self._thinking.get(step) or self._streams.get(step) or self._answers.get(step)
-                  or self._tables.get(step))
-        children.insert(children.index(answer) if answer in children else len(children), label)
-        self.children = tuple(children)
-
-    def finish_streams(self) -> None:
-        for st in (*self._thinking.values(), *self._streams.values()):
-            if not st.finished:
-                st.finish()
-
-    def add_call(self, call_id: str, name: str, args: Any, group: object) -> None:
-        table = self._tables.get(group) if group is not None else None
-        if table is None:
-            table = ToolTable(schedule=self._schedule, decide=self._decide, validate=self._validate)
-            self.add(table)
-            if group is not None:
-                self._tables[group] = table
-        self.rows[call_id] = table.add(call_id, name, args)
-
-    def update_call(self, call_id: str, status: str, result: str | None = None, *,
-                    is_error: bool = False, duration_s: float | None = None, message: Any = None) -> None:
-        self.rows[call_id].set_status(status, result, is_error=is_error, duration_s=duration_s, message=message)
-        self._settle(call_id)
-
-    def _settle(self, call_id: str) -> None:
-        for table in self._tables.values():
-            if call_id in table.rows:
-                table.settle()
-
-    def set_call_args(self, call_id: str, args: Any) -> None:
-        self.rows[call_id].args = args
-
-    def show_pending(self, pending: PendingCall, unavailable: str | None = None) -> None:
-        self.rows[pending.id].show_pending(pending, unavailable)
-        self._settle(pending.id)
-
-    def lock_call(self, call_id: str) -> None:
-        self.rows[call_id].lock("queued")
-
-    def _stream(self, step: int) -> StreamText:
-        st = self._streams.get(step)
-        if st is None:
-            st = self._streams[step] = StreamText(interval=self.interval)
-            self.add(st)
-        return st
-
-    def _thinking_for(self, step: int) -> ThinkingText:
-        """The step's "Thinking" section, made on first use just above the step's answer."""
-        th = self._thinking.get(step)
-        if th is None:
-            th = self._thinking[step] = ThinkingText(interval=self.interval)
-            children = list(self.children)
-            answer = self._streams.get(step)
-            children.insert(children.index(answer) if answer in children else len(children), th)
-            self.children = tuple(children)
-        return th
 
 
 class ChatView(widgets.VBox):
@@ -267,7 +137,7 @@ class ChatView(widgets.VBox):
         # it shows its runs in this log).
         self._log = RunLog(interval=interval, schedule=lambda fn, *args: self.controller.schedule(fn, *args),
                            decide=lambda call_id, action, payload: self.controller.decide(call_id, action, payload),
-                           validate=lambda name, args: validate_args(self.agent.tools, name, args))
+                           validate=lambda name, args, pending: validate_args(self.agent.tools, name, args, pending))
         self._queued: list[tuple[UserMessage, widgets.HTML]] = []
         """The queued messages and their bubbles, oldest first."""
         self._history = widgets.HTML()
@@ -488,8 +358,9 @@ class ChatView(widgets.VBox):
 
     # ------------------------------------------------------------------ ChatLayout: what the controller shows
     def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
-                     replayed: Sequence[int] = ()) -> None:
-        self._history.value = messages_html(messages, skip_call_ids=skip_call_ids, replayed=replayed)
+                     replayed: Sequence[int] = (), subruns: Mapping[str, Any] | None = None) -> None:
+        self._history.value = messages_html(messages, skip_call_ids=skip_call_ids, replayed=replayed,
+                                            subruns=subruns)
 
     def show_usage(self, tally: UsageTally, *, token_budget: int | None = None,
                    cost_budget: float | None = None) -> None:
@@ -497,8 +368,8 @@ class ChatView(widgets.VBox):
         if self._footer.value != html:
             self._footer.value = html
 
-    def show_conversation(self, messages: Sequence[Message]) -> None:
-        self._copy.update(messages)  # the saved notebook's copy follows
+    def show_conversation(self, messages: Sequence[Message], subruns: Mapping[str, Any] | None = None) -> None:
+        self._copy.update(messages, subruns)  # the saved notebook's copy follows
 
     def unsend(self, message: UserMessage) -> None:
         bubble = self._sent.pop(id(message), None)
@@ -531,7 +402,7 @@ class ChatView(widgets.VBox):
     def show_queue(self, messages: Sequence[UserMessage]) -> None:
         def bubble(message: UserMessage) -> widgets.HTML:
             old = next((b for m, b in self._queued if m is message), None)
-            return old or widgets.HTML(_bubble(message, note="queued"))
+            return old or widgets.HTML(bubble_html(message, note="queued"))
 
         self._queued = [(m, bubble(m)) for m in messages]
         self._queue_box.children = tuple(b for _, b in self._queued)
@@ -542,10 +413,10 @@ class ChatView(widgets.VBox):
     def show_sent(self, message: UserMessage) -> None:
         bubble = next((b for m, b in self._queued if m is message), None)  # a queued bubble moves
         if bubble is None:
-            bubble = widgets.HTML(_bubble(message))
+            bubble = widgets.HTML(bubble_html(message))
         else:
             self._queued = [(m, b) for m, b in self._queued if b is not bubble]
-            bubble.value = _bubble(message)
+            bubble.value = bubble_html(message)
         self._sent[id(message)] = bubble
         self._log.add(bubble)
 

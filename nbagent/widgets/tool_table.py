@@ -19,6 +19,10 @@ all, has been opened.
 While a call runs (or, stopped, still runs in its thread) its time counts up in the browser
 (``frame.js``); the row's HTML only carries the seconds elapsed when it was drawn.
 
+An agent call's row (`Agent.as_tool`) holds its sub-agent's steps under it (`ToolRow.attach_steps`:
+collapsed, with a toggle); a sub-agent's call that waits is labelled with its path ("researcher →
+delete_file") and offers Approve, Deny and Edit (no "Always allow": not the view's thread).
+
 Button handlers may run on a thread other than the kernel loop's (ipykernel subshells), so every
 handler only hands its work to the `schedule` callable (``loop.call_soon_threadsafe``) and
 returns; reading text boxes, validating and deciding happen on the loop.
@@ -60,6 +64,9 @@ Schedule = Callable[..., None]
 """``schedule(fn, *args)``: run ``fn(*args)`` on the kernel loop (thread-safe)."""
 Decide = Callable[[str, str, Any], None]
 """``decide(call_id, action, payload)`` on the loop; action: approve, deny, edit, result, always."""
+Validate = Callable[[str, dict[str, Any], Any], Any]
+"""``validate(tool name, args, pending)``: raises when edited arguments do not fit the tool (a
+sub-agent's call's `pending` names whose tool it is)."""
 
 _HIDDEN = "none"
 _NOTICE = (f"{theme.css('border-left', theme.WARN.within('3px solid {}'))};padding:2px 8px;margin:2px 0;"
@@ -103,8 +110,7 @@ class ToolRow(widgets.VBox):
     `PendingCall` the person sees while it waits (decisions carry exactly that object)."""
 
     def __init__(self, call_id: str, name: str, args: Any, status: str = "queued", *,
-                 schedule: Schedule, decide: Decide,
-                 validate: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+                 schedule: Schedule, decide: Decide, validate: Validate | None = None) -> None:
         self.call_id = call_id
         self.name = name
         self.args = args
@@ -133,6 +139,9 @@ class ToolRow(widgets.VBox):
         self.html = widgets.HTML(layout=widgets.Layout(margin="0"))
         self.actions = widgets.VBox(layout=widgets.Layout(display=_HIDDEN, padding="2px 6px 6px 6px"))
         self.buttons: dict[str, widgets.Button] = {}
+        self.steps: widgets.Widget | None = None
+        """An agent call's sub-agent steps (`attach_steps`), under the row, collapsed at first."""
+        self.steps_toggle: widgets.Button | None = None
         super().__init__([self.html, self.actions], layout=widgets.Layout(width="100%"))
         self.add_class("nbagent-tool-row")
         self._render()
@@ -147,7 +156,8 @@ class ToolRow(widgets.VBox):
             extra["edited_from"], args = args, self.edited_args
         if self.message is not None:
             extra.update(display=self.message.display, images=self.message.images)
-        value = tool_row_html(self.name, args, self.status, self.result, is_error=self.is_error,
+        name = self.pending.label if waiting and self.pending is not None else self.name  # "researcher → ..."
+        value = tool_row_html(name, args, self.status, self.result, is_error=self.is_error,
                               duration_s=self.duration_s, full_args=waiting,
                               elapsed_s=time.perf_counter() - self._started if ticking else None,  # type: ignore[operator]
                               **extra)
@@ -231,7 +241,7 @@ class ToolRow(widgets.VBox):
         deny = themed_button("Deny", "danger", "answer the model that you denied it")
         edit = themed_button("Edit", "", "change the arguments (a diff shows what changes), then approve")
         always = themed_button(f"Always allow {pending.name}", "",
-                         f"approve this and every later {pending.name} call of this thread")
+                               f"approve this and every later {pending.name} call of this thread")
         reason = widgets.Text(placeholder="reason for the model (optional)", continuous_update=True,
                               layout=widgets.Layout(width="60%"))
         confirm = themed_button("Confirm deny", "danger")
@@ -257,6 +267,9 @@ class ToolRow(widgets.VBox):
         self.deny_reason = reason
         self._guard_edit(force=True)
         bar = [deny] if unavailable else [approve, deny, edit, always]
+        if pending.nested:  # a sub-agent's tool: decided call by call (its thread is not the view's)
+            self.buttons.pop("Always allow", None)
+            bar = [b for b in bar if b is not always]
         return [widgets.HBox(bar), deny_box] + ([] if unavailable else [edit_box])
 
     def _edit_controls(self, pending: PendingCall) -> widgets.VBox:
@@ -340,7 +353,7 @@ class ToolRow(widgets.VBox):
             return
         if self._validate is not None:
             try:
-                self._validate(self.name, args)
+                self._validate(self.name, args, self.pending)
             except Exception as exc:
                 error.value = f'<span style="{ERROR}">{escape(exc)}</span>'
                 return
@@ -351,6 +364,31 @@ class ToolRow(widgets.VBox):
         if not self.decided and self.pending is not None:
             self.edited_args = args  # shown with its badge while the edited call waits to run
         self._decide_now("edit", args)
+
+    # ------------------------------------------------------------------ a sub-agent's steps
+    def attach_steps(self, steps: widgets.Widget, label: str) -> None:
+        """Show an agent call's sub-agent steps (`steps`, a run log) under the row: indented,
+        collapsed, with a toggle that says whose they are."""
+        self.steps = steps
+        toggle = widgets.Button(description=f"▸ {label}", tooltip=f"show or hide the steps of {label}",
+                                layout=widgets.Layout(width="auto", margin="0 0 2px 0", align_self="flex-start"))
+        toggle.add_class("nbagent-steps-toggle")
+        toggle.on_click(lambda _: self._schedule(self.expand, not self._expanded()))
+        self.steps_toggle = toggle
+        steps.layout.display = _HIDDEN
+        steps.add_class("nbagent-subrun")  # indented, with a rule down its left (view.css)
+        self.children = (*self.children, toggle, steps)  # type: ignore[has-type]
+
+    def _expanded(self) -> bool:
+        return self.steps is not None and self.steps.layout.display != _HIDDEN
+
+    def expand(self, show: bool = True) -> None:
+        """Show (or hide) the sub-agent steps under the row."""
+        if self.steps is None or self.steps_toggle is None or self._expanded() == show:
+            return
+        self.steps.layout.display = "flex" if show else _HIDDEN
+        label = self.steps_toggle.description[2:]
+        self.steps_toggle.description = ("▾ " if show else "▸ ") + label
 
     def lock(self, status: str = "queued") -> None:
         """A decision was made: disable the controls and show `status` until the run reports."""
@@ -375,8 +413,7 @@ def _normalized(text: str, args: Any, shown: str) -> str:
 class ToolTable(widgets.VBox):
     """The tool calls of one model answer: a header and one `ToolRow` per call."""
 
-    def __init__(self, *, schedule: Schedule, decide: Decide,
-                 validate: Callable[[str, dict[str, Any]], Any] | None = None) -> None:
+    def __init__(self, *, schedule: Schedule, decide: Decide, validate: Validate | None = None) -> None:
         self._schedule, self._decide, self._validate = schedule, decide, validate
         self.rows: dict[str, ToolRow] = {}
         super().__init__([widgets.HTML(table_header_html())],

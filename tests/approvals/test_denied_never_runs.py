@@ -6,7 +6,7 @@ thread: a resume in code, a resume after a restart (a new process over the same 
 after the model call that followed the denial failed, the view's Deny button, a replayed run, an
 MCP server's tool and the ``python`` tool. Every real run of a tool is written down (`Ledger`, the
 MCP server's log, the kernel namespace), so "never ran" is checked where the side effect lands.
-Sub-agents are not built yet (#44): their path is listed as pending in docs/approvals.md.
+A sub-agent's call denied in the top cell is class 7's (`test_nested_agents.py`).
 """
 
 from __future__ import annotations

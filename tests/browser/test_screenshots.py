@@ -37,7 +37,8 @@ WIDTH = 1100
 DARK = "JupyterLab Dark"
 LIGHT = "JupyterLab Light"
 
-WAITING_FOR_A_CLICK = {"02_approve_tools": "book_table", "06_mcp_tools": "add_note", "08_notebook_as_context": "python"}
+WAITING_FOR_A_CLICK = {"02_approve_tools": "book_table", "06_mcp_tools": "add_note", "08_notebook_as_context": "python",
+                      "11_sub_agents": "researcher → delete_file"}
 """The notebooks whose view asks for approval: after Run All its row still waits, buttons live."""
 
 CELL_PICTURES = {"08_notebook_as_context": (5, "agent_magic.png")}
@@ -161,7 +162,7 @@ def _run_all(page: NotebookPage) -> None:
 
 NOTEBOOK_NAMES = ["01_quickstart", "02_approve_tools", "03_token_costs", "04_state_and_history",
                   "05_structured_output", "06_mcp_tools", "07_batch_on_a_cluster", "08_notebook_as_context",
-                  "09_evals_and_forecasts", "10_long_sessions"]
+                  "09_evals_and_forecasts", "10_long_sessions", "11_sub_agents", "12_guardrails"]
 
 
 @pytest.mark.parametrize("stem", NOTEBOOK_NAMES)

@@ -99,14 +99,14 @@ class Screen:
 
     # ChatLayout
     def show_history(self, messages: Sequence[Message], skip_call_ids: Sequence[str], *,
-                     replayed: Sequence[int] = ()) -> None:
+                     replayed: Sequence[int] = (), subruns: Any = None) -> None:
         self.history = list(messages)
 
     def show_usage(self, tally: Any, *, token_budget: int | None = None, cost_budget: float | None = None) -> None:
         self.usage_labels.append("running" if tally.running else "idle")
         self.tally = tally
 
-    def show_conversation(self, messages: Sequence[Message]) -> None:
+    def show_conversation(self, messages: Sequence[Message], subruns: Any = None) -> None:
         self.conversation = list(messages)
 
     def unsend(self, message: UserMessage) -> None:

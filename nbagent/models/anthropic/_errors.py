@@ -25,9 +25,9 @@ from typing import Any
 
 import anthropic
 
-from ...exceptions import BadRequestError, ContextOverflowError, ModelError, StreamInterruptedError, error_for_status
+from ...exceptions import BadRequestError, ContextOverflowError, ModelError, error_for_status
 from .._fields import field
-from .._http_errors import ErrorSource, ErrorTable
+from .._http_errors import ErrorSource, ErrorTable, refused_words, transient_error
 
 __all__ = ["AnthropicErrors", "context_overflow"]
 
@@ -109,12 +109,15 @@ class AnthropicErrors(ErrorTable):
         text = str(said) + (f" [{kind}]" if kind else "") + self.hint(model, status)
         return _http_error(model, status, text, body, retry_after, kind, said)
 
-    def stream_error(self, model: ErrorSource, error: Any, fallback: str | None = None) -> ModelError:
-        """The nbagent error for an ``error`` event inside a started stream, sorted like an HTTP
-        error of the status its ``type`` stands for: ``overloaded_error`` / ``api_error`` (and an
-        unknown type) are a retried `StreamInterruptedError`, ``rate_limit_error`` a retried
-        `RateLimitError`, ``invalid_request_error`` a `BadRequestError` (a `ContextOverflowError`
-        when the prompt is too long), ... (``status_code`` stays None: the HTTP status was 200)."""
+    def stream_error(self, model: ErrorSource, error: Any, fallback: str | None = None, *,
+                     in_stream: bool = True) -> ModelError:
+        """The nbagent error for an ``error`` event inside a started stream (``in_stream=False``:
+        an error object sent as the whole answer, with a 2xx status), sorted like an HTTP error of
+        the status its ``type`` stands for: ``overloaded_error`` / ``api_error`` (and an unknown
+        type) are a retried `StreamInterruptedError` (a `ResponseBodyError` for a whole answer),
+        ``rate_limit_error`` a retried `RateLimitError`, ``invalid_request_error`` a
+        `BadRequestError` (a `ContextOverflowError` when the prompt is too long), ...
+        (``status_code`` stays None: the HTTP status was 200)."""
         message = field(error, "message")
         kind = field(error, "type")
         if not isinstance(message, str) or not message:
@@ -122,9 +125,8 @@ class AnthropicErrors(ErrorTable):
         words = message + (f" [{kind}]" if isinstance(kind, str) and kind else "")
         status = _ERROR_TYPES.get(kind) if isinstance(kind, str) else None
         if status is None or status >= 500 or status in (408, 409):
-            return StreamInterruptedError(f"the streamed answer broke off: {words}", body=error,
-                                          provider=model.provider)
-        said = f"the server ended the stream with an error: {words}{self.hint(model, status)}"
+            return transient_error(model, words, error, None, in_stream=in_stream)
+        said = f"{refused_words(in_stream)}{words}{self.hint(model, status)}"
         err = _http_error(model, status, said, error, None, kind, message)
         err.status_code = None
         return err

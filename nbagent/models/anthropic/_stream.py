@@ -5,6 +5,10 @@ Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a 
 (`stream_items`, the per-event loop, and `_StreamAssembler`, fed the SDK's decoded events one by
 one: text deltas, tool input from ``input_json_delta``, reasoning from ``thinking_delta``,
 signatures from ``signature_delta``),
+the shapes of the events it reads (`malformed`: an event whose ``delta``, ``message``,
+``content_block`` is no object, whose ``index`` is no integer, whose text, tool input, thinking or
+signature is no string, is a retried `ModelResponseError` naming it; the SDK's decoder builds its
+events without checking them),
 stop reasons (`finish_reason`; ``refusal`` as a `ContentFilterError` on the response), token
 counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its content as sent
 (`paused_content`) and its parts joined into one answer (`joined`). A ``redacted_thinking`` block
@@ -81,6 +85,49 @@ def refusal_error(stop_details: Any, text: str) -> ContentFilterError:
         "Anthropic asks that the turn that caused it be removed or rephrased: continue in a new thread",
         category=category, explanation=explanation, text=text, provider="anthropic",
     )
+
+
+_JSON_TYPES = {str: "a string", bool: "a boolean", int: "a number", float: "a number", list: "an array",
+               dict: "an object"}
+
+
+def _json_type(value: Any) -> str:
+    """What a JSON value is, in JSON's words (``missing or null`` for None)."""
+    if value is None:
+        return "missing or null"
+    return _JSON_TYPES.get(type(value), "an object")
+
+
+def malformed(event: str, name: str, value: Any, wanted: str) -> ModelResponseError:
+    """The error for an event of the stream whose field `name` is not `wanted`: the answer it
+    belongs to cannot be trusted, none of it is kept, and the call is retried like a stream cut
+    off (a server's or proxy's glitch passes)."""
+    return ModelResponseError(
+        f"the stream sent a malformed {event} event: its {name} is {_json_type(value)}, not {wanted}",
+        provider="anthropic", retryable=True,
+    )
+
+
+def _is_object(value: Any) -> bool:
+    """An event's part is an object: the SDK's model of it, or a dict (not a JSON scalar or array)."""
+    return value is not None and not isinstance(value, (str, int, float, list))
+
+
+def _index(event: Any, kind: str) -> int:
+    index = field(event, "index")
+    if type(index) is not int:  # a bool is no index either
+        raise malformed(kind, "index", index, "an integer")
+    return index
+
+
+def _text(part: Any, name: str, event: str, where: str) -> str:
+    """Field `name` of `part`, which must be a string ("" when missing: a block may start empty)."""
+    value = field(part, name)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise malformed(event, f"{where}.{name}", value, "a string")
+    return value
 
 
 def _answer(texts: list[str], reasoning: list[str], thinking_blocks: list[dict[str, Any]], calls: list[ToolCall],
@@ -210,26 +257,40 @@ class _StreamAssembler:
         return self.response()
 
     def handle(self, event: Any) -> str | None:
-        """Take one event; returns the text or `ReasoningText` delta it carries, if any."""
+        """Take one event; returns the text or `ReasoningText` delta it carries, if any. (The
+        shape checks of a delta event cost nothing until one fails: a delta that is no object has
+        no known ``type``, an event that is no object no ``type`` at all.)"""
         kind = field(event, "type")
         if kind == "content_block_delta":
-            return self._delta(field(event, "index"), field(event, "delta"))
+            index = field(event, "index")
+            if type(index) is not int:  # a bool is no index either
+                raise malformed(kind, "index", index, "an integer")
+            return self._delta(index, field(event, "delta"))
         if kind == "content_block_start":
-            return self._start(field(event, "index"), field(event, "content_block") or {})
+            block = field(event, "content_block")
+            if not _is_object(block) or not isinstance(field(block, "type"), str):
+                raise malformed(kind, "content_block", block, "a block object with a type")
+            return self._start(_index(event, kind), block)
         if kind == "message_start":
+            message = field(event, "message")
+            if not _is_object(message):
+                raise malformed(kind, "message", message, "an object")
             self.started = True
-            message = field(event, "message") or {}
-            self.model = field(message, "model") or None
-            self.request_id = self.request_id or field(message, "id") or None
+            self.model = _text(message, "model", kind, "message") or None
+            self.request_id = self.request_id or _text(message, "id", kind, "message") or None
             self.merge_usage(field(message, "usage"))
         elif kind == "message_delta":
-            delta = field(event, "delta") or {}
-            self.stop_reason = field(delta, "stop_reason") or self.stop_reason
+            delta = field(event, "delta")
+            if not _is_object(delta):
+                raise malformed(kind, "delta", delta, "an object")
+            self.stop_reason = _text(delta, "stop_reason", kind, "delta") or self.stop_reason
             self.stop_details = field(delta, "stop_details") or self.stop_details
             self.merge_usage(field(event, "usage"))
         elif kind == "message_stop":
             self.stopped = True
-        # ping, content_block_stop: nothing to do
+        elif kind is None and not _is_object(event):
+            raise malformed("stream", "event", event, "an object")
+        # ping, content_block_stop, an event type not known yet: nothing to do
         return None
 
     def _delta(self, index: int, delta: Any) -> str | None:
@@ -239,44 +300,53 @@ class _StreamAssembler:
             block = self.blocks[index] = _Block("text" if dkind == "text_delta" else "unknown")
         if dkind == "text_delta":
             text = field(delta, "text")
+            if type(text) is not str:
+                raise malformed("content_block_delta", "delta.text", text, "a string")
             if text:
                 block.parts.append(text)
-                return text  # type: ignore[no-any-return]
+                return text
         elif dkind == "input_json_delta":
-            block.parts.append(field(delta, "partial_json") or "")
+            block.parts.append(_text(delta, "partial_json", "content_block_delta", "delta"))
         elif dkind == "thinking_delta":
-            thinking = field(delta, "thinking")
+            thinking = _text(delta, "thinking", "content_block_delta", "delta")
             if thinking:
                 block.parts.append(thinking)
                 return ReasoningText(thinking)
         elif dkind == "signature_delta":
-            block.signature.append(field(delta, "signature") or "")
+            block.signature.append(_text(delta, "signature", "content_block_delta", "delta"))
         elif dkind == "citations_delta":
             block.citations.append(field(delta, "citation"))  # kept only to send a paused turn back
+        elif not _is_object(delta):
+            raise malformed("content_block_delta", "delta", delta, "an object")
         # other deltas carry nothing nbagent keeps
         return None
 
     def _start(self, index: int, cb: Any) -> str | None:
         ckind = field(cb, "type")
+        event = "content_block_start"
         delta: str | None = None
         if ckind == "tool_use":
-            block = _Block("tool_use", field(cb, "id") or "", field(cb, "name") or "", start=cb)
+            block = _Block("tool_use", _text(cb, "id", event, "content_block"),
+                           _text(cb, "name", event, "content_block"), start=cb)
             if field(cb, "input"):  # a whole input in the start event (no deltas follow then)
                 block.parts.append(json.dumps(field(cb, "input")))
         elif ckind == "text":
             block = _Block("text", start=cb)
-            if field(cb, "text"):
-                block.parts.append(field(cb, "text"))
-                delta = field(cb, "text")
+            text = _text(cb, "text", event, "content_block")
+            if text:
+                block.parts.append(text)
+                delta = text
         elif ckind == "thinking":
             block = _Block("thinking", start=cb)
-            if field(cb, "thinking"):
-                block.parts.append(field(cb, "thinking"))
-                delta = ReasoningText(field(cb, "thinking"))
-            if field(cb, "signature"):
-                block.signature.append(field(cb, "signature"))
+            thinking = _text(cb, "thinking", event, "content_block")
+            if thinking:
+                block.parts.append(thinking)
+                delta = ReasoningText(thinking)
+            signature = _text(cb, "signature", event, "content_block")
+            if signature:
+                block.signature.append(signature)
         elif ckind == "redacted_thinking":
-            block = _Block("redacted_thinking", data=field(cb, "data") or "", start=cb)
+            block = _Block("redacted_thinking", data=_text(cb, "data", event, "content_block"), start=cb)
             delta = ReasoningText(REDACTED_THINKING)
         else:
             block = _Block(str(ckind), start=cb)  # server tool blocks: not nbagent's to run

@@ -20,9 +20,9 @@ from typing import Any
 
 import openai
 
-from ...exceptions import ContextOverflowError, ModelError, ModelHTTPError, StreamInterruptedError, error_for_status
+from ...exceptions import ContextOverflowError, ModelError, ModelHTTPError, error_for_status
 from .._fields import extras, field, positive
-from .._http_errors import ErrorSource, ErrorTable
+from .._http_errors import ErrorSource, ErrorTable, refused_words, transient_error
 
 __all__ = ["OpenAIErrors", "context_overflow", "stream_error_status"]
 
@@ -199,18 +199,21 @@ class OpenAIErrors(ErrorTable):
         text = str(said) + self.hint(model, status)
         return _http_error(model, status, text, body, _permanent_http_error(status, body, text), retry_after)
 
-    def stream_error(self, model: ErrorSource, error: Any, fallback: str | None = None) -> ModelError:
-        """The nbagent error for an error object a server sent inside an already started stream.
+    def stream_error(self, model: ErrorSource, error: Any, fallback: str | None = None, *,
+                     in_stream: bool = True) -> ModelError:
+        """The nbagent error for an error object a server sent inside an already started stream
+        (``in_stream=False``: as the whole answer, with a 2xx status; the words then speak of no
+        stream).
 
         A request the server refuses (a 4xx other than 408 / 409 / 429, or a word such as
         ``invalid_request_error``, ``context_length_exceeded``, ``invalid_api_key``,
         ``model_not_found``) fails at once: `BadRequestError` (`ContextOverflowError` when it does
         not fit the context window), `AuthenticationError`, `NotFoundError`, or `ModelHTTPError`
-        (402 and other 4xx). A rate limit is a retried
-        `RateLimitError`; anything else (``server_error``, overloaded, 5xx, an unknown error) a
-        retried `StreamInterruptedError`. ``status_code`` is set only when the server put a status
-        in the object. The message is the server's own (OpenRouter's upstream ``metadata.raw``
-        included) followed by its type and code.
+        (402 and other 4xx). A rate limit is a retried `RateLimitError`; anything else
+        (``server_error``, overloaded, 5xx, an unknown error) a retried `StreamInterruptedError`
+        (a retried `ResponseBodyError` for a whole answer). ``status_code`` is set only when the
+        server put a status in the object. The message is the server's own (OpenRouter's upstream
+        ``metadata.raw`` included) followed by its type and code.
         """
         if isinstance(error, str):
             words, body = error, error
@@ -232,10 +235,8 @@ class OpenAIErrors(ErrorTable):
         status = stream_error_status(error)
         permanent = None if status is None else _permanent_http_error(status, error, words)
         if status is None or ((status >= 500 or status in (408, 409)) and not permanent):
-            return StreamInterruptedError(
-                f"the streamed answer broke off: {words}", status_code=given, body=body, provider=model.provider
-            )
-        said = f"the server ended the stream with an error: {words}{self.hint(model, status)}"
+            return transient_error(model, words, body, given, in_stream=in_stream)
+        said = f"{refused_words(in_stream)}{words}{self.hint(model, status)}"
         err = _http_error(model, status, said, body, permanent)
         err.status_code = given  # a status the server did not send is not shown as one
         return err

@@ -24,6 +24,7 @@ this package's `_sdk_model`, `_responses_wire`, `_responses_stream`.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
@@ -34,11 +35,12 @@ from openai import AsyncOpenAI
 from ...exceptions import ModelError, ModelResponseError, UserError
 from ...messages import AssistantMessage
 from .._deadline import DEFAULT_DEADLINE, within
-from .._http import DEFAULT_TIMEOUT, Reading
+from .._http import DEFAULT_TIMEOUT, Reading, Streamed
 from .._keys import scrub_error
+from .._sse import json_events
 from .._whole_body import body_error
 from ..base import ModelRequest, ModelResponse, StreamItem
-from ._responses_stream import response_answer, response_counts, response_stream_items
+from ._responses_stream import response_answer, response_counts, response_stream_items, sdk_events
 from ._responses_wire import check_settings, input_items, responses_params
 from ._sdk_model import OpenAISDKModel
 
@@ -73,6 +75,11 @@ class OpenAIResponsesModel(OpenAISDKModel):
             on OpenAI's side, never locally, and need no approval; their items stay with the answer.
         encrypted_reasoning: ask for ``reasoning.encrypted_content``; None (default): when
             ``store`` is False and reasoning is configured or the model reasons (``o*``, ``gpt-5*``).
+        sdk_stream: read a streamed answer as the ``openai`` SDK's parsed events
+            (``responses.create(stream=True)``) instead of nbagent's own reader of the stream's
+            bytes (`models._sse.json_events`, the default). The same answer either way; the SDK's
+            events cost five to six times as much kernel CPU per delta (bench/README.md, "Fast
+            paths"). For a server whose stream nbagent's reader does not read right.
         provider, settings, timeout, max_retries, client, http_client, deadline, context_window:
             as for `OpenAIModel` (both are `OpenAISDKModel`s); `settings` are ``responses.create``'s
             (``max_output_tokens``, or nbagent's ``max_tokens``; ``temperature``, ``text``,
@@ -93,6 +100,7 @@ class OpenAIResponsesModel(OpenAISDKModel):
         store: bool = False,
         builtin_tools: Sequence[Mapping[str, Any]] = (),
         encrypted_reasoning: bool | None = None,
+        sdk_stream: bool = False,
         provider: str = "openai",
         settings: Mapping[str, Any] | None = None,
         timeout: float | Any = DEFAULT_TIMEOUT,
@@ -108,6 +116,7 @@ class OpenAIResponsesModel(OpenAISDKModel):
             deadline=deadline, context_window=context_window,
         )
         self.store = bool(store)
+        self.sdk_stream = bool(sdk_stream)
         self.reasoning: dict[str, Any] = {}
         if reasoning_effort is not None:
             self.reasoning["effort"] = reasoning_effort
@@ -138,9 +147,19 @@ class OpenAIResponsesModel(OpenAISDKModel):
     def _resource(self, client: AsyncOpenAI) -> Any:
         return client.responses
 
+    async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
+        """The started stream, as the JSON objects of its events: read from the HTTP response's
+        bytes by `json_events` (the SDK still sends the request, with its auth, retries and error
+        statuses), or, with `sdk_stream`, made of the SDK's parsed events."""
+        if self.sdk_stream:
+            stream = await client.responses.create(**params)
+            return Streamed(sdk_events(stream), stream.response, stream.close)
+        response = (await client.responses.with_raw_response.create(**params)).http_response
+        return Streamed(json_events(response.aiter_bytes(), self.provider), response, response.aclose)
+
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
-        """`_responses_stream.response_stream_items` over the SDK's events."""
+        """`_responses_stream.response_stream_items` over the JSON objects of the stream's events."""
         return response_stream_items(events, reading.request_id, reading.fail, reading.empty, reading.provider)
 
     def read_answer(self, body: dict[str, Any], reading: Reading) -> ModelResponse | None:
@@ -152,7 +171,7 @@ class OpenAIResponsesModel(OpenAISDKModel):
     def map_completion(self, raw: Any) -> ModelResponse:
         """Map a whole response (its JSON dict, or the SDK's ``Response``) to a `ModelResponse`."""
         data = raw if isinstance(raw, dict) else raw.to_dict()
-        return response_answer(data, self.stream_error, self.provider)
+        return response_answer(data, functools.partial(self.stream_error, in_stream=False), self.provider)
 
     # ------------------------------------------------------------------ native compaction
     async def compact(self, request: ModelRequest) -> ModelResponse:

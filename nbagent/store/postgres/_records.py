@@ -41,7 +41,7 @@ def _usage_json(row: ModelCallUsage) -> list[Any]:
         row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
         _finite(row.latency_s), row.finish_reason, row.tool_calls, _finite(row.cost_input),
         _finite(row.cost_output), _finite(row.cost_total), row.currency, bool(row.usage_reported), row.purpose,
-        row.context, bool(row.replayed), _finite(row.recorded_cost),
+        row.context, bool(row.replayed), _finite(row.recorded_cost), row.agent, row.depth, row.parent_call_id,
     ]
 
 
@@ -51,6 +51,7 @@ def _usage_row(values: list[Any]) -> ModelCallUsage:
             values[i] = float(values[i])
     row = ModelCallUsage(*values)
     row.replayed = bool(row.replayed)  # NULL in a row written before the column existed
+    row.depth = row.depth or 0
     return row
 
 

@@ -19,12 +19,13 @@ from ..base import ERROR_KEPT
 
 __all__ = ["SCHEMA_VERSION", "USAGE_TYPES", "check", "migrate", "quote_schema"]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The newest schema this nbagent creates and reads (rows of ``<schema>.schema_version``).
 Version 2 gives checkpoints the run's ``run_id``, ``stop_reason`` and ``error``; version 3 adds
 the functions ``load_thread`` and ``begin_thread`` and drops the index on ``threads.updated``;
 version 4 gives usage rows their ``purpose``; version 5 their ``context`` (the request's size by
-part)."""
+part); version 6 their ``agent``, ``depth`` and ``parent_call_id`` (where in a tree of agents the
+call was made)."""
 
 USAGE_TYPES = {
     "run_id": "text", "thread": "text", "step": "integer", "time": "double precision",
@@ -33,13 +34,14 @@ USAGE_TYPES = {
     "latency_s": "double precision", "finish_reason": "text", "tool_calls": "integer",
     "cost_input": "double precision", "cost_output": "double precision",
     "cost_total": "double precision", "currency": "text", "usage_reported": "boolean", "purpose": "text",
-    "context": "text", "replayed": "boolean", "recorded_cost": "double precision",
+    "context": "text", "replayed": "boolean", "recorded_cost": "double precision", "agent": "text",
+    "depth": "integer", "parent_call_id": "text",
 }
 """The usage table's columns (the same names and order as SQLite's ``usage`` table)."""
 assert tuple(USAGE_TYPES) == USAGE_FIELDS
 
-_ADDED_USAGE = ("purpose", "context", "replayed", "recorded_cost")
-"""Usage columns later versions add (`_version_4`, `_version_5`): not in version 1's table."""
+_ADDED_USAGE = ("purpose", "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id")
+"""Usage columns later versions add (`_version_4`, `_version_5`, `_version_6`): not in version 1's table."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -319,7 +321,14 @@ def _replay_columns(s: str) -> list[str]:
     ]
 
 
-MIGRATIONS = [_version_1, _version_2, _version_3, _version_4, _version_5]
+def _version_6(s: str) -> list[str]:
+    """Usage rows get ``agent``, ``depth`` and ``parent_call_id`` (`ModelCallUsage.agent`): NULL,
+    0 (the column's default) and NULL in the rows already there, made by agents run directly."""
+    return [f"ALTER TABLE {s}.usage ADD COLUMN agent text", f"ALTER TABLE {s}.usage ADD COLUMN depth integer DEFAULT 0",
+            f"ALTER TABLE {s}.usage ADD COLUMN parent_call_id text"]
+
+
+MIGRATIONS = [_version_1, _version_2, _version_3, _version_4, _version_5, _version_6]
 """Migration *i* (0-based) brings a schema from version *i* to *i + 1*; each returns its
 statements for a quoted schema name. A new one is appended here and `SCHEMA_VERSION` raised.
 The functions (`_functions`, for the newest schema) are created after them."""

@@ -22,11 +22,11 @@ USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
     "cache_write_tokens", "output_tokens", "reasoning_tokens", "latency_s", "finish_reason",
     "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported", "purpose",
-    "context", "replayed", "recorded_cost",
+    "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id",
 )
 """The usage table's data columns, in `ModelCallUsage` field order (format 1's, ``purpose``,
-which a format 1 or 2 file gets when it is opened, and ``context``, which a format 1 to 3 file
-gets: `_migrate`)."""
+which a format 1 or 2 file gets when it is opened, ``context``, which a format 1 to 3 file
+gets, and ``agent``, ``depth`` and ``parent_call_id``, which a format 1 to 4 file gets: `_migrate`)."""
 
 _USAGE_TYPES = {
     "run_id": "TEXT", "thread": "TEXT", "step": "INTEGER", "time": "REAL", "provider": "TEXT",
@@ -35,6 +35,7 @@ _USAGE_TYPES = {
     "latency_s": "REAL", "finish_reason": "TEXT", "tool_calls": "INTEGER", "cost_input": "REAL",
     "cost_output": "REAL", "cost_total": "REAL", "currency": "TEXT", "usage_reported": "INTEGER",
     "purpose": "TEXT DEFAULT 'run'", "context": "TEXT", "replayed": "INTEGER DEFAULT 0", "recorded_cost": "REAL",
+    "agent": "TEXT", "depth": "INTEGER DEFAULT 0", "parent_call_id": "TEXT",
 }
 
 _SCHEMA = f"""
@@ -301,7 +302,8 @@ ON CONFLICT (thread, version) DO UPDATE SET
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring an older file to `FORMAT_VERSION` in one transaction: format 1 to 2
-    (`_add_run_columns`), format 2 to 3 (`_add_purpose`), then format 3 to 4 (`_add_context`).
+    (`_add_run_columns`), format 2 to 3 (`_add_purpose`), format 3 to 4 (`_add_context`), then
+    format 4 to 5 (`_add_tree`).
 
     The format number goes up with each because an older nbagent must not write to the file:
     one that reads format 1 only writes checkpoints without naming their columns, which fails on
@@ -319,7 +321,9 @@ def _migrate(conn: sqlite3.Connection) -> None:
             _add_purpose(conn)
         if version < 4:
             _add_context(conn)
+        if version < 5:  # (a format 4 file may predate the replay columns: they come here too)
             _add_replay(conn)
+            _add_tree(conn)
         if version < FORMAT_VERSION:
             conn.execute("UPDATE nbagent_meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
         conn.execute("COMMIT")
@@ -355,6 +359,16 @@ def _add_context(conn: sqlite3.Connection) -> None:
     rows already there: not measured). Chunks without it read as NULL (`_columnar.ADDED_COLUMNS`)."""
     if "context" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:
         conn.execute(f"ALTER TABLE usage ADD COLUMN context {_USAGE_TYPES['context']}")
+
+
+def _add_tree(conn: sqlite3.Connection) -> None:
+    """Format 4 to 5, in `_migrate`'s transaction: the usage table gets ``agent`` (NULL),
+    ``depth`` (0) and ``parent_call_id`` (NULL): every row already there was made by an agent run
+    directly (sub-agents came with format 5). Chunks without them read so (`_columnar.ADDED_COLUMNS`)."""
+    columns = {r[1] for r in conn.execute("PRAGMA table_info(usage)")}
+    for name in ("agent", "depth", "parent_call_id"):
+        if name not in columns:
+            conn.execute(f"ALTER TABLE usage ADD COLUMN {name} {_USAGE_TYPES[name]}")
 
 
 _RECORDINGS_SCHEMA = """

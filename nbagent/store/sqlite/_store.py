@@ -100,7 +100,7 @@ def _usage_values(row: ModelCallUsage, thread: str) -> tuple[Any, ...]:
         row.cache_read_tokens, row.cache_write_tokens, row.output_tokens, row.reasoning_tokens,
         row.latency_s, row.finish_reason, row.tool_calls, row.cost_input, row.cost_output,
         row.cost_total, row.currency, int(row.usage_reported), row.purpose,
-        row.context, int(row.replayed), row.recorded_cost,
+        row.context, int(row.replayed), row.recorded_cost, row.agent, row.depth, row.parent_call_id,
     )
 
 
