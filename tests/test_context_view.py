@@ -326,3 +326,62 @@ def test_the_written_out_scaling_and_json_give_what_the_plain_ones_give() -> Non
     for text in texts:
         digits = sum(map(text.count, "0123456789"))
         assert text_tokens(text) == math.ceil((len(text) - digits) / 4) + digits
+
+
+# ---------------------------------------------------------- a thread replaced between two runs
+def lifecycle(kind: str, cached: bool, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Turns with compaction on a thread, a fork at an earlier prompt whose text is edited (much
+    longer), the fork resumed, the first thread continued by the same model, then the store opened
+    again (a new `SQLiteStore` on the file, as after a kernel restart: new message objects) and
+    both threads continued by the same model and by a new one. Each run's gauge and usage rows."""
+    import asyncio
+
+    from nbagent.store import MemoryStore, SQLiteStore
+
+    monkeypatch.setattr(_view, "CACHED", cached)
+    monkeypatch.setattr(sys.modules[__name__], "CALLS", itertools.count())
+    path = tmp_path / f"{cached}.db"
+    store: Any = MemoryStore() if kind == "memory" else SQLiteStore(path)
+    model = FunctionModel(answer, context_window=3_000)
+
+    def agent(store: Any, model: FunctionModel) -> Agent:
+        return Agent(model, tools=[get_rows, get_log], system="Be brief.", store=store, max_result_fraction=0.05,
+                     compaction=Compaction(at=0.5, keep_last=4))
+
+    seen: list[Any] = []
+
+    def keep(result: Any) -> Any:
+        assert result.status == "completed", result.error
+        seen.append((result.context.tokens, dict(result.context.by_part),
+                     [(u.input_tokens, u.context) for u in result.usage.calls]))
+        return result
+
+    first = agent(store, model)
+    thread = None
+    for turn in range(8):
+        thread = keep(first.run_sync(f"turn {turn}: rows please", thread=thread)).thread
+    state = asyncio.run(store.load(thread))
+    at = next(i for i, m in enumerate(state.messages) if m.kind == "user" and m.content.startswith("turn 3:"))
+    fork = first.fork_sync(thread, at_step=state.message_steps[at],
+                           edit="turn 30: rows please, " + "and every other table we keep " * 40)
+    forked = asyncio.run(store.load(fork))
+    assert forked.messages[-1].kind == "user" and forked.messages[-1].content.startswith("turn 30:")
+    keep(first.resume_sync(thread=fork))
+    keep(first.run_sync("turn 8: rows please", thread=thread))
+    keep(first.run_sync("turn 31: rows please", thread=fork))
+    reopened = SQLiteStore(path) if kind == "sqlite" else store
+    for again in (agent(reopened, model), agent(reopened, FunctionModel(answer, context_window=3_000))):
+        keep(again.run_sync("turn 9: rows please", thread=thread))
+        keep(again.run_sync("turn 32: rows please", thread=fork))
+    assert sum(m.kind == "compaction" for m in asyncio.run(reopened.load(thread)).messages) >= 1
+    return seen
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite"])
+def test_nothing_sized_before_a_fork_an_edit_or_a_reload_is_taken_for_the_new_thread(
+        kind: str, tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sizes held from earlier runs (the fakes' counts per conversation, the tools' sizes) are
+    never taken for a thread whose messages were replaced: a fork with an edited prompt, the first
+    thread continued after it, the store opened again with new message objects. The gauges and
+    the usage rows are what the plain path gives."""
+    assert lifecycle(kind, True, tmp_path, monkeypatch) == lifecycle(kind, False, tmp_path, monkeypatch)
