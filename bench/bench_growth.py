@@ -3,6 +3,7 @@
     .venv/bin/python bench/bench_growth.py              # 5 runs of each arm, ~2 minutes on 2 busy cores
     .venv/bin/python bench/bench_growth.py --quick      # 1 run of each arm
     .venv/bin/python bench/bench_growth.py --runs 9 --steps 1000 --json out.json
+    .venv/bin/python bench/bench_growth.py --source /tmp/main-copy   # another checkout (e.g. main)
 
 The loop (issue #46): an instant `FunctionModel` calls one ``async def`` tool 1,000 times, then
 answers; the tool returns 200 characters. One run is one thread of 2,002 messages. A step is
@@ -43,12 +44,24 @@ from pathlib import Path
 from typing import Any
 
 BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH.parent))  # this checkout's nbagent
+Agent = Tool = ToolCall = FunctionModel = MemoryStore = _view = None  # set by `use`
 
-from nbagent import Agent, Tool, ToolCall  # noqa: E402
-from nbagent.context import _view  # noqa: E402
-from nbagent.models import FunctionModel  # noqa: E402
-from nbagent.store import MemoryStore  # noqa: E402
+
+def use(source: Path) -> None:
+    """Import nbagent from the checkout `source` (this one by default; ``--source`` measures
+    another, e.g. main before issue #46, where there is no switch and only the plain arms run)."""
+    global Agent, Tool, ToolCall, FunctionModel, MemoryStore, _view
+    sys.path.insert(0, str(source))
+    import nbagent
+    from nbagent import Agent, Tool, ToolCall
+    from nbagent.models import FunctionModel
+    from nbagent.store import MemoryStore
+
+    assert Path(nbagent.__file__).resolve().parent.parent == source.resolve(), nbagent.__file__
+    try:
+        from nbagent.context import _view
+    except ImportError:
+        _view = None
 
 GOAL = 1.5
 RESULT = ("It is sunny in Paris, 21 degrees, light wind from the west. " * 4)[:200]
@@ -82,13 +95,16 @@ async def get_weather(city: str) -> str:
 async def one_run(store: str, cached: bool, steps: int, counter: Callable[[], int] | None = None) -> Stamps:
     """One thread of `steps` tool steps on `store` ("memory" or "sqlite"), `cached` or not."""
     stamps = Stamps(steps, counter)
-    old, _view.CACHED = _view.CACHED, cached
+    old = _view.CACHED if _view is not None else False
+    if _view is not None:
+        _view.CACHED = cached
     try:
         options: dict[str, Any] = {"store": MemoryStore()} if store == "memory" else {}
         agent = Agent(FunctionModel(stamps), tools=[Tool.from_function(get_weather)], max_steps=steps + 10, **options)
         result = await agent.run("What is the weather in Paris?")
     finally:
-        _view.CACHED = old
+        if _view is not None:
+            _view.CACHED = old
     assert result.status == "completed" and result.output == "It is sunny.", (result.status, result.error)
     assert len(result.messages) == 2 * steps + 2
     return stamps
@@ -121,12 +137,14 @@ ARMS = [("memory", True), ("sqlite", True), ("memory", False), ("sqlite", False)
 
 
 def arm_name(store: str, cached: bool) -> str:
+    if _view is None:  # a checkout before issue #46: one path
+        return "MemoryStore" if store == "memory" else "SQLite (default)"
     return f"{'MemoryStore' if store == 'memory' else 'SQLite (default)'}, {'running sums' if cached else 'plain path'}"
 
 
 async def amain(args: argparse.Namespace) -> dict[str, Any]:
     """Warm up, then `args.runs` rounds of every arm in a shuffled order, then the call counts."""
-    arms = [a for a in ARMS if args.plain or a[1]]
+    arms = [a for a in ARMS if (args.plain or a[1]) and (_view is not None or not a[1])]
     times: dict[tuple[str, bool], list[tuple[float, float]]] = {a: [] for a in arms}
     for store, cached in arms:  # imports, the SQLite file, first-call caches
         await one_run(store, cached, 20)
@@ -154,7 +172,7 @@ def report(results: dict[str, Any]) -> str:
     """The markdown report."""
     meta = results["meta"]
     lines = [f"## bench_growth.py ({meta['date_utc']}, load {meta['load']}, {meta['steps']:,} steps, "
-             f"{meta['runs']} runs of each arm)", "",
+             f"{meta['runs']} runs of each arm, nbagent from {meta['source']})", "",
              "| arm | CPU a step at 10 | at 1,000 | at 1,000 / at 10 (median of runs, range) | goal "
              "| Python calls a step at 10 / at 1,000 |", "|---|---:|---:|---:|---|---:|"]
     for name, r in results["arms"].items():
@@ -177,9 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-plain", dest="plain", action="store_false", help="leave out the plain path's arms")
     ap.add_argument("--no-calls", dest="calls", action="store_false", help="do not count the Python calls")
     ap.add_argument("--seed", type=int, default=46)
+    ap.add_argument("--source", type=Path, default=BENCH.parent,
+                    help="the checkout whose nbagent is measured (default: this one)")
     ap.add_argument("--json", default=None, help="result file (default bench/results/growth-<utc>.json)")
     args = ap.parse_args(argv)
     args.runs = args.runs or (1 if args.quick else 5)
+    use(args.source)
     os.environ.pop("NBAGENT_STORE", None)
     scratch = tempfile.mkdtemp(prefix="nbagent-growth-")
     cwd = os.getcwd()
@@ -193,7 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     results = {"meta": {"date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                         "python": platform.python_version(), "platform": platform.platform(terse=True),
                         "cpus": os.cpu_count(), "load": " ".join(f"{x:.1f}" for x in os.getloadavg()),
-                        "steps": args.steps, "runs": args.runs, "seconds": round(time.perf_counter() - t0, 1),
+                        "steps": args.steps, "runs": args.runs, "source": str(args.source),
+                        "seconds": round(time.perf_counter() - t0, 1),
                         "argv": sys.argv[1:]}, "arms": arms}
     text = report(results)
     print()
