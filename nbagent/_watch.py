@@ -81,7 +81,7 @@ _observers: dict[str, tuple[Callable[[], Observer | None], ...]] = {}
 
 def _ref(observer: Observer) -> Callable[[], Observer | None]:
     if inspect.ismethod(observer):
-        return weakref.WeakMethod(observer)  # type: ignore[return-value]
+        return weakref.WeakMethod(observer)
     return lambda: observer
 
 

@@ -547,7 +547,9 @@ class Agent(Generic[OutputT]):
         """Run many independent conversations concurrently; returns a DataFrame (see
         `nbagent.dataframe.batch` for the options). With ``dry_run=True`` (a `Forecast`) or
         ``confirm_over=`` (the frame, or a `BatchConfirmation`), and their ``sample=``, the batch
-        is forecast first: `nbagent.evals.map_with_forecast`."""
+        is forecast first: `nbagent.evals.map_with_forecast`. With ``batch_api=True`` the rows'
+        model requests go through the provider's batch API at half price, one batch round per
+        step (``wait=False``: submit and return; docs/batch_api.md)."""
         if {"dry_run", "confirm_over", "sample"} & kwargs.keys():
             from .evals import map_with_forecast
 
@@ -555,6 +557,17 @@ class Agent(Generic[OutputT]):
         from .dataframe import batch
 
         return batch(self, inputs, **kwargs)
+
+    def cancel_batches(self, *, thread_prefix: str | None = None) -> Any:
+        """Cancel the provider batches that ``agent.map(..., batch_api=True)`` has in flight (the
+        map with this agent and `thread_prefix`); returns a DataFrame of them (``batch_id``,
+        ``status``, ``requests``). Answers that came before the cancel are kept and taken by the
+        next map; the requests that did not run leave their rows ``cancelled``, and the map run
+        again after that submits them anew. (The kernel's Interrupt only stops waiting: the
+        batches run on.) See docs/batch_api.md."""
+        from .dataframe import cancel_batches
+
+        return cancel_batches(self, thread_prefix=thread_prefix)
 
     def evaluate(self, cases: Any, evaluators: Any = (), **kwargs: Any) -> Any:
         """Run each case through `map` and score the answers; returns an `nbagent.evals.EvalReport`
@@ -577,7 +590,9 @@ class Agent(Generic[OutputT]):
         """Run `sample` of the rows and forecast the whole batch: an `nbagent.evals.Forecast` of
         its tokens, cost (low, mid, high) and wall time at the batch's concurrency. The sampled
         rows are the batch's own threads, so the real `map` afterwards skips them. The same as
-        ``agent.map(inputs, dry_run=True)``. See docs/evals.md.
+        ``agent.map(inputs, dry_run=True)``. With ``batch_api=True`` the sample runs live and the
+        forecast also gives the cost at the batch price and the rounds (``Forecast.batch_cost``,
+        ``Forecast.rounds``; docs/batch_api.md). See docs/evals.md.
         """
         from .evals import estimate
 

@@ -29,7 +29,9 @@ NbagentError
 │       │                          UTF-8 (retried, except bytes that are not UTF-8)
 │       ├── ContentFilterError     the provider's safety system stopped the answer (Anthropic's
 │       │                          stop reason refusal, finish reason content_filter)
-│       └── ReplayMismatchError    a replayed run asked what the recording does not hold
+│       ├── ReplayMismatchError    a replayed run asked what the recording does not hold
+│       └── BatchExpiredError      a provider's batch ended without running the request
+│                                  (expired, or cancelled): a later map submits it again
 ├── ToolSourceError                a tool source (an MCP server) cannot start, connect or list
 │                                  its tools
 ├── SubAgentError                  a sub-agent ended without an answer (it failed, stopped, or
@@ -58,6 +60,7 @@ __all__ = [
     "ArgumentsMismatchError",
     "AuthenticationError",
     "BadRequestError",
+    "BatchExpiredError",
     "ConflictError",
     "ContentFilterError",
     "ContextOverflowError",
@@ -256,6 +259,24 @@ class ModelResponseError(ModelError):
 class ReplayMismatchError(ModelResponseError):
     """A replayed run (`nbagent.models.replay`) sent a request that no recorded call matches;
     the message names the first difference from the closest recorded request. Not retried."""
+
+
+class BatchExpiredError(ModelResponseError):
+    """A provider's batch (``agent.map(..., batch_api=True)``, docs/batch_api.md) ended without
+    running this request: its 24-hour window closed first (``reason`` ``"expired"``) or the batch
+    was cancelled (``"canceled"``). Nothing was spent on it. Not retried within the map: its row
+    gets the status ``expired`` (or ``cancelled``), and the same map run again submits it anew.
+
+    Attributes:
+        reason: ``"expired"`` or ``"canceled"``.
+        batch_id: the provider's batch id.
+    """
+
+    def __init__(self, message: str, *, reason: str = "expired", batch_id: str | None = None,
+                 **kwargs: Any) -> None:
+        super().__init__(message, **kwargs)
+        self.reason = reason
+        self.batch_id = batch_id
 
 
 class ResponseBodyError(ModelResponseError):

@@ -22,6 +22,7 @@ to a model either.
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import re
@@ -59,7 +60,14 @@ ToolCallStatus = Literal["done", "failed", "denied", "cancelled", "interrupted"]
 """How a tool call ended: ran and returned, raised / bad input, denied by a person, cancelled with
 the run, or started before a crash with no known outcome."""
 
-_UNSET: Any = object()
+
+class _Unset(enum.Enum):
+    """A `ToolCall`'s arguments not parsed yet (None is taken: arguments that are no JSON object)."""
+
+    UNSET = enum.auto()
+
+
+_UNSET = _Unset.UNSET
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -116,7 +124,7 @@ class ToolCall:
     id: str
     name: str
     args_json: str = "{}"
-    _args: Any = field(default=_UNSET, repr=False)
+    _args: dict[str, Any] | Literal[_Unset.UNSET] | None = field(default=_UNSET, repr=False)
 
     @classmethod
     def of(cls, name: str, args: dict[str, Any] | None = None, id: str | None = None) -> ToolCall:
@@ -132,7 +140,12 @@ class ToolCall:
             except (ValueError, RecursionError):  # not JSON, or nested deeper than Python recurses
                 value = None
             self._args = value if isinstance(value, dict) else None
-        return self._args  # type: ignore[no-any-return]
+        return self._args
+
+    def set_args(self, args: dict[str, Any]) -> None:
+        """Replace the arguments (a guard's rewrite): `args_json` becomes their JSON."""
+        self.args_json = json.dumps(args, ensure_ascii=False, default=str)
+        self._args = dict(args)
 
     def __eq__(self, other: object) -> bool:
         return (

@@ -17,7 +17,7 @@ import re
 from typing import Any
 
 from .exceptions import InvalidArgumentsError, ToolDefinitionError
-from .tools import Tool, _format_validation_error, _is_pydantic_model, _schema_of
+from .tools import Tool, format_validation_error, is_pydantic_model, schema_of
 
 __all__ = ["OUTPUT_TOOL", "OutputSpec"]
 
@@ -44,11 +44,11 @@ class OutputSpec:
         except ImportError as exc:  # pragma: no cover - pydantic is a dependency
             raise ToolDefinitionError(f"output_type needs pydantic: {exc}") from None
         self.output_type = output_type
-        self.wrapped = not _is_pydantic_model(output_type)
+        self.wrapped = not is_pydantic_model(output_type)
         try:
             self._adapter = TypeAdapter(output_type)
             if self.wrapped:
-                model = create_model(  # type: ignore[call-overload]
+                model = create_model(
                     "final_result_arguments", __config__=ConfigDict(extra="forbid"), result=(output_type, ...)
                 )
             else:
@@ -58,7 +58,7 @@ class OutputSpec:
                 f"output_type {output_type!r} cannot be validated by pydantic: {exc}"
             ) from None
         self._model = model
-        schema = _schema_of(model, OUTPUT_TOOL)
+        schema = schema_of(model, OUTPUT_TOOL)
         self.type_name = name = output_type.__name__ if isinstance(output_type, type) else str(output_type)
         """The output type's name, for messages."""
         self.tool = Tool(
@@ -112,7 +112,7 @@ class OutputSpec:
                     return self.validate(json.loads(text))
                 except (ValueError, InvalidArgumentsError):
                     pass
-            detail = _format_validation_error(exc).removeprefix("invalid arguments: ")
+            detail = format_validation_error(exc).removeprefix("invalid arguments: ")
             raise InvalidArgumentsError(f"the text is not a {self.type_name} as JSON: {detail}") from None
 
     def dump(self, value: Any) -> Any:

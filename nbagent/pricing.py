@@ -30,6 +30,12 @@ cache_read_tokens - cache_write_tokens`` (the same convention as genai-prices).
 A type missing from your entry is taken from genai-prices when it knows the model (the base price
 of a tiered price), else the row gets no cost and a warning.
 
+Batch prices: a row answered through a provider's batch API (``ModelCallUsage.batch``,
+``agent.map(..., batch_api=True)``) is priced at genai-prices' batch price of the model where the
+table has one (its ``processing: batch`` variant), else at `BATCH_DISCOUNT` (half) of the live
+price: what OpenAI's Batch API and Anthropic's Message Batches charge. Your own prices are live
+prices: a batch row pays `BATCH_DISCOUNT` of them.
+
 The same table gives a model's context window in tokens (`context_window_of`, which
 `Model.context_window` reads when the model was given none).
 """
@@ -47,6 +53,7 @@ from .exceptions import UserError
 from .usage import ModelCallUsage
 
 __all__ = [
+    "BATCH_DISCOUNT",
     "PRICE_TYPES",
     "UnknownPriceWarning",
     "check_prices",
@@ -66,6 +73,11 @@ _GP_KEYS = {
     "output": "output_mtok",
 }
 _PER = 1_000_000
+BATCH_DISCOUNT = 0.5
+"""What a batch row pays of the live price when genai-prices knows no batch price of the model
+(or the price is your own): OpenAI's Batch API and Anthropic's Message Batches both charge half."""
+_BATCH_CONTEXT = {"processing": "batch"}
+"""genai-prices' request context that selects a model's batch price variant."""
 _FREE_PROVIDERS = frozenset({"local"})
 """Providers that run on your own machine: their calls cost 0 USD (no lookup, no warning)."""
 
@@ -133,7 +145,8 @@ def _gp_provider(provider: str) -> str:
 
 
 def _gp_calc(row: ModelCallUsage) -> Any:
-    """genai-prices' PriceCalculation for the row, or None when it knows no price."""
+    """genai-prices' PriceCalculation for the row, or None when it knows no price (a batch row:
+    with the batch variant of the price when the table has one, see `_batch_known`)."""
     try:
         from genai_prices import Usage as GPUsage
         from genai_prices import calc_price
@@ -146,20 +159,41 @@ def _gp_calc(row: ModelCallUsage) -> Any:
         output_tokens=row.output_tokens,
     )
     when = datetime.fromtimestamp(row.time, timezone.utc) if row.time else None
+    context = _BATCH_CONTEXT if row.batch else None
     try:
         return calc_price(
-            usage, model_ref=row.model, provider_id=_gp_provider(row.provider), genai_request_timestamp=when
+            usage, model_ref=row.model, provider_id=_gp_provider(row.provider), genai_request_timestamp=when,
+            price_context=context,
         )
     except LookupError:
         pass
     except Exception:  # pragma: no cover - pricing must never break a run: the cost stays unknown
         return None
     try:  # a provider genai-prices does not list (a gateway's own name): look up by model only
-        return calc_price(usage, model_ref=row.model, genai_request_timestamp=when)
+        return calc_price(usage, model_ref=row.model, genai_request_timestamp=when, price_context=context)
     except LookupError:
         return None
     except Exception:  # pragma: no cover - a malformed model name must not break a run
         return None
+
+
+def _batch_known(calc: Any, row: ModelCallUsage) -> bool:
+    """Whether genai-prices priced the batch row `row` at a batch price of its own (an active
+    ``processing: batch`` variant of the model's price); False: `calc` holds the live price."""
+    when = datetime.fromtimestamp(row.time, timezone.utc) if row.time else datetime.now(timezone.utc)
+    try:
+        return any(variant.when == _BATCH_CONTEXT and (variant.constraint is None or variant.constraint.active(when))
+                   for variant in calc.model.price_variants or ())
+    except Exception:  # a table of another shape: take the live price and discount it
+        return False
+
+
+def _discount(row: ModelCallUsage) -> None:
+    """`BATCH_DISCOUNT` of `row`'s live cost columns: a batch row with no batch price of its own."""
+    if row.cost_input is not None and row.cost_output is not None:
+        row.cost_input *= BATCH_DISCOUNT
+        row.cost_output *= BATCH_DISCOUNT
+        row.cost_total = row.cost_input + row.cost_output
 
 
 def lookup_prices(model: str, provider: str = "openai") -> dict[str, float] | None:
@@ -265,13 +299,15 @@ def price_row(row: ModelCallUsage, prices: Mapping[str, Any] | None = None) -> N
         prices: custom prices (see the module docstring), USD per million tokens.
 
     A row whose provider reported no usage (``usage_reported=False``) keeps no cost: its
-    counts are zeros, not measurements. Unknown models keep None and warn once.
+    counts are zeros, not measurements. Unknown models keep None and warn once. A batch row
+    (``row.batch``) is priced at the batch price (see the module docstring).
     """
     if not row.usage_reported:
         return
     entry = _custom_entry(prices, row.provider, row.model)
     if entry is not None:
-        _apply_custom(row, entry)
+        if _apply_custom(row, entry) and row.batch:
+            _discount(row)
         return
     if row.provider in _FREE_PROVIDERS:
         row.cost_input = row.cost_output = row.cost_total = 0.0
@@ -284,6 +320,8 @@ def price_row(row: ModelCallUsage, prices: Mapping[str, Any] | None = None) -> N
     row.cost_output = float(calc.output_price)
     row.cost_total = float(calc.total_price)
     row.currency = "USD"
+    if row.batch and not _batch_known(calc, row):
+        _discount(row)
 
 
 def _reset_warnings() -> None:

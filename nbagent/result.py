@@ -32,7 +32,8 @@ class RunResult(Generic[OutputT]):
     Attributes:
         status: ``completed`` (a final answer), ``paused`` (calls wait in `pending`), ``stopped``
             (max_steps, a budget, stop_when or a guard: `stop_reason` says which), ``failed``
-            (`error` says why) or ``cancelled``.
+            (`error` says why) or ``cancelled``; ``running`` only in the result so far that
+            ``stop_when`` reads before each model call.
         output: the final answer: its text, or an instance of the agent's ``output_type`` (a
             structured answer); None unless completed.
         pending: calls waiting for a decision (approve / deny / edit) or a client result.
@@ -44,7 +45,7 @@ class RunResult(Generic[OutputT]):
 
     run_id: str
     thread: str
-    status: RunStatus
+    status: RunStatus | Literal["running"]
     messages: list[Message]
     usage: Usage
     output: OutputT | None = None

@@ -151,7 +151,7 @@ class Tool:
             raise ToolDefinitionError("a lambda tool needs name=...")
         summary, param_docs = _parse_docstring(inspect.getdoc(function) or "")
         params_model, model_param, ctx_name = _params_model_for(function, tool_name, param_docs)
-        schema = _schema_of(params_model, tool_name)
+        schema = schema_of(params_model, tool_name)
         return cls(
             tool_name,
             description if description is not None else summary,
@@ -194,9 +194,9 @@ class Tool:
             schema: dict[str, Any] = {"type": "object", "properties": {}}
         elif isinstance(params, dict):
             schema = params
-        elif _is_pydantic_model(params):
+        elif is_pydantic_model(params):
             params_model = params
-            schema = _schema_of(params, name)
+            schema = schema_of(params, name)
         else:
             raise ToolDefinitionError(
                 f"Tool.client({name!r}): params must be a pydantic model class or a JSON schema dict"
@@ -228,7 +228,7 @@ class Tool:
         try:
             return self._params_model.model_validate(args)
         except ValidationError as exc:
-            raise InvalidArgumentsError(_format_validation_error(exc)) from None
+            raise InvalidArgumentsError(format_validation_error(exc)) from None
 
     def needs_approval(self, validated: Any) -> bool:
         policy = self.requires_approval
@@ -416,7 +416,7 @@ def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     return "\n".join(summary_lines).strip(), params
 
 
-def _is_pydantic_model(obj: Any) -> bool:
+def is_pydantic_model(obj: Any) -> bool:
     if not isinstance(obj, type):
         return False
     try:
@@ -472,7 +472,7 @@ def _params_model_for(
             )
         plain.append(param)
 
-    if len(plain) == 1 and _is_pydantic_model(hints[plain[0].name]):
+    if len(plain) == 1 and is_pydantic_model(hints[plain[0].name]):
         return hints[plain[0].name], plain[0].name, ctx_name
 
     field_defs: dict[str, Any] = {}
@@ -490,7 +490,7 @@ def _params_model_for(
     return model, None, ctx_name
 
 
-def _schema_of(model: Any, tool_name: str) -> dict[str, Any]:
+def schema_of(model: Any, tool_name: str) -> dict[str, Any]:
     try:
         schema = model.model_json_schema()
     except Exception as exc:
@@ -505,7 +505,7 @@ def _schema_of(model: Any, tool_name: str) -> dict[str, Any]:
     return schema  # type: ignore[no-any-return]
 
 
-def _format_validation_error(exc: Any) -> str:
+def format_validation_error(exc: Any) -> str:
     parts = []
     for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err.get("loc", ())) or "(arguments)"

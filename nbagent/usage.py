@@ -116,6 +116,9 @@ class ModelCallUsage:
     parent_call_id: str | None = None
     """For a sub-agent's call: the id of the tool call of its parent agent that ran it (a call
     of the parent's thread; the row's `thread` is the sub-agent's own). None at depth 0."""
+    batch: bool = False
+    """True for a call answered through a provider's batch API (``agent.map(..., batch_api=True)``,
+    docs/batch_api.md): its cost columns are at the batch price (`nbagent.pricing.price_row`)."""
 
     @property
     def total_tokens(self) -> int:

@@ -438,6 +438,48 @@ answers = agent.map(questions, executor="ray", concurrency=32)
 ```"""),
         ("code", '''client.close()
 cluster.close()'''),
+        ("md", """## Half price: the provider's batch API
+OpenAI's Batch API and Anthropic's Message Batches answer within 24 hours at half the price.
+`batch_api=True` sends the rows through them, tools and all: one batch per agent step across all
+rows (a *round*), the tools run here between the rounds, and the batch ids are kept in the store,
+so the same call after a restart collects them and submits nothing twice. When a batch is worth
+it (rows × steps × the 24-hour window): docs/batch_api.md.
+
+Here the provider is a stand-in on this machine: the loopback batch server of nbagent's tests
+(`tests/wire/batch_server.py` in the source checkout), where every batch ends at its second look.
+With a key, use `OpenAIModel("gpt-4o-mini")` or `AnthropicModel("claude-sonnet-4-5")` instead."""),
+        ("code", '''import subprocess
+import sys
+from pathlib import Path
+
+import nbagent
+from nbagent.models.openai import OpenAIModel
+
+stand_in = Path(nbagent.__file__).resolve().parents[1] / "tests" / "wire" / "batch_server.py"
+server = subprocess.Popen([sys.executable, str(stand_in), "--polls", "1"], stdout=subprocess.PIPE, text=True)
+port = server.stdout.readline().split()[1]
+
+batch_model = OpenAIModel("gpt-4o-mini", base_url=f"http://127.0.0.1:{port}/v1", api_key="stand-in")
+halves = Agent(batch_model, tools=[get_weather], store="cluster-batch.db")
+halved = halves.map(cities, batch_api=True, poll_s=0.2)     # a progress bar per round
+halved[["status", "output", "steps", "cost"]]'''),
+        ("md", """Two rounds, one batch each: every row's tool call, then its answer. Each step is the thread's
+usual step (its commit, its usage row), marked `batch` and priced at the batch price: for
+gpt-4o-mini, 0.075 / 0.30 USD per million input / output tokens instead of 0.15 / 0.60."""),
+        ("code", '''usage = nbagent.usage_frame(halves)
+print(len(usage), "model calls, all through a batch:", usage["batch"].all())
+print("cost:", nbagent.usage.usd(usage["cost_total"].sum()))'''),
+        ("md", """## Submit now, collect later
+`wait=False` submits and returns at once: a row whose request is in a batch reads `submitted` (or
+`in_progress`, a batch an earlier call submitted). Each later call takes what ended, runs the
+tools, submits the next round and returns again, so you run the cell again to collect (after a
+kernel restart too: the batch ids are in the store)."""),
+        ("code", '''for attempt in range(3):
+    later = halves.map(["Rome", "Kyiv"], batch_api=True, wait=False)
+    print(later["status"].tolist(), later["steps"].tolist())'''),
+        ("code", '''server.terminate()
+server.wait(10)
+server.stdout.close()'''),
     ],
 }
 

@@ -218,7 +218,10 @@ def test_every_example_notebook_picks_its_model_with_auto() -> None:
     notebooks = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
     assert notebooks
     for path in notebooks:
-        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "code")
+        # Notebook 07's batch-API section runs on the loopback batch server whatever the keys (a
+        # real batch takes up to a day): its cells name their model.
+        code = "\n".join(c.source for c in nbformat.read(path, as_version=4).cells
+                         if c.cell_type == "code" and "batch_server.py" not in c.source)
         assert "model = auto()" in code or "model = auto(fallback=" in code, path.name
         assert not any(name in code for name in ("OpenAIModel(", "AnthropicModel(", "local(")), path.name
 

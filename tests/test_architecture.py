@@ -55,6 +55,7 @@ ALLOWED_UPWARD = {
     ("nbagent.agent", "Agent.chat"),                # agent.chat() shows the view
     ("nbagent", "load_ipython_extension"),          # %load_ext nbagent registers the notebook magics
     ("nbagent.agent", "Agent.map"),                 # agent.map() runs a batch into a DataFrame
+    ("nbagent.agent", "Agent.cancel_batches"),      # cancels the provider batches of agent.map(batch_api=True)
     ("nbagent.agent", "Agent.evaluate"),            # agent.evaluate() scores a batch (nbagent.evals)
     ("nbagent.agent", "Agent.estimate"),            # agent.estimate() forecasts a batch (nbagent.evals)
     ("nbagent.result", "RunResult._repr_html_"),    # display(result) renders the static summary
@@ -342,6 +343,33 @@ def test_no_ctypes_anywhere() -> None:
             if any(n == "ctypes" or n.startswith("ctypes.") for n in names):
                 users.append(str(path.relative_to(ROOT)))
     assert users == []
+
+
+def _private_names(module: str, path: Path, known: set[str]) -> list[str]:
+    """The ``_name``s `module` imports from another nbagent module (a private module itself,
+    ``from . import _chunks``, is not a name: a package's modules share its private modules)."""
+    is_package = path.name == "__init__.py"
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and (base := _resolve(module, is_package, node)).startswith("nbagent"):
+            found += [f"{module} imports {base}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__") and f"{base}.{a.name}" not in known]
+    return found
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """A leading underscore means "this module's own": a name two modules share has none (it may
+    still live in a private module, which its package's modules import)."""
+    modules = _modules()
+    known = set(modules)
+    assert [bad for m, p in sorted(modules.items()) for bad in _private_names(m, p, known)] == []
+
+
+def test_the_private_name_test_sees_one(tmp_path: Path) -> None:
+    source = tmp_path / "mod.py"
+    source.write_text("from ..models._keys import _hidden, scrub\nfrom .sqlite import _chunks\n")
+    found = _private_names("nbagent.store.fake", source, set(_modules()))
+    assert found == ["nbagent.store.fake imports nbagent.models._keys._hidden"]
 
 NOT_LOADED_BY_IMPORT = (
     # the stores' backends and the providers load when first used

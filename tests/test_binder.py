@@ -45,6 +45,11 @@ def test_binder_environment_runs_the_notebooks(tmp_path: Path, local_llm_base_ur
     repo = tmp_path / "repo"
     shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(
         ".venv", ".git", "bench", "tests", ".nbagent", "*.egg-info", "__pycache__", "build"))
+    # Binder clones the whole repository: notebook 07 starts the loopback batch server of the tests.
+    for name in ("__init__.py", "wire/__init__.py", "wire/batch_server.py", "wire/batch_answers.py",
+                 "wire/scripted_server.py"):
+        (repo / "tests" / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / "tests" / name, repo / "tests" / name)
     venv = tmp_path / "binder-venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
     bin_dir = venv / "bin"

@@ -657,7 +657,7 @@ def test_usage_frame_columns_summary_a_list_or_a_clear_error() -> None:
     assert summary.columns.tolist() == ["thread", "step", "model", "input_tokens", "output_tokens", "cost_total",
                                         "latency_s", "time"]
     assert nbagent.usage_frame(rows, columns=["cost_total", "step"]).columns.tolist() == ["cost_total", "step"]
-    assert len(nbagent.usage_frame(rows).columns) == 25  # every usage column, the tree's (agent, depth, ...) last
+    assert len(nbagent.usage_frame(rows).columns) == 26  # every usage column, the tree's, then batch, last
     with pytest.raises(nbagent.UserError, match="no column 'tokens'; the columns are run_id, thread"):
         nbagent.usage_frame(rows, columns=["tokens"])
 

@@ -332,6 +332,14 @@ def check_batch_on_a_cluster(ran: Ran) -> None:
     rerun = [line.split() for line in ran.after("rerun = booker.map(").splitlines()[1:]]
     assert [r[1:3] for r in rerun] == [["completed", "True"], ["paused", "True"]], rerun
     assert " ".join(rerun[0][3:]) == "Done: Booked a table in Rome", rerun
+    # Through the batch API (the loopback stand-in): every row's two steps, each a batch row.
+    halved = [line.split() for line in ran.after("halved = halves.map(").splitlines()[1:]]
+    assert [r[:2] for r in halved] == [[str(i), "completed"] for i in range(8)], halved
+    assert all(f"answer to {c}: Sunny, 22 °C in {c}" in " ".join(r) for r, c in zip(halved, cities, strict=True))
+    assert ran.after("usage = nbagent.usage_frame(halves)").splitlines()[0] == (
+        "16 model calls, all through a batch: True")
+    assert ran.after("for attempt in range(3)").splitlines() == [
+        "['submitted', 'submitted'] [0, 0]", "['submitted', 'submitted'] [1, 1]", "['completed', 'completed'] [2, 2]"]
 
 
 def check_evals_and_forecasts(ran: Ran) -> None:

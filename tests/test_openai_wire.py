@@ -33,7 +33,8 @@ from nbagent.messages import (
     UserMessage,
 )
 from nbagent.models.base import ModelRequest, ModelResponse, ReasoningText
-from nbagent.models.openai import OpenAIModel, _allowed_settings
+from nbagent.models.openai import OpenAIModel
+from nbagent.models.openai._wire import _allowed_settings
 from nbagent.tools import Tool
 from tests.wire.replay_server import ReplayServer, all_cases, split_sse_events
 
@@ -737,9 +738,9 @@ def _tc(
     ],
 )
 def test_tool_call_deltas_are_assembled_by_index_and_by_id(deltas: list[Any], calls: list[Any]) -> None:
-    from nbagent.models.openai import _StreamAssembler
+    from nbagent.models.openai._stream import StreamAssembler
 
-    state = _StreamAssembler()
+    state = StreamAssembler()
     for d in deltas:
         state.add_tool_calls([d])
     message = state.response([]).message

@@ -199,6 +199,19 @@ async def test_a_schema_1_database_is_migrated_and_keeps_its_latest_runs_end(pos
     await store.close()
 
 
+def old_schema(conn: Any, s: str, version: int) -> None:
+    """Make the schema `s` as an nbagent of schema `version` made it (its migrations, in one go)."""
+    from nbagent.store.postgres import _schema
+
+    conn.execute(f"CREATE SCHEMA {s}")
+    conn.execute(f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
+                 "applied_at timestamptz NOT NULL DEFAULT now(), applied_by text NOT NULL)")
+    for number in range(version):
+        for statement in _schema.MIGRATIONS[number](s):
+            conn.execute(statement)
+        conn.execute(f"INSERT INTO {s}.schema_version (version, applied_by) VALUES (%s, 'old')", (number + 1,))
+
+
 async def test_a_schema_3_database_is_migrated_and_its_usage_rows_read_as_run(
     postgres_url: str, pg_schema: str
 ) -> None:
@@ -214,13 +227,7 @@ async def test_a_schema_3_database_is_migrated_and_its_usage_rows_read_as_run(
     usage = ("run_id, thread, step, time, provider, model, input_tokens, cache_read_tokens, cache_write_tokens, "
              "output_tokens, reasoning_tokens, tool_calls, usage_reported")
     with psycopg.connect(postgres_url, autocommit=True) as conn, conn.transaction():
-        conn.execute(f"CREATE SCHEMA {s}")
-        conn.execute(f"CREATE TABLE {s}.schema_version (version integer PRIMARY KEY, "
-                     "applied_at timestamptz NOT NULL DEFAULT now(), applied_by text NOT NULL)")
-        for number in range(3):
-            for statement in _schema.MIGRATIONS[number](s):
-                conn.execute(statement)
-            conn.execute(f"INSERT INTO {s}.schema_version (version, applied_by) VALUES (%s, 'old')", (number + 1,))
+        old_schema(conn, s, 3)
         conn.execute(f"INSERT INTO {s}.threads (id, version, step, meta, created, updated, title, messages, "
                      "input_tokens, output_tokens) VALUES ('t', 1, 1, '{}', 1, 1, 'a', 1, 10, 1)")
         conn.execute(f"INSERT INTO {s}.messages VALUES ('t', 0, 0, 1, %s)",
@@ -241,6 +248,37 @@ async def test_a_schema_3_database_is_migrated_and_its_usage_rows_read_as_run(
     assert (await store.usage_columns("t"))["purpose"] == ["run", "eval"]
     frame = await asyncio.to_thread(usage_frame, store)
     assert frame["purpose"].tolist() == ["run", "eval"]
+    await store.close()
+
+
+async def test_a_schema_6_database_gains_the_batch_column(postgres_url: str, pg_schema: str) -> None:
+    """Schema 6 (sub-agents' columns, before ``batch``) is migrated to 7 on first use: the rows
+    already there read False (the column's default) and keep their tree columns; new rows keep
+    their flag (``agent.map(..., batch_api=True)``, docs/batch_api.md)."""
+    from nbagent.dataframe import usage_frame
+    from nbagent.usage import ModelCallUsage
+
+    assert SCHEMA_VERSION == 7
+    s = f'"{pg_schema}"'
+    with psycopg.connect(postgres_url, autocommit=True) as conn, conn.transaction():
+        old_schema(conn, s, 6)
+        conn.execute(f"INSERT INTO {s}.threads (id, version, step, meta, created, updated, title, messages, "
+                     "input_tokens, output_tokens) VALUES ('t', 1, 1, '{}', 1, 1, 'a', 0, 10, 1)")
+        conn.execute(f"INSERT INTO {s}.usage (run_id, thread, step, time, provider, model, input_tokens, "
+                     "cache_read_tokens, cache_write_tokens, output_tokens, reasoning_tokens, tool_calls, "
+                     "usage_reported, agent, depth, parent_call_id) VALUES ('run_a', 't', 1, 1.0, 'openai', "
+                     "'gpt-4o-mini', 10, 0, 0, 1, 0, 0, true, 'researcher', 1, 'call_b')")
+    store = PostgresStore(postgres_url, schema=pg_schema)
+    loaded = await store.load("t")
+    assert loaded is not None
+    assert [(u.batch, u.agent, u.depth, u.parent_call_id) for u in loaded.usage] == [(False, "researcher", 1, "call_b")]
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        assert conn.execute(f"SELECT max(version) FROM {s}.schema_version").fetchone() == (7,)
+    batched = ModelCallUsage("run_b", "t", 2, 2.0, "openai", "gpt-4o-mini", input_tokens=5, batch=True)
+    await store.append("t", version=loaded.version, step=2, usage=[batched])
+    assert (await store.usage_columns("t"))["batch"] == [False, True]
+    frame = await asyncio.to_thread(usage_frame, store)
+    assert frame["batch"].tolist() == [False, True] and frame["depth"].tolist() == [1, 0]
     await store.close()
 
 

@@ -97,7 +97,7 @@ async def test_usage_columns_cover_every_usage_field(store: SQLiteStore) -> None
     assert (await mem.usage_columns())["input_tokens"] == [10]
 
 
-@pytest.mark.parametrize("fmt", sorted({1, 2, 3, 4, FORMAT_VERSION}))
+@pytest.mark.parametrize("fmt", sorted({1, 2, 3, 4, 5, FORMAT_VERSION}))
 async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
     """A file written in each format (tests/fixtures/make_store_fixture.py) stays readable and is
     made the current format on opening: a format 1 file gets its latest run's outcome on a
@@ -185,6 +185,7 @@ async def test_reads_format_fixtures(tmp_path: Path, fmt: int) -> None:
     assert [u.context_parts for u in loaded.usage] == [sized if fmt >= 4 else None, None]
     assert [(u.agent, u.depth, u.parent_call_id) for u in loaded.usage] == (
         [("support", 0, None), ("researcher", 1, "call_b")] if fmt >= 5 else [(None, 0, None)] * 2)
+    assert [u.batch for u in loaded.usage] == ([True, False] if fmt >= 6 else [False, False])
     assert loaded.meta.status == "completed" and loaded.meta.state == {"count": 3}
     assert loaded.meta.always_allowed == ["lookup_order"]
     # And an agent continues it.

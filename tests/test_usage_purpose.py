@@ -29,7 +29,7 @@ def test_purpose_defaults_to_run_and_comes_after_the_older_fields() -> None:
     assert (row.purpose, row.context) == ("run", None)
     # Each field added later comes after the older ones, so positional callers keep working.
     tail = USAGE_FIELDS[USAGE_FIELDS.index("usage_reported") + 1:]
-    assert tail == ("purpose", "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id")
+    assert tail == ("purpose", "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id", "batch")
     # Positional construction of the earlier fields is unchanged.
     old = ModelCallUsage("r", "t", 1, 0.0, "openai", "m", 1, 0, 0, 2, 0, 0.5, "stop", 0, None, None, None,
                          "USD", False)
@@ -57,8 +57,8 @@ def test_an_agents_own_calls_are_run() -> None:
 def test_usage_frame_has_a_purpose_category_to_group_costs_by() -> None:
     rows = [call(1), call(1, "compaction", 0.002), call(2), call(3, "eval", 0.005)]
     df = nbagent.usage_frame(rows)
-    assert USAGE_SCHEMA["purpose"] == "category" and list(df.columns)[-6:] == [
-        "purpose", "replayed", "recorded_cost", "agent", "depth", "parent_call_id"]
+    assert USAGE_SCHEMA["purpose"] == "category" and list(df.columns)[-7:] == [
+        "purpose", "replayed", "recorded_cost", "agent", "depth", "parent_call_id", "batch"]
     assert isinstance(df["purpose"].dtype, pd.CategoricalDtype)
     assert df["purpose"].tolist() == ["run", "compaction", "run", "eval"]
     by_purpose = df.groupby("purpose", observed=True)["cost_total"].sum()

@@ -24,7 +24,7 @@ from ..approvals import Decision
 from ..context import CHARS_PER_TOKEN, chars_for, cut_result
 from ..display.sanitize import rich_html
 from ..exceptions import ModelRetry
-from ..messages import Image, ToolCall, ToolResultMessage, clean_text
+from ..messages import Image, ToolCall, ToolCallStatus, ToolResultMessage, clean_text
 from ..tools import RunContext, Tool
 
 if TYPE_CHECKING:
@@ -194,7 +194,8 @@ def _json_text(value: Any, limit: int | None = MAX_RESULT_CHARS) -> str:
 
 
 async def _checked(check: ResultCheck, call: ToolCall, edited: dict[str, Any] | None, content: str,
-                   output: ToolOutput, is_error: bool, status: str) -> tuple[str, ToolOutput, bool, Any]:
+                   output: ToolOutput, is_error: bool,
+                   status: ToolCallStatus) -> tuple[str, ToolOutput, bool, ToolCallStatus]:
     """A result after the tool-result guards: rewritten, or withheld (an error result); what only
     the view would show (a table's HTML, images) is dropped with it."""
     content, changed = await check(call, content, edited if edited is not None else call.args)
@@ -233,6 +234,13 @@ def _forget_threads() -> None:
 os.register_at_fork(after_in_child=_forget_threads)
 
 
+def _context(run: RunState, call: ToolCall) -> RunContext[Any]:
+    """The `RunContext` a tool that takes one is given for `call`."""
+    stored = run.stored
+    return RunContext(state=stored.state, run_id=run.run_id, thread=stored.id, step=stored.step,
+                      messages=stored.messages, call_id=call.id)
+
+
 async def execute(
     run: RunState, call: ToolCall, tool: Tool, validated: Any, edited: dict[str, Any] | None,
     decision: Decision | None, cap: int | None = None, count: Callable[[str], int] | None = None,
@@ -249,10 +257,8 @@ async def execute(
     read: a rewrite replaces it, a block withholds it (an error result); either way what only the
     view would have shown (a table's HTML, images) goes too."""
     clock = time.perf_counter()
-    ctx = None
-    if tool.takes_ctx:
-        stored = run.stored
-        ctx = RunContext(stored.state, run.run_id, stored.id, stored.step, stored.messages, call.id)
+    ctx = _context(run, call) if tool.takes_ctx else None
+    status: ToolCallStatus
     try:
         fn = tool.bind(validated, ctx)
         if run.work.wrap_tool is not None:
@@ -296,9 +302,10 @@ async def execute(
     if cap is not None and count is not None and len(content) > cap // 4:
         cap = chars_for(content, int(cap / CHARS_PER_TOKEN), count)
     cut = None if cap is None else cut_result(content, cap, call.id)
-    result = ToolResultMessage(call.id, call.name, content if cut is None else cut, is_error, status,  # type: ignore[arg-type]
-                               time.perf_counter() - clock, images=output.images, display=output.display,
-                               edited_args=edited, full_content=None if cut is None else content)
+    result = ToolResultMessage(call_id=call.id, name=call.name, content=content if cut is None else cut,
+                               is_error=is_error, status=status, duration_s=time.perf_counter() - clock,
+                               images=output.images, display=output.display, edited_args=edited,
+                               full_content=None if cut is None else content)
     if decision is not None:
         decision.stamp(result)
     return result

@@ -71,15 +71,15 @@ def _edited(message: Message, edit: str | Mapping[str, Any] | Message) -> Messag
         if unknown:
             raise UserError(f"edit names fields {unknown} that a {message.kind} message does not have; "
                             f"its fields: {sorted(names)}")
-        new = dataclasses.replace(message, **changes)  # type: ignore[arg-type]
+        new = dataclasses.replace(message, **changes)
     if message.kind == "tool-result" and (
-        new.kind != "tool-result" or new.call_id != message.call_id  # type: ignore[union-attr]
+        new.kind != "tool-result" or new.call_id != message.call_id
     ):
         raise UserError(
-            f"the fork point is the result of call {message.call_id!r}; the edit must stay a result "  # type: ignore[union-attr]
+            f"the fork point is the result of call {message.call_id!r}; the edit must stay a result "
             "of that call (same call_id), or the call would be left without a result"
         )
-    if new.kind == "assistant" and new.tool_calls:  # type: ignore[union-attr]
+    if new.kind == "assistant" and new.tool_calls:
         raise UserError(
             "an edited answer at the fork point may not have tool calls: they would have no results"
         )

@@ -269,7 +269,7 @@ class RunGuards:
             got, stop = await self.ask_all(self.guards.output, value, "output", step, spec.load)
             if stop is None:
                 if got is not value:
-                    _set_args(final, {"result": spec.dump(got)} if spec.wrapped else spec.dump(got))
+                    final.set_args({"result": spec.dump(got)} if spec.wrapped else spec.dump(got))
             elif stop.verdict.action == "retry" and self._retry_left(config):
                 self.run.output_retries += 1
                 refused[final.id] = (f"refused by guard {stop.check.guard!r}: {stop.verdict.reason}; "
@@ -327,7 +327,7 @@ class RunGuards:
         args, stop = await self.ask_all(guards, call.args, "tool_args", step, as_args, call)
         if stop is None:
             if args is not call.args:
-                _set_args(call, args)
+                call.set_args(args)
             return
         self.tripped(stop.check, False, step)
         refused[call.id] = (f"blocked by guard {stop.check.guard!r}: {stop.verdict.reason}; the call did not "
@@ -341,7 +341,7 @@ class RunGuards:
             return None
         if tool not in self.results:
             self.results[tool] = self._result_check(self.guards.for_tool(self.guards.tool_result, tool))
-        return self.results[tool]  # type: ignore[no-any-return]
+        return self.results[tool]
 
     def _result_check(self, guards: tuple[Guard, ...]) -> Callable[[ToolCall, str, Any],
                                                              Awaitable[tuple[str, str | None]]] | None:
@@ -393,11 +393,6 @@ def _structured_text(spec: OutputSpec, text: str) -> Any:
         return spec.from_text(text)
     except Exception:  # not the structured answer: checked as text
         return _NOT_VALID
-
-
-def _set_args(call: ToolCall, args: dict[str, Any]) -> None:
-    call.args_json = json.dumps(args, ensure_ascii=False, default=str)
-    call._args = dict(args)
 
 
 def _result_text(value: Any) -> str:

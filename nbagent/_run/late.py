@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import time
-from typing import Any
+from typing import Any, Literal
 
 from .._watch import ToolOutcomeNotice, publish
 from ..messages import ToolResultMessage, unanswered_calls
-from ..store.base import Change, LedgerEntry, Store, ThreadState
+from ..store.base import Change, LedgerEntry, LedgerStatus, Store, ThreadState
 from .execute import tool_result_text
 from .plan import error_result
 from .state import RunState
@@ -64,12 +64,14 @@ def answer_open_calls(run: RunState, store: Store) -> tuple[list[ToolResultMessa
         if blocking is not None and not blocking.done():
             results.append(error_result(call, _STILL_RUNNING, "interrupted"))
             if started is not None:
-                ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "interrupted"))
+                ledger.append(LedgerEntry(call_id=call.id, tool=call.name, args_hash=started.args_hash,
+                                          status="interrupted"))
                 blocking.add_done_callback(_late_outcome(store, run.thread, started, asyncio.get_running_loop()))
             continue
         results.append(error_result(call, "cancelled: the run was stopped before this call finished", "cancelled"))
         if started is not None:
-            ledger.append(LedgerEntry(call.id, call.name, started.args_hash, "cancelled"))
+            ledger.append(LedgerEntry(call_id=call.id, tool=call.name, args_hash=started.args_hash,
+                                      status="cancelled"))
     return results, ledger
 
 
@@ -79,22 +81,23 @@ def _late_outcome(store: Store, thread: str, started: LedgerEntry, loop: asyncio
     and tell the thread's observers what it returned (`ToolOutcomeNotice`)."""
 
     def record(notice: ToolOutcomeNotice) -> None:
-        status = "failed" if notice.status == "failed" else "finished"
-        entry = LedgerEntry(started.call_id, started.tool, started.args_hash, status)  # type: ignore[arg-type]
+        status: LedgerStatus = "failed" if notice.status == "failed" else "finished"
+        entry = LedgerEntry(call_id=started.call_id, tool=started.tool, args_hash=started.args_hash, status=status)
         task = asyncio.ensure_future(_record_late(store, thread, entry, notice))
         _late_tasks.add(task)
         task.add_done_callback(_late_tasks.discard)
 
     def done(work: concurrent.futures.Future[Any]) -> None:
         exc = None if work.cancelled() else work.exception()
+        status: Literal["done", "failed"]
         if work.cancelled():
             status, content = "failed", "cancelled before it started"
         elif exc is not None:
             status, content = "failed", f"{type(exc).__name__}: {exc}"
         else:
             status, content = "done", tool_result_text(work.result())
-        notice = ToolOutcomeNotice(thread, started.call_id, started.tool, status, content,  # type: ignore[arg-type]
-                                   max(0.0, time.time() - started.time))
+        notice = ToolOutcomeNotice(thread=thread, call_id=started.call_id, tool=started.tool, status=status,
+                                   content=content, duration_s=max(0.0, time.time() - started.time))
         try:
             loop.call_soon_threadsafe(record, notice)
         except RuntimeError:  # the loop is gone (the script ended): the ledger keeps "interrupted"

@@ -82,7 +82,16 @@ from .nested import Waiting, agent_call_ended, budget_spent, caller_of, count_us
 from .plan import CUT_OFF, Plan, TextVerdict, ToRun, judge_text, refused_rows, unusable_answer
 from .plan import plan as plan_calls
 from .state import END_KINDS, RunState
-from .window import OVERFLOW_COMPACTIONS, READ_RESULT, Unused, Window, overflow_error, threshold_failed, with_reader
+from .window import (
+    OVERFLOW_COMPACTIONS,
+    READ_RESULT,
+    Trigger,
+    Unused,
+    Window,
+    overflow_error,
+    threshold_failed,
+    with_reader,
+)
 
 __all__ = ["drive"]
 
@@ -344,7 +353,7 @@ class _Loop:
     def request(self, step: int) -> ModelRequest:
         return self.window.request(self.config, self.run.stored.messages, step)
 
-    async def compact(self, step: int, trigger: str, tokens: int, limit: int | None = None) -> AsyncIterator[Event]:
+    async def compact(self, step: int, trigger: Trigger, tokens: int, limit: int | None = None) -> AsyncIterator[Event]:
         """Compact the conversation before the model call of `step` (see `Window.compact`):
         the record and the summary's usage row in one commit, then their events."""
         run = self.run
@@ -524,7 +533,7 @@ class _Loop:
             run.run_id, run.stored.id, reply.step, reply.started, model.provider, response.model or model.model_name,
             counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
             counts.reasoning_tokens, reply.latency, message.finish_reason, len(message.tool_calls),
-            usage_reported=counts.reported,
+            usage_reported=counts.reported, batch=response.batch,
         )
         if run.context is not None and run.context.step == reply.step:
             row.context = self.window.row_context(run.context)

@@ -263,7 +263,7 @@ def lifted(event: Event, call_id: str) -> Event:
         message = event.message
         calls = [dataclasses.replace(c, id=nested_id(call_id, c.id)) for c in message.tool_calls]
         return dataclasses.replace(event, message=dataclasses.replace(message, tool_calls=calls), agent_call=via)
-    return dataclasses.replace(event, agent_call=via)  # type: ignore[type-var]
+    return dataclasses.replace(event, agent_call=via)
 
 
 def caller_of(call_id: str) -> str | None:

@@ -181,7 +181,7 @@ class RunState:
         """A new record of how the thread stands now (never changed after it is handed out)."""
         stored, outcome = self.stored, self.outcome
         return ThreadMeta(
-            status=outcome.status,  # type: ignore[arg-type]
+            status=outcome.status,
             run_id=self.run_id,
             thread_step=stored.step,
             pending=list(stored.pending),
@@ -204,7 +204,7 @@ class RunState:
         return RunResult(
             run_id=self.run_id,
             thread=stored.id,
-            status=outcome.status,  # type: ignore[arg-type]  # never "running" once handed out
+            status=outcome.status,
             messages=stored.messages,
             usage=self.usage,
             output=outcome.output if outcome.status == "completed" else None,

@@ -214,7 +214,7 @@ async def load_subthreads(store: Store, loaded: ThreadState, tools: Mapping[str,
     for message, step in zip(loaded.messages, loaded.message_steps, strict=False):
         if message.kind != "assistant":
             continue
-        for call in message.tool_calls:  # type: ignore[union-attr]
+        for call in message.tool_calls:
             tool = tools.get(call.name)
             if not isinstance(tool, AgentTool):
                 continue

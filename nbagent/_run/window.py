@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from ..context import (
     CHARS_PER_TOKEN,
@@ -50,6 +50,8 @@ __all__ = ["READ_RESULT", "SUMMARY_HEADER", "Unused", "Window", "overflow_error"
 
 READ_RESULT = "read_result"
 SUMMARY_HEADER = "Summary of the earlier part of this conversation (the full messages were compacted):\n"
+Trigger = Literal["threshold", "overflow"]
+"""Why a compaction runs (`CompactionMessage.trigger`)."""
 OVERFLOW_COMPACTIONS = 2
 """How many times one model call's overflow refusal is met by a compaction and a retry."""
 READ_LIMIT = 20_000
@@ -204,7 +206,7 @@ class Window:
         the model reads was cut or cleared (the same tuple while neither changes)."""
         tools: Sequence[dict[str, Any]] = config.tool_definitions
         reader = config.tools.get(READ_RESULT)
-        if reader is None or not (any(m.kind == "tool-result" and m.full_content is not None  # type: ignore[union-attr]
+        if reader is None or not (any(m.kind == "tool-result" and m.full_content is not None
                                       for m in view.messages) if self.thread is None else self.thread.cut):
             return tools
         if all(d.get("name") != READ_RESULT for d in tools):
@@ -278,7 +280,7 @@ class Window:
     # ------------------------------------------------------------------ compaction
     async def compact(
         self, config: RunConfig, run_id: str, thread: str, messages: Sequence[Message], step: int,
-        trigger: str, tokens_before: int, limit: int | None = None,
+        trigger: Trigger, tokens_before: int, limit: int | None = None,
     ) -> tuple[CompactionMessage, ModelCallUsage | None] | Unused | None:
         """A compaction record for `messages` (and the summary call's usage row), or None when
         nothing can be compacted, or `Unused` when the call was billed but gave nothing to use.
@@ -290,8 +292,9 @@ class Window:
             cleared = clear_candidates(messages, compaction.keep_last)
             if not cleared:
                 return None
-            record = CompactionMessage("", "clear_results", self.visible(messages).upto, cleared, len(cleared),
-                                       tokens_before, 0, trigger)  # type: ignore[arg-type]
+            record = CompactionMessage("", policy="clear_results", upto=self.visible(messages).upto,
+                                       cleared=cleared, replaced=len(cleared), tokens_before=tokens_before,
+                                       trigger=trigger)
             record.tokens_after = self._after(config, messages, record, tokens_before)
             return record, None
         if compaction.policy == "native" and config.model.native_compaction:
@@ -330,15 +333,16 @@ class Window:
         summary = (response.message.text or "").strip()
         if response.error is not None or not summary:
             return Unused(row, response.error or _no_summary(summarizer, response))
-        record = CompactionMessage(summary, "summary", upto, [], len(replaced), tokens_before, 0,
-                                   trigger, response.model or summarizer.model_name,  # type: ignore[arg-type]
-                                   counts.output_tokens or self.count(summary))
+        record = CompactionMessage(summary, policy="summary", upto=upto, replaced=len(replaced),
+                                   tokens_before=tokens_before, trigger=trigger,
+                                   model=response.model or summarizer.model_name,
+                                   summary_tokens=counts.output_tokens or self.count(summary))
         record.tokens_after = self._after(config, messages, record, tokens_before)
         return record, row
 
     async def _native(
         self, config: RunConfig, run_id: str, thread: str, messages: Sequence[Message], step: int,
-        trigger: str, tokens_before: int,
+        trigger: Trigger, tokens_before: int,
     ) -> tuple[CompactionMessage, ModelCallUsage] | Unused | None:
         """`Compaction.native`: the model's provider compacts the messages before the cut (sent as
         a request would send them); its items go into the record, its usage into the row."""
@@ -359,8 +363,9 @@ class Window:
         _price(row, model, config)
         if response.error is not None:
             return Unused(row, response.error)
-        record = CompactionMessage("", "native", upto, [], len(replaced), tokens_before, 0, trigger,  # type: ignore[arg-type]
-                                   response.model or model.model_name, counts.output_tokens,
+        record = CompactionMessage("", policy="native", upto=upto, replaced=len(replaced), tokens_before=tokens_before,
+                                   trigger=trigger, model=response.model or model.model_name,
+                                   summary_tokens=counts.output_tokens,
                                    items=[dict(i) for i in response.message.thinking_blocks])
         record.tokens_after = self._after(config, messages, record, tokens_before)
         return record, row
@@ -406,7 +411,7 @@ def _compaction_row(model: Any, response: ModelResponse, run_id: str, thread: st
         run_id, thread, step, started, model.provider, response.model or model.model_name,
         counts.input_tokens, counts.cache_read_tokens, counts.cache_write_tokens, counts.output_tokens,
         counts.reasoning_tokens, time.perf_counter() - clock, finish, 0, usage_reported=counts.reported,
-        purpose="compaction",
+        purpose="compaction", batch=response.batch,
     )
 
 

@@ -93,7 +93,7 @@ class ThreadView:
                 self._extend(new)
             else:  # no record that matters: the view is the thread itself, as `visible` gives it
                 self.view = _as_list(messages)
-                self.cut += sum(1 for m in new if m.kind == "tool-result" and m.full_content is not None)  # type: ignore[union-attr]
+                self.cut += sum(1 for m in new if m.kind == "tool-result" and m.full_content is not None)
         return Visible(self.summary, self.view, self.upto)
 
     def _rebuild(self, messages: Sequence[Message]) -> None:
@@ -111,7 +111,7 @@ class ThreadView:
                     break
         self.view, self.upto, self.effective = out, upto, True
         self.summary = newest.content if newest is not None and newest.policy == "summary" else None
-        self.cut = sum(1 for m in out if m.kind == "tool-result" and m.full_content is not None)  # type: ignore[union-attr]
+        self.cut = sum(1 for m in out if m.kind == "tool-result" and m.full_content is not None)
         self._extend(messages[upto:])
         self._restart_sums()
 

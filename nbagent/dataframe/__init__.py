@@ -13,6 +13,7 @@ nbagent.dataframe.plot_cost(agent, by="model")
 nbagent.dataframe.readable(frame)       # show costs as $0.000200 (the values stay numbers)
 answers = agent.map(df["question"], concurrency=8)
 nbagent.output_frame(answers)           # structured answers (output_type) as columns
+answers = agent.map(df["question"], batch_api=True)   # through the provider's batch API, half price
 ```
 
 This package is the only place nbagent imports pandas (and numpy); the core never imports it,
@@ -28,6 +29,7 @@ Naming: these functions are for notebook cells. They block and return the DataFr
 from __future__ import annotations
 
 from ._batch import batch, output_frame
+from ._batch_api import cancel_batches
 from ._columns import USAGE_SCHEMA, usage_from_columns
 from ._context import CONTEXT_COLUMNS, context_frame, plot_context
 from ._frames import (
@@ -50,6 +52,7 @@ __all__ = [
     "batch",
     "batch_inputs",
     "batch_thread_ids",
+    "cancel_batches",
     "context_frame",
     "cost_by_tool",
     "output_frame",

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
 from ..agent import Agent
+from ..approvals import Decisions
 from ..exceptions import UserError
 from ._rows import Progress, batch_frame, checked_inputs, one_row
 
@@ -63,6 +65,10 @@ def batch(
     desc: str | None = None,
     executor: Any = None,
     chunk_size: int | None = None,
+    batch_api: bool = False,
+    wait: bool | None = None,
+    poll_s: float | None = None,
+    decisions: Mapping[Any, Decisions] | None = None,
 ) -> pd.DataFrame:
     """Run one independent conversation per input, `concurrency` at a time; return a DataFrame.
 
@@ -92,10 +98,26 @@ def batch(
             for what travels to the workers and how.
         chunk_size: rows per chunk sent to a worker (cluster executors only; default: enough
             chunks that every worker gets several).
+        batch_api: send the rows' model requests through the provider's batch API, at half
+            price: one batch per agent step across all rows, its id kept in the store (the same
+            map run again, after a restart too, re-attaches to the batches in flight). See
+            docs/batch_api.md. `OpenAIModel`, `OpenAIResponsesModel` and `AnthropicModel`; any
+            other model is refused (`UserError`), nothing falls back to live calls. All rows wait
+            in each round together (`concurrency` does not apply); local only (no `executor`).
+        wait: with `batch_api`: wait for each round's batches, polling every `poll_s` (True,
+            default; the kernel's Interrupt stops waiting and leaves the batches running), or
+            submit and return at once (False): rows still in a batch get the status
+            ``submitted`` / ``in_progress``, and the same call later collects them.
+        poll_s: with `batch_api`: seconds between polls of a batch (default 30; the interval
+            grows up to 4 times while nothing moves).
+        decisions: with `batch_api`: ``{row: Decisions}`` (a row by its index label or its
+            thread id) to continue rows that paused for approval, their tools run here and their
+            next request going into the next round.
 
     Returns:
         One row per input, in input order: ``input``, ``output`` (the final answer or None),
-        ``status`` (completed, paused, stopped, failed, cancelled), ``error``, ``input_tokens``,
+        ``status`` (completed, paused, stopped, failed, cancelled; with `batch_api` also
+        submitted, in_progress, expired), ``error``, ``input_tokens``,
         ``output_tokens``, ``cost`` (USD, NaN when unknown), ``duration_s``, ``steps`` (model
         calls), ``thread``, ``run_id``, ``skipped``. Tokens and cost count every model call of
         the row's thread but a judge's (``purpose="eval"``: `nbagent.evals` counts those in its
@@ -120,6 +142,16 @@ def batch(
     limit, use ``agent.map(inputs, dry_run=True)`` or ``agent.map(inputs, confirm_over=1.00)``
     (`nbagent.evals.estimate`, `nbagent.evals.confirm`): they run on top of this.
     """
+    if batch_api:
+        if executor is not None and not (isinstance(executor, str) and executor == "local"):
+            raise UserError("batch_api=True runs the rows here, between the provider's batch rounds: no executor=")
+        from ._batch_api import map_batch_api
+
+        return map_batch_api(agent, inputs, wait=True if wait is None else wait,
+                             poll_s=30.0 if poll_s is None else poll_s, decisions=decisions,
+                             thread_prefix=thread_prefix, progress=progress, desc=desc)
+    if wait is not None or poll_s is not None or decisions is not None:
+        raise UserError("wait=, poll_s= and decisions= go with batch_api=True")
     if executor is not None and not (isinstance(executor, str) and executor == "local"):
         from ._executors import run_on_cluster
 

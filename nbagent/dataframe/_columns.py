@@ -57,6 +57,7 @@ USAGE_SCHEMA: dict[str, str] = {
     "agent": "category",
     "depth": "int64",
     "parent_call_id": "category",
+    "batch": "bool",
 }
 """Column -> dtype of the usage frame, in column order. Repeated strings are categoricals
 (small, fast to group by, and they round-trip through parquet)."""
@@ -71,6 +72,7 @@ _DEFAULTS: dict[str, Any] = {
     "purpose": "run",
     "replayed": False,
     "recorded_cost": np.nan,
+    "batch": False,
     "latency_s": np.nan,
     "cost_input": np.nan,
     "cost_output": np.nan,
@@ -217,7 +219,7 @@ def _text(blocks: list[ColumnBlock], name: str, sort_limit: int) -> pd.Categoric
             (add(c, len(index)) for c in part.categories), dtype=np.int32, count=len(part.categories)
         )
         remap = np.append(remap, np.int32(-1))
-        codes = np.frombuffer(part.codes, dtype=np.int32)  # type: ignore[call-overload]
+        codes = np.frombuffer(part.codes, dtype=np.int32)
         keep = _keep(block)
         if keep is not None:
             codes, filtered = codes[keep], True

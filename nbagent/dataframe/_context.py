@@ -15,7 +15,7 @@ import pandas as pd
 
 from ..context import PARTS
 from ..exceptions import UserError
-from ._frames import _usage, loaded_rows
+from ._frames import loaded_rows, loaded_usage
 from ._sources import FRAME_COLUMNS, Loaded, load_now, thread_names
 
 __all__ = ["CONTEXT_COLUMNS", "context_frame", "plot_context"]
@@ -83,7 +83,7 @@ def context_frame(source: Any, *, thread: str | Iterable[str] | None = None) -> 
     names = thread_names(thread)
     loaded = load_now(source, threads=names, usage_only=True, columns=_READ)
     parts = _parts(_texts(loaded))
-    usage = _usage(loaded, names, extra=parts)
+    usage = loaded_usage(loaded, names, extra=parts)
     window = usage["window"].astype("Float64")
     usage["fraction"] = (usage["input_tokens"] / window).astype("float64")
     return usage[list(CONTEXT_COLUMNS)]

@@ -54,7 +54,7 @@ def loaded_rows(loaded: Loaded) -> list[ModelCallUsage]:
     return rows
 
 
-def _usage(loaded: Loaded, threads: list[str] | None, extra: pd.DataFrame | None = None) -> pd.DataFrame:
+def loaded_usage(loaded: Loaded, threads: list[str] | None, extra: pd.DataFrame | None = None) -> pd.DataFrame:
     """The usage frame of `loaded`, only `threads` (None: all); `extra`: columns of the same rows
     (in `loaded_rows` then column order) to add before the filter."""
     rows = loaded_rows(loaded)
@@ -109,7 +109,9 @@ def usage_frame(
     when the call was made; NaN where the price is unknown), ``currency`` (category),
     ``usage_reported`` (bool: False when the provider sent no counts), ``purpose`` (category:
     ``"run"`` for an agent's own calls, ``"compaction"`` for a context summary, ``"eval"`` for
-    an evaluator's judge call; rows stored before it existed read ``"run"``). With tracing on
+    an evaluator's judge call; rows stored before it existed read ``"run"``), ``replayed`` and
+    ``recorded_cost`` (answered from a recording: free), ``batch`` (bool: answered through a
+    provider's batch API, ``agent.map(..., batch_api=True)``, at the batch price). With tracing on
     (`nbagent.tracing.instrument`), also ``trace_id`` and ``span_id`` (string: the row's ``chat``
     span, 32 and 16 hex digits; missing for rows this process did not trace).
 
@@ -117,7 +119,7 @@ def usage_frame(
     """
     wanted = _wanted_columns(columns)  # a bad name fails before anything is read
     names = thread_names(thread)
-    df = _usage(load_now(source, threads=names, usage_only=True), names)
+    df = loaded_usage(load_now(source, threads=names, usage_only=True), names)
     if is_instrumented() or (wanted is not None and any(c in TRACE_COLUMNS for c in wanted)):
         df = _with_trace_ids(df)
     return df if wanted is None else df[list(wanted)]
@@ -334,7 +336,7 @@ def _tool_frame(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
             column[:] = values  # dicts kept as they are (not spread into rows)
             data[name] = column
         else:
-            data[name] = pd.array(values, dtype=kind)  # type: ignore[call-overload]
+            data[name] = pd.array(values, dtype=kind)
     df = pd.DataFrame(data)
     if threads is not None:
         df = df[df["thread"].isin(threads)].reset_index(drop=True)
@@ -513,7 +515,7 @@ def _result_row(result: RunResult) -> dict[str, Any]:
 def _runs(loaded: Loaded, threads: list[str] | None) -> pd.DataFrame:
     extra = [_result_row(r) for r in loaded.results if threads is None or r.thread in threads]
     if loaded.threads or loaded.columns or loaded.rows:
-        usage = _usage(Loaded(threads=loaded.threads, columns=loaded.columns, rows=loaded.rows), threads)
+        usage = loaded_usage(Loaded(threads=loaded.threads, columns=loaded.columns, rows=loaded.rows), threads)
         meta = {t.thread: t.meta for t in loaded.threads}
         return _runs_from_usage(usage, meta, loaded.ends, extra)
     return _runs_from_usage(empty_usage_frame(), {}, {}, extra)

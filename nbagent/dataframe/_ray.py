@@ -73,7 +73,7 @@ class RayEngine:
         return max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     def dumps(self, obj: Any) -> bytes:
-        return ray.cloudpickle.dumps(obj)  # type: ignore[no-any-return]
+        return ray.cloudpickle.dumps(obj)
 
     def by_value(self, module: Any) -> None:
         ray.cloudpickle.register_pickle_by_value(module)

@@ -25,14 +25,14 @@ import numpy as np
 import pandas as pd
 
 from ..agent import Agent
-from ..approvals import PendingCall
+from ..approvals import Decisions, PendingCall
 from ..exceptions import UserError
 from ..store.meta import ThreadMeta
 from ..usage import ModelCallUsage, Usage
 from ._columns import categorical, strings
 
 __all__ = ["BATCH_COLUMNS", "Progress", "batch_frame", "batch_inputs", "batch_thread_ids", "checked_inputs",
-           "one_row", "progress_bar", "rows_of"]
+           "fingerprint", "one_row", "progress_bar", "rows_of"]
 
 BATCH_COLUMNS = (
     "input",
@@ -51,7 +51,9 @@ BATCH_COLUMNS = (
 """Columns of the frame `batch` returns."""
 
 
-def _fingerprint(agent: Agent) -> str:
+def fingerprint(agent: Agent) -> str:
+    """A hash of what makes the agent's batch another batch (its name, model, system prompt,
+    tools, tool sources and output type): the default thread prefix's."""
     model = agent.model
     spec = [
         agent.name,
@@ -81,7 +83,7 @@ def batch_thread_ids(
     output type's schema, so the same cell run again finds its threads, and a changed agent or a changed input
     gets new ones.
     """
-    prefix = thread_prefix if thread_prefix is not None else f"batch-{_fingerprint(agent)}"
+    prefix = thread_prefix if thread_prefix is not None else f"batch-{fingerprint(agent)}"
     return [f"{prefix}-{key}-{_hash(p or '')}" for key, p in zip(keys, prompts, strict=True)]
 
 
@@ -147,7 +149,10 @@ def _skipped(
     return row
 
 
-async def one_row(agent: Agent, prompt: str | None, thread: str) -> dict[str, Any]:
+async def one_row(agent: Agent, prompt: str | None, thread: str, decisions: Decisions | None = None) -> dict[str, Any]:
+    """Run one row to its end: a settled thread is skipped (its stored totals), a paused one
+    reported paused (continued with `decisions` when given), an interrupted or failed one
+    continued, a new one started. Never raises: a failure is the row's ``error``."""
     row: dict[str, Any] = {
         "output": None,
         "status": "failed",
@@ -175,11 +180,11 @@ async def one_row(agent: Agent, prompt: str | None, thread: str) -> dict[str, An
                 output = agent.output.load(output)
             return _skipped(row, before, meta, status="completed", output=output)
         open_calls = previous.open_calls() if previous is not None else []
-        if open_calls and meta.status == "paused":
+        if open_calls and meta.status == "paused" and decisions is None:
             return _skipped(row, before, meta, status="paused", error=_waiting(meta.pending, thread))
         # A thread left failed / stopped / cancelled by an earlier batch continues; a new one starts.
-        if open_calls:  # an interrupted run (a crash, a killed kernel): its open calls come first
-            result = await agent.resume(thread=thread)
+        if open_calls:  # paused and decided, or an interrupted run (a crash, a killed kernel)
+            result = await agent.resume(thread=thread, decisions=decisions)
         else:
             has_prompt = previous is not None and any(m.kind == "user" for m in previous.messages)
             result = await agent.run(None if has_prompt else prompt, thread=thread)

@@ -83,10 +83,10 @@ async def _columns_from_store(
         return None
     wanted = {"columns": names} if names is not None and _takes_columns(reader) else {}
     if threads is None:
-        return await _call(reader, **wanted)  # type: ignore[no-any-return]
+        return await _call(reader, **wanted)
     parts = [await _call(reader, thread=name, **wanted) for name in threads]
     if len(parts) == 1:
-        return parts[0]  # type: ignore[no-any-return]
+        return parts[0]
     if parts and all(isinstance(p, UsageColumns) for p in parts):
         return UsageColumns.concat(parts)
     keys = [k for k in parts[0]] if parts else []

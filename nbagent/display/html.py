@@ -27,7 +27,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from ..messages import IMAGE_TYPES, call_results
+from ..messages import IMAGE_TYPES, AssistantMessage, call_results
 from ..usage import usd
 from . import theme
 from .reveal import hidden_characters, reveal, reveal_json, revealed_json
@@ -742,7 +742,8 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
     results = call_results(whole)
     out: list[str] = []
     early: list[tuple[Any, Any]] = []  # (call, result) of calls asked before `offset`
-    answer = max((i for i in range(min(offset, len(whole))) if whole[i].kind == "assistant"), default=-1)
+    # the last answer before `offset`: results of its calls here are rows of their own (`early`)
+    asked = next((m for m in reversed(whole[:offset]) if isinstance(m, AssistantMessage)), None)
 
     def flush() -> None:
         if early:
@@ -751,28 +752,28 @@ def messages_html(messages: Sequence[Message], *, skip_call_ids: Iterable[str] =
             early.clear()
 
     for index, m in enumerate(messages, start=offset):
-        if m.kind == "tool-result" and answer < offset and answer >= 0:
-            call = next((c for c in whole[answer].tool_calls if c.id == m.call_id), None)  # type: ignore[union-attr]
+        if m.kind == "tool-result" and asked is not None:
+            call = next((c for c in asked.tool_calls if c.id == m.call_id), None)
             if call is not None and call.id not in skip:
                 early.append((call, m))
             continue
         flush()
         if m.kind == "user":
-            blocked = m.blocked  # type: ignore[union-attr]
-            out.append(user_html(m.content, "blocked" if blocked else None, images=m.images, who=who))  # type: ignore[union-attr]
+            blocked = m.blocked
+            out.append(user_html(m.content, "blocked" if blocked else None, images=m.images, who=who))
             if blocked:
                 out.append(blocked_html(blocked, "not sent to the model"))
         elif m.kind == "compaction":
             out.append(compaction_html(m))
-        elif m.kind == "assistant" and m.blocked is not None:  # type: ignore[union-attr]
-            out.append(blocked_html(m.blocked, "answer withheld"))  # type: ignore[union-attr]
+        elif m.kind == "assistant" and m.blocked is not None:
+            out.append(blocked_html(m.blocked, "answer withheld"))
         elif m.kind == "assistant":
-            answer = index
+            asked = None  # results from here on answer this message's calls
             if index in from_recording:
                 out.append(f'<div style="margin:2px 0">{replayed_badge()}</div>')
-            out.append(reasoning_html(m.reasoning))  # type: ignore[union-attr]
-            out.append(assistant_html(m.text, m.refusal))  # type: ignore[union-attr]
-            calls = [c for c in m.tool_calls if c.id not in skip]  # type: ignore[union-attr]
+            out.append(reasoning_html(m.reasoning))
+            out.append(assistant_html(m.text, m.refusal))
+            calls = [c for c in m.tool_calls if c.id not in skip]
             provided = provider_calls(m)
             if calls or provided:
                 rows = [table_header_html()]

@@ -18,7 +18,7 @@ import pandas as pd
 from ..display.html import ERROR
 from ..exceptions import UserError
 from ..usage import usd
-from ._report import _cases, evaluate
+from ._report import case_table, evaluate
 
 __all__ = ["ComparisonFrame", "compare"]
 
@@ -158,7 +158,7 @@ class ComparisonFrame(pd.DataFrame):
     _metadata = ["agents", "evaluators", "inputs", "reused"]
 
     @property
-    def plot(self) -> Any:  # type: ignore[override]
+    def plot(self) -> Any:
         """pandas' ``DataFrame.plot``, with ``.cost_vs_score(score=None)`` and ``.latency()``."""
         return _Plots(self)
 
@@ -226,7 +226,7 @@ def compare(
         options: for ``agent.map`` (``concurrency``, ``progress``, ``executor``, ...).
     """
     named = _agents(agents, agent, models)
-    table = _cases(inputs)
+    table = case_table(inputs)
     parts, checks, reused = {}, None, {}
     for name, each in named.items():
         report = evaluate(each, table, evaluators, desc=name, **options)

@@ -30,9 +30,9 @@ __all__ = ["BatchConfirmation", "confirm", "map_with_forecast"]
 
 
 def over_limit(forecast: Forecast, limit: float) -> bool:
-    """Whether the batch may cost more than `limit`: the high end of the forecast's cost is
-    over it, or the cost is unknown (a model without a price)."""
-    high = forecast.cost[2]
+    """Whether the batch may cost more than `limit`: the high end of the forecast's cost (at the
+    batch price for ``batch_api=True``) is over it, or the cost is unknown (a model without a price)."""
+    high = (forecast.batch_cost or forecast.cost)[2]
     return math.isnan(high) or high > limit
 
 
@@ -82,7 +82,7 @@ class BatchConfirmation:
             self.status = "cancelled"
 
     def _why(self) -> str:
-        _, mid, high = self.forecast.cost
+        _, mid, high = self.forecast.batch_cost or self.forecast.cost
         if math.isnan(high):
             return f"its cost is unknown (the model has no price) and confirm_over is {usd(self.limit)}"
         return f"it may cost up to {usd(high)} (forecast {usd(mid)}), over confirm_over={usd(self.limit)}"

@@ -27,7 +27,7 @@ from ._forecast import with_stored_times
 __all__ = ["EvalReport", "diff", "evaluate"]
 
 
-def _cases(cases: Any) -> pd.DataFrame:
+def case_table(cases: Any) -> pd.DataFrame:
     """The cases as a frame with an ``input`` column (and ``expected`` when given)."""
     if isinstance(cases, pd.DataFrame):
         if "input" not in cases.columns:
@@ -39,7 +39,7 @@ def _cases(cases: Any) -> pd.DataFrame:
         raise UserError("evaluate() takes a DataFrame with 'input' (and 'expected') columns, or a list")
     items = list(cases)
     if items and all(isinstance(i, dict) for i in items):
-        return _cases(pd.DataFrame(items))
+        return case_table(pd.DataFrame(items))
     return pd.DataFrame({"input": items})
 
 
@@ -129,7 +129,7 @@ def evaluate(
     names = [c.name for c in checks]
     if len(set(names)) != len(names):
         raise UserError(f"two evaluators share a name (their column): {names}; pass name=... to one")
-    table = _cases(cases)
+    table = case_table(cases)
     frame = _answers(agent, table, concurrency, map_options)
     if not checks:
         return EvalReport(frame, [])
@@ -218,7 +218,7 @@ class EvalReport:
         return f"EvalReport({self._line()}, {', '.join(parts) or 'no evaluators'})"
 
     def _repr_html_(self) -> str:
-        table = self.summary()._repr_html_()  # type: ignore[operator]
+        table = self.summary()._repr_html_()
         return f"{table}<p class='mathjax_ignore'>{html.escape(self._line())}</p>"
 
 

@@ -16,7 +16,7 @@ The base does the rest, the same way for every provider:
 
 - one client per event loop, closed with its loop or soon after the model is dropped (`_clients`);
 - the call's deadline, around the send and every read of the stream (`_deadline`);
-- the key: read from `key_variable` unless given, held in a `_Secret`, scrubbed out of every
+- the key: read from `key_variable` unless given, held in a `Secret`, scrubbed out of every
   `ModelError` that leaves a call (`_keys.scrub_error`), never pickled (`_travel`);
 - a 2xx body that is not what was asked for (`_whole_body`): a whole answer to a streamed request,
   an event stream to a whole one, an error object sent with a 2xx status (sorted as the table's
@@ -42,16 +42,19 @@ import threading
 import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import ModelError, UserError
 from ._clients import client_for_loop, close_for_loop
 from ._deadline import DEFAULT_DEADLINE, Deadline, checked_deadline, read_within, within
 from ._http_errors import ErrorTable, parse_retry_after, where
-from ._keys import _safe_url, _Secret, scrub_error
+from ._keys import Secret, safe_url, scrub_error
 from ._travel import Travelling
 from ._whole_body import body_error, read_body
 from .base import Model, ModelRequest, ModelResponse, StreamItem, check_context_window
+
+if TYPE_CHECKING:
+    from ._batch import BatchRounds, BatchWire
 
 __all__ = ["DEFAULT_TIMEOUT", "HTTPModel", "Reading", "Streamed"]
 
@@ -171,7 +174,7 @@ class HTTPModel(Travelling, Model):
             key = api_key if api_key is not None else os.environ.get(self.key_variable)
             if not key:
                 key = self._no_key()
-        self._api_key = _Secret(key or "")
+        self._api_key = Secret(key or "")
         self._init_clients()
 
     def _default_model_name(self) -> str:
@@ -194,7 +197,7 @@ class HTTPModel(Travelling, Model):
         self._clients_lock = threading.Lock()
 
     def __repr__(self) -> str:
-        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
+        url = f", base_url={safe_url(self.base_url)!r}" if self.base_url else ""
         return f"{type(self).__name__}({self.model_name!r}, provider={self.provider!r}{url})"
 
     # ------------------------------------------------------------------ the provider's parts
@@ -240,6 +243,25 @@ class HTTPModel(Travelling, Model):
         """The events `read_stream` takes, made of the ``data`` of event-stream text that came as
         one body (a server that streams whatever is asked); None: not readable so (the default)."""
         return None
+
+    def read_line_answer(self, body: dict[str, Any], request_id: str | None) -> ModelResponse | None:
+        """`read_answer` of a whole answer that came in a batch's result line, not as an HTTP
+        response of its own (`nbagent.models._batch.BatchWire.answer`)."""
+        return self.read_answer(body, Reading(provider=self.provider, request_id=request_id, fail=self.stream_error))
+
+    def batch_wire(self) -> BatchWire | None:
+        """The provider's batch API for this model's requests (`nbagent.models._batch.BatchWire`),
+        or None when it has none (the default)."""
+        return None
+
+    def batched(self, rounds: BatchRounds) -> Model | None:
+        """This model answering through its `batch_wire` (see `Model.batched`)."""
+        wire = self.batch_wire()
+        if wire is None:
+            return None
+        from ._batch import BatchedModel
+
+        return BatchedModel(self, wire, rounds)
 
     # ------------------------------------------------------------------ client per event loop
     async def client(self) -> Any:

@@ -41,7 +41,7 @@ from ..exceptions import (
     StreamInterruptedError,
     error_for_status,
 )
-from ._keys import _safe_url, _Secret
+from ._keys import Secret, safe_url
 
 __all__ = ["ErrorSource", "ErrorTable", "parse_retry_after", "refused_words", "transient_error", "transport_failure",
            "where"]
@@ -54,12 +54,12 @@ class ErrorSource(Protocol):
     model_name: str
     base_url: str | None
     default_host: str
-    _api_key: _Secret
+    _api_key: Secret
 
 
 def where(model: ErrorSource) -> str:
     """The server a model talks to, for messages: its URL without credentials, or its default host."""
-    return _safe_url(model.base_url) or model.default_host
+    return safe_url(model.base_url) or model.default_host
 
 
 def parse_retry_after(headers: Mapping[str, str] | None, now: float | None = None) -> float | None:

@@ -1,7 +1,7 @@
 """An HTTP provider's API key: held where it never shows, and scrubbed out of whatever leaves a call.
 
-Owns `_Secret` (a key that never shows itself, and refuses to be pickled), `scrub` (the key taken
-out of any text or body), `scrub_error` (out of every field of a `ModelError`) and `_safe_url`
+Owns `Secret` (a key that never shows itself, and refuses to be pickled), `scrub` (the key taken
+out of any text or body), `scrub_error` (out of every field of a `ModelError`) and `safe_url`
 (credentials taken out of URLs). How a model travels to another process without its key is
 `models._travel`'s; Retry-After is `models._http_errors`'.
 
@@ -15,10 +15,10 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..exceptions import ModelError
 
-__all__ = ["_Secret", "_safe_url", "scrub", "scrub_error"]
+__all__ = ["Secret", "safe_url", "scrub", "scrub_error"]
 
 
-class _Secret:
+class Secret:
     """An API key that does not show itself in reprs, vars() dumps or tracebacks' locals."""
 
     __slots__ = ("_value",)
@@ -40,7 +40,7 @@ class _Secret:
         raise TypeError("an API key is never pickled; the model reads it from the environment where it arrives")
 
 
-def _safe_url(url: str | None) -> str | None:
+def safe_url(url: str | None) -> str | None:
     """The URL without user:password (some people put credentials there)."""
     if not url:
         return url
@@ -50,7 +50,7 @@ def _safe_url(url: str | None) -> str | None:
     return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
 
-def scrub(secret: _Secret, value: Any) -> Any:
+def scrub(secret: Secret, value: Any) -> Any:
     """`value` (text, or a body of dicts and lists) with the key replaced by ``***``."""
     key = secret.get()
     if len(key) < 8:
@@ -64,7 +64,7 @@ def scrub(secret: _Secret, value: Any) -> Any:
     return value
 
 
-def scrub_error(secret: _Secret, error: ModelError) -> ModelError:
+def scrub_error(secret: Secret, error: ModelError) -> ModelError:
     """`error` with the key taken out of its message, its ``args`` and every other field (``body``,
     a `ContentFilterError`'s ``explanation`` and ``text``...), in place; returned for convenience.
 

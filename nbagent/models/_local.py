@@ -120,6 +120,10 @@ class LocalModel(OpenAIModel):
         self._server_key = server_key
         self._start_timeout = start_timeout
 
+    def batch_wire(self) -> None:
+        """None: llama.cpp's server has no batch API (``agent.map(..., batch_api=True)`` refuses it)."""
+        return None
+
     def _default_context_window(self) -> int | None:
         ctx = self._server_key[2] if len(self._server_key) > 2 else None
         return ctx if isinstance(ctx, int) and not isinstance(ctx, bool) and ctx > 0 else None

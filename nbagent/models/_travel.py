@@ -16,7 +16,7 @@ import socket
 from typing import Any
 
 from ..exceptions import UserError
-from ._keys import _Secret
+from ._keys import Secret
 
 __all__ = ["Travelling", "arriving_key", "travelling_state"]
 
@@ -33,7 +33,7 @@ class Travelling:
     _key_placeholder: str | None = None
     """The key, when it is a placeholder for a server that needs none: it travels (a real key never does)."""
     _per_process: tuple[str, ...] = ("_api_key", "_clients", "_clients_lock")
-    _api_key: _Secret
+    _api_key: Secret
 
     def _init_clients(self) -> None:
         raise NotImplementedError
@@ -64,7 +64,7 @@ def travelling_state(model: Any, drop: tuple[str, ...]) -> dict[str, Any]:
     return {name: value for name, value in vars(model).items() if name not in drop}
 
 
-def arriving_key(placeholder: str | None, variable: str, what: str) -> _Secret:
+def arriving_key(placeholder: str | None, variable: str, what: str) -> Secret:
     """The key of a model unpickled in this process (``__setstate__``): the `placeholder` it was
     made with when its server needs no key, else this process's `variable` (``OPENAI_API_KEY``).
 
@@ -72,7 +72,7 @@ def arriving_key(placeholder: str | None, variable: str, what: str) -> _Secret:
         UserError: `variable` is not set here; the message says how each engine sets it.
     """
     if placeholder is not None:
-        return _Secret(placeholder)
+        return Secret(placeholder)
     key = os.environ.get(variable)
     if not key:
         raise UserError(
@@ -81,4 +81,4 @@ def arriving_key(placeholder: str | None, variable: str, what: str) -> _Secret:
             f"{variable} where the workers run: Ray: ray.init(runtime_env={{'env_vars': {{'{variable}': ...}}}}); "
             "Dask: in the environment the workers start in (a LocalCluster inherits this kernel's)"
         )
-    return _Secret(key)
+    return Secret(key)

@@ -22,7 +22,7 @@ from typing import Any
 
 from ..exceptions import ResponseBodyError
 from ._http_errors import ErrorSource
-from ._keys import _Secret, scrub
+from ._keys import Secret, scrub
 
 __all__ = ["EXCERPT_CHARS", "body_error", "body_excerpt", "read_body", "sse_data"]
 
@@ -68,7 +68,7 @@ def sse_data(text: str) -> list[str]:
     return found
 
 
-def body_excerpt(data: bytes, secret: _Secret, limit: int = EXCERPT_CHARS) -> str:
+def body_excerpt(data: bytes, secret: Secret, limit: int = EXCERPT_CHARS) -> str:
     """The first bytes of a body as one printable line: bytes that are not UTF-8 as ``\\xNN``,
     control characters escaped, the API key scrubbed (before cutting, so no part of it shows), at
     most `limit` characters and then ``…``."""

@@ -7,12 +7,14 @@ stream (`request_stream`) of text deltas (``str``), `ReasoningText` deltas, and 
 
 A model's optional powers are members of `Model` too, each with a default that means "not
 supported": `context_window`, `native_context`, `native_compaction` with `compact`,
-`keep_recording` and `recorded_result`. The run loop calls them on every model, never probes for
+`keep_recording`, `recorded_result` and `batched` (the model answering through its provider's
+batch API, ``agent.map(..., batch_api=True)``). The run loop calls them on every model, never probes for
 them; `WrappedModel`, the base of every model that wraps another, forwards each of them.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,7 @@ from ..usage import TokenCounts
 
 if TYPE_CHECKING:
     from ..context import NativeContext
+    from ._batch import BatchRounds
     from ._recording import RecordingSink
 
 __all__ = ["Model", "ModelRequest", "ModelResponse", "ReasoningText", "StreamItem", "WrappedModel",
@@ -72,6 +75,9 @@ class ModelResponse:
     replayed: bool = False
     """True for an answer taken from a recording (`nbagent.models.replay`): its usage row is
     marked ``replayed`` and costs 0."""
+    batch: bool = False
+    """True for an answer read from a provider's batch (``agent.map(..., batch_api=True)``): its
+    usage row is marked ``batch`` and priced at the batch price."""
 
 
 class ReasoningText(str):
@@ -97,6 +103,15 @@ def check_context_window(where: str, value: Any) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
         raise UserError(f"{where} is a positive int (tokens) or None, got {value!r}")
     return value
+
+
+def check_known_settings(settings: Mapping[str, Any], allowed: frozenset[str], create: str, hint: str) -> None:
+    """Raise `UserError` for the settings an SDK's `create` method (``"the openai SDK's
+    responses.create"``) does not take (`allowed`: the ones it does); `hint` says how to send
+    others anyway."""
+    unknown = sorted(k for k in settings if k not in allowed)
+    if unknown:
+        raise UserError(f"unknown model setting(s) {unknown} for {create}; {hint}")
 
 
 class Model:
@@ -178,6 +193,13 @@ class Model:
         The default, None: the tool runs."""
         return None
 
+    def batched(self, rounds: BatchRounds) -> Model | None:
+        """This model with its provider calls answered through its provider's batch API by
+        `rounds` (the rounds of ``agent.map(..., batch_api=True)``: `nbagent.models._batch`), or
+        None when it has no batch API (the default; `OpenAIModel`, `OpenAIResponsesModel` and
+        `AnthropicModel` have one)."""
+        return None
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.model_name!r})"
 
@@ -240,6 +262,18 @@ class WrappedModel(Model):
 
     def recorded_result(self, call: ToolCall, edited: dict[str, Any] | None = None) -> ToolResultMessage | None:
         return self.inner.recorded_result(call, edited)
+
+    def batched(self, rounds: BatchRounds) -> Model | None:
+        """A shallow copy of this wrapper around `inner` batched (so the wrapper's own `request`
+        still runs, in front of the batch), or None when `inner` has no batch API. The copy shares
+        the wrapper's attributes: a list it appends to is the wrapper's, a number it rebinds is
+        the copy's own."""
+        inner = self.inner.batched(rounds)
+        if inner is None:
+            return None
+        twin = copy.copy(self)
+        twin.inner = inner
+        return twin
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.inner!r})"

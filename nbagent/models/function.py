@@ -67,7 +67,7 @@ def _words(messages: list[Message], start: int) -> int:
         if isinstance(m, AssistantMessage):
             total += estimate_tokens(m.text) + sum(1 + estimate_tokens(c.args_json) for c in m.tool_calls)
         else:
-            total += estimate_tokens(m.content)  # type: ignore[union-attr]
+            total += estimate_tokens(m.content)
             if isinstance(m, UserMessage) and m.images:
                 total += IMAGE_TOKENS * len(m.images)
     return total

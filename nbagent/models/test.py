@@ -66,7 +66,7 @@ class TestModel(FunctionModel):
         for m in reversed(messages):
             if m.kind != "tool-result":
                 break
-            results[m.name] = m.content  # type: ignore[union-attr]
+            results[m.name] = m.content
         if not results:
             return "success (no tool calls)"
         return json.dumps(dict(reversed(list(results.items()))), ensure_ascii=False)

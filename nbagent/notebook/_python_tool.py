@@ -40,7 +40,7 @@ def _user_namespace() -> dict[str, Any]:
     if ipython is not None:
         shell = ipython.get_ipython()
         if shell is not None:
-            return shell.user_ns  # type: ignore[no-any-return]
+            return shell.user_ns
     import __main__
 
     return __main__.__dict__

@@ -57,7 +57,7 @@ USAGE_KINDS: dict[str, str] = {
     "reasoning_tokens": "q", "latency_s": "d", "finish_reason": "s", "tool_calls": "q",
     "cost_input": "d", "cost_output": "d", "cost_total": "d", "currency": "s", "usage_reported": "B",
     "purpose": "s", "context": "s", "replayed": "B", "recorded_cost": "d", "agent": "s", "depth": "q",
-    "parent_call_id": "s",
+    "parent_call_id": "s", "batch": "B",
 }
 """Column -> how it is held: ``"q"`` int64, ``"d"`` float64 (None is NaN: a missing cost and a
 NaN cost are one value, as in SQLite, which stores NaN as NULL), ``"B"`` bool (one byte),
@@ -68,11 +68,12 @@ CHUNK_FORMAT = 1
 
 ADDED_COLUMNS: dict[str, str | int | None] = {
     "purpose": "run", "context": None, "agent": None, "depth": 0, "parent_call_id": None,
+    "batch": False,
 }
 """Columns added after chunks existed -> the value of every row a chunk without the column holds
-(text, or an int for ``depth``). Such a chunk was packed before its store gained the column
-(SQLite files of a newer format are refused by older nbagents, so none packs one later), and all
-its rows have that value."""
+(text, an int for ``depth``, a bool for ``batch``). Such a chunk was packed before its store
+gained the column (SQLite files of a newer format are refused by older nbagents, so none packs
+one later), and all its rows have that value."""
 
 _NAN = math.nan
 _BIG_ENDIAN = sys.byteorder == "big"
@@ -126,9 +127,9 @@ class ColumnBlock:
         elif kind == "d":
             out = [None if v != v else v for v in part.tolist()]  # NaN -> None
         elif kind == "B":
-            out = [bool(v) for v in part.tolist()]  # type: ignore[union-attr]
+            out = [bool(v) for v in part.tolist()]
         else:
-            out = part.tolist()  # type: ignore[union-attr]
+            out = part.tolist()
         if self.keep is not None:
             out = [out[i] for i in self.keep]
         return out
@@ -216,7 +217,7 @@ def _encode(kind: str, values: Sequence[Any]) -> Part:
             categories.remove(None)
             index = {v: i for i, v in enumerate(categories)}
             index[None] = -1
-        return TextPart(categories, array("i", map(index.__getitem__, values)))  # type: ignore[arg-type]
+        return TextPart(categories, array("i", map(index.__getitem__, values)))
     if kind == "d":
         try:
             return array("d", values)
@@ -309,8 +310,8 @@ def decode_chunk(blob: bytes, names: Sequence[str]) -> ColumnBlock | None:
         entry = layout.get(name)
         if entry is None and name in ADDED_COLUMNS:
             value = ADDED_COLUMNS[name]
-            if isinstance(value, int):
-                parts[name] = array("q", [value]) * n
+            if isinstance(value, int):  # (a bool too: ``batch``, held as "B")
+                parts[name] = array(USAGE_KINDS[name], [int(value)]) * n
             else:
                 parts[name] = (TextPart([value], array("i", bytes(4 * n))) if value is not None
                                else TextPart([], array("i", [-1]) * n))

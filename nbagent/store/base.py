@@ -47,13 +47,15 @@ __all__ = [
     "UsageColumns",
 ]
 
-FORMAT_VERSION = 5
+FORMAT_VERSION = 6
 """Version of the persisted shapes; a store refuses files from a newer version. Format 2 is
 format 1 with the checkpoints' ``run_id``, ``stop_reason`` and ``error``; format 3 is format 2
 with the usage rows' ``purpose`` (``'run'`` in older rows); format 4 is format 3 with the usage
 rows' ``context`` (the request's size by part; NULL in older rows); format 5 is format 4 with the
 usage rows' ``agent``, ``depth`` and ``parent_call_id`` (where in a tree of agents the call was
-made: NULL, 0 and NULL in older rows). `SQLiteStore` migrates an older file when it opens it."""
+made: NULL, 0 and NULL in older rows); format 6 is format 5 with the usage rows' ``batch``
+(answered through a provider's batch API: 0 in older rows). `SQLiteStore` migrates an older file
+when it opens it."""
 
 ERROR_KEPT = 500
 """How many characters of a run's error a checkpoint keeps (`Checkpoint.error`)."""
@@ -355,7 +357,7 @@ class Store:
         if last is not None and kept:
             kept[-1] = last
         top = steps[-1] if steps else 0
-        call_ids = {c.id for m in kept if m.kind == "assistant" for c in m.tool_calls}  # type: ignore[union-attr]
+        call_ids = {c.id for m in kept if m.kind == "assistant" for c in m.tool_calls}
         ledger = [e for e in loaded.ledger.values() if e.call_id in call_ids]
         usage = [dataclasses.replace(r, thread=target) for r in loaded.usage if r.step <= top]
         history = await self.checkpoints(source)
@@ -480,15 +482,14 @@ async def replay(
 
 def summarize(message: Message, width: int = 80) -> str:
     """``kind: start of the text`` for listings."""
-    kind = message.kind
-    if kind == "assistant":
-        text = message.text or ", ".join(f"{c.name}({c.args_json})" for c in message.tool_calls)  # type: ignore[union-attr]
+    if message.kind == "assistant":
+        text = message.text or ", ".join(f"{c.name}({c.args_json})" for c in message.tool_calls)
     else:
-        text = message.content  # type: ignore[union-attr]
+        text = message.content
         images = getattr(message, "images", None)
         if images:
             text = f"[{len(images)} image{'s' if len(images) != 1 else ''}] {text}"
     text = " ".join((text or "").split())
     if len(text) > width:
         text = text[: width - 1] + "…"
-    return f"{kind}: {text}"
+    return f"{message.kind}: {text}"

@@ -96,7 +96,7 @@ class MemoryStore(Store):
     async def threads(self) -> list[ThreadInfo]:
         infos = []
         for name, t in self._threads.items():
-            title = next((m.content for m in t.messages if m.kind == "user"), "")  # type: ignore[union-attr]
+            title = next((m.content for m in t.messages if m.kind == "user"), "")
             infos.append(ThreadInfo(name, len(t.messages), t.updated, t.meta.status, " ".join(title.split())[:80]))
         return sorted(infos, key=lambda i: i.updated, reverse=True)
 

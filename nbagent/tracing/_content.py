@@ -78,5 +78,5 @@ def output_messages(message: AssistantMessage) -> str:
 
 def system_instructions(messages: Sequence[Message]) -> str | None:
     """``gen_ai.system_instructions`` of a request (None when it has no system message)."""
-    texts = [{"type": "text", "content": m.content} for m in messages if m.kind == "system"]  # type: ignore[union-attr]
+    texts = [{"type": "text", "content": m.content} for m in messages if m.kind == "system"]
     return _dumps(texts) if texts else None

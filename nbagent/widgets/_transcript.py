@@ -45,18 +45,18 @@ def transcript_text(thread: str, messages: Sequence[Message], waiting: Sequence[
     for m in shown:
         blocked = getattr(m, "blocked", None)
         if m.kind == "user":
-            lines.append(f"you: {_clip(m.content)}")  # type: ignore[union-attr]
+            lines.append(f"you: {_clip(m.content)}")
             if blocked:
                 lines.append(f"  [not sent to the model: blocked by {blocked}]")
         elif blocked:  # an answer a guard refused: its text was never kept
             lines.append(f"assistant: [answer withheld: blocked by {blocked}]")
         elif m.kind == "assistant":
-            if m.text:  # type: ignore[union-attr]
-                lines.append(f"assistant: {_clip(m.text)}")  # type: ignore[union-attr]
-            for call in m.tool_calls:  # type: ignore[union-attr]
+            if m.text:
+                lines.append(f"assistant: {_clip(m.text)}")
+            for call in m.tool_calls:
                 lines.append(f"  tool call {call.name}({_clip(call.args_json, 200)})")
         elif m.kind == "tool-result":
-            lines.append(f"  {m.name} {m.status}: {_clip(m.content, 200)}")  # type: ignore[union-attr]
+            lines.append(f"  {m.name} {m.status}: {_clip(m.content, 200)}")
     for call in unanswered_calls(messages) if waiting is None else waiting:
         lines.append(f"  {call.name} waits for a decision")
     return "\n".join(lines)

@@ -3,7 +3,7 @@
 Imported lazily (through ``nbagent.models.__getattr__``): importing it imports ``anthropic``; it
 never imports widgets, pandas or ``openai``.
 
-The API key is kept in a `_Secret` and handed only to the SDK client: it is never part of a
+The API key is kept in a `Secret` and handed only to the SDK client: it is never part of a
 message, an event, a usage row, an error (errors are raised without their SDK cause) or a repr.
 
 The package, by responsibility (each module's docstring says what it owns and may import). The
@@ -22,7 +22,6 @@ from .._deadline import DEFAULT_DEADLINE
 from .._http_errors import parse_retry_after
 from ._model import DEFAULT_MAX_CONTINUATIONS, DEFAULT_MAX_TOKENS, DEFAULT_TIMEOUT, AnthropicModel
 from ._stream import REDACTED_THINKING, token_counts
-from ._wire import _allowed_settings as _allowed_settings  # private, re-exported for the tests
 
 __all__ = [
     "DEFAULT_DEADLINE",

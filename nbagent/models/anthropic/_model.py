@@ -25,10 +25,10 @@ from anthropic import AsyncAnthropic
 from ...exceptions import UserError
 from .._deadline import DEFAULT_DEADLINE
 from .._http import DEFAULT_TIMEOUT, HTTPModel, Reading
-from .._keys import _safe_url, scrub_error
+from .._keys import safe_url, scrub_error
 from ..base import ModelRequest, ModelResponse, StreamItem
 from ._errors import AnthropicErrors
-from ._stream import _StreamAssembler, joined, message_response, paused_content, stream_items, too_many_pauses
+from ._stream import StreamAssembler, joined, message_response, paused_content, stream_items, too_many_pauses
 from ._wire import check_settings, request_params
 
 __all__ = ["DEFAULT_MAX_CONTINUATIONS", "DEFAULT_MAX_TOKENS", "DEFAULT_TIMEOUT", "AnthropicModel"]
@@ -154,7 +154,7 @@ class AnthropicModel(HTTPModel):
         raise UserError("no Anthropic API key: pass AnthropicModel(..., api_key=...) or set ANTHROPIC_API_KEY")
 
     def __repr__(self) -> str:
-        url = f", base_url={_safe_url(self.base_url)!r}" if self.base_url else ""
+        url = f", base_url={safe_url(self.base_url)!r}" if self.base_url else ""
         return f"AnthropicModel({self.model_name!r}{url})"
 
     def _make_client(self) -> AsyncAnthropic:
@@ -172,11 +172,17 @@ class AnthropicModel(HTTPModel):
     def _resource(self, client: AsyncAnthropic) -> Any:
         return client.messages
 
+    def batch_wire(self) -> Any:
+        """Anthropic's Message Batches API (``agent.map(..., batch_api=True)``)."""
+        from ._batch import AnthropicBatchWire
+
+        return AnthropicBatchWire(self)
+
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
         """`_stream.stream_items` over the SDK's events; the assembler stays on `reading` (a paused
         turn sends its content back)."""
-        state = reading.state = _StreamAssembler()
+        state = reading.state = StreamAssembler()
         state.request_id = reading.request_id
         return stream_items(events, state, reading.empty)
 
@@ -192,7 +198,7 @@ class AnthropicModel(HTTPModel):
 
     def body_events(self, data: list[str]) -> list[Any] | None:
         try:
-            return [json.loads(d) for d in data]  # `_StreamAssembler` reads dicts as it reads the SDK's events
+            return [json.loads(d) for d in data]  # `StreamAssembler` reads dicts as it reads the SDK's events
         except ValueError:
             return None
 
@@ -237,7 +243,7 @@ class AnthropicModel(HTTPModel):
 def _paused(reading: Reading) -> list[dict[str, Any]]:
     """The content of a paused turn as the server sent it: from the stream's assembler, or the whole message."""
     state = reading.state
-    return state.paused_content() if isinstance(state, _StreamAssembler) else paused_content(state)
+    return state.paused_content() if isinstance(state, StreamAssembler) else paused_content(state)
 
 
 def _continued(params: dict[str, Any], content: list[dict[str, Any]]) -> dict[str, Any]:

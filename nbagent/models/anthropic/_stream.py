@@ -2,7 +2,7 @@
 stream events in, nbagent's `ModelResponse` out.
 
 Owns the mapping of a whole ``Message`` (`message_response`), the assembly of a stream of events
-(`stream_items`, the per-event loop, and `_StreamAssembler`, fed the SDK's decoded events one by
+(`stream_items`, the per-event loop, and `StreamAssembler`, fed the SDK's decoded events one by
 one: text deltas, tool input from ``input_json_delta``, reasoning from ``thinking_delta``,
 signatures from ``signature_delta``),
 the shapes of the events it reads (`malformed`: an event whose ``delta``, ``message``,
@@ -13,7 +13,7 @@ stop reasons (`finish_reason`; ``refusal`` as a `ContentFilterError` on the resp
 counts (`token_counts`), and a paused turn (stop reason ``pause_turn``): its content as sent
 (`paused_content`) and its parts joined into one answer (`joined`). A ``redacted_thinking`` block
 shows in the reasoning as `REDACTED_THINKING`. A stream that ends before ``message_stop`` was cut
-off (`_StreamAssembler.finish` raises a retried `StreamInterruptedError`): none of it is an
+off (`StreamAssembler.finish` raises a retried `StreamInterruptedError`): none of it is an
 answer. Sans-IO: nothing here sends or reads a socket; the SDK decodes the server-sent events
 (it raises an ``error`` event as an exception, which the error table sorts).
 
@@ -211,7 +211,7 @@ def _as_dict(obj: Any) -> dict[str, Any]:
     return dict(obj.to_dict(mode="json"))
 
 
-class _StreamAssembler:
+class StreamAssembler:
     """Collects the content blocks, stop reason, usage and model name of a stream of events (the
     SDK's event objects, or dicts of the same shape)."""
 
@@ -382,10 +382,10 @@ class _StreamAssembler:
 
 
 async def stream_items(
-    events: AsyncIterator[Any], state: _StreamAssembler, empty: Callable[[], Exception]
+    events: AsyncIterator[Any], state: StreamAssembler, empty: Callable[[], Exception]
 ) -> AsyncGenerator[StreamItem, None]:
     """The text deltas (``str``) and `ReasoningText` deltas of a stream's events (the SDK's, or
-    dicts of the same shape), then the answer `state` assembled (`_StreamAssembler.finish`). A
+    dicts of the same shape), then the answer `state` assembled (`StreamAssembler.finish`). A
     stream without any event raises ``empty()``."""
     handle = state.handle
     seen = False
@@ -400,7 +400,7 @@ async def stream_items(
 
 
 def paused_content(raw: Any) -> list[dict[str, Any]]:
-    """`_StreamAssembler.paused_content` for a whole ``Message``."""
+    """`StreamAssembler.paused_content` for a whole ``Message``."""
     return [_as_dict(block) for block in raw.content or ()]
 
 

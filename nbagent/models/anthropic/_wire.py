@@ -26,7 +26,7 @@ from typing import Any
 
 from ...exceptions import UserError
 from ...messages import Message
-from ..base import ModelRequest
+from ..base import ModelRequest, check_known_settings
 
 _ALWAYS_SET = frozenset({"messages", "model", "stream", "tools", "system", "self"})
 _TRANSLATED = frozenset({"tool_choice", "parallel_tool_calls", "stop"})
@@ -59,12 +59,8 @@ def _sdk_takes(name: str) -> bool:
 
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Raise `UserError` for a setting ``messages.create`` does not take."""
-    unknown = sorted(k for k in settings if k not in _allowed_settings())
-    if unknown:
-        raise UserError(
-            f"unknown model setting(s) {unknown} for the anthropic SDK's messages.create; "
-            "send other parameters with settings={'extra_body': {...}}"
-        )
+    check_known_settings(settings, _allowed_settings(), "the anthropic SDK's messages.create",
+                         "send other parameters with settings={'extra_body': {...}}")
 
 
 def _image_block(image: Any) -> dict[str, Any]:
@@ -76,7 +72,7 @@ def _image_block(image: Any) -> dict[str, Any]:
 
 def _user_content(message: Any) -> str | list[dict[str, Any]]:
     if not message.images:
-        return message.content  # type: ignore[no-any-return]
+        return message.content
     blocks: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
     blocks.extend(_image_block(i) for i in message.images)
     return blocks
@@ -87,7 +83,7 @@ def _tool_result_content(message: Any) -> str | list[dict[str, Any]]:
     images the tool returned as image blocks inside it."""
     text = message.model_text()
     if not message.images:
-        return text  # type: ignore[no-any-return]
+        return text
     blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
     blocks.extend(_image_block(i) for i in message.images)
     return blocks
@@ -131,22 +127,21 @@ def wire_messages(messages: list[Message]) -> tuple[list[dict[str, Any]], list[s
             turns.append({"role": role, "content": content})
 
     for m in messages:
-        kind = m.kind
-        if kind == "system":
-            if m.content:  # type: ignore[union-attr]
-                system.append(m.content)  # type: ignore[union-attr]
-        elif kind == "user":
+        if m.kind == "system":
+            if m.content:
+                system.append(m.content)
+        elif m.kind == "user":
             add("user", _user_content(m))
-        elif kind == "tool-result":
-            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.call_id,  # type: ignore[union-attr]
+        elif m.kind == "tool-result":
+            block: dict[str, Any] = {"type": "tool_result", "tool_use_id": m.call_id,
                                      "content": _tool_result_content(m)}
-            if m.is_error:  # type: ignore[union-attr]
+            if m.is_error:
                 block["is_error"] = True
             add("user", [block])
-        elif kind == "assistant":
+        elif m.kind == "assistant":
             add("assistant", _assistant_content(m))
         else:
-            raise UserError(f"cannot send a message of kind {kind!r} to a Messages API model")
+            raise UserError(f"cannot send a message of kind {m.kind!r} to a Messages API model")
     return turns, system
 
 

@@ -18,7 +18,7 @@ long, content policy, key, permission, not found, any 4xx but 408/409/429) fails
 matching `BadRequestError`-family error; anything else (server error, overload, rate limit, an
 unknown error) is retried like a broken stream.
 
-The API key is kept in a `_Secret` and handed only to the SDK client: it is never part of a
+The API key is kept in a `Secret` and handed only to the SDK client: it is never part of a
 message, an event, a usage row, an error (errors are raised without their SDK cause, whose request
 carries the ``Authorization`` header) or a repr.
 
@@ -43,9 +43,7 @@ from __future__ import annotations
 from .._http_errors import parse_retry_after
 from ._errors import stream_error_status
 from ._model import DEFAULT_DEADLINE, DEFAULT_TIMEOUT, OpenAIModel
-from ._stream import _StreamAssembler as _StreamAssembler  # private, re-exported for the tests
 from ._stream import token_counts
-from ._wire import _allowed_settings as _allowed_settings  # private, re-exported for the tests
 from .responses import OpenAIResponsesModel
 
 __all__ = [

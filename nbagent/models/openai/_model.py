@@ -22,7 +22,7 @@ from .._deadline import DEFAULT_DEADLINE
 from .._http import DEFAULT_TIMEOUT, Reading
 from ..base import ModelRequest, ModelResponse, StreamItem
 from ._sdk_model import OpenAISDKModel
-from ._stream import _StreamAssembler, chunks_of, completion_response, stream_items
+from ._stream import StreamAssembler, chunks_of, completion_response, stream_items
 from ._wire import WireCache, check_settings, request_params
 
 __all__ = ["DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "OpenAIModel"]
@@ -121,10 +121,16 @@ class OpenAIModel(OpenAISDKModel):
     def _resource(self, client: AsyncOpenAI) -> Any:
         return client.chat.completions
 
+    def batch_wire(self) -> Any:
+        """OpenAI's Batch API for chat completions (``agent.map(..., batch_api=True)``)."""
+        from ._batch import OpenAIBatchWire
+
+        return OpenAIBatchWire(self, "/v1/chat/completions")
+
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
         """`_stream.stream_items` over the SDK's chunks."""
-        state = _StreamAssembler(reading.provider)
+        state = StreamAssembler(reading.provider)
         state.request_id = reading.request_id
         return stream_items(events, state, reading.fail, reading.empty)
 

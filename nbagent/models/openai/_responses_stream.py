@@ -188,7 +188,7 @@ def _as_dict(obj: Any) -> dict[str, Any]:
         return obj
     to_dict = getattr(obj, "to_dict", None)
     # warnings off: a field of another type than the SDK's model says (arguments as an object) is kept as it came
-    return to_dict(warnings=False) if to_dict is not None else dict(obj)  # type: ignore[no-any-return]
+    return to_dict(warnings=False) if to_dict is not None else dict(obj)
 
 
 _TEXT = "response.output_text.delta"

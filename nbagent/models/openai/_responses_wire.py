@@ -27,7 +27,7 @@ from typing import Any
 
 from ...exceptions import UserError
 from ...messages import AssistantMessage, Image, Message, ToolResultMessage
-from ..base import ModelRequest
+from ..base import ModelRequest, check_known_settings
 
 __all__ = [
     "ANTHROPIC_BLOCKS",
@@ -62,13 +62,10 @@ def _allowed_settings() -> frozenset[str]:
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Raise `UserError` for a setting ``responses.create`` does not take (``store`` and
     ``previous_response_id`` are the model's own: `OpenAIResponsesModel(store=...)`)."""
-    unknown = sorted(k for k in settings if k not in _allowed_settings())
-    if unknown:
-        raise UserError(
-            f"unknown model setting(s) {unknown} for the openai SDK's responses.create (store is "
-            "OpenAIResponsesModel(store=...), previous_response_id is never sent); send "
-            "server-specific parameters with settings={'extra_body': {...}}"
-        )
+    check_known_settings(settings, _allowed_settings(),
+                         "the openai SDK's responses.create (store is OpenAIResponsesModel(store=...), "
+                         "previous_response_id is never sent)",
+                         "send server-specific parameters with settings={'extra_body': {...}}")
 
 
 # ------------------------------------------------------------------------------- messages -> items
@@ -149,20 +146,19 @@ def input_items(messages: Sequence[Message], store: bool) -> tuple[str | None, l
     instructions: list[str] = []
     items: list[dict[str, Any]] = []
     for m in messages:
-        kind = m.kind
-        if kind == "system":
+        if m.kind == "system":
             if items:
-                items.append({"role": "system", "content": m.content})  # type: ignore[union-attr]
+                items.append({"role": "system", "content": m.content})
             else:
-                instructions.append(m.content)  # type: ignore[union-attr]
-        elif kind == "user":
+                instructions.append(m.content)
+        elif m.kind == "user":
             items.append(_user_item(m))
-        elif kind == "tool-result":
-            items.append(_result_item(m))  # type: ignore[arg-type]
-        elif kind == "assistant":
-            items.extend(_assistant_items(m, store))  # type: ignore[arg-type]
+        elif m.kind == "tool-result":
+            items.append(_result_item(m))
+        elif m.kind == "assistant":
+            items.extend(_assistant_items(m, store))
         else:
-            raise UserError(f"cannot send a message of kind {kind!r} to a Responses API model")
+            raise UserError(f"cannot send a message of kind {m.kind!r} to a Responses API model")
     return ("\n\n".join(instructions) if instructions else None), items
 
 

@@ -1,7 +1,7 @@
 """The answer side of the chat-completions wire: SDK objects in, nbagent's `ModelResponse` out.
 
 Owns the mapping of a whole ``ChatCompletion`` (`completion_response`), the assembly of streamed
-chunks (`stream_items`, the per-delta loop, and `_StreamAssembler`: tool-call deltas, refusal,
+chunks (`stream_items`, the per-delta loop, and `StreamAssembler`: tool-call deltas, refusal,
 reasoning, finish reason, usage), token counts (`token_counts`, Groq's ``x_groq`` included) and
 `chunks_of`, the chunks of event-stream text that came as one body. Sans-IO: nothing here sends
 or reads a socket. The errors it raises are built by the caller's callbacks, except the
@@ -129,7 +129,7 @@ class _CallParts:
         self.args: list[str] = []
 
 
-class _StreamAssembler:
+class StreamAssembler:
     """Collects what is not plain text from chunks: tool-call deltas, refusal, finish reason,
     usage, model name. Sans-IO: fed SDK chunk pieces, it builds the final `ModelResponse`."""
 
@@ -208,7 +208,7 @@ class _StreamAssembler:
 
 
 # ------------------------------------------------------------------------------- a streamed answer
-def _cut_in_a_call(state: _StreamAssembler) -> Exception | None:
+def _cut_in_a_call(state: StreamAssembler) -> Exception | None:
     """A stream that ended with no ``finish_reason`` while a tool call was being streamed is a
     cut stream (the call's arguments may be half there): a retried `StreamInterruptedError`,
     nothing of it kept. A text answer without ``finish_reason`` is kept, as some servers send none."""
@@ -223,7 +223,7 @@ def _cut_in_a_call(state: _StreamAssembler) -> Exception | None:
 
 async def stream_items(  # noqa: C901  # Size: the per-delta loop, kept in one function with local names
     chunks: AsyncIterator[Any],
-    state: _StreamAssembler,
+    state: StreamAssembler,
     fail: Callable[..., Exception],
     empty: Callable[[], Exception],
 ) -> AsyncGenerator[StreamItem, None]:

@@ -19,7 +19,7 @@ from typing import Any
 
 from ...exceptions import UserError
 from ...messages import Image, Message, ToolResultMessage
-from ..base import ModelRequest
+from ..base import ModelRequest, check_known_settings
 
 _ALWAYS_SET = frozenset({"messages", "model", "stream", "tools", "self"})
 _MERGED_DICTS = ("extra_body", "extra_headers", "extra_query")
@@ -40,12 +40,8 @@ def _allowed_settings() -> frozenset[str]:
 
 def check_settings(settings: Mapping[str, Any]) -> None:
     """Raise `UserError` for a setting ``chat.completions.create`` does not take."""
-    unknown = sorted(k for k in settings if k not in _allowed_settings())
-    if unknown:
-        raise UserError(
-            f"unknown model setting(s) {unknown} for the openai SDK's chat.completions.create; "
-            "send server-specific parameters with settings={'extra_body': {...}}"
-        )
+    check_known_settings(settings, _allowed_settings(), "the openai SDK's chat.completions.create",
+                         "send server-specific parameters with settings={'extra_body': {...}}")
 
 
 def _image_part(image: Image) -> dict[str, Any]:
@@ -65,31 +61,30 @@ def _tool_images_message(results: list[ToolResultMessage]) -> dict[str, Any]:
 
 
 def _wire_message(message: Message, send_reasoning: bool = True, tool_images: bool = True) -> dict[str, Any]:
-    kind = message.kind
-    if kind == "user":
-        images = message.images  # type: ignore[union-attr]
+    if message.kind == "user":
+        images = message.images
         if not images:
-            return {"role": "user", "content": message.content}  # type: ignore[union-attr]
-        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []  # type: ignore[union-attr]
+            return {"role": "user", "content": message.content}
+        parts: list[dict[str, Any]] = [{"type": "text", "text": message.content}] if message.content else []
         parts.extend(_image_part(i) for i in images)
         return {"role": "user", "content": parts}
-    if kind == "tool-result":
-        text = message.model_text()  # type: ignore[union-attr]
-        n = len(message.images)  # type: ignore[union-attr]
+    if message.kind == "tool-result":
+        text = message.model_text()
+        n = len(message.images)
         if n and tool_images:
             what = "the image this tool returned follows" if n == 1 else f"the {n} images this tool returned follow"
             text += f"\n\n[{what} in the next user message]"
-        return {"role": "tool", "tool_call_id": message.call_id, "content": text}  # type: ignore[union-attr]
-    if kind == "system":
-        return {"role": "system", "content": message.content}  # type: ignore[union-attr]
-    if kind == "assistant":
-        text = message.text or message.refusal  # type: ignore[union-attr]
-        calls = message.tool_calls  # type: ignore[union-attr]
-        wire: dict[str, Any] = {"role": "assistant", "content": text or ("" if not calls else None)}
-        if send_reasoning and message.reasoning:  # type: ignore[union-attr]
+        return {"role": "tool", "tool_call_id": message.call_id, "content": text}
+    if message.kind == "system":
+        return {"role": "system", "content": message.content}
+    if message.kind == "assistant":
+        calls = message.tool_calls
+        wire: dict[str, Any] = {"role": "assistant",
+                                "content": message.text or message.refusal or ("" if not calls else None)}
+        if send_reasoning and message.reasoning:
             # DeepSeek (thinking with tools) needs it back within a turn; only servers that
             # sent reasoning_content produce messages with reasoning.
-            wire["reasoning_content"] = message.reasoning  # type: ignore[union-attr]
+            wire["reasoning_content"] = message.reasoning
         if not calls:
             return wire
         # Arguments that are not a JSON object are never replayed (llama.cpp answers the whole
@@ -106,7 +101,7 @@ def _wire_message(message: Message, send_reasoning: bool = True, tool_images: bo
             for c in calls
         ]
         return wire
-    raise UserError(f"cannot send a message of kind {kind!r} to a chat-completions model")
+    raise UserError(f"cannot send a message of kind {message.kind!r} to a chat-completions model")
 
 
 def _wire_tool(definition: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,13 +144,13 @@ class WireCache:
         with_images: list[ToolResultMessage] = []
         for m in messages:
             if m.kind == "tool-result":
-                if tool_images and m.images:  # type: ignore[union-attr]
-                    with_images.append(m)  # type: ignore[arg-type]
+                if tool_images and m.images:
+                    with_images.append(m)
             elif with_images:
                 out.append(_tool_images_message(with_images))
                 with_images = []
             if m.kind == "system":  # rebuilt by the loop each step: not worth a cache entry
-                out.append({"role": "system", "content": m.content})  # type: ignore[union-attr]
+                out.append({"role": "system", "content": m.content})
                 continue
             hit = cache.get(id(m))
             if hit is None or hit[0] is not m:

@@ -147,6 +147,12 @@ class OpenAIResponsesModel(OpenAISDKModel):
     def _resource(self, client: AsyncOpenAI) -> Any:
         return client.responses
 
+    def batch_wire(self) -> Any:
+        """OpenAI's Batch API for the Responses API (``agent.map(..., batch_api=True)``)."""
+        from ._batch import OpenAIBatchWire
+
+        return OpenAIBatchWire(self, "/v1/responses")
+
     async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
         """The started stream, as the JSON objects of its events: read from the HTTP response's
         bytes by `json_events` (the SDK still sends the request, with its auth, retries and error

@@ -19,11 +19,13 @@ The work is split by responsibility into private modules, each importing only th
   thread), retries, errors;
 - `_store`: the `PostgresStore` class.
 
-Schema version 3 (table ``<schema>.schema_version`` holds one row per migration applied; every
+Schema version 7 (table ``<schema>.schema_version`` holds one row per migration applied; every
 JSON record has the same shape as in SQLite, so threads copy across as they are). Version 2 gave
 checkpoints ``run_id``, ``stop_reason`` and ``error``; version 3 added the functions
 ``load_thread`` and ``begin_thread`` beside ``append_step`` and dropped the index on
-``threads.updated`` (so an append updates the thread's row in place)::
+``threads.updated`` (so an append updates the thread's row in place); versions 4 to 7 gave the
+usage rows ``purpose``, ``context`` (with ``replayed``, ``recorded_cost`` and the ``recordings``
+table), ``agent``, ``depth`` and ``parent_call_id``, then ``batch`` (`SCHEMA_VERSION`)::
 
     schema_version  version, applied_at, applied_by
     threads         id, version, step, meta JSONB, created, updated, title, status, messages,

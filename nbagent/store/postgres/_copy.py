@@ -22,7 +22,7 @@ from ._text import display_text, encode_text, guard_json, restore, restore_text
 _COLS = ", ".join(c for c in USAGE_TYPES if c != "thread")
 
 
-class _Undecodable(Exception):
+class Undecodable(Exception):
     """A stored message that does not decode (the store turns it into `StoreCorruptError`)."""
 
     def __init__(self, what: str, cause: BaseException) -> None:
@@ -76,7 +76,7 @@ async def _rows(
         try:
             summary = display_text(summarize(message_from_dict(restore(json.loads(data)))))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise _Undecodable(f"message {messages - 1}", exc) from exc
+            raise Undecodable(f"message {messages - 1}", exc) from exc
     await conn.execute(
         f"INSERT INTO {s}.usage (thread, {_COLS}) SELECT %s, {_COLS} FROM {s}.usage "
         "WHERE thread = %s AND step <= %s ORDER BY id", (target, source, step),

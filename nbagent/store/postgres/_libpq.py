@@ -255,7 +255,7 @@ def _value(results: list[Any]) -> bytes | None:
     """The first column of the first row of a statement's results, or its error raised."""
     first = results[0] if results else None
     if first is not None and first.status == _TUPLES_OK:
-        return first.get_value(0, 0) if first.ntuples else None  # type: ignore[no-any-return]
+        return first.get_value(0, 0) if first.ntuples else None
     if first is not None and first.status == _COMMAND_OK:
         return None
     raise _error(first)

@@ -42,6 +42,7 @@ def _usage_json(row: ModelCallUsage) -> list[Any]:
         _finite(row.latency_s), row.finish_reason, row.tool_calls, _finite(row.cost_input),
         _finite(row.cost_output), _finite(row.cost_total), row.currency, bool(row.usage_reported), row.purpose,
         row.context, bool(row.replayed), _finite(row.recorded_cost), row.agent, row.depth, row.parent_call_id,
+        bool(row.batch),
     ]
 
 
@@ -52,6 +53,7 @@ def _usage_row(values: list[Any]) -> ModelCallUsage:
     row = ModelCallUsage(*values)
     row.replayed = bool(row.replayed)  # NULL in a row written before the column existed
     row.depth = row.depth or 0
+    row.batch = bool(row.batch)
     return row
 
 
@@ -65,7 +67,7 @@ def append_params(
     tokens_in = sum(r.input_tokens for r in usage)
     tokens_out = sum(r.output_tokens for r in usage)
     costs = [r.cost_total for r in usage if r.cost_total is not None and not math.isnan(r.cost_total)]
-    title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
+    title = next((m.content for m in messages if m.kind == "user"), "")
     status = None if record is None else record.get("status")
     lease_run = None
     if record is not None and status == "running" and record.get("owner") and record.get("run_id"):

@@ -19,13 +19,13 @@ from ..base import ERROR_KEPT
 
 __all__ = ["SCHEMA_VERSION", "USAGE_TYPES", "check", "migrate", "quote_schema"]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The newest schema this nbagent creates and reads (rows of ``<schema>.schema_version``).
 Version 2 gives checkpoints the run's ``run_id``, ``stop_reason`` and ``error``; version 3 adds
 the functions ``load_thread`` and ``begin_thread`` and drops the index on ``threads.updated``;
 version 4 gives usage rows their ``purpose``; version 5 their ``context`` (the request's size by
 part); version 6 their ``agent``, ``depth`` and ``parent_call_id`` (where in a tree of agents the
-call was made)."""
+call was made); version 7 their ``batch`` flag (answered through a provider's batch API)."""
 
 USAGE_TYPES = {
     "run_id": "text", "thread": "text", "step": "integer", "time": "double precision",
@@ -35,13 +35,13 @@ USAGE_TYPES = {
     "cost_input": "double precision", "cost_output": "double precision",
     "cost_total": "double precision", "currency": "text", "usage_reported": "boolean", "purpose": "text",
     "context": "text", "replayed": "boolean", "recorded_cost": "double precision", "agent": "text",
-    "depth": "integer", "parent_call_id": "text",
+    "depth": "integer", "parent_call_id": "text", "batch": "boolean",
 }
 """The usage table's columns (the same names and order as SQLite's ``usage`` table)."""
 assert tuple(USAGE_TYPES) == USAGE_FIELDS
 
-_ADDED_USAGE = ("purpose", "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id")
-"""Usage columns later versions add (`_version_4`, `_version_5`, `_version_6`): not in version 1's table."""
+_ADDED_USAGE = ("purpose", "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id", "batch")
+"""Usage columns later versions add (`_version_4` to `_version_7`): not in version 1's table."""
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 
@@ -328,7 +328,13 @@ def _version_6(s: str) -> list[str]:
             f"ALTER TABLE {s}.usage ADD COLUMN parent_call_id text"]
 
 
-MIGRATIONS = [_version_1, _version_2, _version_3, _version_4, _version_5, _version_6]
+def _version_7(s: str) -> list[str]:
+    """Usage rows get ``batch`` (`ModelCallUsage.batch`: answered through a provider's batch API,
+    priced at the batch price): false in the rows already there."""
+    return [f"ALTER TABLE {s}.usage ADD COLUMN batch boolean DEFAULT false"]
+
+
+MIGRATIONS = [_version_1, _version_2, _version_3, _version_4, _version_5, _version_6, _version_7]
 """Migration *i* (0-based) brings a schema from version *i* to *i + 1*; each returns its
 statements for a quoted schema name. A new one is appended here and `SCHEMA_VERSION` raised.
 The functions (`_functions`, for the newest schema) are created after them."""

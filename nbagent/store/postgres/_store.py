@@ -22,7 +22,7 @@ from .._columnar import UsageColumns, column_names, encode_rows
 from ..base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState
 from ..meta import ThreadMeta, meta_record
 from ._conninfo import Secret, split_password
-from ._copy import _Undecodable, copy_rows
+from ._copy import Undecodable, copy_rows
 from ._database import Database
 from ._libpq import Sender, direct_default
 from ._records import append_params, decode_thread
@@ -322,7 +322,7 @@ class PostgresStore(Store):
 
         try:
             return await self._db.run(work)
-        except _Undecodable as bad:
+        except Undecodable as bad:
             raise self._damage(source, bad.what, bad.cause) from None
 
     async def add_recording(self, thread: str, entry: Mapping[str, Any]) -> None:

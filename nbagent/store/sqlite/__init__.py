@@ -23,8 +23,10 @@ a record's JSON shape only gains fields with defaults, so format 1 files stay re
     usage_chunks  last_id, first_id, rows, data BLOB        (a columnar copy of the usage table)
 
 Format 2 adds the checkpoints' ``run_id``, ``stop_reason`` and ``error``; format 3 the usage
-rows' ``purpose`` (``'run'`` in the rows already there). An older file is migrated when it is
-opened (`_schema`), and then refused by the nbagent that wrote it.
+rows' ``purpose`` (``'run'`` in the rows already there); format 4 their ``context`` (and the
+``recordings`` table); format 5 their ``agent``, ``depth`` and ``parent_call_id``; format 6 their
+``batch`` (`nbagent.store.FORMAT_VERSION`). An older file is migrated when it is opened
+(`_schema`), and then refused by the nbagent that wrote it.
 
 The ``usage`` table stays the record (one row per model call, queryable with SQL).
 ``usage_chunks`` is a derived, columnar copy of it for fast reads (`usage_columns`): each chunk

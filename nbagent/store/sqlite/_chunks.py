@@ -33,7 +33,7 @@ _SMALL_THREAD = 4 * CHUNK_ROWS
 call time, like `CHUNK_ROWS`)."""
 
 
-def _uncovered(conn: sqlite3.Connection) -> tuple[list[tuple[int, int]], int]:
+def uncovered(conn: sqlite3.Connection) -> tuple[list[tuple[int, int]], int]:
     """The id ranges below the last chunk that no chunk covers, and the first id above it."""
     gaps = []
     cursor = _MIN_ID
@@ -44,7 +44,7 @@ def _uncovered(conn: sqlite3.Connection) -> tuple[list[tuple[int, int]], int]:
     return gaps, cursor
 
 
-def _tail_span(conn: sqlite3.Connection, start: int) -> int:
+def tail_span(conn: sqlite3.Connection, start: int) -> int:
     """How many ids the unpacked rows from `start` on span (an upper bound on their number)."""
     first = conn.execute("SELECT min(id) FROM usage WHERE id >= ?", (start,)).fetchone()[0]
     if first is None:
@@ -53,7 +53,7 @@ def _tail_span(conn: sqlite3.Connection, start: int) -> int:
     return int(top) - int(first) + 1
 
 
-def _tail_floor(conn: sqlite3.Connection) -> int | None:
+def tail_floor(conn: sqlite3.Connection) -> int | None:
     """The id below the unpacked tail: the last chunk's last id, else the lowest id minus one."""
     last = conn.execute("SELECT max(last_id) FROM usage_chunks").fetchone()[0]
     if last is not None:
@@ -62,7 +62,7 @@ def _tail_floor(conn: sqlite3.Connection) -> int | None:
     return None if first is None else int(first) - 1
 
 
-def _pack_range(conn: sqlite3.Connection, lo: int, hi: int) -> int:
+def pack_range(conn: sqlite3.Connection, lo: int, hi: int) -> int:
     """Pack the rows with ``lo <= id <= hi`` (the first CHUNK_ROWS of them) into one chunk that
     starts at `lo`; returns the chunk's last id."""
     chunk_rows = CHUNK_ROWS
@@ -79,7 +79,7 @@ def _pack_range(conn: sqlite3.Connection, lo: int, hi: int) -> int:
     return int(last)
 
 
-def _pack_tail(conn: sqlite3.Connection, *, limit: int) -> int:
+def pack_tail(conn: sqlite3.Connection, *, limit: int) -> int:
     """Pack the rows above the last chunk while they span CHUNK_ROWS ids, at most `limit`
     chunks; returns how many chunks were written. Costs two index look-ups when there is
     nothing to pack."""
@@ -87,10 +87,10 @@ def _pack_tail(conn: sqlite3.Connection, *, limit: int) -> int:
     while done < limit:
         last = conn.execute("SELECT max(last_id) FROM usage_chunks").fetchone()[0]
         start = _MIN_ID if last is None else last + 1
-        if _tail_span(conn, start) < CHUNK_ROWS:
+        if tail_span(conn, start) < CHUNK_ROWS:
             break
         top = conn.execute("SELECT max(id) FROM usage").fetchone()[0]
-        _pack_range(conn, start, top)
+        pack_range(conn, start, top)
         done += 1
     return done
 
@@ -106,7 +106,7 @@ def _rows_block(
     return encode_rows(conn.execute(sql + " ORDER BY id", params).fetchall(), names)
 
 
-def _read_blocks(conn: sqlite3.Connection, names: Sequence[str], thread: str | None) -> list[ColumnBlock]:
+def read_blocks(conn: sqlite3.Connection, names: Sequence[str], thread: str | None) -> list[ColumnBlock]:
     lo, hi = _MIN_ID, _MAX_ID
     if thread is not None:
         count, lo, hi = conn.execute(

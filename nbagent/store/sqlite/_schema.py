@@ -22,11 +22,12 @@ USAGE_COLUMNS = (
     "run_id", "thread", "step", "time", "provider", "model", "input_tokens", "cache_read_tokens",
     "cache_write_tokens", "output_tokens", "reasoning_tokens", "latency_s", "finish_reason",
     "tool_calls", "cost_input", "cost_output", "cost_total", "currency", "usage_reported", "purpose",
-    "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id",
+    "context", "replayed", "recorded_cost", "agent", "depth", "parent_call_id", "batch",
 )
 """The usage table's data columns, in `ModelCallUsage` field order (format 1's, ``purpose``,
 which a format 1 or 2 file gets when it is opened, ``context``, which a format 1 to 3 file
-gets, and ``agent``, ``depth`` and ``parent_call_id``, which a format 1 to 4 file gets: `_migrate`)."""
+gets, ``agent``, ``depth`` and ``parent_call_id``, which a format 1 to 4 file gets, and
+``batch``, which a format 1 to 5 file gets: `_migrate`)."""
 
 _USAGE_TYPES = {
     "run_id": "TEXT", "thread": "TEXT", "step": "INTEGER", "time": "REAL", "provider": "TEXT",
@@ -36,6 +37,7 @@ _USAGE_TYPES = {
     "cost_output": "REAL", "cost_total": "REAL", "currency": "TEXT", "usage_reported": "INTEGER",
     "purpose": "TEXT DEFAULT 'run'", "context": "TEXT", "replayed": "INTEGER DEFAULT 0", "recorded_cost": "REAL",
     "agent": "TEXT", "depth": "INTEGER DEFAULT 0", "parent_call_id": "TEXT",
+    "batch": "INTEGER DEFAULT 0",
 }
 
 _SCHEMA = f"""
@@ -302,13 +304,13 @@ ON CONFLICT (thread, version) DO UPDATE SET
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Bring an older file to `FORMAT_VERSION` in one transaction: format 1 to 2
-    (`_add_run_columns`), format 2 to 3 (`_add_purpose`), format 3 to 4 (`_add_context`), then
-    format 4 to 5 (`_add_tree`).
+    (`_add_run_columns`), format 2 to 3 (`_add_purpose`), format 3 to 4 (`_add_context`),
+    format 4 to 5 (`_add_tree`), then format 5 to 6 (`_add_batch`).
 
     The format number goes up with each because an older nbagent must not write to the file:
     one that reads format 1 only writes checkpoints without naming their columns, which fails on
-    a table with more; one that reads format 2 (3) would copy usage rows (a fork) without their
-    ``purpose`` (``context``) and pack usage chunks without it. It refuses the file instead
+    a table with more; one that reads format 2 (3, 5) would copy usage rows (a fork) without their
+    ``purpose`` (``context``, ``batch``) and pack usage chunks without it. It refuses the file instead
     (`StoreVersionError`: "written by a newer nbagent").
     """
     conn.execute("BEGIN IMMEDIATE")
@@ -324,6 +326,8 @@ def _migrate(conn: sqlite3.Connection) -> None:
         if version < 5:  # (a format 4 file may predate the replay columns: they come here too)
             _add_replay(conn)
             _add_tree(conn)
+        if version < 6:
+            _add_batch(conn)
         if version < FORMAT_VERSION:
             conn.execute("UPDATE nbagent_meta SET value = ? WHERE key = 'format_version'", (str(FORMAT_VERSION),))
         conn.execute("COMMIT")
@@ -369,6 +373,14 @@ def _add_tree(conn: sqlite3.Connection) -> None:
     for name in ("agent", "depth", "parent_call_id"):
         if name not in columns:
             conn.execute(f"ALTER TABLE usage ADD COLUMN {name} {_USAGE_TYPES[name]}")
+
+
+def _add_batch(conn: sqlite3.Connection) -> None:
+    """Format 5 to 6, in `_migrate`'s transaction: the usage table gets ``batch``
+    (`ModelCallUsage.batch`: answered through a provider's batch API; 0 in the rows already
+    there, none of which was). Chunks without it read so (`_columnar.ADDED_COLUMNS`)."""
+    if "batch" not in {r[1] for r in conn.execute("PRAGMA table_info(usage)")}:
+        conn.execute(f"ALTER TABLE usage ADD COLUMN batch {_USAGE_TYPES['batch']}")
 
 
 _RECORDINGS_SCHEMA = """

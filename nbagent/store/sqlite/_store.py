@@ -33,7 +33,7 @@ from ..base import (
 )
 from ..meta import ThreadMeta, meta_record
 from . import _chunks
-from ._chunks import _pack_range, _pack_tail, _read_blocks, _tail_floor, _tail_span, _uncovered
+from ._chunks import pack_range, pack_tail, read_blocks, tail_floor, tail_span, uncovered
 from ._database import Database
 from ._schema import CHECKPOINT_COLUMNS, USAGE_COLUMNS
 
@@ -101,6 +101,7 @@ def _usage_values(row: ModelCallUsage, thread: str) -> tuple[Any, ...]:
         row.latency_s, row.finish_reason, row.tool_calls, row.cost_input, row.cost_output,
         row.cost_total, row.currency, int(row.usage_reported), row.purpose,
         row.context, int(row.replayed), row.recorded_cost, row.agent, row.depth, row.parent_call_id,
+        int(row.batch),
     )
 
 
@@ -108,6 +109,7 @@ def _usage_row(values: Sequence[Any]) -> ModelCallUsage:
     row = ModelCallUsage(*values)
     row.usage_reported = bool(row.usage_reported)
     row.replayed = bool(row.replayed)
+    row.batch = bool(row.batch)
     return row
 
 
@@ -255,17 +257,17 @@ def _delete_rows(conn: sqlite3.Connection, thread: str) -> bool:
 
 
 def _needs_packing(conn: sqlite3.Connection) -> bool:
-    gaps, tail = _uncovered(conn)
-    return bool(gaps) or _tail_span(conn, tail) >= _chunks.CHUNK_ROWS
+    gaps, tail = uncovered(conn)
+    return bool(gaps) or tail_span(conn, tail) >= _chunks.CHUNK_ROWS
 
 
 def _pack_one(conn: sqlite3.Connection) -> bool:
     """Pack the first gap, else one chunk of the tail; False when there was nothing to pack."""
-    gaps, _ = _uncovered(conn)
+    gaps, _ = uncovered(conn)
     if gaps:
-        _pack_range(conn, *gaps[0])
+        pack_range(conn, *gaps[0])
         return True
-    return _pack_tail(conn, limit=1) > 0
+    return pack_tail(conn, limit=1) > 0
 
 
 class _Append:
@@ -290,7 +292,7 @@ class _Append:
             self.tokens_out += r.output_tokens
             if r.cost_total is not None:
                 self.cost = (self.cost or 0.0) + r.cost_total
-        title = next((m.content for m in messages if m.kind == "user"), "")  # type: ignore[union-attr]
+        title = next((m.content for m in messages if m.kind == "user"), "")
         self.title = " ".join(title.split())[:80] if title else title
         self.status = None if record is None else record.get("status")
         self.run = None if record is None else (
@@ -471,8 +473,8 @@ class SQLiteStore(Store):
         if top is None or floor is None or top - floor >= chunk_rows:
             # Amortised: one chunk per CHUNK_ROWS rows appended, never the whole backlog of a
             # file that predates chunks (`usage_columns` packs that).
-            _pack_tail(conn, limit=len(a.usage) // chunk_rows + 1)
-            self._db.tail_floor = _tail_floor(conn)
+            pack_tail(conn, limit=len(a.usage) // chunk_rows + 1)
+            self._db.tail_floor = tail_floor(conn)
 
     def _conflict(self, conn: sqlite3.Connection, thread: str, version: int) -> None:
         stored = conn.execute("SELECT version FROM threads WHERE id = ?", (thread,)).fetchone()
@@ -558,7 +560,7 @@ class SQLiteStore(Store):
         if thread is None and await self._db.run(_needs_packing, write=False):
             while await self._db.run(_pack_one, write=True):
                 pass
-        blocks = await self._db.run(lambda conn: _read_blocks(conn, names, thread), write=False)
+        blocks = await self._db.run(lambda conn: read_blocks(conn, names, thread), write=False)
         return UsageColumns(blocks, names)
 
     async def add_recording(self, thread: str, entry: Mapping[str, Any]) -> None:
