@@ -389,27 +389,30 @@ async def part_tokens() -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ part 2
 @contextmanager
 def gauge_off() -> Iterator[None]:
-    """nbagent without the gauge: no estimate by part per request, no `ContextUsage` per answer."""
+    """nbagent without the gauge: no estimate by part per request, no `ContextUsage` per answer.
+    (``Window.parts`` since issue #46, which sizes a request from running sums; before it, the
+    module's ``request_parts``.)"""
     from nbagent._run import window
     from nbagent.context import PARTS
 
     zero = dict.fromkeys(PARTS, 0)
-    with patched(window, "request_parts", lambda *a, **k: dict(zero)), \
+    target = (window.Window, "parts") if hasattr(window.Window, "parts") else (window, "request_parts")
+    with patched(*target, lambda *a, **k: dict(zero)), \
             patched(window.Window, "observe", lambda self, config, response, step: None):
         yield
 
 
-def s1_runner() -> tuple[Any, Any]:
-    """S1 of bench/run.py with `MemoryStore` (bench/peers_adapter.py, as run.py builds it)."""
+def runner(key: str = "S1") -> tuple[Any, Any]:
+    """S1 or S2 of bench/run.py with `MemoryStore` (bench/peers_adapter.py, as run.py builds it)."""
     import run as harness
 
-    scenario = harness.SCENARIOS["S1"]
+    scenario = harness.SCENARIOS[key]
     script = harness.Script(scenario)
     return harness.build_nbagent_mem(scenario, script), scenario.expected_text
 
 
 async def s1_block(fn: Any, expected: str, runs: int) -> float:
-    """The median CPU time (process) of `runs` S1 runs, in µs."""
+    """The median CPU time (process) of `runs` runs, in µs."""
     times = []
     gc.collect()
     for _ in range(runs):
@@ -420,15 +423,33 @@ async def s1_block(fn: Any, expected: str, runs: int) -> float:
     return statistics.median(times) / 1e3
 
 
-async def part_gauge(blocks: int, runs: int, sessions: int) -> dict[str, Any]:
-    """Part 2: S1 with the gauge computed vs not, the arms alternating run by run (the patch is
-    applied between runs, outside the timing); per block of `runs` pairs, the median of each arm.
-    Then the gauge's own functions timed, and the 100-turn session."""
-    fn, expected = s1_runner()
+async def python_calls(fn: Any, expected: str) -> int:
+    """Python calls (functions and calls into C, ``sys.setprofile``) of one run."""
+    n = 0
+
+    def count(frame: Any, event: str, arg: Any) -> None:
+        nonlocal n
+        if event in ("call", "c_call"):
+            n += 1
+
+    sys.setprofile(count)
+    try:
+        out = await fn()
+    finally:
+        sys.setprofile(None)
+    assert out.text == expected, out.text
+    return n
+
+
+async def gauge_ab(key: str, blocks: int, runs: int) -> dict[str, Any]:
+    """`key` (S1 or S2) with the gauge computed vs not, the arms alternating run by run (the patch
+    is applied between runs, outside the timing); per block of `runs` pairs, the median of each
+    arm; and each arm's Python calls in a run."""
+    fn, expected = runner(key)
     for _ in range(3):  # warm both paths
-        await s1_block(fn, expected, 50)
+        await s1_block(fn, expected, max(5, runs // 4))
         with gauge_off():
-            await s1_block(fn, expected, 50)
+            await s1_block(fn, expected, max(5, runs // 4))
     on, off, ratios = [], [], []
     for _ in range(blocks):
         times: dict[bool, list[int]] = {True: [], False: []}
@@ -443,8 +464,20 @@ async def part_gauge(blocks: int, runs: int, sessions: int) -> dict[str, Any]:
         on.append(statistics.median(times[True]) / 1e3)
         off.append(statistics.median(times[False]) / 1e3)
         ratios.append(on[-1] / off[-1] - 1)
-    direct = await gauge_direct(fn, expected, runs * 5)
-    return {"on_us": on, "off_us": off, "overhead": ratios, "direct": direct, "long": await gauge_long(sessions)}
+    calls_on = await python_calls(fn, expected)
+    with gauge_off():
+        calls_off = await python_calls(fn, expected)
+    return {"on_us": on, "off_us": off, "overhead": ratios, "calls_on": calls_on, "calls_off": calls_off}
+
+
+async def part_gauge(blocks: int, runs: int, sessions: int) -> dict[str, Any]:
+    """Part 2: S1 and S2 with the gauge computed vs not (`gauge_ab`), then the gauge's own
+    functions timed inside S1, and the 100-turn session."""
+    out = {"S1": await gauge_ab("S1", blocks, runs), "S2": await gauge_ab("S2", blocks, max(4, runs // 20))}
+    fn, expected = runner("S1")
+    out["direct"] = await gauge_direct(fn, expected, runs * 5)
+    out["long"] = await gauge_long(sessions)
+    return out
 
 
 async def gauge_long(sessions: int) -> dict[str, Any]:
@@ -468,12 +501,14 @@ async def gauge_long(sessions: int) -> dict[str, Any]:
 
 
 async def gauge_direct(fn: Any, expected: str, runs: int) -> dict[str, Any]:
-    """The gauge's functions timed inside S1 runs: ``request_parts`` (each request's estimate by
-    part), ``Window.observe`` (the `ContextUsage`) and the usage row's JSON copy of it
-    (``Window.row_context``; ``ContextUsage.to_json`` in versions before it)."""
+    """The gauge's functions timed inside S1 runs: each request's estimate by part
+    (``Window.parts``; ``request_parts`` before issue #46), ``Window.observe`` (the
+    `ContextUsage`) and the usage row's JSON copy of it (``Window.row_context``;
+    ``ContextUsage.to_json`` in versions before it)."""
     from nbagent._run import window
     from nbagent.context import ContextUsage
 
+    parts = (window.Window, "parts") if hasattr(window.Window, "parts") else (window, "request_parts")
     row_json = (window.Window, "row_context") if hasattr(window.Window, "row_context") else (ContextUsage, "to_json")
     spent = [0, 0, 0]
 
@@ -486,7 +521,7 @@ async def gauge_direct(fn: Any, expected: str, runs: int) -> dict[str, Any]:
                 spent[index] += thread_ns() - t0
         return timed
 
-    with patched(window, "request_parts", timing(0, window.request_parts)), \
+    with patched(*parts, timing(0, getattr(*parts))), \
             patched(window.Window, "observe", timing(1, window.Window.observe)), \
             patched(*row_json, timing(2, getattr(*row_json))):
         await s1_block(fn, expected, 50)
@@ -494,6 +529,7 @@ async def gauge_direct(fn: Any, expected: str, runs: int) -> dict[str, Any]:
         per_run = await s1_block(fn, expected, runs)
     return {"request_parts_us": spent[0] / runs / 1e3, "observe_us": spent[1] / runs / 1e3,
             "row_json_us": spent[2] / runs / 1e3, "row_json": ".".join((row_json[0].__name__, row_json[1])),
+            "parts": ".".join((getattr(parts[0], "__name__", "window"), parts[1])),
             "s1_us_instrumented": per_run, "runs": runs}
 
 
@@ -672,21 +708,27 @@ def report(results: dict[str, Any]) -> str:
     gauge = results.get("gauge")
     if gauge:
         d = gauge["direct"]
-        on = statistics.median(gauge["on_us"])
+        on = statistics.median(gauge["S1"]["on_us"])
         gauge_us = d["request_parts_us"] + d["observe_us"] + d["row_json_us"]
-        lines += ["### 2. The gauge's cost in S1 (`MemoryStore`), CPU per run", "",
-                  "| | median over blocks of interleaved runs (min-max) |", "|---|---:|",
-                  f"| gauge computed | {spread(gauge['on_us'])} µs |",
-                  f"| gauge not computed | {spread(gauge['off_us'])} µs |",
-                  f"| on / off - 1 (per block) | {spread([100 * r for r in gauge['overhead']], '{:+.1f}')} % |",
-                  f"| `request_parts` + `Window.observe` + `{d['row_json']}`, timed inside S1 (2 calls each) | "
-                  f"{gauge_us:.1f} µs a run ({d['request_parts_us']:.1f} + {d['observe_us']:.1f} + "
-                  f"{d['row_json_us']:.1f}), {100 * gauge_us / on:.1f} % of S1 with the gauge |"]
+        lines += ["### 2. The gauge's cost in S1 and S2 (`MemoryStore`), CPU per run", "",
+                  "| | S1 | S2 (50 steps) |", "|---|---:|---:|"]
+        s1, s2 = gauge["S1"], gauge["S2"]
+        lines += [f"| gauge computed (median over blocks of interleaved runs, min-max) | {spread(s1['on_us'])} µs "
+                  f"| {spread(s2['on_us'])} µs |",
+                  f"| gauge not computed | {spread(s1['off_us'])} µs | {spread(s2['off_us'])} µs |",
+                  f"| **on / off - 1** (per block) | {spread([100 * r for r in s1['overhead']], '{:+.1f}')} % "
+                  f"| {spread([100 * r for r in s2['overhead']], '{:+.1f}')} % |",
+                  f"| Python calls a run, on / off | {s1['calls_on']:,} / {s1['calls_off']:,} "
+                  f"({100 * (s1['calls_on'] / s1['calls_off'] - 1):+.1f} %) | {s2['calls_on']:,} / {s2['calls_off']:,} "
+                  f"({100 * (s2['calls_on'] / s2['calls_off'] - 1):+.1f} %) |",
+                  f"| `{d.get('parts', 'request_parts')}` + `Window.observe` + `{d['row_json']}`, timed inside S1 "
+                  f"(2 calls each) | {gauge_us:.1f} µs a run ({d['request_parts_us']:.1f} + {d['observe_us']:.1f} + "
+                  f"{d['row_json_us']:.1f}), {100 * gauge_us / on:.1f} % of S1 with the gauge | |"]
         long = gauge["long"]
         lines += [f"| on / off - 1 in a 100-turn session, no compaction (1M window, instant model), median turn "
-                  f"| {spread([100 * r for r in long['overhead']], '{:+.1f}')} % |",
+                  f"| {spread([100 * r for r in long['overhead']], '{:+.1f}')} % | |",
                   f"| the same, turns 91-100 (a turn with the gauge: {statistics.median(long['late_turn_us']):.0f} µs) "
-                  f"| {spread([100 * r for r in long['late_overhead']], '{:+.1f}')} % |", ""]
+                  f"| {spread([100 * r for r in long['late_overhead']], '{:+.1f}')} % | |", ""]
     over = results.get("overhead")
     if over:
         nb, lc = over["sessions"]["nbagent"], over["sessions"]["langchain"]

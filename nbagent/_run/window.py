@@ -21,8 +21,12 @@ from typing import Any, Literal
 
 from ..context import (
     CHARS_PER_TOKEN,
+    MESSAGE_TOKENS,
     ContextUsage,
     NativeContext,
+    ThreadView,
+    Visible,
+    _view,
     clear_candidates,
     counter_for,
     cut_point,
@@ -92,6 +96,10 @@ def with_reader(config: RunConfig) -> RunConfig:
     return dataclasses.replace(config, tools=MappingProxyType({**config.tools, READ_RESULT: reader}))
 
 
+_TOOLS: dict[tuple[int, Any, str], tuple[Any, int]] = {}
+"""Tool definitions (by identity, with the counter and provider that sized them) -> their tokens."""
+
+
 @dataclass(slots=True)
 class _Sent:
     """The last request sent: its estimate, the provider's count, and its compaction state."""
@@ -119,6 +127,13 @@ class Window:
         messages are appended, never changed)."""
         self._tools: tuple[Any, int] = ((), 0)
         """The tool definitions last counted and their tokens (they change only with the sources)."""
+        self._texts: dict[str, int] = {}
+        """The system prompt's and the summary's tokens (each counted once per run)."""
+        self._offered: tuple[Any, Any, tuple[dict[str, Any], ...]] = ((), None, ())
+        """The tool definitions, the ``read_result`` tool and the two together, as last sent."""
+        self.thread: ThreadView | None = ThreadView(self.sized) if _view.CACHED else None
+        """The thread as requests send it, kept up to date step by step (None: the plain path,
+        the whole thread walked on every request; ``NBAGENT_CONTEXT_CACHE=0``)."""
         self._blocked: tuple[int, int, bool] = (0, 0, False)
         """(id of the messages list, how many were looked at, whether one of them is blocked)."""
 
@@ -138,43 +153,90 @@ class Window:
 
     def sized(self, message: Message) -> int:
         """`message_tokens` of `message`, counted once."""
-        found = self._sizes.get(id(message))
+        key = id(message)
+        found = self._sizes.get(key)
         if found is not None and found[0] is message:
             return found[1]
         size = message_tokens(message, self.count)
-        self._sizes[id(message)] = (message, size)
+        self._sizes[key] = (message, size)
         return size
 
     def tools_size(self, tools: Sequence[dict[str, Any]]) -> int:
-        """`tools_tokens` of `tools`, counted again only when the definitions are another object."""
+        """`tools_tokens` of `tools`, counted again only when the definitions are another object
+        (an agent's runs share theirs, so its first run counts them)."""
         if self._tools[0] is not tools:
-            self._tools = (tools, tools_tokens(tools, self.count, self.provider))
+            key = (id(tools), self.count, self.provider)
+            found = _TOOLS.get(key)
+            if found is None or found[0] is not tools:
+                if len(_TOOLS) >= 64:
+                    _TOOLS.clear()
+                found = _TOOLS[key] = (tools, tools_tokens(tools, self.count, self.provider))
+            self._tools = found
         return self._tools[1]
 
     # ------------------------------------------------------------------ requests
     def request(self, config: RunConfig, messages: Sequence[Message], step: int) -> ModelRequest:
         """The request for the thread's `messages`: compaction records applied, the summary after
         the system prompt, ``read_result`` offered when a result sent was cut or cleared."""
-        view = visible(messages, self.any_blocked(messages))
+        view = self.visible(messages)
         system = config.system
         if view.summary:
             system = (system + "\n\n" if system else "") + SUMMARY_HEADER + view.summary
         sent: list[Message] = [SystemMessage(system), *view.messages] if system else list(view.messages)
-        tools: Sequence[dict[str, Any]] = config.tool_definitions
-        reader = config.tools.get(READ_RESULT)
-        if reader is not None and all(d.get("name") != READ_RESULT for d in tools) and any(
-            m.kind == "tool-result" and m.full_content is not None for m in view.messages
-        ):
-            tools = (*tools, reader.definition())
-        parts = request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
-                              sized=self.sized, tools_size=self.tools_size(tools))
+        tools = self.offered(config, view)
+        parts = self.parts(config, view, tools)
         if len(self._sizes) > 2 * len(messages) + 64:  # stubs of cleared results are new objects each time
             self._sizes.clear()
-        key = (view.upto, sum(1 for m in messages if m.kind == "compaction"))
+        thread = self.thread
+        key = (view.upto, sum(1 for m in messages if m.kind == "compaction") if thread is None else thread.records)
         self.pending = (sum(parts.values()), key, parts)
         return ModelRequest(sent, tools, config.request_settings, step,
                             config.output.name if config.output is not None else None, not config.tools_in_order,
                             native_request(config))
+
+    def visible(self, messages: Sequence[Message]) -> Visible:
+        """`visible(messages)`: from the running view when there is one (`messages` is the run's
+        thread: another list would start it afresh)."""
+        if self.thread is None:
+            return visible(messages, self.any_blocked(messages))
+        return self.thread.follow(messages)
+
+    def offered(self, config: RunConfig, view: Visible) -> Sequence[dict[str, Any]]:
+        """The tool definitions a request offers: the config's, with ``read_result`` once a result
+        the model reads was cut or cleared (the same tuple while neither changes)."""
+        tools: Sequence[dict[str, Any]] = config.tool_definitions
+        reader = config.tools.get(READ_RESULT)
+        if reader is None or not (any(m.kind == "tool-result" and m.full_content is not None
+                                      for m in view.messages) if self.thread is None else self.thread.cut):
+            return tools
+        if all(d.get("name") != READ_RESULT for d in tools):
+            base, known, both = self._offered
+            if base is not tools or known is not reader:
+                both = (*tools, reader.definition())
+                self._offered = (tools, reader, both)
+            return both
+        return tools
+
+    def parts(self, config: RunConfig, view: Visible, tools: Sequence[dict[str, Any]]) -> dict[str, int]:
+        """The estimated tokens of each part of the request (`request_parts`)."""
+        thread = self.thread
+        if thread is None:
+            return request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
+                                 sized=self.sized, tools_size=self.tools_size(tools))
+        system, summary = config.system, view.summary
+        return thread.parts(self.text_size(system) if system else 0, self.text_size(summary) if summary else 0,
+                            self.tools_size(tools))
+
+    def text_size(self, text: str | None) -> int:
+        """The tokens of the system prompt or of a summary as `request_parts` counts them (0: none)."""
+        if not text:
+            return 0
+        size = self._texts.get(text)
+        if size is None:
+            if len(self._texts) > 8:
+                self._texts.clear()
+            size = self._texts[text] = self.count(text) + MESSAGE_TOKENS
+        return size
 
     def tokens(self) -> int:
         """The size of the request `request` made last, in tokens: the provider's count of the
@@ -230,13 +292,14 @@ class Window:
             cleared = clear_candidates(messages, compaction.keep_last)
             if not cleared:
                 return None
-            record = CompactionMessage("", policy="clear_results", upto=visible(messages).upto, cleared=cleared,
-                                       replaced=len(cleared), tokens_before=tokens_before, trigger=trigger)
+            record = CompactionMessage("", policy="clear_results", upto=self.visible(messages).upto,
+                                       cleared=cleared, replaced=len(cleared), tokens_before=tokens_before,
+                                       trigger=trigger)
             record.tokens_after = self._after(config, messages, record, tokens_before)
             return record, None
         if compaction.policy == "native" and config.model.native_compaction:
             return await self._native(config, run_id, thread, messages, step, trigger, tokens_before)
-        view = visible(messages)
+        view = self.visible(messages)
         upto = cut_point(messages, compaction.keep_last, view.upto)
         if upto is None:
             return None
@@ -285,12 +348,12 @@ class Window:
         a request would send them); its items go into the record, its usage into the row."""
         compaction, model = config.compaction, config.model
         assert compaction is not None
-        view = visible(messages)
+        view = self.visible(messages)
         upto = cut_point(messages, compaction.keep_last, view.upto)
         if upto is None:
             return None
         replaced = [m for m in messages[view.upto:upto] if m.kind != "compaction"]
-        before = visible(messages[:upto]).messages
+        before = visible(messages[:upto]).messages  # (the plain function: another list than the thread)
         request = ModelRequest([SystemMessage(config.system), *before] if config.system else before, [],
                                config.request_settings, step)
         started, clock = time.time(), time.perf_counter()
@@ -310,6 +373,16 @@ class Window:
     def _after(self, config: RunConfig, messages: Sequence[Message], record: CompactionMessage, before: int) -> int:
         """The next request's size once `record` applies: `before` less the estimated saving (in
         the provider's units: scaled as the previous request's estimate was off)."""
+        sent = self.sent
+        ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
+        return max(0, before - round(ratio * self._saving(config, messages, record)))
+
+    def _saving(self, config: RunConfig, messages: Sequence[Message], record: CompactionMessage) -> int:
+        """The estimated tokens `record` takes off the next request."""
+        thread = self.thread
+        if thread is not None:  # the system prompt and the tools are in both: only the messages and summary differ
+            after = thread.with_record(messages, record)
+            return (self.text_size(thread.summary) + thread.total()) - (self.text_size(after.summary) + after.total())
         tools = config.tool_definitions
 
         def estimate(thread: Sequence[Message]) -> int:
@@ -317,9 +390,7 @@ class Window:
             return sum(request_parts(config.system, view.summary, view.messages, tools, self.count,
                                      self.provider).values())
 
-        sent = self.sent
-        ratio = sent.reported / sent.estimate if sent is not None and sent.reported and sent.estimate > 0 else 1.0
-        return max(0, before - round(ratio * (estimate(messages) - estimate([*messages, record]))))
+        return estimate(messages) - estimate([*messages, record])
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from ._estimate import (
     text_tokens,
 )
 from ._usage import PARTS, ContextUsage, last_sent, parts_json, request_parts, scale_parts
+from ._view import ThreadView
 
 __all__ = [
     "CHARS_PER_TOKEN",
@@ -40,6 +41,7 @@ __all__ = [
     "Compaction",
     "ContextUsage",
     "NativeContext",
+    "ThreadView",
     "Visible",
     "chars_for",
     "clear_candidates",

@@ -44,11 +44,16 @@ def text_tokens(text: str) -> int:
     characters a token. A table of numbers is so counted 2 to 3 times what prose of its length
     is; where a tokenizer groups digits (OpenAI's, Llama 3's), numbers are overestimated, which
     cuts and compacts early rather than overflowing."""
-    digits = sum(map(text.count, _DIGITS))
+    # The ASCII digits of a text are the digit bytes of its UTF-8 (no byte of a longer character
+    # is one): deleting them from the bytes counts them in one pass (str.count takes ten).
+    if not text:
+        return 0
+    data = text.encode("utf-8", "surrogatepass")
+    digits = len(data) - len(data.translate(None, _DIGITS))
     return math.ceil((len(text) - digits) / CHARS_PER_TOKEN) + digits
 
 
-_DIGITS = "0123456789"
+_DIGITS = b"0123456789"
 
 
 @functools.lru_cache(maxsize=32)

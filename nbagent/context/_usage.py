@@ -54,18 +54,34 @@ def request_parts(
     return parts
 
 
+def _five(parts: Mapping[str, int]) -> tuple[int, int, int, int, int]:
+    """`parts`' values in `PARTS` order (0 for a part it lacks)."""
+    if len(parts) == 5:
+        try:  # the usual case: the five parts, as the gauge makes them
+            return parts["system"], parts["tools"], parts["history"], parts["tool_results"], parts["latest"]
+        except KeyError:
+            pass
+    get = parts.get
+    return get("system", 0), get("tools", 0), get("history", 0), get("tool_results", 0), get("latest", 0)
+
+
 def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
     """`parts` scaled so that they add up to `total` (the provider's count), each an int
     (largest remainders get the rounding)."""
+    # Written out for the five parts: the gauge scales a request's parts after every model call.
+    s, t, h, r, la = _five(parts)
     estimate = sum(parts.values())
     if estimate <= 0:
-        return {name: (total if name == "latest" else 0) for name in PARTS}
-    exact = {name: parts.get(name, 0) * total / estimate for name in PARTS}
-    out = {name: int(value) for name, value in exact.items()}
-    left = total - sum(out.values())
-    for name in sorted(PARTS, key=lambda n: exact[n] - out[n], reverse=True)[:left]:
-        out[name] += 1
-    return out
+        return {"system": 0, "tools": 0, "history": 0, "tool_results": 0, "latest": total}
+    e0, e1, e2, e3, e4 = s * total / estimate, t * total / estimate, h * total / estimate, r * total / estimate, \
+        la * total / estimate
+    out = [int(e0), int(e1), int(e2), int(e3), int(e4)]
+    left = total - (out[0] + out[1] + out[2] + out[3] + out[4])
+    if left > 0:
+        rest = (e0 - out[0], e1 - out[1], e2 - out[2], e3 - out[3], e4 - out[4])
+        for i in sorted(range(5), key=rest.__getitem__, reverse=True)[:left]:  # (stable: ties in PARTS order)
+            out[i] += 1
+    return {"system": out[0], "tools": out[1], "history": out[2], "tool_results": out[3], "latest": out[4]}
 
 
 def parts_json(
@@ -75,12 +91,16 @@ def parts_json(
     with nbagent's own `estimate` of the request and its compaction state `key` when given (the
     next run on the thread, or a resume after a crash, starts its estimates from them and the
     provider's count, as the process that sent it would go on: `last_sent`)."""
-    value: dict[str, Any] = {**{name: int(parts.get(name, 0)) for name in PARTS}, "window": window}
+    # By hand (what json.dumps with these separators writes): every model call's usage row has it.
+    s, t, h, r, la = _five(parts)
+    text = (f'{{"system":{int(s)},"tools":{int(t)},"history":{int(h)},"tool_results":{int(r)},"latest":{int(la)},'
+            f'"window":{"null" if window is None else json.dumps(window)}')
     if estimate is not None:
-        value["estimate"] = int(estimate)
+        text += f',"estimate":{int(estimate)}'
     if key is not None:
-        value["key"] = [int(k) for k in key]
-    return json.dumps(value, separators=(",", ":"))
+        text += f',"key":[{int(key[0])},{int(key[1])}]' if len(key) == 2 else \
+            ',"key":[' + ",".join(str(int(k)) for k in key) + "]"
+    return text + "}"
 
 
 def last_sent(rows: Sequence[Any]) -> tuple[int, int, tuple[int, int] | None] | None:

@@ -10,6 +10,7 @@ import re
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
+from ..context import _view
 from ..exceptions import UserError
 from ..messages import AssistantMessage, Message, ToolCall, UserMessage
 from ..usage import TokenCounts
@@ -28,18 +29,39 @@ def estimate_tokens(text: str | None) -> int:
 IMAGE_TOKENS = 85
 """What the fakes count per image in a prompt (OpenAI's price of one low-detail image)."""
 
-_counted: tuple[Any, int, Any, int] = (None, 0, None, 0)
-"""(messages list, its length, its last message, their tokens) of the last estimate: the run loop
-appends to one list, so the next request only counts the new messages (no growth per step)."""
+_Counted = dict[int, tuple[list[Message], int, int]]
+"""A model's conversations: the first message after the system prompt (its id) -> the last request
+(its own list), its length, and its words (`_request_tokens`)."""
 
 
-def _request_tokens(messages: list[Message]) -> int:
-    global _counted
+def _request_tokens(messages: list[Message], counted: _Counted | None = None) -> int:
+    """The fakes' count of a request: `estimate_tokens` of each message, 2 more a message.
+
+    With `counted` (a model's own), a request that starts with the messages of the conversation's
+    previous request (compared as values, which the count depends on) counts only the messages
+    added since, so a step of a long run costs what a step of a short one does.
+    """
+    first = 1 if messages and messages[0].kind == "system" else 0
+    if counted is None or first >= len(messages) or not _view.CACHED:
+        return _words(messages, 0) + 2 * len(messages)
+    key = id(messages[first])
+    start = total = 0
+    found = counted.get(key)
+    if found is not None:
+        before, n, words = found
+        if len(before) == n <= len(messages) and before[first] is messages[first] and messages[:n] == before:
+            start, total = n, words
+    total += _words(messages, start)
+    if len(counted) >= 64:  # conversations this model no longer sees
+        counted.clear()
+    # The request's own list, not a copy (a step at 2,000 messages would copy 16 KB): the model
+    # keeps it in `requests`, where only a test could change it, and a changed length is seen.
+    counted[key] = (messages, len(messages), total)
+    return total + 2 * len(messages)
+
+
+def _words(messages: list[Message], start: int) -> int:
     total = 0
-    start = 0
-    seen, n, last, tokens = _counted
-    if seen is messages and 0 < n <= len(messages) and messages[n - 1] is last:
-        start, total = n, tokens
     for i in range(start, len(messages)):
         m = messages[i]
         if isinstance(m, AssistantMessage):
@@ -48,13 +70,13 @@ def _request_tokens(messages: list[Message]) -> int:
             total += estimate_tokens(m.content)
             if isinstance(m, UserMessage) and m.images:
                 total += IMAGE_TOKENS * len(m.images)
-    if messages:
-        _counted = (messages, len(messages), messages[-1], total)
-    return total + 2 * len(messages)
+    return total
 
 
-def to_response(value: Any, request: ModelRequest, model_name: str) -> ModelResponse:
-    """Coerce what a fake's function returned into a `ModelResponse`."""
+def to_response(
+    value: Any, request: ModelRequest, model_name: str, counted: _Counted | None = None
+) -> ModelResponse:
+    """Coerce what a fake's function returned into a `ModelResponse` (`counted`: see `_request_tokens`)."""
     if isinstance(value, ModelResponse):
         return value
     if isinstance(value, str):
@@ -75,7 +97,7 @@ def to_response(value: Any, request: ModelRequest, model_name: str) -> ModelResp
     if message.model is None:
         message.model = model_name
     output = estimate_tokens(message.text) + sum(1 + estimate_tokens(c.args_json) for c in message.tool_calls)
-    usage = TokenCounts(input_tokens=_request_tokens(request.messages), output_tokens=output)
+    usage = TokenCounts(input_tokens=_request_tokens(request.messages, counted), output_tokens=output)
     return ModelResponse(message, usage, model=model_name)
 
 
@@ -130,6 +152,8 @@ class FunctionModel(Model):
         self.model_name = model_name
         self.requests: list[ModelRequest] = []
         """Every request received, for assertions in tests."""
+        self._counted: _Counted = {}
+        """Each conversation's last request and its token count (`_request_tokens`)."""
 
     def _default_context_window(self) -> int | None:
         return None  # a fake has no window unless given one (not even under a real model's name)
@@ -140,7 +164,7 @@ class FunctionModel(Model):
         value = self.function(request.messages, request)
         if inspect.isawaitable(value):
             value = await value
-        return to_response(value, request, self.model_name)
+        return to_response(value, request, self.model_name, self._counted)
 
     async def request(self, request: ModelRequest) -> ModelResponse:
         if self.function is None:
@@ -178,7 +202,7 @@ class FunctionModel(Model):
                 final = item
         if final is None:
             final = AssistantMessage(text="".join(parts), reasoning="".join(reasoning) or None)
-        response = to_response(final, request, self.model_name)
+        response = to_response(final, request, self.model_name, self._counted)
         # A final item (a tool call, a message) keeps what was streamed before it, as a real
         # provider's answer would: the streamed text and reasoning, unless it sets its own.
         message = response.message
