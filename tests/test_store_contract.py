@@ -30,6 +30,7 @@ from nbagent.exceptions import ConflictError, StoreError, UserError
 from nbagent.messages import AssistantMessage, ToolCall, ToolResultMessage, UserMessage
 from nbagent.models import FunctionModel, ScriptedModel, tool_call
 from nbagent.store import LedgerEntry, MemoryStore, PostgresStore, SQLiteStore, Store
+from nbagent.store.meta import ThreadMeta
 from nbagent.usage import ModelCallUsage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,6 +147,22 @@ async def test_append_load_round_trip(store: Store) -> None:
     assert loaded.ledger == {"c1": LedgerEntry("c1", "add", "h", "finished", 6.0)}
     assert loaded.usage == [row("t", 1)]
     assert await store.load("missing") is None
+
+
+async def test_changing_what_was_loaded_changes_nothing_stored(store: Store) -> None:
+    # A caller that edits the record it loaded (before its next append, which may then conflict
+    # and never happen) must not change the thread behind the store's back: every store hands out
+    # a copy, as SQLite and PostgreSQL do by decoding the record again.
+    written = ThreadMeta(status="paused", always_allowed=["add"], decisions={}, state={"n": 1})
+    await store.append("t", version=0, step=0, messages=[UserMessage("hi")], meta=written)
+    loaded = await store.load("t")
+    assert loaded is not None
+    loaded.meta.always_allowed.append("delete")
+    loaded.meta.state["n"] = 2
+    loaded.meta.status = "failed"
+    again = await store.load("t")
+    assert again is not None
+    assert (again.meta.status, again.meta.always_allowed, again.meta.state) == ("paused", ["add"], {"n": 1})
 
 
 @direct_too

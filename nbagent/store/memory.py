@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -14,6 +16,15 @@ from .base import Checkpoint, LedgerEntry, Store, ThreadInfo, ThreadState, short
 from .meta import ThreadMeta
 
 __all__ = ["MemoryStore"]
+
+
+def _copied(meta: ThreadMeta) -> ThreadMeta:
+    """`meta` as a caller may change it: what a load hands out is the caller's, as SQLite's and
+    PostgreSQL's decoded records are (the stored one changes only through `append`)."""
+    return dataclasses.replace(
+        meta, pending=list(meta.pending), decisions=dict(meta.decisions),
+        always_allowed=list(meta.always_allowed), state=copy.deepcopy(meta.state),
+        output=copy.deepcopy(meta.output))
 
 
 @dataclass
@@ -41,7 +52,7 @@ class MemoryStore(Store):
         t = self._threads.get(thread)
         if t is None:
             return None
-        return ThreadState(thread, t.version, list(t.messages), list(t.steps), t.meta,
+        return ThreadState(thread, t.version, list(t.messages), list(t.steps), _copied(t.meta),
                            dict(t.ledger), list(t.usage))
 
     async def append(
