@@ -271,3 +271,20 @@ async def test_fake_models_estimate_tokens() -> None:
     (row,) = result.usage.calls
     assert row.output_tokens == 3
     assert row.input_tokens > 0
+
+
+@pytest.mark.parametrize("answer", ["call", "list", "message"])
+async def test_a_fake_model_returning_the_same_call_object_twice_keeps_each_call_with_its_result(answer: str) -> None:
+    # A module-level constant returned on two steps: the second answer's call gets a fresh id,
+    # and the first answer in the thread keeps its own (it was rewritten in place, leaving the
+    # first result pointing at no call and two answers with the same call id).
+    call = tool_call("get_weather", city="Paris")
+    same = {"call": call, "list": [call], "message": AssistantMessage(tool_calls=[call])}[answer]
+    answers = iter([same, same, "done"])
+    agent = Agent(FunctionModel(lambda messages, request: next(answers)), tools=[get_weather], store=MemoryStore())
+    result = await agent.run("weather twice", thread="t")
+    loaded = await agent.store.load("t")
+    assert result.status == "completed" and loaded is not None
+    asked = [c.id for m in loaded.messages if m.kind == "assistant" for c in m.tool_calls]
+    answered = [m.call_id for m in loaded.messages if m.kind == "tool-result"]
+    assert len(set(asked)) == 2 and asked == answered

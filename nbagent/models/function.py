@@ -5,6 +5,8 @@ with no key and no network.
 
 from __future__ import annotations
 
+import dataclasses
+
 import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -79,14 +81,17 @@ def to_response(
     """Coerce what a fake's function returned into a `ModelResponse` (`counted`: see `_request_tokens`)."""
     if isinstance(value, ModelResponse):
         return value
+    # Every answer is a message of its own: a function that returns the same ToolCall (or
+    # AssistantMessage) object twice, e.g. a module-level constant, gets copies, so the run's
+    # giving a repeated call id a fresh one never rewrites the earlier answer's call in place.
     if isinstance(value, str):
         message = AssistantMessage(text=value, finish_reason="stop")
     elif isinstance(value, ToolCall):
-        message = AssistantMessage(tool_calls=[value], finish_reason="tool_calls")
+        message = AssistantMessage(tool_calls=[dataclasses.replace(value)], finish_reason="tool_calls")
     elif isinstance(value, AssistantMessage):
-        message = value
+        message = dataclasses.replace(value, tool_calls=[dataclasses.replace(c) for c in value.tool_calls])
     elif isinstance(value, (list, tuple)) and all(isinstance(v, ToolCall) for v in value):
-        message = AssistantMessage(tool_calls=list(value), finish_reason="tool_calls")
+        message = AssistantMessage(tool_calls=[dataclasses.replace(c) for c in value], finish_reason="tool_calls")
     else:
         raise UserError(
             "a fake model's function must return a str, a ToolCall, a list of ToolCall, an "
