@@ -6,7 +6,6 @@ with no key and no network.
 from __future__ import annotations
 
 import dataclasses
-
 import inspect
 import re
 from collections.abc import AsyncIterator, Callable, Iterable
