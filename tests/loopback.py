@@ -75,6 +75,15 @@ def streaming(chunks: list[bytes], headers: dict[str, str] | None = None) -> Ite
         yield url
 
 
+def cut(data: bytes, sizes: list[int]) -> list[bytes]:
+    """`data` cut into pieces of `sizes` (and the rest), as `streaming` sends them."""
+    out, at = [], 0
+    for size in sizes:
+        out.append(data[at:at + size])
+        at += size
+    return [*out, data[at:]] if at < len(data) else out
+
+
 @contextlib.contextmanager
 def _serving(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)

@@ -23,8 +23,8 @@ from nbagent.exceptions import BadRequestError, ModelError, ModelResponseError, 
 from nbagent.messages import UserMessage
 from nbagent.models.base import ModelRequest, ModelResponse
 from nbagent.models.openai import OpenAIResponsesModel
-from nbagent.models.openai import responses as responses_module
-from tests.loopback import streaming
+from nbagent.models.openai import _sdk_model as sdk_model_module
+from tests.loopback import cut, streaming
 from tests.wire.replay_server import RESPONSES_CASES_DIR, ReplayServer, all_cases, split_sse_events
 
 KEY = "sk-responses-reader-0123456789abcdef"
@@ -86,14 +86,6 @@ async def items_from(chunks: list[bytes], headers: dict[str, str] | None = None,
         return await items_of(url + "/v1", sdk_stream)
 
 
-def _split(data: bytes, sizes: list[int]) -> list[bytes]:
-    out, at = [], 0
-    for size in sizes:
-        out.append(data[at:at + size])
-        at += size
-    return [*out, data[at:]] if at < len(data) else out
-
-
 RECORDED = CASES["responses_stream_text"]["response"]["sse"]
 
 
@@ -105,7 +97,7 @@ async def test_the_event_stream_is_read_whatever_its_chunking_and_line_ends(newl
     ends, comments, ``data: [DONE]``, a last event without its blank line."""
     text = (": keep-alive\n\n" + RECORDED.replace('"delta":"420"', '"delta":"4\u00e90"') + "data: [DONE]\n\n"
             + ": bye").replace("\n", newline)
-    *deltas, answer = await items_from(_split(text.encode(), sizes))
+    *deltas, answer = await items_from(cut(text.encode(), sizes))
     assert "".join(deltas) == "4\u00e90" + "0 + 42 equals 4242."
     assert answer.message.finish_reason == "stop" and answer.usage.output_tokens > 0
 
@@ -162,13 +154,13 @@ async def test_an_event_that_is_no_object_or_no_json_is_named() -> None:
 # ----------------------------------------------------------------------------- the switch
 async def test_the_switch_picks_the_reader(server: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     used: list[str] = []
-    real = responses_module.json_events
+    real = sdk_model_module.json_events
 
     def spy(chunks: Any, provider: Any = None) -> Any:
         used.append("bytes")
         return real(chunks, provider)
 
-    monkeypatch.setattr(responses_module, "json_events", spy)
+    monkeypatch.setattr(sdk_model_module, "json_events", spy)
     await items_of(server.base_url_for("responses_stream_text"))
     assert used == ["bytes"]
     sdk = await items_of(server.base_url_for("responses_stream_text"), sdk_stream=True)

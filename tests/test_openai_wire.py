@@ -698,8 +698,7 @@ async def test_agent_content_filter_answer(server: Any) -> None:
 def _tc(
     index: int | None = None, id: str | None = None, name: str | None = None, args: str | None = None
 ) -> Any:
-    from openai.types.chat.chat_completion_chunk import ChoiceDeltaToolCall
-
+    """A tool-call delta's JSON object, as the stream's chunk holds it."""
     data: dict[str, Any] = {
         "function": {k: v for k, v in (("name", name), ("arguments", args)) if v is not None}
     }
@@ -707,7 +706,7 @@ def _tc(
         data["index"] = index
     if id is not None:
         data["id"] = id
-    return ChoiceDeltaToolCall.construct(**data)
+    return data
 
 
 @pytest.mark.parametrize(

@@ -2,10 +2,11 @@
 
 Owns the model's configuration beyond the base's (``send_reasoning``, ``tool_images``) and its
 three parts for `HTTPModel`: the wire (`request_params`, `_wire`'s; ``chat.completions.create``
-as the sends), the readers (`read_stream`: `_stream.stream_items` over the SDK's chunks;
-`read_answer`: a whole ``ChatCompletion``; `body_events`: the chunks of event-stream text that
-came as one body) and the error table (`OpenAIErrors`, through the base). The client per event
-loop, the deadline, the key's hygiene and the answers in another shape than asked are the base's.
+as the sends), the readers (`read_stream`: `_stream.stream_items` over the JSON object of each
+chunk, read from the stream's bytes by the base's send; `read_answer`: a whole ``ChatCompletion``;
+`body_events`: the chunks of event-stream text that came as one body) and the error table
+(`OpenAIErrors`, through the base). The client per event loop, the deadline, the key's hygiene,
+the streamed send and the answers in another shape than asked are the base's.
 
 May import: ``openai``, nbagent's model base and the models' `_http`, and this package's
 `_sdk_model`, `_wire`, `_stream`.
@@ -129,7 +130,7 @@ class OpenAIModel(OpenAISDKModel):
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
-        """`_stream.stream_items` over the SDK's chunks."""
+        """`_stream.stream_items` over the JSON objects of the stream's chunks."""
         state = StreamAssembler(reading.provider)
         state.request_id = reading.request_id
         return stream_items(events, state, reading.fail, reading.empty)

@@ -2,19 +2,26 @@
 ``openai`` SDK's client, the configuration from ``OPENAI_*`` variables, and the error table.
 
 Owns `OpenAISDKModel`, an `HTTPModel` whose client is an ``AsyncOpenAI`` and whose errors are
-`OpenAIErrors`. Each API's model adds its wire (and the SDK resource its sends call) and its readers.
+`OpenAIErrors`, and its streamed send: the SDK sends the request (auth, retries, error statuses),
+nbagent reads the stream's bytes (`models._sse.json_events`: the JSON object of each event). The
+SDK's parsed stream builds a pydantic object per event: about a hundred µs of the kernel's only
+thread per delta, four to five times the rest of a delta's way into a notebook's chat view
+(bench/README.md, "The kernel's loop while an answer streams").
+Each API's model adds its wire (and the SDK resource its sends call) and its readers.
 
-May import: ``openai``, nbagent's exceptions, the models' `_http` base, and `_errors`.
+May import: ``openai``, nbagent's exceptions, the models' `_http` base and `_sse`, and `_errors`.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from openai import AsyncOpenAI
 
 from ...exceptions import UserError
-from .._http import HTTPModel
+from .._http import HTTPModel, Streamed
+from .._sse import json_events
 from ._errors import OpenAIErrors
 
 __all__ = ["OpenAISDKModel"]
@@ -55,3 +62,9 @@ class OpenAISDKModel(HTTPModel):
             max_retries=self.max_retries,
             http_client=self._http_client,
         )
+
+    async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
+        """The started stream, as the JSON objects of its events, read from the HTTP response's
+        bytes by `json_events` (the SDK still sends the request, with its auth and error statuses)."""
+        response = (await self._resource(client).with_raw_response.create(**params)).http_response
+        return Streamed(json_events(response.aiter_bytes(), self.provider), response, response.aclose)

@@ -1,14 +1,17 @@
-"""The answer side of the chat-completions wire: SDK objects in, nbagent's `ModelResponse` out.
+"""The answer side of the chat-completions wire: a whole ``ChatCompletion`` (an SDK object) or
+the JSON objects of a stream's chunks in, nbagent's `ModelResponse` out.
 
 Owns the mapping of a whole ``ChatCompletion`` (`completion_response`), the assembly of streamed
-chunks (`stream_items`, the per-delta loop, and `StreamAssembler`: tool-call deltas, refusal,
-reasoning, finish reason, usage), token counts (`token_counts`, Groq's ``x_groq`` included) and
-`chunks_of`, the chunks of event-stream text that came as one body. Sans-IO: nothing here sends
-or reads a socket. The errors it raises are built by the caller's callbacks, except the
-`StreamInterruptedError` of a stream cut inside a tool call. Fields are read with `models._fields`.
+chunks (`stream_items`, the per-delta loop over each chunk's JSON object as `models._sse.json_events`
+reads it, and `StreamAssembler`: tool-call deltas, refusal, reasoning, finish reason, usage),
+token counts (`token_counts`, Groq's ``x_groq`` included) and `chunks_of`, the chunks of
+event-stream text that came as one body. Sans-IO: nothing here sends or reads a socket. The errors
+it raises are built by the caller's callbacks, except the `StreamInterruptedError` of a stream cut
+inside a tool call and the `ModelResponseError` of a chunk of the wrong shape (`malformed`).
+Fields are read with `models._fields`.
 
 May import: nbagent's exceptions, messages, usage and model base, `models._fields`, and
-``openai.types`` (lazily, for `chunks_of`). Not the SDK client, not `_wire`, `_errors` or `_model`.
+`_responses_stream.malformed`. Not the SDK client, not `_wire`, `_errors` or `_model`.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from ...messages import AssistantMessage, ToolCall, unique_call_ids
 from ...usage import TokenCounts
 from .._fields import count, field
 from ..base import ModelResponse, ReasoningText, StreamItem
+from ._responses_stream import malformed
 
 
 def token_counts(usage: Any) -> TokenCounts:
@@ -109,14 +113,13 @@ def completion_response(raw: Any) -> ModelResponse:
 
 
 def chunks_of(data: list[str]) -> list[Any] | None:
-    """The ``ChatCompletionChunk`` of each event's data (`_whole_body.sse_data`) of event-stream
-    text that came as one body, or None when one is no JSON object."""
-    from openai.types.chat import ChatCompletionChunk
-
+    """The JSON object of each event's data (`_whole_body.sse_data`) of event-stream text that
+    came as one body, or None when one is no JSON object."""
     try:
-        return [ChatCompletionChunk.construct(**json.loads(d)) for d in data]
-    except (ValueError, TypeError):  # not JSON, or JSON that is not an object
+        chunks = [json.loads(d) for d in data]
+    except ValueError:
         return None
+    return chunks if all(type(c) is dict for c in chunks) else None
 
 
 # ------------------------------------------------------------------------------- stream assembly
@@ -160,14 +163,19 @@ class StreamAssembler:
         self.request_id: str | None = None
         self.content_seen = False
 
-    def add_tool_calls(self, deltas: list[Any]) -> None:
-        """Assemble tool-call deltas by ``index`` and by ``id`` (Gemini and Ollama send no index)."""
+    def add_tool_calls(self, deltas: Any) -> None:
+        """Assemble tool-call deltas (their JSON objects) by ``index`` and by ``id`` (Gemini and
+        Ollama send no index)."""
+        if type(deltas) is not list:
+            raise malformed("chunk", "tool_calls", deltas, "a list", self.provider or "")
         for tc in deltas:
-            index = getattr(tc, "index", None)
-            call_id = getattr(tc, "id", None) or ""
-            fn = getattr(tc, "function", None)
-            name = (getattr(fn, "name", None) or "") if fn is not None else ""
-            args = getattr(fn, "arguments", None) if fn is not None else None
+            if type(tc) is not dict:
+                raise malformed("chunk", "tool call", tc, "an object", self.provider or "")
+            index = tc.get("index")
+            call_id = tc.get("id") or ""
+            fn = tc.get("function")
+            name = field(fn, "name") or ""
+            args = field(fn, "arguments")
             slot: _CallParts | None = None
             if index is not None:
                 slot = self.by_index.get(index)
@@ -191,6 +199,20 @@ class StreamAssembler:
                 self.by_id[call_id] = slot
             if args:
                 slot.args.append(_arguments_text(args))
+
+    def finish(self, choice: dict[str, Any], chunk: dict[str, Any], fail: Callable[..., Exception]) -> None:
+        """Keep a choice's ``finish_reason``; OpenRouter's ``"error"`` raises ``fail(error)`` (the
+        error sent beside it)."""
+        finish = choice["finish_reason"]
+        if finish == "error":
+            raise fail(choice.get("error") or chunk.get("error"),
+                       "the server ended the answer with finish_reason 'error'")
+        self.finish_reason = finish
+
+    def note_usage(self, chunk: dict[str, Any]) -> None:
+        """Keep a chunk's ``usage`` (Groq's in ``x_groq`` when there is none)."""
+        usage = chunk.get("usage")
+        self.usage = usage if usage is not None else field(chunk.get("x_groq"), "usage")
 
     def response(self, parts: list[str]) -> ModelResponse:
         calls = [ToolCall(c.id, c.name, "".join(c.args)) for c in self.calls]
@@ -221,66 +243,76 @@ def _cut_in_a_call(state: StreamAssembler) -> Exception | None:
     )
 
 
+def _choice_of(choices: Any, provider: str) -> dict[str, Any] | None:
+    """Choice 0 of a chunk's `choices` (None when none is), the shape checked: the reader's way
+    for anything but one well-formed choice."""
+    if type(choices) is not list:
+        raise malformed("chunk", "choices", choices, "a list", provider)
+    for choice in choices:
+        if type(choice) is not dict:
+            raise malformed("chunk", "choice", choice, "an object", provider)
+    return next((c for c in choices if c.get("index", 0) == 0), None)
+
+
 async def stream_items(  # noqa: C901  # Size: the per-delta loop, kept in one function with local names
     chunks: AsyncIterator[Any],
     state: StreamAssembler,
     fail: Callable[..., Exception],
     empty: Callable[[], Exception],
 ) -> AsyncGenerator[StreamItem, None]:
-    """The text deltas (``str``) and `ReasoningText` deltas of SDK chunks, then the `ModelResponse`
-    `state` assembled from them. An error chunk (vLLM's ``{"object": "error"}``, ``{"error": ...}``,
-    OpenRouter's ``finish_reason: "error"``) raises ``fail(error, fallback_message)``; a stream
-    without any chunk raises ``empty()``; one that stops inside a tool call without a
-    ``finish_reason`` raises a retried `StreamInterruptedError`. One loop with local names, no
-    call per delta: it runs for every delta of every answer."""
+    """The text deltas (``str``) and `ReasoningText` deltas of a stream's chunks (the JSON object
+    of each event's data: `models._sse.json_events`), then the `ModelResponse` `state` assembled
+    from them. An error chunk (vLLM's ``{"object": "error"}``, ``{"error": ...}``, OpenRouter's
+    ``finish_reason: "error"``) raises ``fail(error, fallback_message)``; a stream without any
+    chunk raises ``empty()``; one that stops inside a tool call without a ``finish_reason`` raises
+    a retried `StreamInterruptedError`; a chunk of the wrong shape (no object, a choice or delta
+    that is no object, text that is no string) a retried `ModelResponseError` naming it
+    (`malformed`). One loop with local names, no call per delta: it runs for every delta of every
+    answer."""
     parts: list[str] = []
     append = parts.append
+    provider = state.provider or ""
     chunk = None
     async for chunk in chunks:
-        choices = getattr(chunk, "choices", None)
+        if type(chunk) is not dict:
+            raise malformed("stream", "chunk", chunk, "an object", provider)
+        choices = chunk.get("choices")
+        choice = None
         if choices:
-            choice = choices[0]
-            if len(choices) > 1 or getattr(choice, "index", 0) != 0:
-                choice = next((c for c in choices if getattr(c, "index", 0) == 0), None)
-            delta = getattr(choice, "delta", None)
+            choice = choices[0] if type(choices) is list else None
+            if type(choice) is not dict or len(choices) > 1 or choice.get("index", 0) != 0:
+                choice = _choice_of(choices, provider)
+        elif chunk.get("object") == "error" or chunk.get("error"):
+            # vLLM's older {"object": "error", ...}; {"error": ...} in a stream (OpenAI's, llama.cpp's)
+            raise fail(chunk.get("error") or chunk)
+        if choice is not None:
+            delta = choice.get("delta")
             if delta is not None:
-                text = delta.content
+                if type(delta) is not dict:
+                    raise malformed("chunk", "delta", delta, "an object", provider)
+                text = delta.get("content")
                 if text:
+                    if type(text) is not str:
+                        raise malformed("chunk", "content", text, "a string", provider)
                     append(text)
                     yield text
                 elif text is not None:
                     state.content_seen = True
-                if delta.tool_calls:
-                    state.add_tool_calls(delta.tool_calls)
-                if delta.refusal:
-                    state.refusal.append(delta.refusal)
-                extra = delta.__pydantic_extra__
-                if extra:
-                    reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-                    if reasoning and isinstance(reasoning, str):
-                        state.reasoning.append(reasoning)
-                        yield ReasoningText(reasoning)
-            finish = getattr(choice, "finish_reason", None)
-            if finish:
-                if finish == "error":  # OpenRouter ends a failed stream so (error beside it)
-                    raise fail(
-                        field(choice, "error") or field(chunk, "error"),
-                        "the server ended the answer with finish_reason 'error'",
-                    )
-                state.finish_reason = finish
-        elif getattr(chunk, "object", None) == "error" or field(chunk, "error"):
-            # vLLM's older {"object": "error", ...}; {"error": ...} in a JSON-labelled stream
-            raise fail(field(chunk, "error") or chunk)
-        if chunk.usage is not None:
-            state.usage = chunk.usage
-        elif state.usage is None:
-            extra = chunk.__pydantic_extra__
-            if extra and "x_groq" in extra:
-                state.usage = field(extra["x_groq"], "usage")
+                if delta.get("tool_calls"):
+                    state.add_tool_calls(delta["tool_calls"])
+                if delta.get("refusal"):
+                    state.refusal.append(delta["refusal"])
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if reasoning and type(reasoning) is str:
+                    state.reasoning.append(reasoning)
+                    yield ReasoningText(reasoning)
+            if choice.get("finish_reason"):
+                state.finish(choice, chunk, fail)
+        if chunk.get("usage") is not None or (state.usage is None and chunk.get("x_groq")):
+            state.note_usage(chunk)
         if state.model is None:
-            state.model = getattr(chunk, "model", None) or None
-            if state.request_id is None:
-                state.request_id = getattr(chunk, "id", None) or None
+            state.model = chunk.get("model") or None
+            state.request_id = state.request_id or chunk.get("id") or None
     if chunk is None:  # not one event: an empty body, or one without any "data:" line
         raise empty()
     cut = _cut_in_a_call(state)

@@ -37,7 +37,6 @@ from ...messages import AssistantMessage
 from .._deadline import DEFAULT_DEADLINE, within
 from .._http import DEFAULT_TIMEOUT, Reading, Streamed
 from .._keys import scrub_error
-from .._sse import json_events
 from .._whole_body import body_error
 from ..base import ModelRequest, ModelResponse, StreamItem
 from ._responses_stream import response_answer, response_counts, response_stream_items, sdk_events
@@ -160,8 +159,7 @@ class OpenAIResponsesModel(OpenAISDKModel):
         if self.sdk_stream:
             stream = await client.responses.create(**params)
             return Streamed(sdk_events(stream), stream.response, stream.close)
-        response = (await client.responses.with_raw_response.create(**params)).http_response
-        return Streamed(json_events(response.aiter_bytes(), self.provider), response, response.aclose)
+        return await super()._send_stream(client, params)
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
