@@ -404,11 +404,17 @@ def assert_sent_like_recording(case: dict[str, Any], sent: dict[str, Any]) -> No
 
 
 # ----------------------------------------------------------------------------- every case
-@pytest.mark.parametrize("name", NAMES)
-async def test_case_through_openai_model(server: Any, name: str) -> None:
+# every case, and every streamed one a second time through the SDK's parsed chunks (`sdk_stream=True`)
+READERS = [pytest.param(n, False, id=n) for n in NAMES] + [
+    pytest.param(n, True, id=f"{n}-sdk_stream") for n in NAMES if is_stream(CASES[n])]
+
+
+@pytest.mark.parametrize(("name", "sdk_stream"), READERS)
+async def test_case_through_openai_model(server: Any, name: str, sdk_stream: bool) -> None:
     case = CASES[name]
     facts = FACTS[name]
-    model = OpenAIModel(case["request"]["body"]["model"], base_url=server.base_url_for(name), api_key=KEY)
+    model = OpenAIModel(case["request"]["body"]["model"], base_url=server.base_url_for(name), api_key=KEY,
+                        sdk_stream=sdk_stream)
     request = recorded_request(case)
     stream = is_stream(case)
     before = len(server.chat_requests())

@@ -20,10 +20,10 @@ from typing import Any
 from openai import AsyncOpenAI
 
 from .._deadline import DEFAULT_DEADLINE
-from .._http import DEFAULT_TIMEOUT, Reading
+from .._http import DEFAULT_TIMEOUT, Reading, Streamed
 from ..base import ModelRequest, ModelResponse, StreamItem
 from ._sdk_model import OpenAISDKModel
-from ._stream import StreamAssembler, chunks_of, completion_response, stream_items
+from ._stream import StreamAssembler, chunks_of, completion_response, sdk_chunks, stream_items
 from ._wire import WireCache, check_settings, request_params
 
 __all__ = ["DEFAULT_DEADLINE", "DEFAULT_TIMEOUT", "OpenAIModel"]
@@ -70,6 +70,10 @@ class OpenAIModel(OpenAISDKModel):
         context_window: the model's context window in tokens, for a model genai-prices does not
             know or a server that serves less of it (`Model.context_window`; default: genai-prices'
             figure for `model_name` at `provider`, None when unknown).
+        sdk_stream: read a streamed answer as the ``openai`` SDK's parsed chunks instead of
+            reading the stream's bytes (the default; the SDK still sends the request). The same
+            answers, at about 100 µs of the kernel's CPU a delta instead of ~10: for a server whose
+            stream nbagent's reader refuses and the SDK's accepts.
 
     One SDK client is made per event loop and reused, so the same model works from
     ``agent.run_sync`` (nbagent's background loop) and from ``await agent.run`` in one notebook.
@@ -94,8 +98,10 @@ class OpenAIModel(OpenAISDKModel):
         deadline: float | None = DEFAULT_DEADLINE,
         tool_images: bool = True,
         context_window: int | None = None,
+        sdk_stream: bool = False,
     ) -> None:
         self.send_reasoning = send_reasoning
+        self.sdk_stream = bool(sdk_stream)
         self.tool_images = tool_images
         super().__init__(
             model_name, provider=provider, base_url=base_url, api_key=api_key, settings=settings, timeout=timeout,
@@ -127,6 +133,14 @@ class OpenAIModel(OpenAISDKModel):
         from ._batch import OpenAIBatchWire
 
         return OpenAIBatchWire(self, "/v1/chat/completions")
+
+    async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
+        """The started stream, as the JSON objects of its chunks: read from the response's bytes,
+        or, with `sdk_stream`, the SDK's parsed chunks as their dicts."""
+        if self.sdk_stream:
+            stream = await client.chat.completions.create(**params)
+            return Streamed(sdk_chunks(stream), stream.response, stream.close)
+        return await super()._send_stream(client, params)
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:

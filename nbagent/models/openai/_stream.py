@@ -243,6 +243,14 @@ def _cut_in_a_call(state: StreamAssembler) -> Exception | None:
     )
 
 
+async def sdk_chunks(chunks: AsyncIterator[Any]) -> AsyncGenerator[dict[str, Any], None]:
+    """The SDK's parsed chunks (``chat.completions.create(stream=True)``, `OpenAIModel`'s
+    ``sdk_stream``) as the JSON objects `stream_items` reads: each chunk's fields as they came,
+    a server's extra fields included."""
+    async for chunk in chunks:
+        yield chunk.to_dict()
+
+
 def _choice_of(choices: Any, provider: str) -> dict[str, Any] | None:
     """Choice 0 of a chunk's `choices` (None when none is), the shape checked: the reader's way
     for anything but one well-formed choice."""
