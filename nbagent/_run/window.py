@@ -87,26 +87,13 @@ def read_result_tool(limit_max: int | None) -> Tool:
     return reader
 
 
-_READERS: dict[int, tuple[RunConfig, int | None, RunConfig]] = {}
-"""A config (by identity) and the model's window it was made for (the reader's page size
-depends on it) -> the same config with ``read_result``: an agent's runs share its config."""
-
-
 def with_reader(config: RunConfig) -> RunConfig:
     """`config` with the built-in ``read_result`` among its tools (a tool of the agent's own by that
     name wins); it is offered to the model only once a result was cut (`Window.request`)."""
     if READ_RESULT in config.tools:
         return config
-    window = config.context_window
-    found = _READERS.get(id(config))
-    if found is not None and found[0] is config and found[1] == window:
-        return found[2]
     reader = read_result_tool(config.result_cap(Tool(READ_RESULT, "", {})))
-    made = dataclasses.replace(config, tools=MappingProxyType({**config.tools, READ_RESULT: reader}))
-    if len(_READERS) >= 64:  # configs of agents changed or gone since
-        _READERS.clear()
-    _READERS[id(config)] = (config, window, made)
-    return made
+    return dataclasses.replace(config, tools=MappingProxyType({**config.tools, READ_RESULT: reader}))
 
 
 _TOOLS: dict[tuple[int, Any, str], tuple[Any, int]] = {}
