@@ -28,7 +28,7 @@ Afterwards the project's other benches (bench_store.py, bench_provider.py, bench
 bench_frames.py, bench_widget_traffic.py, bench_commit_floor.py, bench_postgres.py, bench_pg_paths.py,
 bench_mcp.py, bench_cluster.py, bench_tracing.py, bench_context.py, bench_evals.py, bench_replay.py,
 bench_responses.py, bench_guards.py, bench_subagents.py, bench_loop_lag.py, bench_saved_copy.py,
-bench_batch_api.py, bench_growth.py) run as subprocesses when present (``--no-other`` skips them).
+bench_batch_api.py, bench_growth.py, bench_versus.py) run as subprocesses when present (``--no-other`` skips them).
 
     python bench/run.py                         # everything (~10 min on 2 cores)
     python bench/run.py --quick                 # smoke run (~2 min)
@@ -67,7 +67,7 @@ OTHER_BENCHES = (
     "bench_commit_floor.py", "bench_postgres.py", "bench_pg_paths.py", "bench_mcp.py", "bench_cluster.py",
     "bench_tracing.py", "bench_context.py", "bench_evals.py", "bench_replay.py", "bench_responses.py",
     "bench_guards.py", "bench_subagents.py", "bench_loop_lag.py", "bench_saved_copy.py",
-    "bench_batch_api.py", "bench_growth.py",
+    "bench_batch_api.py", "bench_growth.py", "bench_versus.py",
 )
 OTHER_QUICK_ARGS = {  # what --quick passes on to each (their own smoke settings)
     "bench_frames.py": ["--rows", "100000", "--batch", "200"],
@@ -81,6 +81,7 @@ OTHER_QUICK_ARGS = {  # what --quick passes on to each (their own smoke settings
     "bench_growth.py": ["--quick"],
     "bench_anthropic.py": ["--deltas", "1000", "--runs", "3", "--round-trips", "10"],
     "bench_batch_api.py": ["--quick"],
+    "bench_versus.py": ["--quick"],
 }
 
 os.environ.setdefault("PYDANTIC_AI_NO_BANNER", "1")

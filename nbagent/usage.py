@@ -148,13 +148,6 @@ class ModelCallUsage:
 
 
 _ROW_FIELDS = frozenset(f.name for f in fields(ModelCallUsage))
-_SUMMED = (
-    "input_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "output_tokens",
-    "reasoning_tokens",
-)
 
 
 @dataclass(slots=True)
@@ -179,13 +172,23 @@ class Usage:
 
     def add(self, row: ModelCallUsage) -> None:
         """Add one model call."""
+        # Written out (not a loop over the names with getattr/setattr): every model call adds one.
         self.calls.append(row)
         self.requests += 1
-        for name in _SUMMED:
-            setattr(self, name, getattr(self, name) + getattr(row, name))
+        self.input_tokens += row.input_tokens
+        self.cache_read_tokens += row.cache_read_tokens
+        self.cache_write_tokens += row.cache_write_tokens
+        self.output_tokens += row.output_tokens
+        self.reasoning_tokens += row.reasoning_tokens
         self.tool_calls += row.tool_calls
         if row.cost_total is not None:
             self.cost_total = (self.cost_total or 0.0) + row.cost_total
+
+    def snapshot(self) -> Usage:
+        """A copy of the sums as they are now, with its own list of calls (what a `UsageEvent`
+        carries: the total at that moment, not the live sums)."""
+        return Usage(self.requests, self.input_tokens, self.cache_read_tokens, self.cache_write_tokens,
+                     self.output_tokens, self.reasoning_tokens, self.tool_calls, self.cost_total, list(self.calls))
 
     @classmethod
     def of(cls, rows: list[ModelCallUsage]) -> Usage:

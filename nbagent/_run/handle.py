@@ -26,7 +26,7 @@ async def consume(events: AsyncIterator[Event], run: RunState) -> RunResult:
     # than later in an asyncgen-finalizer task (a task and a self-pipe write per run).
     ended = None
     async for event in events:
-        if isinstance(event, RunEndedEvent):
+        if type(event) is RunEndedEvent:  # (no subclasses; a check per event)
             ended = event.result
     if ended is not None:
         return ended

@@ -72,7 +72,7 @@ from ..result import StopReason
 from ..store.base import LedgerEntry
 from ..store.meta import live_runs
 from ..tools import Tool
-from ..usage import ModelCallUsage, Usage
+from ..usage import ModelCallUsage
 from . import hooks
 from .config import RunConfig
 from .execute import execute
@@ -103,11 +103,6 @@ def _fix_call_ids(run: RunState, message: AssistantMessage) -> None:
     if work.call_ids is None:
         work.call_ids = {c.id for m in run.stored.messages if m.kind == "assistant" for c in m.tool_calls}
     unique_call_ids(message.tool_calls, work.call_ids)
-
-
-def _usage_snapshot(usage: Usage) -> Usage:
-    # An event records the total at that moment (like TextDeltaEvent.snapshot), not the live sum.
-    return dataclasses.replace(usage, calls=list(usage.calls))
 
 
 def _stop_reason(config: RunConfig, run: RunState) -> StopReason | None:
@@ -160,7 +155,7 @@ class _Loop:
     def tell(self, event: Event) -> Event:
         """Tell the thread's observers (`_watch`: the views of this process) about `event`;
         never called for text or reasoning deltas."""
-        if isinstance(event, RunEndedEvent):
+        if type(event) is RunEndedEvent:  # (no subclasses; a check per event)
             self.told_end = True
         run = self.run
         publish(run.stored.id, run.run_id, event)
@@ -374,12 +369,12 @@ class _Loop:
         await self.save(messages=[record], usage=[row] if row is not None else ())
         yield self.tell(CompactionEvent(record, row, step, path=self.path))
         if row is not None:
-            yield self.tell(UsageEvent(row, _usage_snapshot(run.usage), path=self.path))
+            yield self.tell(UsageEvent(row, run.usage.snapshot(), path=self.path))
 
     async def before_call(self, step: int) -> AsyncIterator[Event]:
         """Before a model call: take the tool sources' current lists, and compact first when the
         next request would pass the threshold (a failed summary call leaves the request whole,
-        with a warning: it may still fit)."""
+        with a warning: it may still fit). Asked only when the agent has either."""
         config = self.config
         if config.sources is not None:  # a source's list may have changed since the last step
             config = self.config = with_reader(await config.sources.current(config, strict=False))
@@ -400,8 +395,9 @@ class _Loop:
         """Ask the model (streamed when someone consumes the events), retrying as `Retry` says
         and compacting when the provider refuses the request as too long; fills `reply`, or
         fails the run."""
-        async for event in self.before_call(reply.step):
-            yield event
+        if self.config.sources is not None or self.config.compaction is not None:
+            async for event in self.before_call(reply.step):
+                yield event
         config, step, path = self.config, reply.step, self.path
         model = config.model
         request, self.prepared = self.prepared or self.request(step), None
@@ -448,8 +444,11 @@ class _Loop:
                 await self.call_failed(reply, exc)
                 return
             reply.latency = time.perf_counter() - clock
-            async for event in self.answered(reply, response):
-                yield event
+            reply.response = response
+            if response.fallbacks:
+                async for event in self.fell_back(reply, response):
+                    yield event
+            await self.answered(response, step)
             return
 
     def holder(self) -> RunGuards | None:
@@ -486,17 +485,21 @@ class _Loop:
             run.steps += 1
         await self.save(usage=rows, meta=True)
 
-    async def answered(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
-        """Keep the model's answer for `reply`: tell a `FallbackModel`'s moves, keep a recording
-        (`Model.keep_recording`: `nbagent.models.record`) with the thread, and measure the
-        request's context."""
-        config, step, path = self.config, reply.step, self.path
-        reply.response = response
-        for moved in response.fallbacks:  # a FallbackModel's earlier models failed this step
+    async def fell_back(self, reply: _Reply, response: ModelResponse) -> AsyncIterator[Event]:
+        """A `FallbackModel`'s earlier models failed this step: tell its moves, and keep the rows
+        of the refusals it moved on from (billed)."""
+        step, path = reply.step, self.path
+        for moved in response.fallbacks:
             model = response.model or moved.next
             yield self.tell(ModelFallbackEvent(moved.failed, moved.error, model, step, path=path))
-        async for event in self.keep_billed(refused_rows(config, self.run, step, reply.started, response.fallbacks)):
+        async for event in self.keep_billed(refused_rows(self.config, self.run, step, reply.started,
+                                                         response.fallbacks)):
             yield event
+
+    async def answered(self, response: ModelResponse, step: int) -> None:
+        """Keep a recording of the model's answer (`Model.keep_recording`: `nbagent.models.record`)
+        with the thread, and measure the request's context."""
+        config = self.config
         await config.model.keep_recording(self.store, self.run.stored.id, response)
         self.run.context = self.window.observe(config, response, step)
 
@@ -506,7 +509,7 @@ class _Loop:
         for row in rows:
             count_usage(self.config.name, self.run, row)
             await self.save(usage=[row])
-            yield self.tell(UsageEvent(row, _usage_snapshot(self.run.usage), path=self.path))
+            yield self.tell(UsageEvent(row, self.run.usage.snapshot(), path=self.path))
 
     async def overflowed(self, exc: ContextOverflowError, step: int, times: int) -> AsyncIterator[Event]:
         """The provider refused the request as too long: compact and let the caller retry (up to
@@ -558,7 +561,7 @@ class _Loop:
         count_usage(config.name, run, row)
         stored.step = reply.step
         run.steps += 1
-        usage_event = UsageEvent(row, _usage_snapshot(run.usage), run.context, path=self.path)
+        usage_event = UsageEvent(row, run.usage.snapshot(), run.context, path=self.path)
         rows, refused = [row], None
         guards = self.guards if self.guards is not None and self.guards.asks(reply.held) else None
         if guards is not None:  # the row is kept whatever the guards decide (and if the run is stopped meanwhile)

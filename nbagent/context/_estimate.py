@@ -89,7 +89,7 @@ def counter_for(provider: str, model: str) -> Counter:
 def message_tokens(message: Message, count: Counter = text_tokens) -> int:
     """The estimated tokens of one message as a provider is sent it."""
     if isinstance(message, AssistantMessage):
-        size = count(message.text or "")
+        size = count(message.text) if message.text else 0  # (an answer with calls often has no text)
         for call in message.tool_calls:
             size += count(call.name) + count(call.args_json) + MESSAGE_TOKENS
         for block in message.thinking_blocks:

@@ -84,8 +84,8 @@ class ThreadView:
                     if m.cleared:
                         self.cleared.update(m.cleared)
                         rebuild = True
-                elif not self.effective and is_blocked(m):  # never sent: the view is no longer the thread
-                    rebuild = True
+                elif not self.effective and getattr(m, "blocked", None) is not None:  # (`is_blocked`)
+                    rebuild = True  # never sent: the view is no longer the thread
             self.seen, self.last = len(messages), messages[-1]
             if rebuild:
                 self._rebuild(messages)
