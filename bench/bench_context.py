@@ -237,8 +237,13 @@ def nbagent_clock(clock: Clock) -> Iterator[None]:
         async for event in compact(self, step, trigger, *args):
             yield event
 
+    # `Window.visible` (since issue #46: the running view's `follow`, or the plain `visible` with
+    # NBAGENT_CONTEXT_CACHE=0); the module's `visible` too, for versions before the method.
+    method = getattr(window.Window, "visible", None)
     with patched(window.Window, "over_threshold", clock.wrap(window.Window.over_threshold, "check")), \
             patched(window, "visible", clock.wrap(window.visible, "visible (records applied)")), \
+            (patched(window.Window, "visible", clock.wrap(method, "visible (records applied)")) if method
+             else contextlib.nullcontext()), \
             patched(window, "_ask", clock.wrap_summary(window._ask)), \
             patched(loop._Loop, "request", timed_request), \
             patched(loop._Loop, "compact", timed_compact):
