@@ -77,10 +77,12 @@ def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
         la * total / estimate
     out = [int(e0), int(e1), int(e2), int(e3), int(e4)]
     left = total - (out[0] + out[1] + out[2] + out[3] + out[4])
-    if left > 0:
-        rest = (e0 - out[0], e1 - out[1], e2 - out[2], e3 - out[3], e4 - out[4])
-        for i in sorted(range(5), key=rest.__getitem__, reverse=True)[:left]:  # (stable: ties in PARTS order)
+    if left > 0:  # one each for the `left` largest remainders, ties in PARTS order
+        rest = [e0 - out[0], e1 - out[1], e2 - out[2], e3 - out[3], e4 - out[4]]
+        for _ in range(min(left, 5)):
+            i = rest.index(max(rest))
             out[i] += 1
+            rest[i] = -1.0
     return {"system": out[0], "tools": out[1], "history": out[2], "tool_results": out[3], "latest": out[4]}
 
 
@@ -94,7 +96,7 @@ def parts_json(
     # By hand (what json.dumps with these separators writes): every model call's usage row has it.
     s, t, h, r, la = _five(parts)
     text = (f'{{"system":{int(s)},"tools":{int(t)},"history":{int(h)},"tool_results":{int(r)},"latest":{int(la)},'
-            f'"window":{"null" if window is None else json.dumps(window)}')
+            f'"window":{"null" if window is None else str(window) if type(window) is int else json.dumps(window)}')
     if estimate is not None:
         text += f',"estimate":{int(estimate)}'
     if key is not None:
