@@ -92,14 +92,16 @@ async def _events(agent: Agent) -> list[Any]:
 async def test_a_slow_consumer_gets_the_timeout_from_the_stream_not_a_cancellation(server: Any) -> None:
     """The deadline counts the consumer's time too, but it never cancels the consumer's own
     awaits: the expired call fails at its next read."""
-    model = model_at(server.fault_base_url("event-delay", "openai_stream_text_usage", arg=0.05), deadline=0.5)
+    # A deadline long enough for the first delta to arrive on a loaded machine (0.5 s was not,
+    # once, under a full test run on two busy cores), then a consumer that sleeps past it.
+    model = model_at(server.fault_base_url("event-delay", "openai_stream_text_usage", arg=0.05), deadline=2.0)
     items: list[Any] = []
     try:
         with pytest.raises(ModelTimeoutError):
             async for item in model.request_stream(request()):
                 items.append(item)
                 if len(items) == 1:
-                    await asyncio.sleep(0.8)  # past the deadline, inside the consumer
+                    await asyncio.sleep(2.3)  # past the deadline, inside the consumer
     finally:
         await model.aclose()
     assert len(items) == 1
