@@ -20,7 +20,7 @@ from typing import Any
 from openai import AsyncOpenAI
 
 from .._deadline import DEFAULT_DEADLINE
-from .._http import DEFAULT_TIMEOUT, Reading, Streamed
+from .._http import DEFAULT_TIMEOUT, Reading
 from ..base import ModelRequest, ModelResponse, StreamItem
 from ._sdk_model import OpenAISDKModel
 from ._stream import StreamAssembler, chunks_of, completion_response, sdk_chunks, stream_items
@@ -134,13 +134,9 @@ class OpenAIModel(OpenAISDKModel):
 
         return OpenAIBatchWire(self, "/v1/chat/completions")
 
-    async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
-        """The started stream, as the JSON objects of its chunks: read from the response's bytes,
-        or, with `sdk_stream`, the SDK's parsed chunks as their dicts."""
-        if self.sdk_stream:
-            stream = await client.chat.completions.create(**params)
-            return Streamed(sdk_chunks(stream), stream.response, stream.close)
-        return await super()._send_stream(client, params)
+    def _sdk_events(self, stream: AsyncIterator[Any]) -> AsyncIterator[dict[str, Any]]:
+        """The SDK's parsed chunks as their dicts (`sdk_stream`)."""
+        return sdk_chunks(stream)
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:

@@ -15,6 +15,7 @@ May import: ``openai``, nbagent's exceptions, the models' `_http` base and `_sse
 from __future__ import annotations
 
 import os
+from collections.abc import AsyncIterator
 from typing import Any
 
 from openai import AsyncOpenAI
@@ -63,8 +64,21 @@ class OpenAISDKModel(HTTPModel):
             http_client=self._http_client,
         )
 
+    sdk_stream: bool = False
+    """Read a streamed answer as the SDK's parsed events (each model's ``sdk_stream=``), the
+    plain path beside the byte reader."""
+
     async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
         """The started stream, as the JSON objects of its events, read from the HTTP response's
-        bytes by `json_events` (the SDK still sends the request, with its auth and error statuses)."""
-        response = (await self._resource(client).with_raw_response.create(**params)).http_response
+        bytes by `json_events` (the SDK still sends the request, with its auth and error statuses),
+        or, with `sdk_stream`, the SDK's parsed events as the same objects (`_sdk_events`)."""
+        resource = self._resource(client)
+        if self.sdk_stream:
+            stream = await resource.create(**params)
+            return Streamed(self._sdk_events(stream), stream.response, stream.close)
+        response = (await resource.with_raw_response.create(**params)).http_response
         return Streamed(json_events(response.aiter_bytes(), self.provider), response, response.aclose)
+
+    def _sdk_events(self, stream: AsyncIterator[Any]) -> AsyncIterator[dict[str, Any]]:
+        """The SDK's parsed stream as the JSON objects this API's reader takes."""
+        raise NotImplementedError

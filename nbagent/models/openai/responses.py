@@ -35,7 +35,7 @@ from openai import AsyncOpenAI
 from ...exceptions import ModelError, ModelResponseError, UserError
 from ...messages import AssistantMessage
 from .._deadline import DEFAULT_DEADLINE, within
-from .._http import DEFAULT_TIMEOUT, Reading, Streamed
+from .._http import DEFAULT_TIMEOUT, Reading
 from .._keys import scrub_error
 from .._whole_body import body_error
 from ..base import ModelRequest, ModelResponse, StreamItem
@@ -152,14 +152,9 @@ class OpenAIResponsesModel(OpenAISDKModel):
 
         return OpenAIBatchWire(self, "/v1/responses")
 
-    async def _send_stream(self, client: AsyncOpenAI, params: dict[str, Any]) -> Streamed:
-        """The started stream, as the JSON objects of its events: read from the HTTP response's
-        bytes by `json_events` (the SDK still sends the request, with its auth, retries and error
-        statuses), or, with `sdk_stream`, made of the SDK's parsed events."""
-        if self.sdk_stream:
-            stream = await client.responses.create(**params)
-            return Streamed(sdk_events(stream), stream.response, stream.close)
-        return await super()._send_stream(client, params)
+    def _sdk_events(self, stream: AsyncIterator[Any]) -> AsyncIterator[dict[str, Any]]:
+        """The SDK's parsed events as the JSON objects `response_stream_items` reads (`sdk_stream`)."""
+        return sdk_events(stream)
 
     # ------------------------------------------------------------------ the readers
     def read_stream(self, events: AsyncIterator[Any], reading: Reading) -> AsyncGenerator[StreamItem, None]:
