@@ -187,8 +187,10 @@ class Usage:
     def snapshot(self) -> Usage:
         """A copy of the sums as they are now, with its own list of calls (what a `UsageEvent`
         carries: the total at that moment, not the live sums)."""
-        return Usage(self.requests, self.input_tokens, self.cache_read_tokens, self.cache_write_tokens,
-                     self.output_tokens, self.reasoning_tokens, self.tool_calls, self.cost_total, list(self.calls))
+        return Usage(requests=self.requests, input_tokens=self.input_tokens,
+                     cache_read_tokens=self.cache_read_tokens, cache_write_tokens=self.cache_write_tokens,
+                     output_tokens=self.output_tokens, reasoning_tokens=self.reasoning_tokens,
+                     tool_calls=self.tool_calls, cost_total=self.cost_total, calls=list(self.calls))
 
     @classmethod
     def of(cls, rows: list[ModelCallUsage]) -> Usage:
