@@ -237,6 +237,8 @@ def test_a_long_session_is_the_same_with_the_running_sums_and_on_the_plain_path(
         assert sum(m["kind"] == "compaction" for m in history) >= 2
     assert any("read_result" in names for _, names in sent)
     assert all(json.loads(row[-1])["estimate"] > 0 for row in rows if row[0] == "run")
+    # the rows' JSON, written out by hand for every model call, is what json.dumps writes
+    assert all(row[-1] == json.dumps(json.loads(row[-1]), separators=(",", ":")) for row in rows)
 
 
 def test_test_model_counts_are_the_same_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -282,10 +284,20 @@ def test_a_step_sizes_only_what_was_added_as_the_thread_grows(cached: bool, monk
         assert gauge > steps * steps and fake > steps * steps
 
 
+def test_scaled_parts_that_tie_get_the_rounding_in_parts_order() -> None:
+    """Three parts' remainders are all 1/3: the one token left goes to the first of them (the
+    tools). In floats, 4 * 2 / 6 - 1 came out a hair under 1/3 and the history took it."""
+    from nbagent.context import scale_parts
+
+    parts = {"system": 0, "tools": 4, "history": 1, "tool_results": 1, "latest": 0}
+    assert scale_parts(parts, 2) == {"system": 0, "tools": 2, "history": 0, "tool_results": 0, "latest": 0}
+
+
 def test_the_written_out_scaling_and_json_give_what_the_plain_ones_give() -> None:
     """`scale_parts` and `parts_json` (written out for the five parts) against the plain rule and
     `json.dumps`, over random parts (missing, extra), totals, windows, estimates and keys."""
     import math
+    from fractions import Fraction
 
     from nbagent.context import PARTS, parts_json, scale_parts
 
@@ -293,7 +305,7 @@ def test_the_written_out_scaling_and_json_give_what_the_plain_ones_give() -> Non
         estimate = sum(parts.values())
         if estimate <= 0:
             return {name: (total if name == "latest" else 0) for name in PARTS}
-        exact = {name: parts.get(name, 0) * total / estimate for name in PARTS}
+        exact = {name: Fraction(parts.get(name, 0) * total, estimate) for name in PARTS}  # the rule, exactly
         out = {name: int(value) for name, value in exact.items()}
         for name in sorted(PARTS, key=lambda n: exact[n] - out[n], reverse=True)[:total - sum(out.values())]:
             out[name] += 1

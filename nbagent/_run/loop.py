@@ -693,7 +693,7 @@ class _Loop:
                 decision.stamp(result)
             return result
         tool = item.tool
-        cap = None if tool.name == READ_RESULT else self.config.result_cap(tool)  # it pages by itself
+        cap = None if tool.name == READ_RESULT else self.config.result_cap(tool, self.window.size)  # it pages by itself
         check = None if self.guards is None else self.guards.result_check(tool.name)
         return await execute(self.run, item.call, tool, item.args, item.edited, decision, cap, self.window.count, check)
 

@@ -67,22 +67,27 @@ def _five(parts: Mapping[str, int]) -> tuple[int, int, int, int, int]:
 
 def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
     """`parts` scaled so that they add up to `total` (the provider's count), each an int
-    (largest remainders get the rounding)."""
-    # Written out for the five parts: the gauge scales a request's parts after every model call.
+    (largest remainders get the rounding, ties in `PARTS` order)."""
     s, t, h, r, la = _five(parts)
-    estimate = sum(parts.values())
+    return _scaled(s, t, h, r, la, total, sum(parts.values()))
+
+
+def _scaled(s: int, t: int, h: int, r: int, la: int, total: int, estimate: int) -> dict[str, int]:
+    """`scale_parts` of the five parts in `PARTS` order, whose `estimate` is their sum (and any
+    other entry's). Written out, in integers (exact: the remainders compare as they are, so ties
+    go in `PARTS` order): the gauge scales a request's parts after every model call."""
     if estimate <= 0:
         return {"system": 0, "tools": 0, "history": 0, "tool_results": 0, "latest": total}
-    e0, e1, e2, e3, e4 = s * total / estimate, t * total / estimate, h * total / estimate, r * total / estimate, \
-        la * total / estimate
-    out = [int(e0), int(e1), int(e2), int(e3), int(e4)]
+    if estimate == total == s + t + h + r + la:  # the provider counted what nbagent estimated
+        return {"system": s, "tools": t, "history": h, "tool_results": r, "latest": la}
+    s, t, h, r, la = s * total, t * total, h * total, r * total, la * total
+    out = [s // estimate, t // estimate, h // estimate, r // estimate, la // estimate]
     left = total - (out[0] + out[1] + out[2] + out[3] + out[4])
-    if left > 0:  # one each for the `left` largest remainders, ties in PARTS order
-        rest = [e0 - out[0], e1 - out[1], e2 - out[2], e3 - out[3], e4 - out[4]]
-        for _ in range(min(left, 5)):
-            i = rest.index(max(rest))
-            out[i] += 1
-            rest[i] = -1.0
+    if left > 0:  # one each for the `left` largest remainders: each with its place below it, ties first in PARTS
+        ranked = sorted(((s % estimate) << 3 | 4, (t % estimate) << 3 | 3, (h % estimate) << 3 | 2,
+                         (r % estimate) << 3 | 1, (la % estimate) << 3), reverse=True)
+        for k in ranked[:left]:
+            out[4 - (k & 7)] += 1
     return {"system": out[0], "tools": out[1], "history": out[2], "tool_results": out[3], "latest": out[4]}
 
 

@@ -69,15 +69,19 @@ class ThreadView:
 
     def follow(self, messages: Sequence[Message]) -> Visible:
         """Catch up with `messages` (the thread as it is now): what `visible(messages)` gives."""
-        seen = self.seen
-        if messages is not self.thread or len(messages) < seen or (seen and messages[seen - 1] is not self.last):
+        seen, now = self.seen, len(messages)
+        if messages is not self.thread or now < seen or (seen and messages[seen - 1] is not self.last):
             self._reset(messages)
             seen = 0
-        if len(messages) > seen:
+        if now > seen:
             new = messages[seen:]
             rebuild = False
+            cut = 0
             for m in new:
-                if isinstance(m, CompactionMessage):
+                if m.kind == "tool-result":
+                    if m.full_content is not None:  # (counted here for the view that is the thread itself)
+                        cut += 1
+                elif m.kind == "compaction":
                     self.records += 1
                     if m.policy in ("summary", "native"):
                         self.newest, rebuild = m, True
@@ -86,14 +90,15 @@ class ThreadView:
                         rebuild = True
                 elif not self.effective and getattr(m, "blocked", None) is not None:  # (`is_blocked`)
                     rebuild = True  # never sent: the view is no longer the thread
-            self.seen, self.last = len(messages), messages[-1]
+            self.seen, self.last = now, messages[-1]
             if rebuild:
                 self._rebuild(messages)
             elif self.effective:
                 self._extend(new)
             else:  # no record that matters: the view is the thread itself, as `visible` gives it
-                self.view = _as_list(messages)
-                self.cut += sum(1 for m in new if m.kind == "tool-result" and m.full_content is not None)
+                if self.view is not messages:
+                    self.view = _as_list(messages)
+                self.cut += cut
         return Visible(self.summary, self.view, self.upto)
 
     def _rebuild(self, messages: Sequence[Message]) -> None:
