@@ -13,7 +13,7 @@ tool sources (`sources`) and its guards (`guarding.GuardSet`, the hook the run a
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..context import CHARS_PER_TOKEN, Compaction
@@ -68,6 +68,10 @@ class RunConfig:
     """The agent's guards by stage (None: none), asked before the prompt is written, while the
     first model call runs (parallel ones), before an answer is committed or shown (output, tool
     arguments) and before a tool's result is (`guarding`)."""
+    derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    """What is worked out from this config once and kept with it (`window.with_reader`'s config):
+    an agent's runs share its config while its settings stay the same. A copy
+    (``dataclasses.replace``) starts with none."""
 
     @property
     def context_window(self) -> int | None:

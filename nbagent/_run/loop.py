@@ -317,8 +317,10 @@ class _Loop:
         stored.messages.extend(plan.results)
         for call_id in plan.used:
             stored.decisions.pop(call_id, None)
-        stored.pending = [p if p.path else dataclasses.replace(p, path=self.path) for p in plan.pending]
-        work.decided.update(plan.decided)
+        stored.pending = [p if p.path else dataclasses.replace(p, path=self.path) for p in plan.pending] \
+            if plan.pending else []
+        if plan.decided:
+            work.decided.update(plan.decided)
         if plan.completes:
             self.complete(plan.answer)
         work.dirty = True

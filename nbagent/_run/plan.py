@@ -214,7 +214,7 @@ def plan(config: RunConfig, thread: StoredThread, calls: list[ToolCall],
         rest.calls, rest.results = calls, [*final.results, *rest.results]
         return rest
     out = Plan(calls)
-    waited = {p.id: p for p in thread.pending}
+    waited = {p.id: p for p in thread.pending} if thread.pending else {}
     # Only a tool that can wait for a person can have been denied: the look back over the turn is
     # skipped for the others (the common step of a run).
     askable = any((t := config.tools.get(c.name)) is not None and (t.requires_approval is not False or t.is_client)

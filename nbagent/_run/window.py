@@ -89,11 +89,23 @@ def read_result_tool(limit_max: int | None) -> Tool:
 
 def with_reader(config: RunConfig) -> RunConfig:
     """`config` with the built-in ``read_result`` among its tools (a tool of the agent's own by that
-    name wins); it is offered to the model only once a result was cut (`Window.request`)."""
+    name wins); it is offered to the model only once a result was cut (`Window.request`). Made
+    once per config and page size (kept in `RunConfig.derived`: the config goes with it), so the
+    runs of an agent whose settings do not change share it."""
     if READ_RESULT in config.tools:
         return config
-    reader = read_result_tool(config.result_cap(Tool(READ_RESULT, "", {})))
-    return dataclasses.replace(config, tools=MappingProxyType({**config.tools, READ_RESULT: reader}))
+    limit = config.result_cap(_PROBE)  # (the model's window: the bundled local model learns its own late)
+    made = config.derived.get(READ_RESULT)
+    if made is not None and made[0] == limit:
+        return made[1]
+    reader = read_result_tool(limit)
+    out = dataclasses.replace(config, tools=MappingProxyType({**config.tools, READ_RESULT: reader}))
+    config.derived[READ_RESULT] = (limit, out)
+    return out
+
+
+_PROBE = Tool(READ_RESULT, "", {})
+"""A tool with no cap of its own: `RunConfig.result_cap` of it is the window's share."""
 
 
 _TOOLS: dict[tuple[int, Any, str], tuple[Any, int]] = {}

@@ -27,7 +27,7 @@ import pytest
 
 from tests.test_notebooks import MAKER
 
-from .harness import KNOWN_CONSOLE_NOISE, JupyterServer, NotebookPage, write_notebook
+from .harness import KNOWN_CONSOLE_NOISE, BrowserHarnessError, JupyterServer, NotebookPage, write_notebook
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS_IMG = REPO / "docs" / "img"
@@ -209,7 +209,10 @@ def test_hero_image_is_a_real_run(user_folder: JupyterServer, page_factory: Call
     page.wait_for(lambda: page.output_buttons("Send").count() > 0, "the Send button")
     page.type_text("Use the get_weather tool for Paris.")
     page.wait_text("2 model calls", timeout=RUN_TIMEOUT)  # the footer: the call, then the answer
-    assert page.output_text().count("22 °C in Paris") >= 2  # the tool's result, and the answer made from it
+    try:  # the tool's result, and the answer made from it (the footer's count can reach the page first)
+        page.wait_for(lambda: page.output_text().count("22 °C in Paris") >= 2, "22 °C in Paris twice", timeout=30)
+    except BrowserHarnessError:
+        raise AssertionError(f"the answer does not repeat the tool's result:\n{page.output_text()}") from None
     page.type_text("Use the book_table tool for Paris.")
     page.wait_text("needs approval", timeout=RUN_TIMEOUT)
     page.output_buttons("Approve").first.wait_for(state="visible", timeout=60_000)
