@@ -594,3 +594,32 @@ def test_a_request_is_what_was_sent_not_the_thread_as_it_grows_after() -> None:
     assert result.status == "completed" and seen == [1, 3]
     assert [len(r.messages) for r in model.requests] == [2, 4]  # with the scratch each function added
     assert [m.kind for m in result.messages] == ["user", "assistant", "tool-result", "assistant"]
+
+
+def test_read_result_pages_follow_the_model_window_as_each_run_finds_it() -> None:
+    """An agent's runs share the config that offers ``read_result`` while the model's window stays
+    the same; once the window is known (the bundled local model learns it when its server starts)
+    the next run's pages are cut to its share of it."""
+    whole = "x" * 5_000
+
+    @tool
+    def dump() -> str:
+        """All the rows."""
+        return whole
+
+    def answer(messages: list[object], request: object) -> object:
+        last = messages[-1]
+        if isinstance(last, UserMessage):
+            return ToolCall.of("dump", {})
+        assert isinstance(last, ToolResultMessage)
+        if last.name == "dump":
+            return ToolCall.of("read_result", {"call_id": last.call_id, "limit": 100_000})
+        return str(last.content.count("x"))
+
+    model = FunctionModel(answer)
+    agent = Agent(model, tools=[dump], store="memory")
+    assert [agent.run_sync("rows").output for _ in range(2)] == ["5000", "5000"]  # window unknown: 20,000 a page
+    model.context_window = 1_000  # 10 % of it: 100 tokens, 400 characters
+    assert agent.run_sync("rows").output == "400"
+    model.context_window = None
+    assert agent.run_sync("rows").output == "5000"
