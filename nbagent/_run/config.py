@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from ..context import CHARS_PER_TOKEN, Compaction
 from ..models.base import Model
@@ -79,14 +79,12 @@ class RunConfig:
         window = self.model.context_window
         return window if isinstance(window, int) and window > 0 else None  # a subclass's may be anything
 
-    def result_cap(self, tool: Tool, window: int | Literal["read"] | None = "read") -> int | None:
+    def result_cap(self, tool: Tool, window: int | None) -> int | None:
         """The most characters of `tool`'s result the model reads: its ``max_result_tokens``, else
-        `max_result_fraction` of the window; None when neither is known. `window`: the model's
-        window as already read this step (default: read it now)."""
+        `max_result_fraction` of `window` (the model's, as read: `context_window`); None when
+        neither is known."""
         tokens = tool.max_result_tokens
         if tokens is None:
-            if window == "read":
-                window = self.context_window
             if window is None or not self.max_result_fraction:
                 return None
             tokens = int(window * self.max_result_fraction)

@@ -94,7 +94,7 @@ def with_reader(config: RunConfig) -> RunConfig:
     runs of an agent whose settings do not change share it."""
     if READ_RESULT in config.tools:
         return config
-    limit = config.result_cap(_PROBE)  # (the model's window: the bundled local model learns its own late)
+    limit = config.result_cap(_PROBE, config.context_window)  # (the bundled local model learns its window late)
     made = config.derived.get(READ_RESULT)
     if made is not None and made[0] == limit:
         return made[1]
@@ -148,13 +148,9 @@ class Window:
         the whole thread walked on every request; ``NBAGENT_CONTEXT_CACHE=0``)."""
         self._blocked: tuple[int, int, bool] = (0, 0, False)
         """(id of the messages list, how many were looked at, whether one of them is blocked)."""
-        self._fixed: tuple[Any, Any, Any, int, int, int] = (None, None, None, 0, 0, 0)
-        """The system prompt, the summary and the tool definitions last sized (by identity: they
-        change only between steps that change them), and the tokens of each."""
-        self.size: int | Literal["read"] | None = "read"
-        """The model's window as read for the latest request (`RunConfig.context_window`, read once
-        a step: the gauge and the result caps of the step's calls use this reading); "read" before
-        the run's first request (a resumed run's open calls: `RunConfig.result_cap` reads it)."""
+        self.size: int | None = config.context_window
+        """The model's window as last read: when the run starts, then for each request (read once a
+        step: the gauge and the result caps of the step's calls use that reading)."""
 
     def any_blocked(self, messages: Sequence[Message]) -> bool:
         """Whether `messages` hold a message a guard blocked (`context.is_blocked`): looks only at the
@@ -244,11 +240,8 @@ class Window:
             return request_parts(config.system, view.summary, view.messages, tools, self.count, self.provider,
                                  sized=self.sized, tools_size=self.tools_size(tools))
         system, summary = config.system, view.summary
-        fixed = self._fixed
-        if fixed[0] is not system or fixed[1] is not summary or fixed[2] is not tools:
-            fixed = self._fixed = (system, summary, tools, self.text_size(system), self.text_size(summary),
-                                   self.tools_size(tools))
-        return thread.parts(fixed[3], fixed[4], fixed[5])
+        return thread.parts(self.text_size(system) if system else 0, self.text_size(summary) if summary else 0,
+                            self.tools_size(tools))
 
     def text_size(self, text: str | None) -> int:
         """The tokens of the system prompt or of a summary as `request_parts` counts them (0: none)."""
@@ -283,21 +276,14 @@ class Window:
         tokens = reported if reported is not None else self.tokens()
         self.sent = _Sent(estimate, reported, key)
         compaction = config.compaction
-        window = self.size
-        return ContextUsage(tokens, None if window == "read" else window, scale_parts(parts, tokens),
-                            reported is None, step, compaction.at if compaction is not None else None)
+        return ContextUsage(tokens, self.size, scale_parts(parts, tokens), reported is None, step,
+                            compaction.at if compaction is not None else None)
 
     def row_context(self, usage: ContextUsage) -> str:
         """What a usage row keeps of its request (`ModelCallUsage.context`): the parts, the
-        window and nbagent's estimate of the request (`parts_json`'s text)."""
-        sent, by_part, window = self.sent, usage.by_part, usage.window
-        if sent is None or len(by_part) != 5 or (window is not None and type(window) is not int):
-            return parts_json(by_part, window, *((sent.estimate, sent.key) if sent is not None else ()))
-        key = sent.key  # (written out: every model call's usage row has it)
-        return (f'{{"system":{by_part["system"]},"tools":{by_part["tools"]},"history":{by_part["history"]},'
-                f'"tool_results":{by_part["tool_results"]},"latest":{by_part["latest"]},'
-                f'"window":{"null" if window is None else window},"estimate":{sent.estimate},'
-                f'"key":[{key[0]},{key[1]}]}}')
+        window and nbagent's estimate of the request."""
+        sent = self.sent
+        return parts_json(usage.by_part, usage.window, *((sent.estimate, sent.key) if sent is not None else ()))
 
     def over_threshold(self, config: RunConfig) -> int | None:
         """The next request's tokens when they pass the compaction threshold, else None."""

@@ -68,14 +68,10 @@ def _five(parts: Mapping[str, int]) -> tuple[int, int, int, int, int]:
 def scale_parts(parts: Mapping[str, int], total: int) -> dict[str, int]:
     """`parts` scaled so that they add up to `total` (the provider's count), each an int
     (largest remainders get the rounding, ties in `PARTS` order)."""
+    # Written out for the five parts, in integers (exact: remainders that tie compare equal, so
+    # they go in PARTS order): the gauge scales a request's parts after every model call.
     s, t, h, r, la = _five(parts)
-    return _scaled(s, t, h, r, la, total, sum(parts.values()))
-
-
-def _scaled(s: int, t: int, h: int, r: int, la: int, total: int, estimate: int) -> dict[str, int]:
-    """`scale_parts` of the five parts in `PARTS` order, whose `estimate` is their sum (and any
-    other entry's). Written out, in integers (exact: the remainders compare as they are, so ties
-    go in `PARTS` order): the gauge scales a request's parts after every model call."""
+    estimate = sum(parts.values())
     if estimate <= 0:
         return {"system": 0, "tools": 0, "history": 0, "tool_results": 0, "latest": total}
     if estimate == total == s + t + h + r + la:  # the provider counted what nbagent estimated
